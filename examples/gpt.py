@@ -1,0 +1,257 @@
+"""A Megatron-style GPT (and Llama-style variants) for smplan.
+
+    smplan profile examples/gpt.py --arg layers=4 --arg hidden=256 --arg heads=4
+    smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128
+
+Builder `model(...)` and presets (`gpt3_175b`, `gpt3_1t`, `llama3_8b`, `llama3_70b`,
+`llama3_405b`, `tiny`) return a `GPT`. The layout follows Megatron-LM: pre-norm blocks,
+fused QKV projection, explicit softmax attention with dropout (Korthikanti et al. 2022
+count activations for exactly this), 4h GeLU MLP. `attention="sdpa"` switches to fused
+scaled-dot-product attention; `mlp="swiglu"`, `norm="rmsnorm"` and `kv_heads` give the
+Llama layout (rotary embeddings are left out: they have no weights and little work).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class GPTConfig:
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    seq_len: int = 32
+    vocab: int = 128
+    ffn: int = 0  # 0 means 4 * hidden (GPT); Llama presets give theirs
+    kv_heads: int = 0  # 0 means heads (multi-head attention); fewer means grouped-query
+    attention: str = "explicit"  # "explicit" (Megatron softmax + dropout) or "sdpa"
+    mlp: str = "gelu"  # "gelu" or "swiglu"
+    norm: str = "layernorm"  # "layernorm" or "rmsnorm"
+    dropout: float = 0.1
+    learned_positions: bool = True
+
+    def __post_init__(self) -> None:
+        self.ffn = self.ffn or 4 * self.hidden
+        self.kv_heads = self.kv_heads or self.heads
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden={self.hidden} must be divisible by heads={self.heads}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads={self.heads} must be divisible by kv_heads={self.kv_heads}")
+        if self.attention not in ("explicit", "sdpa"):
+            raise ValueError(f"attention must be 'explicit' or 'sdpa', got {self.attention!r}")
+        if self.mlp not in ("gelu", "swiglu"):
+            raise ValueError(f"mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
+        if self.norm not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def _norm(cfg: GPTConfig) -> nn.Module:
+    return nn.LayerNorm(cfg.hidden) if cfg.norm == "layernorm" else nn.RMSNorm(cfg.hidden)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        kv_dim = cfg.kv_heads * cfg.head_dim
+        bias = cfg.norm == "layernorm"  # GPT has biases, Llama does not
+        self.qkv = nn.Linear(cfg.hidden, cfg.hidden + 2 * kv_dim, bias=bias)
+        self.proj = nn.Linear(cfg.hidden, cfg.hidden, bias=bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        d = self.cfg.head_dim
+        qkv = self.qkv(x)
+        # Local sizes come from the tensor, not the config, so a tensor-parallel shard
+        # (heads / tp of them) runs the same code. QKV is laid out per kv-group so that
+        # a column split keeps each group's q, k and v on one rank.
+        group = self.cfg.heads // self.cfg.kv_heads
+        qkv = qkv.view(b, s, -1, (group + 2) * d)
+        q, k, v = qkv.split([group * d, d, d], dim=-1)
+        q = q.reshape(b, s, -1, d).transpose(1, 2)  # b, heads, s, d
+        k = k.transpose(1, 2).repeat_interleave(group, dim=1)
+        v = v.transpose(1, 2).repeat_interleave(group, dim=1)
+        if self.cfg.attention == "sdpa":
+            p = self.cfg.dropout if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+            probs = self.dropout(torch.softmax(scores, dim=-1))
+            out = probs @ v
+        out = out.transpose(1, 2).reshape(b, s, -1)
+        return self.dropout(self.proj(out))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.swiglu = cfg.mlp == "swiglu"
+        bias = not self.swiglu
+        self.fc1 = nn.Linear(cfg.hidden, cfg.ffn, bias=bias)
+        self.gate = nn.Linear(cfg.hidden, cfg.ffn, bias=False) if self.swiglu else None
+        self.fc2 = nn.Linear(cfg.ffn, cfg.hidden, bias=bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            h = F.silu(self.gate(x)) * self.fc1(x)
+        else:
+            h = F.gelu(self.fc1(x))
+        return self.dropout(self.fc2(h))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.norm1 = _norm(cfg)
+        self.attn = Attention(cfg)
+        self.norm2 = _norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Embedding(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.tokens = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.positions = nn.Embedding(cfg.seq_len, cfg.hidden) if cfg.learned_positions else None
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(tokens)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        return self.dropout(x)
+
+
+class Head(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.norm = _norm(cfg)
+        self.out = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(x))
+
+
+class GPT(nn.Module):
+    """embed -> blocks -> head; any of them may be None on a pipeline stage that lacks it."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = Embedding(cfg)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.head = Head(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            x = self.embed(x)
+        for block in self.blocks:
+            if block is not None:
+                x = block(x)
+        return self.head(x) if self.head is not None else x
+
+
+def model(
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    seq_len: int = 32,
+    vocab: int = 128,
+    ffn: int = 0,
+    kv_heads: int = 0,
+    attention: str = "explicit",
+    mlp: str = "gelu",
+    norm: str = "layernorm",
+    dropout: float = 0.1,
+    learned_positions: bool = True,
+) -> GPT:
+    """A GPT; the defaults are a tiny model that trains in seconds on a CPU."""
+    return GPT(GPTConfig(layers, hidden, heads, seq_len, vocab, ffn, kv_heads, attention, mlp,
+                         norm, dropout, learned_positions))
+
+
+def _preset(defaults: dict):
+    def builder(**overrides) -> GPT:
+        return model(**{**defaults, **overrides})
+
+    return builder
+
+
+# Brown et al. 2020 (GPT-3), Table 2.1; vocabulary padded to 51200 as in Megatron-LM.
+gpt3_175b = _preset(dict(layers=96, hidden=12288, heads=96, seq_len=2048, vocab=51200))
+# Narayanan et al. 2021, Table 1 (1T row).
+gpt3_1t = _preset(dict(layers=128, hidden=25600, heads=160, seq_len=2048, vocab=51200))
+# Llama 3 herd of models (Meta 2024), Table 3.
+_LLAMA = dict(mlp="swiglu", norm="rmsnorm", learned_positions=False, dropout=0.0, vocab=128256, seq_len=8192)
+llama3_8b = _preset(dict(_LLAMA, layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336))
+llama3_70b = _preset(dict(_LLAMA, layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672))
+llama3_405b = _preset(dict(_LLAMA, layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248))
+# A debug size for tests: plan, simulate and execute it in seconds.
+tiny = _preset(dict(layers=4, hidden=32, heads=4, seq_len=16, vocab=64, dropout=0.0))
+
+
+def batch(micro_batch_size: int, model: GPT | None = None, seed: int = 0):
+    """Synthetic next-token data: (tokens, targets), deterministic in `seed`."""
+    cfg = model.config if model is not None else GPTConfig()
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab, (micro_batch_size, cfg.seq_len + 1), generator=gen)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def tp_plan(block: Block, sequence_parallel: bool = False) -> dict:
+    """Megatron tensor parallelism for one block (Shoeybi et al. 2019, section 3)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    if not sequence_parallel:
+        plan = {
+            "attn.qkv": ColwiseParallel(),
+            "attn.proj": RowwiseParallel(),
+            "mlp.fc1": ColwiseParallel(),
+            "mlp.fc2": RowwiseParallel(),
+        }
+        if block.mlp.gate is not None:
+            plan["mlp.gate"] = ColwiseParallel()
+        return plan
+    # Korthikanti et al. 2022: norms and dropouts run on sequence shards; all-gather before
+    # the column-parallel linears, reduce-scatter after the row-parallel ones.
+    plan = {
+        "norm1": SequenceParallel(),
+        "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "attn.qkv": ColwiseParallel(),
+        "attn.proj": RowwiseParallel(output_layouts=Shard(1)),
+        "norm2": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+        "mlp.fc1": ColwiseParallel(),
+        "mlp.fc2": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    if block.mlp.gate is not None:
+        plan["mlp.gate"] = ColwiseParallel()
+    return plan

@@ -1,0 +1,288 @@
+"""The Cluster contract: one hardware profile (a node type) times a node count.
+
+Every number carries its unit in its name. Profiles live in `profiles/*.toml`; the keys a
+script may set with `--hw-set key=value` are the dotted paths of the fields below
+(`gpu.peak_tflops.bf16`, `inter_node.bandwidth_gbps`, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+class HardwareProfileError(ValueError):
+    """A hardware profile or override the user gave is wrong; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class PeakTflops:
+    """Dense peak TFLOP/s per GPU by dtype (datasheet, no sparsity). 0 means unsupported."""
+
+    bf16: float
+    fp16: float
+    tf32: float
+    fp32: float
+    fp8: float = 0.0
+
+    def for_dtype(self, dtype: str) -> float:
+        if dtype not in DTYPES:
+            raise HardwareProfileError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        value = getattr(self, dtype)
+        if value <= 0:
+            raise HardwareProfileError(
+                f"this GPU has no {dtype} peak in its profile; pick another dtype or set "
+                f"--hw-set gpu.peak_tflops.{dtype}=VALUE"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_gib: float
+    memory_bandwidth_gbps: float  # GB/s (HBM), datasheet
+    peak_tflops: PeakTflops
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of one GPU's share of a link class (NVLink domain, or the node's NICs)."""
+
+    bandwidth_gbps: float  # GB/s per GPU per direction
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class Reliability:
+    gpu_mtbf_hours: float  # mean time between failures of one GPU (with its share of the node)
+    restart_minutes: float  # detection + rescheduling + restart until training resumes
+
+
+@dataclass(frozen=True)
+class Cost:
+    usd_per_gpu_hour: float
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where checkpoints go: aggregate write bandwidth of the shared file system per node."""
+
+    checkpoint_write_gbps: float = 5.0  # GB/s per node; typical parallel FS client (assumption)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The few global efficiency factors of the performance model (calibrated, not per run).
+
+    Defaults were fitted once to ../shared/validation (Megatron-LM and vTrain A100 runs).
+    """
+
+    matmul_max: float = 0.80  # best achievable fraction of peak for large GEMMs
+    matmul_half_dim: float = 96.0  # smallest GEMM dimension at which efficiency is half of max
+    memory_bound: float = 0.70  # achievable fraction of HBM bandwidth for element-wise kernels
+    network: float = 0.85  # achievable fraction of link bandwidth for large collectives
+    host_overhead_us_per_layer: float = 0.0  # CPU launch time per layer pass; overlaps GPU work
+    memory_reserve_gib: float = 2.0  # CUDA context, allocator fragmentation, NCCL buffers
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    description: str
+    nodes: int
+    gpus_per_node: int
+    gpu: Gpu
+    intra_node: Link
+    inter_node: Link
+    reliability: Reliability
+    cost: Cost
+    storage: Storage = field(default_factory=Storage)
+    efficiency: Efficiency = field(default_factory=Efficiency)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def with_nodes(self, nodes: int) -> Cluster:
+        return self.with_overrides({"nodes": nodes})
+
+    def get(self, key: str):
+        """Value at a dotted key, e.g. `cluster.get("gpu.peak_tflops.bf16")`."""
+        obj = self
+        for part in key.split("."):
+            if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+                raise HardwareProfileError(
+                    f"unknown hardware key {key!r}; valid keys: {', '.join(settable_keys())}"
+                )
+            obj = getattr(obj, part)
+        return obj
+
+    def with_overrides(self, overrides: dict[str, object]) -> Cluster:
+        """A copy with dotted keys replaced; values are checked against the field's type."""
+        data = to_dict(self)
+        for key, value in overrides.items():
+            _set_dotted(data, key, value)
+        return from_dict(data)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+
+def to_dict(cluster: Cluster) -> dict:
+    return dataclasses.asdict(cluster)
+
+
+def settable_keys() -> list[str]:
+    """Every dotted key of a Cluster whose value is a number or a string."""
+    keys: list[str] = []
+
+    def walk(cls, prefix: str) -> None:
+        for f in dataclasses.fields(cls):
+            typ = _field_type(cls, f.name)
+            if dataclasses.is_dataclass(typ):
+                walk(typ, prefix + f.name + ".")
+            else:
+                keys.append(prefix + f.name)
+
+    walk(Cluster, "")
+    return keys
+
+
+def from_dict(data: dict, source: str = "hardware profile") -> Cluster:
+    """Build a Cluster from nested dicts (parsed TOML), with one clear error per problem."""
+    return _build(Cluster, data, "", source)
+
+
+_NESTED_TYPES = {
+    "PeakTflops": PeakTflops,
+    "Gpu": Gpu,
+    "Link": Link,
+    "Reliability": Reliability,
+    "Cost": Cost,
+    "Storage": Storage,
+    "Efficiency": Efficiency,
+    "Cluster": Cluster,
+}
+_SCALAR_TYPES = {"str": str, "int": int, "float": float}
+
+
+def _field_type(cls, name: str):
+    annotation = {f.name: f.type for f in dataclasses.fields(cls)}[name]
+    annotation = annotation if isinstance(annotation, str) else annotation.__name__
+    return _NESTED_TYPES.get(annotation) or _SCALAR_TYPES[annotation]
+
+
+def _build(cls, data, prefix: str, source: str):
+    if not isinstance(data, dict):
+        raise HardwareProfileError(f"{source}: [{prefix.rstrip('.')}] must be a table of keys")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise HardwareProfileError(
+            f"{source}: unknown key {prefix + unknown[0]!r}; known keys here: "
+            f"{', '.join(prefix + k for k in sorted(known))}"
+        )
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        key = prefix + f.name
+        typ = _field_type(cls, f.name)
+        if f.name not in data:
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            if has_default:
+                continue
+            raise HardwareProfileError(f"{source}: missing key {key!r}; add it (see hwprofiles/profiles/a100x8.toml)")
+        value = data[f.name]
+        if dataclasses.is_dataclass(typ):
+            kwargs[f.name] = _build(typ, value, key + ".", source)
+        else:
+            kwargs[f.name] = _coerce(value, typ, key, source)
+    try:
+        return cls(**kwargs)
+    except HardwareProfileError as err:
+        raise HardwareProfileError(f"{source}: {err}") from None
+
+
+def _coerce(value, typ, key: str, source: str):
+    if typ is str:
+        if not isinstance(value, str):
+            raise HardwareProfileError(f"{source}: {key!r} must be text, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise HardwareProfileError(
+            f"{source}: {key!r} must be a number ({_unit_hint(key)}), got {value!r}"
+        )
+    if typ is int:
+        if float(value) != int(value):
+            raise HardwareProfileError(f"{source}: {key!r} must be a whole number, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def _unit_hint(key: str) -> str:
+    for suffix, unit in (
+        ("_gbps", "GB/s"),
+        ("_us", "microseconds"),
+        ("_gib", "GiB"),
+        ("_hours", "hours"),
+        ("_minutes", "minutes"),
+        ("usd_per_gpu_hour", "US dollars per GPU-hour"),
+    ):
+        if key.endswith(suffix):
+            return unit
+    if ".peak_tflops." in key:
+        return "TFLOP/s"
+    return "a plain number"
+
+
+def _set_dotted(data: dict, key: str, value) -> None:
+    if key not in settable_keys():
+        raise HardwareProfileError(
+            f"unknown hardware key {key!r} in --hw-set; valid keys: {', '.join(settable_keys())}"
+        )
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def _validate(c: Cluster) -> None:
+    """Reject physically meaningless profiles: the message names the key and the fix."""
+
+    def positive(key: str, value: float) -> None:
+        if not value > 0:
+            raise HardwareProfileError(f"{key} must be greater than 0, got {value}; fix the profile or --hw-set")
+
+    def non_negative(key: str, value: float) -> None:
+        if value < 0:
+            raise HardwareProfileError(f"{key} must not be negative, got {value}; fix the profile or --hw-set")
+
+    positive("nodes", c.nodes)
+    positive("gpus_per_node", c.gpus_per_node)
+    positive("gpu.memory_gib", c.gpu.memory_gib)
+    positive("gpu.memory_bandwidth_gbps", c.gpu.memory_bandwidth_gbps)
+    for dtype in DTYPES:
+        non_negative(f"gpu.peak_tflops.{dtype}", getattr(c.gpu.peak_tflops, dtype))
+    positive("gpu.peak_tflops.fp32", c.gpu.peak_tflops.fp32)
+    for link in ("intra_node", "inter_node"):
+        positive(f"{link}.bandwidth_gbps", getattr(c, link).bandwidth_gbps)
+        non_negative(f"{link}.latency_us", getattr(c, link).latency_us)
+    positive("reliability.gpu_mtbf_hours", c.reliability.gpu_mtbf_hours)
+    non_negative("reliability.restart_minutes", c.reliability.restart_minutes)
+    non_negative("cost.usd_per_gpu_hour", c.cost.usd_per_gpu_hour)
+    positive("storage.checkpoint_write_gbps", c.storage.checkpoint_write_gbps)
+    e = c.efficiency
+    for key in ("matmul_max", "memory_bound", "network"):
+        value = getattr(e, key)
+        if not 0 < value <= 1:
+            raise HardwareProfileError(f"efficiency.{key} must be in (0, 1], got {value}")
+    non_negative("efficiency.matmul_half_dim", e.matmul_half_dim)
+    non_negative("efficiency.host_overhead_us_per_layer", e.host_overhead_us_per_layer)
+    non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)

@@ -1,0 +1,86 @@
+"""Find, read and override hardware profiles (bundled names or a user's TOML path)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .cluster import Cluster, HardwareProfileError, from_dict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+def bundled_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def read_profile(name_or_path: str) -> dict:
+    """Parsed TOML of a bundled profile name (`a100x8`) or of a path to a .toml file."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            raise HardwareProfileError(
+                f"unknown hardware profile {name_or_path!r}; use one of "
+                f"{', '.join(bundled_profiles())} or a path to a .toml file (smplan hw list)"
+            )
+    if not path.is_file():
+        raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise HardwareProfileError(f"hardware file {str(path)!r} is not valid TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise HardwareProfileError(f"cannot read hardware file {str(path)!r}: {err}") from None
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """`key=value` -> (key, value), the value as int, float or str."""
+    if "=" not in text:
+        raise HardwareProfileError(f"--hw-set {text!r} needs the form key=value, e.g. inter_node.bandwidth_gbps=50")
+    key, raw = (part.strip() for part in text.split("=", 1))
+    return key, parse_scalar(raw)
+
+
+def parse_scalar(raw: str) -> object:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def load_cluster(
+    name_or_path: str,
+    nodes: int | None = None,
+    overrides: dict[str, object] | list[str] | tuple[str, ...] | None = None,
+) -> Cluster:
+    """The Cluster for a profile, with `nodes` and dotted overrides applied.
+
+    `overrides` is a dict, or a list of `key=value` strings as given to `--hw-set`.
+    """
+    data = read_profile(name_or_path)
+    cluster = from_dict(data, source=f"hardware profile {name_or_path!r}")
+    changes: dict[str, object] = {}
+    if overrides:
+        items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides)
+        for key, value in items:
+            cluster.get(key)  # raises a clear error for an unknown key
+            changes[key] = value
+    if nodes is not None:
+        changes["nodes"] = nodes
+    if changes:
+        try:
+            cluster = cluster.with_overrides(changes)
+        except HardwareProfileError as err:
+            raise HardwareProfileError(f"--hw-set: {err}") from None
+    return cluster

@@ -1,0 +1,103 @@
+"""The one object that maps (pp, dp, tp) coordinates to ranks, nodes and links.
+
+Rank order follows Megatron-LM and `init_device_mesh(("pp", "dp", "tp"))`: tp varies
+fastest, then dp, then pp; consecutive ranks share a node. The planner, the simulator
+and the executor all ask this class; nobody else does rank arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MESH_DIMS = ("pp", "dp", "tp")
+
+
+@dataclass(frozen=True)
+class GroupSpan:
+    """How one communication group lies on the cluster."""
+
+    size: int  # ranks in the group
+    ranks_per_node: int  # group members that share one node
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.size // self.ranks_per_node)
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    pp: int
+    dp: int
+    tp: int
+    gpus_per_node: int
+
+    def __post_init__(self) -> None:
+        for name in ("pp", "dp", "tp", "gpus_per_node"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp * self.tp
+
+    @property
+    def mesh_shape(self) -> tuple[int, int, int]:
+        return (self.pp, self.dp, self.tp)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.world_size // self.gpus_per_node)
+
+    @property
+    def tp_within_node(self) -> bool:
+        return self.span("tp").ranks_per_node == self.tp
+
+    def rank(self, pp: int, dp: int, tp: int) -> int:
+        return (pp * self.dp + dp) * self.tp + tp
+
+    def coords(self, rank: int) -> dict[str, int]:
+        tp = rank % self.tp
+        dp = (rank // self.tp) % self.dp
+        pp = rank // (self.tp * self.dp)
+        return {"pp": pp, "dp": dp, "tp": tp}
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def _stride(self, dim: str) -> int:
+        return {"tp": 1, "dp": self.tp, "pp": self.tp * self.dp}[dim]
+
+    def size(self, dim: str) -> int:
+        if dim not in MESH_DIMS:
+            raise ValueError(f"unknown mesh dimension {dim!r}; use one of {MESH_DIMS}")
+        return getattr(self, dim)
+
+    def group_ranks(self, dim: str, rank: int = 0) -> list[int]:
+        """The ranks of `rank`'s group along `dim`."""
+        coords = self.coords(rank)
+        out = []
+        for i in range(self.size(dim)):
+            coords[dim] = i
+            out.append(self.rank(**coords))
+        return out
+
+    def span(self, dim: str) -> GroupSpan:
+        """How a `dim` group lies on nodes (all groups of a dim lie alike)."""
+        size = self.size(dim)
+        stride = self._stride(dim)
+        per_node = max(1, min(size, self.gpus_per_node // stride)) if stride < self.gpus_per_node else 1
+        return GroupSpan(size=size, ranks_per_node=per_node)
+
+    def stage_boundary_crosses_node(self, stage: int) -> bool:
+        """Whether the send from pipeline stage `stage` to `stage + 1` leaves the node."""
+        nxt = (stage + 1) % self.pp
+        return self.node_of(self.rank(stage, 0, 0)) != self.node_of(self.rank(nxt, 0, 0))
+
+    def groups_sharing_node(self, dim: str) -> int:
+        """How many `dim` groups have members on one node (they share its NICs)."""
+        span = self.span(dim)
+        return max(1, min(self.world_size, self.gpus_per_node) // span.ranks_per_node)

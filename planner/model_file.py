@@ -1,0 +1,184 @@
+"""The model file contract: `path/to/file.py[:builder]` with keyword arguments.
+
+A model file defines a builder (default name `model`) returning an `nn.Module`, and may
+define `batch(micro_batch_size, model=None, seed=0)`, `loss(outputs, targets)` and
+`tp_plan(block, sequence_parallel=False)`. Every way this can go wrong ends in one
+ModelFileError line naming the file, the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+class ModelFileError(ValueError):
+    """The model file or its arguments are wrong; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    path: Path
+    builder_name: str
+    module: ModuleType = field(repr=False)
+    sha256: str = ""
+
+    @property
+    def ref(self) -> str:
+        return f"{self.path}:{self.builder_name}"
+
+    @property
+    def builder(self):
+        return getattr(self.module, self.builder_name)
+
+    @property
+    def has_tp_plan(self) -> bool:
+        return callable(getattr(self.module, "tp_plan", None))
+
+    def hook(self, name: str):
+        """The optional function `name` of the file (batch, loss, tp_plan, data) or None."""
+        fn = getattr(self.module, name, None)
+        return fn if callable(fn) else None
+
+    def builder_parameters(self) -> dict[str, inspect.Parameter]:
+        try:
+            return dict(inspect.signature(self.builder).parameters)
+        except (TypeError, ValueError):
+            return {}
+
+    def accepts(self, arg: str) -> bool:
+        params = self.builder_parameters()
+        return arg in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+    def build(self, args: dict | None = None, device: str | None = "meta", dtype=None):
+        """Call the builder with `args` under `device` (meta by default: no weights allocated)."""
+        import torch
+
+        args = dict(args or {})
+        unknown = [k for k in args if not self.accepts(k)]
+        if unknown:
+            known = ", ".join(k for k, p in self.builder_parameters().items() if p.kind != p.VAR_KEYWORD)
+            raise ModelFileError(
+                f"{self.path}: builder {self.builder_name}() takes no argument {unknown[0]!r}; "
+                f"it takes: {known or 'no arguments'}"
+            )
+        params = self.builder_parameters()
+        for key, value in args.items():
+            default = params[key].default if key in params else inspect.Parameter.empty
+            if default is inspect.Parameter.empty or default is None:
+                continue
+            if isinstance(default, bool) and not isinstance(value, bool):
+                raise ModelFileError(f"{self.path}: --arg {key} must be true or false, got {value!r}")
+            if isinstance(default, int | float) and not isinstance(default, bool) and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                kind = "a whole number" if isinstance(default, int) else "a number"
+                raise ModelFileError(f"{self.path}: --arg {key} must be {kind}, got {value!r}")
+            if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
+                raise ModelFileError(f"{self.path}: --arg {key} must be a whole number, got {value!r}")
+        previous = torch.get_default_dtype()
+        try:
+            if dtype is not None:
+                torch.set_default_dtype(dtype)
+            with torch.device(device) if device else _nullcontext():
+                built = self.builder(**args)
+        except TypeError as err:
+            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) failed: {err}; check the --arg values") from None
+        except (ValueError, AssertionError) as err:
+            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) rejected its arguments: {err}") from None
+        except Exception as err:  # noqa: BLE001 - any crash in user code becomes one line
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            raise ModelFileError(
+                f"{self.path}: {self.builder_name}() raised {type(err).__name__}: {err} "
+                f"(line {where.lineno} of {Path(where.filename).name})"
+            ) from None
+        finally:
+            torch.set_default_dtype(previous)
+        if not isinstance(built, torch.nn.Module):
+            raise ModelFileError(
+                f"{self.path}: {self.builder_name}() returned {type(built).__name__}, not a torch.nn.Module; "
+                "return the model"
+            )
+        return built
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _fmt(args: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in args.items())
+
+
+def split_ref(ref: str) -> tuple[Path, str]:
+    """`file.py:builder` -> (Path, builder); the builder defaults to `model`."""
+    path, _, builder = ref.partition(":") if ref.count(":") == 1 and not Path(ref).exists() else (ref, "", "")
+    return Path(path), builder or "model"
+
+
+def load_model_file(ref: str) -> ModelFile:
+    path, builder_name = split_ref(ref)
+    if not path.exists():
+        raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder]")
+    if path.suffix != ".py":
+        raise ModelFileError(f"model file {str(path)!r} is not a .py file; pass path/to/model.py[:builder]")
+    source = path.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()
+    name = f"smplan_model_{digest[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        sys.modules.pop(name, None)
+        raise ModelFileError(f"{path}: syntax error on line {err.lineno}: {err.msg}; fix the file") from None
+    except Exception as err:  # noqa: BLE001 - user code
+        sys.modules.pop(name, None)
+        where = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path.resolve()]
+        line = f" on line {where[-1].lineno}" if where else ""
+        raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {err}; fix the file") from None
+    builder = getattr(module, builder_name, None)
+    if builder is None or not callable(builder):
+        candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                      and getattr(v, "__module__", None) == name and not isinstance(v, type)
+                      and n not in ("batch", "loss", "tp_plan", "data")]
+        hint = f"; functions there: {', '.join(candidates)}" if candidates else ""
+        raise ModelFileError(
+            f"{path}: no builder function {builder_name!r}; define def {builder_name}(**args) -> nn.Module "
+            f"or name one with {path}:NAME{hint}"
+        )
+    return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest)
+
+
+def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """`--arg key=value` strings -> dict with int / float / bool / str values."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ModelFileError(f"--arg {item!r} needs the form key=value, e.g. --arg layers=24")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        out[key] = _parse_arg(raw)
+    return out
+
+
+def _parse_arg(raw: str):
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw

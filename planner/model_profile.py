@@ -1,0 +1,149 @@
+"""The ModelProfile contract: what the cost model and the simulator know about a model.
+
+All per-sample figures are for one sequence (one sample) at the profile's `seq_len`, with
+the profile's `dtype` (bytes per element of activations); they scale linearly with the
+micro-batch size. Figures of one block are for the whole block without tensor parallelism;
+the `tp_*` fields say how tensor parallelism divides them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """One GEMM of a forward pass per sample: [batch x m x k] @ [batch x k x n], `count` times.
+
+    `tp_dim` names the dimension tensor parallelism divides ("n" for a column-parallel
+    linear, "k" for a row-parallel one, "batch" for per-head attention matmuls, or None
+    when the GEMM is replicated on every TP rank).
+    """
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    count: int = 1
+    tp_dim: str | None = None
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+
+
+@dataclass(frozen=True)
+class TPCollective:
+    """A collective one block issues per sample under tensor parallelism (Megatron f/g ops).
+
+    `bytes_per_sample` is the size of the full (unsharded) tensor. Without sequence
+    parallelism it is an all-reduce; with it, the same point becomes a reduce-scatter and
+    an all-gather (Korthikanti et al. 2022, section 4.2.2).
+    """
+
+    kind: str  # "all_reduce"
+    phase: str  # "forward" or "backward"
+    bytes_per_sample: float
+
+
+@dataclass(frozen=True)
+class BlockProfile:
+    """One part of the model: a repeated block (transformer layer) or a non-repeated part."""
+
+    name: str
+    kind: str  # "block" for repeated blocks, "pre" (embedding) or "post" (head, loss) otherwise
+    params: int
+    forward_flops_per_sample: float
+    # Bytes autograd saves for backward, split by what divides them (Korthikanti et al. 2022):
+    saved_bytes_tp_sharded_per_sample: float  # inside colwise->rowwise regions: / tp
+    saved_bytes_replicated_per_sample: float  # LN inputs, dropout masks...: / tp only with SP
+    saved_bytes_attention_core_per_sample: float  # s^2 terms: freed by selective recompute, / tp
+    output_bytes_per_sample: float  # what this part hands to the next (a pipeline send)
+    input_bytes_per_sample: float = 0.0  # what a full-recompute checkpoint keeps (the input)
+    elementwise_bytes_per_sample: float = 0.0  # HBM traffic of non-GEMM kernels
+    elementwise_tp_sharded_fraction: float = 0.0  # part of that traffic divided by tp
+    matmuls: tuple[MatmulShape, ...] = ()
+    tp_collectives: tuple[TPCollective, ...] = ()
+
+    @property
+    def saved_bytes_per_sample(self) -> float:
+        return (
+            self.saved_bytes_tp_sharded_per_sample
+            + self.saved_bytes_replicated_per_sample
+            + self.saved_bytes_attention_core_per_sample
+        )
+
+    def saved_bytes_per_gpu(self, tp: int = 1, sequence_parallel: bool = False, recompute: str = "none") -> float:
+        """Activation bytes per sample this part keeps on one GPU until its backward."""
+        if recompute == "full":
+            return self.input_bytes_per_sample / (tp if sequence_parallel else 1)
+        replicated = self.saved_bytes_replicated_per_sample / (tp if sequence_parallel else 1)
+        sharded = self.saved_bytes_tp_sharded_per_sample / tp
+        core = 0.0 if recompute == "selective" else self.saved_bytes_attention_core_per_sample / tp
+        return replicated + sharded + core
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    model: str  # the model reference as given, "examples/gpt.py:gpt3_175b"
+    args: dict = field(default_factory=dict)
+    seq_len: int = 0  # tokens per sample (0 for models without a sequence)
+    dtype: str = "bf16"
+    bytes_per_element: int = 2
+    pre: tuple[BlockProfile, ...] = ()  # parts before the repeated blocks (embedding)
+    blocks: tuple[BlockProfile, ...] = ()  # the repeated blocks, in order
+    post: tuple[BlockProfile, ...] = ()  # parts after them (final norm, head, loss)
+    has_tp_plan: bool = False
+    num_heads: int = 0  # attention heads per block (0 when not a transformer); tp must divide it
+    file_sha256: str = ""
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def parts(self) -> tuple[BlockProfile, ...]:
+        return self.pre + self.blocks + self.post
+
+    @property
+    def params(self) -> int:
+        return sum(p.params for p in self.parts)
+
+    @property
+    def forward_flops_per_sample(self) -> float:
+        return sum(p.forward_flops_per_sample for p in self.parts)
+
+    @property
+    def train_flops_per_sample(self) -> float:
+        """Forward + backward model FLOPs of one sample, no recompute (backward = 2x forward)."""
+        return 3.0 * self.forward_flops_per_sample
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return max(self.seq_len, 1)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.update(
+            params=self.params,
+            num_blocks=self.num_blocks,
+            train_flops_per_sample=self.train_flops_per_sample,
+            forward_flops_per_sample=self.forward_flops_per_sample,
+        )
+        return data
+
+    @staticmethod
+    def from_dict(data: dict) -> ModelProfile:
+        def part(d: dict) -> BlockProfile:
+            d = dict(d)
+            d["matmuls"] = tuple(MatmulShape(**m) for m in d.get("matmuls", ()))
+            d["tp_collectives"] = tuple(TPCollective(**c) for c in d.get("tp_collectives", ()))
+            names = {f.name for f in dataclasses.fields(BlockProfile)}
+            return BlockProfile(**{k: v for k, v in d.items() if k in names})
+
+        names = {f.name for f in dataclasses.fields(ModelProfile)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for key in ("pre", "blocks", "post"):
+            kwargs[key] = tuple(part(d) for d in data.get(key, ()))
+        return ModelProfile(**kwargs)

@@ -1,0 +1,341 @@
+"""The Plan contract: one parallel configuration, as JSON (versioned) or inline text.
+
+The same plan file flows through `smplan plan`, `simulate`, `reliability`, `whatif` and
+`execute`. Inline form (accepted wherever a plan is):
+    "tp=8,pp=8,dp=16,mbs=1,gbs=1536,recompute=full,schedule=interleaved,v=3,sp=1,zero=0,overlap_dp=1"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PLAN_VERSION = 1
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+class PlanError(ValueError):
+    """A plan the user gave is inconsistent; the message names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage (one virtual stage under the interleaved schedule).
+
+    Holds repeated blocks [first_block, last_block) and, on the first / last stage, the
+    model's non-repeated parts. `recompute_blocks` of its blocks use `recompute`
+    (the rest keep their activations); None means all of them.
+    """
+
+    first_block: int
+    last_block: int
+    recompute: str = "none"
+    recompute_blocks: int | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.last_block - self.first_block
+
+    @property
+    def num_recomputed(self) -> int:
+        if self.recompute == "none":
+            return 0
+        return self.num_blocks if self.recompute_blocks is None else self.recompute_blocks
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The predicted (or measured) figures every --json output uses (DESIGN.md)."""
+
+    step_time_s: float
+    tokens_per_s: float
+    samples_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    peak_memory_gib: float
+    bubble_fraction: float
+    breakdown: dict = field(default_factory=dict)  # seconds by kind: compute, tp_comm, ...
+    usd_per_step: float = 0.0
+    memory_breakdown_gib: dict = field(default_factory=dict)  # weights, grads, optimizer, ...
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    hw: str
+    nodes: int
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    zero: int = 0
+    sequence_parallel: bool = False
+    overlap_dp: bool = True
+    dtype: str = "bf16"
+    stages: tuple[Stage, ...] = ()
+    model_args: dict = field(default_factory=dict)
+    seq_len: int | None = None
+    hw_overrides: dict = field(default_factory=dict)
+    predicted: Figures | None = None
+    version: int = PLAN_VERSION
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per replica per optimizer step."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def num_model_chunks(self) -> int:
+        return self.pp * self.virtual_stages
+
+    @property
+    def recompute(self) -> str:
+        """One word for the plan's recomputation (the strongest any stage uses)."""
+        used = {s.recompute for s in self.stages if s.num_recomputed}
+        for kind in ("full", "selective"):
+            if kind in used:
+                return kind
+        return "none"
+
+    def replace(self, **changes) -> Plan:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["recompute"] = self.recompute
+        data["num_microbatches"] = self.num_microbatches
+        data["stage_blocks"] = [[s.first_block, s.last_block] for s in self.stages]
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @staticmethod
+    def from_dict(data: dict) -> Plan:
+        if not isinstance(data, dict):
+            raise PlanError("a plan file must hold one JSON object; make one with `smplan plan -o plan.json`")
+        version = data.get("version", PLAN_VERSION)
+        if version != PLAN_VERSION:
+            raise PlanError(f"plan version {version} is not supported (this smplan reads version {PLAN_VERSION})")
+        names = {f.name for f in dataclasses.fields(Plan)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for key in ("model", "hw", "nodes"):
+            if key not in kwargs:
+                raise PlanError(f"plan is missing {key!r}; regenerate it with `smplan plan -o plan.json`")
+        try:
+            kwargs["stages"] = tuple(Stage(**s) for s in data.get("stages", ()))
+            if data.get("predicted"):
+                kwargs["predicted"] = Figures(**data["predicted"])
+        except TypeError as err:
+            raise PlanError(f"plan has a malformed stage or figures entry: {err}") from None
+        return Plan(**kwargs)
+
+    @staticmethod
+    def load(path: str | Path) -> Plan:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PlanError(f"plan file {str(path)!r} does not exist; create it with `smplan plan -o {path}`") from None
+        except json.JSONDecodeError as err:
+            raise PlanError(f"plan file {str(path)!r} is not valid JSON ({err}); regenerate it with `smplan plan`") from None
+        return Plan.from_dict(data)
+
+
+def even_stages(num_blocks: int, num_chunks: int, recompute: str = "none") -> tuple[Stage, ...]:
+    """Split blocks into contiguous chunks as evenly as possible (earlier chunks get the extra)."""
+    if num_chunks > num_blocks:
+        raise PlanError(
+            f"{num_chunks} pipeline stages need at least {num_chunks} blocks but the model has "
+            f"{num_blocks}; lower pp (or v)"
+        )
+    base, extra = divmod(num_blocks, num_chunks)
+    stages, start = [], 0
+    for i in range(num_chunks):
+        end = start + base + (1 if i < extra else 0)
+        stages.append(Stage(start, end, recompute))
+        start = end
+    return tuple(stages)
+
+
+INLINE_KEYS = {
+    "tp": "tp",
+    "pp": "pp",
+    "dp": "dp",
+    "mbs": "micro_batch",
+    "micro_batch": "micro_batch",
+    "gbs": "global_batch",
+    "global_batch": "global_batch",
+    "recompute": "recompute",
+    "schedule": "schedule",
+    "v": "virtual_stages",
+    "virtual_stages": "virtual_stages",
+    "sp": "sequence_parallel",
+    "sequence_parallel": "sequence_parallel",
+    "zero": "zero",
+    "overlap_dp": "overlap_dp",
+    "dtype": "dtype",
+}
+_INT_FIELDS = {"tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages", "zero"}
+_BOOL_FIELDS = {"sequence_parallel", "overlap_dp"}
+
+
+def parse_inline(text: str) -> dict:
+    """`"tp=8,pp=2,recompute=full"` -> {"tp": 8, "pp": 2, "recompute": "full"} (field names)."""
+    out: dict = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if "=" not in item:
+            raise PlanError(f"plan item {item!r} needs the form key=value, e.g. tp=8")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        if key not in INLINE_KEYS:
+            raise PlanError(f"unknown plan key {key!r}; use {', '.join(sorted(set(INLINE_KEYS)))}")
+        name = INLINE_KEYS[key]
+        out[name] = _parse_value(name, raw)
+    return out
+
+
+def _parse_value(name: str, raw: str):
+    if name in _INT_FIELDS:
+        try:
+            return int(raw)
+        except ValueError:
+            raise PlanError(f"plan key {name} must be a whole number, got {raw!r}") from None
+    if name in _BOOL_FIELDS:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise PlanError(f"plan key {name} must be 0 or 1, got {raw!r}")
+    return raw
+
+
+def plan_from_inline(
+    text: str | dict,
+    *,
+    model: str,
+    hw: str,
+    nodes: int,
+    gpus_per_node: int,
+    num_blocks: int,
+    model_args: dict | None = None,
+    seq_len: int | None = None,
+    hw_overrides: dict | None = None,
+) -> Plan:
+    """A full Plan from inline keys; omitted keys take defaults.
+
+    Defaults: tp=pp=1, dp fills the cluster, mbs=1, gbs = dp*mbs*(4*pp if pp > 1 else 1)
+    (enough micro-batches to keep the 1F1B bubble near 20%), stages split evenly.
+    """
+    keys = parse_inline(text) if isinstance(text, str) else dict(text)
+    tp, pp = keys.get("tp", 1), keys.get("pp", 1)
+    for name, value in (("tp", tp), ("pp", pp)):
+        if value < 1:
+            raise PlanError(f"{name} must be at least 1, got {value}")
+    world = nodes * gpus_per_node
+    if "dp" in keys:
+        dp = keys["dp"]
+    else:
+        if world % (tp * pp):
+            raise PlanError(f"tp*pp={tp * pp} does not divide the cluster's {world} GPUs; give dp= or change tp/pp")
+        dp = world // (tp * pp)
+    mbs = keys.get("micro_batch", 1)
+    gbs = keys.get("global_batch", dp * mbs * (4 * pp if pp > 1 else 1))
+    schedule = keys.get("schedule", "1f1b")
+    v = keys.get("virtual_stages", 2 if schedule == "interleaved" else 1)
+    recompute = keys.pop("recompute", "none")
+    if recompute not in RECOMPUTE:
+        raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if dp * tp * pp > world:
+        raise PlanError(
+            f"dp*tp*pp={dp * tp * pp} GPUs but the cluster has {world}; lower a degree or add --nodes"
+        )
+    return Plan(
+        model=model,
+        hw=hw,
+        nodes=nodes,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        micro_batch=mbs,
+        global_batch=gbs,
+        schedule=schedule,
+        virtual_stages=v,
+        zero=keys.get("zero", 0),
+        sequence_parallel=keys.get("sequence_parallel", False),
+        overlap_dp=keys.get("overlap_dp", True),
+        dtype=keys.get("dtype", "bf16"),
+        stages=even_stages(num_blocks, pp * v, recompute),
+        model_args=dict(model_args or {}),
+        seq_len=seq_len,
+        hw_overrides=dict(hw_overrides or {}),
+    )
+
+
+def validate(plan: Plan) -> None:
+    """Structural checks that need no model or hardware; each error names the fix."""
+    for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "nodes"):
+        value = getattr(plan, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PlanError(f"{name} must be a whole number >= 1, got {value!r}")
+    if plan.schedule not in SCHEDULES:
+        raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {plan.schedule!r}")
+    if plan.schedule == "interleaved":
+        if plan.pp < 2 or plan.virtual_stages < 2:
+            raise PlanError("the interleaved schedule needs pp >= 2 and v >= 2; use schedule=1f1b otherwise")
+    elif plan.virtual_stages != 1:
+        raise PlanError(f"v={plan.virtual_stages} needs schedule=interleaved; drop v or set schedule=interleaved")
+    if plan.zero not in (0, 1, 2, 3):
+        raise PlanError(f"zero must be 0, 1, 2 or 3, got {plan.zero!r}")
+    if plan.dtype not in DTYPES:
+        raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {plan.dtype!r}")
+    per_step = plan.dp * plan.micro_batch
+    if plan.global_batch % per_step:
+        lower = max(per_step, plan.global_batch // per_step * per_step)
+        raise PlanError(
+            f"global batch {plan.global_batch} is not divisible by dp*mbs={per_step}; "
+            f"use gbs={lower} or {lower + per_step}"
+        )
+    if plan.schedule == "interleaved" and plan.num_microbatches % plan.pp:
+        raise PlanError(
+            f"the interleaved schedule needs micro-batches ({plan.num_microbatches}) divisible by "
+            f"pp={plan.pp}; change gbs or mbs"
+        )
+    if plan.stages:
+        if len(plan.stages) != plan.num_model_chunks:
+            raise PlanError(
+                f"the plan lists {len(plan.stages)} stages but pp*v={plan.num_model_chunks}; "
+                "fix the stage list or the degrees"
+            )
+        expected = 0
+        for i, stage in enumerate(plan.stages):
+            if stage.first_block != expected or stage.last_block <= stage.first_block:
+                raise PlanError(
+                    f"stage {i} covers blocks [{stage.first_block}, {stage.last_block}) but must start at "
+                    f"block {expected} and hold at least one block; stages must be contiguous"
+                )
+            if stage.recompute not in RECOMPUTE:
+                raise PlanError(f"stage {i}: recompute must be one of {', '.join(RECOMPUTE)}")
+            if stage.recompute_blocks is not None and not 0 <= stage.recompute_blocks <= stage.num_blocks:
+                raise PlanError(f"stage {i}: recompute_blocks must be between 0 and {stage.num_blocks}")
+            expected = stage.last_block

@@ -1,0 +1,83 @@
+"""`smplan` entry point: a lazy command group and the one place user errors become exit 2."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from smplan import __version__
+
+# name -> "module:attribute"; a command's module is imported only when it runs, so
+# `smplan --help` stays fast and one broken command cannot take down the others.
+COMMANDS = {
+    "hw": "smplan.cli.hw:hw",
+    "profile": "smplan.cli.profile:profile",
+    "plan": "smplan.cli.plan:plan",
+    "simulate": "smplan.cli.simulate:simulate",
+    "reliability": "smplan.cli.reliability:reliability",
+    "whatif": "smplan.cli.whatif:whatif",
+    "execute": "smplan.cli.execute:execute",
+    "calibrate": "smplan.cli.calibrate:calibrate",
+    "monitor": "smplan.cli.monitor:monitor",
+    "report": "smplan.cli.report:report",
+}
+OUR_PACKAGES = {"planner", "simulator", "executor", "hwprofiles", "smplan"}
+
+
+def _available(name: str) -> bool:
+    module = COMMANDS[name].split(":")[0]
+    return importlib.util.find_spec(module) is not None
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return [name for name in COMMANDS if _available(name)]
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as err:
+            if is_user_error(err):
+                raise UserError(str(err)) from None
+            raise
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS or not _available(name):
+            return None
+        module, attr = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="smplan")
+def cli() -> None:
+    """Plan, simulate and run distributed training.
+
+    \b
+    Typical flow:
+      smplan hw list                                   # bundled hardware profiles
+      smplan profile examples/gpt.py:gpt3_175b         # what the model costs
+      smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 -o plan.json
+      smplan simulate plan.json --gantt step.png       # step time, timeline
+      smplan execute plan.json --steps 20              # run it for real
+    """
+
+
+def is_user_error(err: BaseException) -> bool:
+    """A ValueError raised by one of our packages is the user's mistake, not a bug."""
+    package = type(err).__module__.split(".")[0]
+    return isinstance(err, ValueError) and package in OUR_PACKAGES
+
+
+class UserError(click.ClickException):
+    """One line on stderr, exit code 2, no traceback."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+def main() -> None:
+    cli(prog_name="smplan")

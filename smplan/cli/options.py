@@ -1,0 +1,68 @@
+"""Options shared by several commands, and their conversion to library objects."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hwprofiles import Cluster, load_cluster
+from planner import parse_model_args
+
+
+def hw_options(required: bool = True, default: str | None = None):
+    """`--hw NAME|PATH`, `--nodes N`, `--hw-set key=value` (repeatable)."""
+
+    def decorate(fn):
+        fn = click.option(
+            "--hw-set",
+            "hw_set",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override a hardware value, dotted key (e.g. inter_node.bandwidth_gbps=50). Repeatable.",
+        )(fn)
+        fn = click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (overrides the profile).")(fn)
+        fn = click.option(
+            "--hw",
+            required=required and default is None,
+            default=default,
+            metavar="NAME|PATH",
+            help="Hardware profile: a bundled name (smplan hw list) or a path to a .toml file.",
+        )(fn)
+        return fn
+
+    return decorate
+
+
+def model_args_option(fn):
+    return click.option(
+        "--arg",
+        "model_args",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Keyword argument for the model builder (int/float/bool/str). Repeatable.",
+    )(fn)
+
+
+def json_option(fn):
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")(fn)
+
+
+def cluster_from(hw: str, nodes: int | None, hw_set: tuple[str, ...]) -> Cluster:
+    return load_cluster(hw, nodes=nodes, overrides=list(hw_set))
+
+
+def model_args_from(items: tuple[str, ...]) -> dict:
+    return parse_model_args(items)
+
+
+def echo_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(obj):
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, set | tuple):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
