@@ -1,0 +1,88 @@
+"""The cost contract between the planner's cost model and the simulator.
+
+`planner.cost_model.plan_costs(plan, profile, cluster)` fills these; the closed-form
+estimate (planner) and the discrete-event simulation (simulator) both start from them, so
+with contention off the two agree exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on the fullest GPU of one pipeline stage."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float  # temporary buffers: all-gathered params, logits, comm buckets
+    reserve_bytes: float  # framework reserve (CUDA context, fragmentation)
+
+    @property
+    def total_bytes(self) -> float:
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
+            + self.reserve_bytes
+        )
+
+    def to_gib(self) -> dict[str, float]:
+        gib = 2.0**30
+        out = {f.name.removesuffix("_bytes"): getattr(self, f.name) / gib for f in dataclasses.fields(self)}
+        out["total"] = self.total_bytes / gib
+        return out
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """One pipeline stage (one model chunk under interleaving): seconds per micro-batch.
+
+    `forward_s` and `backward_s` are what the stage's GPU is busy for, including the
+    tensor-parallel collectives inside its blocks (they sit on the critical path) and, in
+    `backward_s`, any recomputed forward.
+    """
+
+    forward_s: float
+    backward_s: float
+    recompute_s: float = 0.0  # the part of backward_s that recomputes the forward
+    tp_comm_forward_s: float = 0.0  # the part of forward_s that is TP communication
+    tp_comm_backward_s: float = 0.0  # the part of backward_s that is TP communication
+    send_bytes: float = 0.0  # activation bytes this stage sends downstream per micro-batch, per GPU
+    send_s: float = 0.0  # time of that send (the gradient comes back with the same size)
+    send_crosses_node: bool = False
+    dp_comm_bytes: float = 0.0  # gradient (and ZeRO parameter) bytes per GPU per step
+    dp_comm_s: float = 0.0  # time of this stage's DP / ZeRO collectives per step, unoverlapped
+    dp_overlappable: bool = True  # whether it may overlap the last backward (bucketing on)
+    optimizer_s: float = 0.0
+    memory: MemoryBreakdown | None = None
+
+
+@dataclass(frozen=True)
+class PlanCosts:
+    """All stage costs of a plan, plus what the figures need."""
+
+    stages: tuple[StageCosts, ...]  # len = pp * virtual_stages, in model order
+    num_microbatches: int
+    pp: int
+    virtual_stages: int = 1
+    schedule: str = "1f1b"
+    model_flops_per_step: float = 0.0  # 6N-style model FLOPs of one step, whole cluster
+    hardware_flops_per_step: float = 0.0  # with recompute
+    tokens_per_step: int = 0
+    samples_per_step: int = 0
+    num_gpus: int = 1
+    peak_tflops_per_gpu: float = 1.0  # for MFU, at the plan's dtype
+    usd_per_gpu_hour: float = 0.0
+    capacity_bytes: float = 0.0  # usable memory of one GPU
+    extras: dict = field(default_factory=dict)
+
+    def device_stage(self, chunk: int) -> int:
+        """The pipeline rank that runs model chunk `chunk` (Narayanan et al. 2021 interleaving)."""
+        return chunk % self.pp
