@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from hwprofiles import bundled_profiles, load_cluster
@@ -67,3 +69,52 @@ def _flatten(values: dict, prefix: str = ""):
             yield from _flatten(value, prefix + key + ".")
         else:
             yield prefix + key, value
+
+
+@hw.command("probe")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the profile TOML here.")
+@click.option("--nproc", type=click.IntRange(min=1, max=64), default=2, show_default=True,
+              help="Local processes for the collective measurements (gloo on CPU, nccl on GPU).")
+@click.option("--name", default="local", show_default=True, help="Profile name written into the file.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@json_option
+def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: bool) -> None:
+    """Measure this machine (GEMM FLOP/s curve, memory bandwidth, all-reduce) and write a profile.
+
+    \b
+    Example:
+      smplan hw probe -o myhw.toml --nproc 2
+      smplan plan examples/gpt.py:tiny --hw myhw.toml
+    """
+    import dataclasses
+    from pathlib import Path
+
+    from hwprofiles.probe import DEFAULT_SIZES, probe, to_toml
+
+    if output and Path(output).exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it or choose another -o")
+    steps = 2 * len(DEFAULT_SIZES) + 2
+    with click.progressbar(length=steps, label="probing", file=sys.stderr) as bar:
+        result = probe(nproc=nproc, progress=lambda: bar.update(1))
+    text = to_toml(result, name=name)
+    load_check = None
+    if output:
+        Path(output).write_text(text)
+        load_check = load_cluster(output)  # the written file must pass validation
+    if as_json:
+        data = dataclasses.asdict(result)
+        data["output"] = output
+        echo_json(data)
+        return
+    click.echo(f"device {result.device}, {nproc} processes")
+    for dtype, points in result.matmul_tflops.items():
+        curve = ", ".join(f"{d}: {tf * 1e3:.1f}" for d, tf in points.items())
+        click.echo(f"  matmul {dtype} GFLOP/s by size  {curve}")
+    click.echo(f"  fitted peak {', '.join(f'{k} {v * 1e3:.1f} GFLOP/s' for k, v in result.peak_tflops.items())}, "
+               f"half-size {result.matmul_half_dim:.0f}")
+    click.echo(f"  memory bandwidth {result.memory_bandwidth_gbps:.1f} GB/s")
+    click.echo(f"  all-reduce fit: {result.link_bandwidth_gbps:.2f} GB/s, {result.link_latency_us:.1f} us latency")
+    if load_check is not None:
+        click.echo(f"wrote {output} (loads with --hw {output})")
+    else:
+        click.echo(text)

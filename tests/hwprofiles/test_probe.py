@@ -1,0 +1,52 @@
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwprofiles import load_cluster
+from hwprofiles.probe import ProbeResult, fit_ring_allreduce, fit_saturating, to_toml
+from smplan.cli.main import cli
+
+
+@settings(max_examples=25, deadline=None)
+@given(peak=st.floats(0.01, 1000.0), half=st.floats(1.0, 2000.0))
+def test_fit_saturating_recovers_curve(peak, half):
+    sizes = (64, 128, 256, 512, 1024, 2048)
+    curve = {d: peak * d / (d + half) for d in sizes}
+    peaks, h = fit_saturating({"fp32": curve})
+    assert abs(peaks["fp32"] - peak) / peak < 0.05
+    # h is only identifiable to the grid's resolution (about 5% steps)
+    assert abs(h - half) / half < 0.08
+
+
+def test_fit_saturating_ignores_one_outlier():
+    curve = {d: 100 * d / (d + 200) for d in (64, 128, 256, 512, 1024)}
+    curve[128] = 0.3  # a core was busy
+    peaks, h = fit_saturating({"fp32": curve})
+    assert abs(peaks["fp32"] - 100) < 10 and 100 < h < 300
+
+
+def test_fit_ring_allreduce_recovers_alpha_beta():
+    n, bw, alpha = 4, 2.0e9, 50e-6
+    times = {b: 2 * (n - 1) * alpha + 2 * (n - 1) / n * b / bw for b in (1 << 12, 1 << 16, 1 << 20, 1 << 24)}
+    gbps, lat_us = fit_ring_allreduce(times, n)
+    assert np.isclose(gbps, 2.0, rtol=1e-6) and np.isclose(lat_us, 50.0, rtol=1e-6)
+
+
+def test_probe_toml_loads_and_validates(tmp_path):
+    result = ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.1, "bf16": 0.3}, matmul_half_dim=120.0,
+                         memory_bandwidth_gbps=20.0, memory_gib=8.0, link_bandwidth_gbps=1.5, link_latency_us=300.0)
+    path = tmp_path / "myhw.toml"
+    path.write_text(to_toml(result))
+    cluster = load_cluster(str(path))
+    assert cluster.gpus_per_node == 2 and cluster.gpu.peak_tflops.bf16 == 0.3
+    assert cluster.efficiency.matmul_half_dim == 120.0
+
+
+def test_probe_cli_writes_loadable_profile(cli_runner, tmp_path):
+    out = tmp_path / "probed.toml"
+    result = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out), "--nproc", "2"])
+    assert result.exit_code == 0, result.output
+    cluster = load_cluster(str(out))
+    assert cluster.gpu.peak_tflops.fp32 > 0 and cluster.intra_node.bandwidth_gbps > 0
+    again = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
