@@ -1,0 +1,146 @@
+"""Sweep-level charts: scaling, time-to-train vs cost, memory per GPU, step-time breakdown.
+
+Each function takes plain data from a points record (see `smplan.report.points`), returns
+a matplotlib Figure, and saves it when `path` is given. The plotted numbers are the
+record's numbers unchanged (axis formatters do the unit scaling), so a test can read them
+back from the artists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
+
+from .points import BREAKDOWN_ORDER, MEMORY_PARTS, feasible, frontier_xy
+from .style import color, finish, new_figure, pretty, tick_label
+
+
+def scaling_chart(points: list[dict], path=None):
+    """Tokens/s and scaling efficiency vs GPU count, one line per group (GPU type...)."""
+    fig, (ax_rate, ax_eff) = new_figure("Scaling: throughput and efficiency vs GPUs", ncols=2, width=12)
+    groups: dict[str, list[dict]] = {}
+    for p in feasible(points):
+        groups.setdefault(p["group"], []).append(p)
+    all_gpus: set[int] = set()
+    for i, (name, members) in enumerate(sorted(groups.items())):
+        members.sort(key=lambda p: p["num_gpus"])
+        gpus = [p["num_gpus"] for p in members]
+        all_gpus.update(gpus)
+        rate = [p["figures"]["tokens_per_s"] for p in members]
+        eff = [p["scaling_efficiency"] for p in members]
+        c = color("", i)
+        ax_rate.plot(gpus, rate, marker="o", color=c, label=name)
+        ideal = [rate[0] * g / gpus[0] for g in gpus]
+        ax_rate.plot(gpus, ideal, linestyle=":", color=c, alpha=0.6, gid="ideal")
+        ax_eff.plot(gpus, eff, marker="o", color=c, label=name)
+    ax_eff.axhline(1.0, color="black", linestyle=":", linewidth=1, gid="ideal")
+    for ax in (ax_rate, ax_eff):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(all_gpus))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("GPUs")
+        ax.legend(title="dotted: linear scaling" if ax is ax_rate else None, fontsize=9)
+    ax_rate.set_title("training throughput")
+    ax_rate.set_ylabel("tokens per second")
+    ax_rate.yaxis.set_major_formatter(EngFormatter(unit="tok/s"))
+    ax_eff.set_title("per-GPU throughput vs the fewest-GPU point")
+    ax_eff.set_ylabel("scaling efficiency")
+    ax_eff.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax_eff.set_ylim(bottom=0)
+    _note_infeasible(fig, points)
+    return finish(fig, path)
+
+
+def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
+    """Time to train (or tokens trained) vs cost; Pareto points joined and labelled with their plan."""
+    title = "Time to train vs cost" if mode == "tokens" else "Tokens trained vs cost"
+    fig, ax = new_figure(title, width=11, height=6)
+    by_id = {p["id"]: p for p in points}
+    front = [by_id[i] for i in pareto]
+    rest = [p for p in feasible(points) if p.get("run") and p["id"] not in set(pareto)]
+    if rest:
+        xy = np.array([frontier_xy(p, mode) for p in rest])
+        ax.scatter(xy[:, 0], xy[:, 1], color="#bbbbbb", s=40, label="dominated", gid="dominated")
+    xy = np.array([frontier_xy(p, mode) for p in front])
+    ax.scatter(xy[:, 0], xy[:, 1], color="#ee6677", s=70, zorder=3, label="Pareto frontier", gid="pareto")
+    ax.plot(xy[:, 0], xy[:, 1], color="#ee6677", linewidth=1.5, zorder=2, gid="pareto_line")
+    for k, p in enumerate(front):
+        text = f"{p['label']}\n{p['plan_label']}"
+        ax.annotate(
+            text, xy[k], xytext=(10, 10 if k % 2 == 0 else -10), textcoords="offset points",
+            va="bottom" if k % 2 == 0 else "top", fontsize=8, bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="#ee6677", alpha=0.9),
+        )
+    ax.set_xlabel("time to train (days, with failures)" if mode == "tokens" else "tokens trained")
+    if mode == "days":
+        ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
+    ax.set_ylabel("cost (US$)")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.0f}"))
+    ax.margins(x=0.3, y=0.25)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=9, loc="upper right")
+    _note_infeasible(fig, points)
+    return finish(fig, path)
+
+
+def memory_chart(points: list[dict], path=None):
+    """Memory per GPU (fullest GPU) stacked by part, against each GPU's capacity."""
+    fig, ax = new_figure("Memory per GPU vs capacity", width=max(8, 1.2 * len(points) + 3), height=5.5)
+    shown = [p for p in points if (p.get("figures") or {}).get("memory_breakdown_gib")]
+    x = np.arange(len(shown))
+    bottom = np.zeros(len(shown))
+    for part in MEMORY_PARTS:
+        values = np.array([p["figures"]["memory_breakdown_gib"].get(part, 0.0) for p in shown])
+        bars = ax.bar(x, values, 0.7, bottom=bottom, color=color(part), label=pretty(part), gid=part)
+        for bar, p in zip(bars, shown, strict=True):
+            if not p["feasible"]:
+                bar.set_hatch("//")
+                bar.set_edgecolor("#333333")
+        bottom += values
+    caps = [p["memory_capacity_gib"] for p in shown]
+    ax.plot(x, caps, linestyle="none", marker="_", markersize=46, markeredgewidth=2.5,
+            color="black", label="GPU capacity", gid="capacity")
+    labels = [tick_label(p["label"]) + ("" if p["feasible"] else "\n(does not fit)") for p in shown]
+    ax.set_xticks(x, labels, fontsize=8)
+    for tick, p in zip(ax.get_xticklabels(), shown, strict=True):
+        tick.set_color("black" if p["feasible"] else "#cc0000")
+    ax.set_ylabel("memory on the fullest GPU (GiB)")
+    ax.set_ylim(0, max([*bottom, *caps, 1.0]) * 1.08)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), markerscale=0.4)
+    return finish(fig, path)
+
+
+def breakdown_chart(points: list[dict], path=None):
+    """Where the step time goes: stacked seconds per kind for each feasible point."""
+    ok = feasible(points)
+    fig, ax = new_figure("Step-time breakdown", width=max(8, 1.2 * len(ok) + 3), height=5.5)
+    kinds = breakdown_kinds(ok)
+    x = np.arange(len(ok))
+    bottom = np.zeros(len(ok))
+    for i, kind in enumerate(kinds):
+        values = np.array([p["figures"]["breakdown"].get(kind, 0.0) for p in ok])
+        ax.bar(x, values, 0.7, bottom=bottom, color=color(kind, i), label=pretty(kind), gid=kind)
+        bottom += values
+    steps = [p["figures"]["step_time_s"] for p in ok]
+    ax.plot(x, steps, linestyle="none", marker="_", markersize=46, markeredgewidth=2.5,
+            color="black", label="simulated step time", gid="step_time")
+    ax.set_xticks(x, [tick_label(p["label"]) for p in ok], fontsize=8)
+    ax.set_ylabel("seconds per training step")
+    ax.set_ylim(0, max([*bottom, *steps, 1e-9]) * 1.08)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), markerscale=0.4)
+    _note_infeasible(fig, points)
+    return finish(fig, path)
+
+
+def breakdown_kinds(points: list[dict]) -> list[str]:
+    """Breakdown kinds present (non-zero somewhere), the usual ones first."""
+    present = {k for p in points for k, v in p["figures"].get("breakdown", {}).items() if v}
+    return [k for k in BREAKDOWN_ORDER if k in present] + sorted(present - set(BREAKDOWN_ORDER))
+
+
+def _note_infeasible(fig, points: list[dict]) -> None:
+    bad = [p for p in points if not p.get("feasible")]
+    if bad:
+        fig.text(0.01, 0.005, f"{len(bad)} infeasible point(s) not shown: "
+                 + "; ".join(p["label"] for p in bad[:4]) + ("..." if len(bad) > 4 else ""),
+                 fontsize=8, color="#cc0000")

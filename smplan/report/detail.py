@@ -1,0 +1,116 @@
+"""Charts of one chosen point: pipeline timeline, goodput, sensitivity (tornado).
+
+Each takes the matching `details` entry of a points record (see `smplan.report.points`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+from .style import color, finish, new_figure
+
+GANTT_ORDER = ("forward", "backward", "recompute", "send", "dp_comm", "optimizer")
+SENSITIVITY_LABELS = {
+    "gpu.peak_tflops": "GPU peak TFLOP/s",
+    "gpu.memory_bandwidth_gbps": "HBM bandwidth (GB/s)",
+    "intra_node.bandwidth_gbps": "intra-node bandwidth (GB/s)",
+    "intra_node.latency_us": "intra-node latency (us)",
+    "inter_node.bandwidth_gbps": "inter-node bandwidth (GB/s)",
+    "inter_node.latency_us": "inter-node latency (us)",
+    "efficiency.host_overhead_us_per_layer": "host overhead per layer (us)",
+}
+
+
+def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
+    """One row per pipeline stage; a bar per task (forward, backward, send...), coloured by kind."""
+    tasks = gantt["tasks"]
+    stages = gantt["stages"]
+    fig, ax = new_figure(f"Pipeline timeline of one step{title_suffix}", width=13, height=max(3.0, 0.45 * stages + 2))
+    kinds = [k for k in GANTT_ORDER if any(t["kind"] == k for t in tasks)]
+    kinds += sorted({t["kind"] for t in tasks} - set(kinds))
+    for i, kind in enumerate(kinds):
+        mine = [t for t in tasks if t["kind"] == kind]
+        left = np.array([t["start_s"] for t in mine])
+        width = np.array([t["end_s"] - t["start_s"] for t in mine])
+        rows = np.array([t["stage"] for t in mine])
+        height = 0.35 if kind in ("send", "dp_comm") else 0.8
+        offset = 0.4 if kind in ("send", "dp_comm") else 0.0
+        ax.barh(rows + offset, width, height=height, left=left, color=color(kind, i), edgecolor="white",
+                linewidth=0.4, label=kind.replace("_", " "), gid=kind)
+    if len(tasks) <= 400:
+        span = gantt["step_time_s"] or max(t["end_s"] for t in tasks)
+        for t in tasks:
+            if t.get("microbatch") is not None and t["kind"] in ("forward", "backward") \
+                    and (t["end_s"] - t["start_s"]) > span / 90:
+                ax.text((t["start_s"] + t["end_s"]) / 2, t["stage"], str(t["microbatch"]),
+                        ha="center", va="center", fontsize=6, color="white")
+    ax.axvline(gantt["step_time_s"], color="black", linestyle="--", linewidth=1, gid="step_end")
+    ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time within the step (s); numbers are micro-batches")
+    ax.set_ylabel("pipeline stage (GPU rank)")
+    ax.legend(fontsize=8, ncols=len(kinds), loc="lower right", bbox_to_anchor=(1.0, 1.0))
+    return finish(fig, path)
+
+
+def goodput_chart(goodput: dict, path=None):
+    """Goodput vs checkpoint interval (with Young/Daly) and vs GPU MTBF; bands are ±1 std over seeds."""
+    fig, (ax_i, ax_m) = new_figure("Goodput over the run", ncols=2, width=12)
+    for ax, series, xkey in (
+        (ax_i, goodput["vs_interval"], "interval_min"),
+        (ax_m, goodput["vs_mtbf"], "gpu_mtbf_hours"),
+    ):
+        x = np.array(series[xkey], dtype=float)
+        y = np.array(series["goodput"], dtype=float)
+        s = np.array(series.get("goodput_std") or [0.0] * len(y), dtype=float)
+        ax.fill_between(x, y - s, y + s, color="#4477aa", alpha=0.2, linewidth=0, label="±1 std over seeds")
+        ax.plot(x, y, marker="o", color="#4477aa", label="simulated goodput", gid="goodput")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylabel("goodput (useful time / wall time)")
+    ax_i.axvline(goodput["young_daly_min"], color="#ee6677", linestyle="--", gid="young_daly",
+                 label=f"Young/Daly optimum ({goodput['young_daly_min']:.0f} min)")
+    ax_i.set_xlabel("checkpoint interval (minutes)")
+    ax_i.set_title("vs checkpoint interval")
+    ax_m.set_xlabel("GPU mean time between failures (hours)")
+    ax_m.set_title(f"vs MTBF (checkpoint every {goodput['chosen_interval_min']:.0f} min)")
+    for ax in (ax_i, ax_m):
+        ax.legend(fontsize=8, loc="lower right")
+    return finish(fig, path)
+
+
+def sensitivity_chart(sensitivity: dict, path=None):
+    """Tornado: change of step time when each hardware figure moves by ±delta."""
+    base = sensitivity["base_step_time_s"]
+    delta = sensitivity["delta"]
+    items = sorted(sensitivity["items"], key=lambda it: spread(it, base))
+    fig, ax = new_figure(f"Sensitivity of step time to ±{delta:.0%} on each hardware figure",
+                         width=11, height=max(3.5, 0.5 * len(items) + 2))
+    y = np.arange(len(items))
+    low = [percent_change(it["low_step_time_s"], base) for it in items]
+    high = [percent_change(it["high_step_time_s"], base) for it in items]
+    ax.barh(y, low, 0.6, color="#4477aa", label=f"figure −{delta:.0%}", gid="low")
+    ax.barh(y, high, 0.6, color="#ee6677", label=f"figure +{delta:.0%}", gid="high")
+    ax.axvline(0, color="black", linewidth=1)
+    ax.set_yticks(y, [sensitivity_label(it["key"]) for it in items])
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%"))
+    ax.set_xlabel(f"change in step time (%) from {base:.3g} s")
+    ax.legend(fontsize=9, loc="lower right")
+    return finish(fig, path)
+
+
+def percent_change(value: float, base: float) -> float:
+    return (value - base) / base * 100.0 if base else 0.0
+
+
+def spread(item: dict, base: float) -> float:
+    return abs(percent_change(item["high_step_time_s"], base)) + abs(percent_change(item["low_step_time_s"], base))
+
+
+def sensitivity_label(key: str) -> str:
+    for prefix, text in SENSITIVITY_LABELS.items():
+        if key.startswith(prefix):
+            return text + (f" [{key.rsplit('.', 1)[1]}]" if prefix == "gpu.peak_tflops" else "")
+    return key

@@ -1,0 +1,76 @@
+"""Shared look of the report charts: one palette, titled figures, saving with Agg.
+
+Figures are built with `matplotlib.figure.Figure` (never pyplot), so they render with the
+Agg canvas in any process, need no display, and hold no global state between charts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+# Colour per quantity, the same in every chart (tab10-like, colour-blind friendly order).
+COLORS = {
+    "compute": "#4477aa",
+    "recompute": "#77aadd",
+    "tp_comm": "#ee6677",
+    "pp_comm": "#228833",
+    "dp_comm": "#ccbb44",
+    "bubble": "#bbbbbb",
+    "optimizer": "#aa3377",
+    "weights": "#4477aa",
+    "gradients": "#66ccee",
+    "activations": "#ee6677",
+    "buffers": "#ccbb44",
+    "reserve": "#bbbbbb",
+    "forward": "#4477aa",
+    "backward": "#ee6677",
+    "send": "#228833",
+    "dp": "#ccbb44",
+}
+CYCLE = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000"]
+PRETTY = {
+    "compute": "compute",
+    "recompute": "recompute",
+    "tp_comm": "TP comm",
+    "pp_comm": "PP comm",
+    "dp_comm": "DP comm",
+    "bubble": "pipeline bubble",
+    "optimizer": "optimizer",
+    "weights": "weights",
+    "gradients": "gradients",
+    "activations": "activations",
+    "buffers": "buffers",
+    "reserve": "reserve",
+}
+
+
+def color(name: str, index: int = 0) -> str:
+    return COLORS.get(name, CYCLE[index % len(CYCLE)])
+
+
+def pretty(name: str) -> str:
+    return PRETTY.get(name, name.replace("_", " "))
+
+
+def new_figure(title: str, ncols: int = 1, width: float = 9.0, height: float = 5.0):
+    """A titled Figure and its axes (a list when ncols > 1)."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=True)
+    fig.suptitle(title, fontsize=13, fontweight="bold")
+    return fig, (list(axes) if ncols > 1 else axes)
+
+
+def finish(fig: Figure, path: str | Path | None) -> Figure:
+    for ax in fig.axes:
+        ax.grid(True, alpha=0.3)
+        ax.set_axisbelow(True)
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def tick_label(label: str) -> str:
+    """Point labels as tick labels: one setting per line."""
+    return label.replace(" ", "\n")

@@ -1,0 +1,140 @@
+"""Each chart draws exactly the numbers of points.json (read back from the artists)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from smplan import report
+from smplan.report.detail import percent_change
+from smplan.report.points import MEMORY_PARTS, feasible, frontier_xy
+
+from .chart_data import bars, collection_by_gid, heights, lefts, line_by_gid, lines, widths
+from .synthetic import synthetic_record
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    report.write_report(synthetic_record(), out)
+    return out, report.load(out / "points.json")
+
+
+def approx(values):
+    return pytest.approx(values, rel=1e-9, abs=1e-12)
+
+
+def test_every_chart_applies_and_is_written(saved):
+    out, record = saved
+    assert list(record["charts"]) == list(report.CHART_NAMES)
+    for file in record["charts"].values():
+        assert (out / file).stat().st_size > 5000
+
+
+def test_scaling_series_equal_points(saved):
+    _, record = saved
+    fig = report.draw_chart("scaling", record)
+    ax_rate, ax_eff = fig.axes
+    groups = {}
+    for p in feasible(record["points"]):
+        groups.setdefault(p["group"], []).append(p)
+    rate, eff = lines(ax_rate), lines(ax_eff)
+    assert set(rate) == set(groups) == set(eff)
+    for name, members in groups.items():
+        members.sort(key=lambda p: p["num_gpus"])
+        assert rate[name][0] == [p["num_gpus"] for p in members]
+        assert rate[name][1] == approx([p["figures"]["tokens_per_s"] for p in members])
+        assert eff[name][1] == approx([p["scaling_efficiency"] for p in members])
+    assert line_by_gid(ax_eff, "ideal").get_ydata()[0] == 1.0
+
+
+def test_frontier_series_equal_points(saved):
+    _, record = saved
+    ax = report.draw_chart("frontier", record).axes[0]
+    by_id = {p["id"]: p for p in record["points"]}
+    front = [frontier_xy(by_id[i], "tokens") for i in record["pareto"]]
+    got = collection_by_gid(ax, "pareto").get_offsets().tolist()
+    assert [v for xy in got for v in xy] == approx([v for xy in front for v in xy])
+    line = line_by_gid(ax, "pareto_line")
+    assert list(line.get_xdata()) == approx([x for x, _ in front])
+    dominated = collection_by_gid(ax, "dominated").get_offsets().tolist()
+    assert len(dominated) + len(front) == sum(1 for p in feasible(record["points"]) if p["run"])
+    # each Pareto point is labelled with its plan
+    texts = [t.get_text() for t in ax.texts]
+    for i in record["pareto"]:
+        assert any(by_id[i]["plan_label"] in t and by_id[i]["label"] in t for t in texts)
+
+
+def test_memory_bars_equal_points(saved):
+    _, record = saved
+    ax = report.draw_chart("memory", record).axes[0]
+    shown = [p for p in record["points"] if (p["figures"] or {}).get("memory_breakdown_gib")]
+    containers = bars(ax)
+    bottom = [0.0] * len(shown)
+    for part in MEMORY_PARTS:
+        want = [p["figures"]["memory_breakdown_gib"][part] for p in shown]
+        assert heights(containers[part]) == approx(want)
+        assert [r.get_y() for r in containers[part]] == approx(bottom)
+        bottom = [b + w for b, w in zip(bottom, want, strict=True)]
+    assert bottom == approx([p["figures"]["memory_breakdown_gib"]["total"] for p in shown])
+    caps = line_by_gid(ax, "capacity").get_ydata()
+    assert list(caps) == approx([p["memory_capacity_gib"] for p in shown])
+    # the infeasible point is drawn hatched and says so
+    bad = [k for k, p in enumerate(shown) if not p["feasible"]]
+    assert bad and all(containers["weights"][k].get_hatch() == "//" for k in bad)
+    assert "does not fit" in ax.get_xticklabels()[bad[0]].get_text()
+
+
+def test_breakdown_bars_equal_points(saved):
+    _, record = saved
+    ax = report.draw_chart("breakdown", record).axes[0]
+    ok = feasible(record["points"])
+    containers = bars(ax)
+    for kind in ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
+        assert heights(containers[kind]) == approx([p["figures"]["breakdown"][kind] for p in ok])
+    steps = line_by_gid(ax, "step_time").get_ydata()
+    assert list(steps) == approx([p["figures"]["step_time_s"] for p in ok])
+
+
+def test_gantt_bars_equal_tasks(saved):
+    _, record = saved
+    gantt = record["details"]["gantt"]
+    ax = report.draw_chart("gantt", record).axes[0]
+    containers = bars(ax)
+    for kind in {t["kind"] for t in gantt["tasks"]}:
+        tasks = [t for t in gantt["tasks"] if t["kind"] == kind]
+        assert lefts(containers[kind]) == approx([t["start_s"] for t in tasks])
+        assert widths(containers[kind]) == approx([t["end_s"] - t["start_s"] for t in tasks])
+    assert line_by_gid(ax, "step_end").get_xdata()[0] == gantt["step_time_s"]
+
+
+def test_goodput_lines_equal_points(saved):
+    _, record = saved
+    g = record["details"]["goodput"]
+    ax_i, ax_m = report.draw_chart("goodput", record).axes
+    line = line_by_gid(ax_i, "goodput")
+    assert list(line.get_xdata()) == approx(g["vs_interval"]["interval_min"])
+    assert list(line.get_ydata()) == approx(g["vs_interval"]["goodput"])
+    line = line_by_gid(ax_m, "goodput")
+    assert list(line.get_xdata()) == approx(g["vs_mtbf"]["gpu_mtbf_hours"])
+    assert list(line.get_ydata()) == approx(g["vs_mtbf"]["goodput"])
+    assert line_by_gid(ax_i, "young_daly").get_xdata()[0] == g["young_daly_min"]
+
+
+def test_tornado_widths_equal_points(saved):
+    _, record = saved
+    s = record["details"]["sensitivity"]
+    ax = report.draw_chart("sensitivity", record).axes[0]
+    containers = bars(ax)
+    got = dict(zip([t.get_text() for t in ax.get_yticklabels()],
+                   zip(widths(containers["low"]), widths(containers["high"]), strict=True), strict=True))
+    base = s["base_step_time_s"]
+    from smplan.report.detail import sensitivity_label
+
+    for item in s["items"]:
+        low, high = got[sensitivity_label(item["key"])]
+        assert math.isclose(low, percent_change(item["low_step_time_s"], base))
+        assert math.isclose(high, percent_change(item["high_step_time_s"], base))
+    # largest effect on top (last y position)
+    assert sensitivity_label(s["items"][0]["key"]) == ax.get_yticklabels()[-1].get_text()
