@@ -1,3 +1,8 @@
+import json
+
+import pytest
+
+from hwprofiles.loader import PROFILE_DIR
 from smplan.cli.main import cli
 
 
@@ -25,3 +30,104 @@ def test_bad_hw_set_exit_2(cli_runner):
 def test_version(cli_runner):
     result = cli_runner.invoke(cli, ["--version"])
     assert result.exit_code == 0 and "0.1.0" in result.output
+
+
+# ---- hardware files and overrides through the CLI: one line, exit 2, no traceback ----
+
+
+def _assert_one_line_error(result, expected):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert expected in lines[0], lines[0]
+
+
+def test_hw_list_shows_every_bundled_profile(cli_runner):
+    result = cli_runner.invoke(cli, ["hw", "list"])
+    assert result.exit_code == 0, result.output
+    for name in ("v100x8", "a100-40gx8", "h100x8", "h200x8", "b200x8", "mi300xx8", "l40sx8"):
+        assert name in result.output
+
+
+def test_hw_show_user_toml_with_nodes_and_hw_set(cli_runner, tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(
+        (PROFILE_DIR / "h100x8.toml").read_text().replace('name = "h100x8"', 'name = "mine"')
+    )
+    result = cli_runner.invoke(
+        cli,
+        [
+            "hw",
+            "show",
+            str(path),
+            "--nodes",
+            "4",
+            "--hw-set",
+            "inter_node.bandwidth_gbps=25",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["name"] == "mine" and data["nodes"] == 4 and data["num_gpus"] == 32
+    assert data["inter_node"]["bandwidth_gbps"] == 25.0
+    # --hw PATH takes precedence over the positional name
+    result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw", str(path), "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["name"] == "mine"
+
+
+def _bad_file(tmp_path, old, new):
+    text = (PROFILE_DIR / "a100x8.toml").read_text()
+    assert old in text
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        ("memory_bandwidth_gbps = 2039.0", "", "missing key 'gpu.memory_bandwidth_gbps'"),
+        (
+            "bandwidth_gbps = 25.0",
+            "bandwidth_gbps = 0.0",
+            "inter_node.bandwidth_gbps must be greater than 0",
+        ),
+        (
+            "bandwidth_gbps = 300.0",
+            "bandwidth_gbps = -300.0",
+            "intra_node.bandwidth_gbps must be greater than 0",
+        ),
+        ("memory_gib = 80.0", 'memory_gib = "80"', "'gpu.memory_gib' must be a number"),
+        ("[cost]", "[cost", "is not valid TOML"),
+    ],
+)
+def test_broken_hardware_file_one_line_exit_2(cli_runner, tmp_path, old, new, expected):
+    result = cli_runner.invoke(cli, ["hw", "show", _bad_file(tmp_path, old, new)])
+    _assert_one_line_error(result, expected)
+
+
+def test_missing_hardware_file_one_line_exit_2(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["hw", "show", str(tmp_path / "absent.toml")])
+    _assert_one_line_error(result, "does not exist")
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("foo.bar=1", "unknown hardware key 'foo.bar'"),
+        ("inter_node.bandwidth_gbps=0", "inter_node.bandwidth_gbps must be greater than 0"),
+        ("intra_node.bandwidth_gbps=-1", "intra_node.bandwidth_gbps must be greater than 0"),
+        ("gpu.memory_gib=lots", "'gpu.memory_gib' must be a number (GiB)"),
+        ("nodes", "needs the form key=value"),
+    ],
+)
+def test_bad_hw_set_one_line(cli_runner, override, expected):
+    result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw-set", override])
+    _assert_one_line_error(result, expected)
+
+
+def test_bad_nodes_is_a_usage_error(cli_runner):
+    result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--nodes", "0"])
+    assert result.exit_code == 2 and "Traceback" not in result.output

@@ -1,0 +1,205 @@
+"""The hardware performance model: how long a GEMM, a memory-bound op, a collective take.
+
+Pure functions of a `Cluster` (and, for communication, of a `GroupSpan` from
+`ParallelLayout.span`). Every time is seconds. Link figures in a profile are raw per GPU
+per direction; the achievable fraction (`efficiency.network`, `efficiency.memory_bound`,
+`efficiency.matmul_max`) is applied here and only here, so the planner and the simulator
+cannot disagree about it.
+
+Contention between groups that share a node's NICs (`ParallelLayout.groups_sharing_node`)
+is not modelled here: these are times on an otherwise idle fabric. The simulator adds it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .cluster import DTYPES, Cluster
+from .topology import GroupSpan
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
+ALGORITHMS = ("ring", "tree", "auto")
+# NCCL implements its double binary tree for all_reduce; broadcast is a pipelined tree/chain.
+TREE_COLLECTIVES = ("all_reduce", "broadcast")
+
+
+class PerfModelError(ValueError):
+    """A request the performance model cannot answer; the message names the valid choices."""
+
+
+# ---------------------------------------------------------------------------- compute
+
+
+def matmul_efficiency(m: int, n: int, k: int, cluster: Cluster) -> float:
+    """Achievable fraction of dense peak for an (m x k) @ (k x n) GEMM.
+
+    Saturating curve in the smallest dimension: small head sizes and hidden/tp slices
+    under-fill the tensor cores and tiles (DESIGN.md "What decides accuracy"; the
+    half-dimension was fitted to the Megatron-LM A100 runs in ../shared/validation).
+    """
+    _check_dims(m, n, k)
+    eff = cluster.efficiency
+    d = min(m, n, k)
+    return eff.matmul_max * d / (d + eff.matmul_half_dim)
+
+
+def matmul_time_s(
+    m: int, n: int, k: int, cluster: Cluster, dtype: str = "bf16", batch: int = 1
+) -> float:
+    """Seconds for `batch` independent (m x k) @ (k x n) GEMMs at `dtype`.
+
+    Roofline (Williams, Waterman, Patterson 2009): the slower of the tensor-core time at
+    the efficiency curve and the HBM time of reading A and B and writing C once.
+    """
+    if dtype not in DTYPES:
+        raise PerfModelError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if batch < 1:
+        raise PerfModelError(f"batch must be at least 1, got {batch}")
+    peak = cluster.gpu.peak_tflops.for_dtype(dtype) * 1e12
+    compute_s = 2.0 * batch * m * n * k / (peak * matmul_efficiency(m, n, k, cluster))
+    bytes_moved = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
+    return max(compute_s, memory_bound_time_s(bytes_moved, cluster))
+
+
+def memory_bound_time_s(bytes_moved: float, cluster: Cluster) -> float:
+    """Seconds for an element-wise kernel that streams `bytes_moved` through HBM.
+
+    Time = bytes / achievable bandwidth (STREAM-style; element-wise kernels reach ~70% of
+    the datasheet HBM figure, efficiency.memory_bound).
+    """
+    if bytes_moved < 0:
+        raise PerfModelError(f"bytes_moved must not be negative, got {bytes_moved}")
+    return bytes_moved / (cluster.gpu.memory_bandwidth_gbps * 1e9 * cluster.efficiency.memory_bound)
+
+
+# ---------------------------------------------------------------------- communication
+
+
+def link_for(span: GroupSpan, cluster: Cluster) -> tuple[float, float]:
+    """(bytes_per_s, latency_s) that a ring over `span` sees per rank per direction.
+
+    Inside one node: the NVLink/xGMI/PCIe share of a GPU. Across nodes with k members per
+    node: NCCL runs one ring per NIC, so the k rings cross each node boundary through k
+    NICs in parallel and the bottleneck is min(intra, k * inter) (NCCL docs, "rings";
+    Jeaugey, NCCL 2.x talks GTC 2019); latency is the inter-node hop.
+    """
+    _check_span(span, cluster)
+    net = cluster.efficiency.network
+    if not span.crosses_nodes:
+        link = cluster.intra_node
+        return link.bandwidth_gbps * 1e9 * net, link.latency_us * 1e-6
+    bandwidth_gbps = min(
+        cluster.intra_node.bandwidth_gbps, span.ranks_per_node * cluster.inter_node.bandwidth_gbps
+    )
+    return bandwidth_gbps * 1e9 * net, cluster.inter_node.latency_us * 1e-6
+
+
+def collective_time_s(
+    kind: str, bytes_per_rank: float, span: GroupSpan, cluster: Cluster, algorithm: str = "ring"
+) -> float:
+    """Seconds for one collective over a group laid out as `span` (alpha-beta model).
+
+    `bytes_per_rank` is the full buffer each rank holds: the all_reduce input, the
+    all_gather output, the reduce_scatter input, the all_to_all send buffer, the
+    broadcast/send_recv message. `algorithm="auto"` takes the faster of ring and tree,
+    as NCCL's tuner does.
+    """
+    if kind not in COLLECTIVES:
+        raise PerfModelError(f"unknown collective {kind!r}; use one of {', '.join(COLLECTIVES)}")
+    if algorithm not in ALGORITHMS:
+        raise PerfModelError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    if bytes_per_rank < 0:
+        raise PerfModelError(f"bytes_per_rank must not be negative, got {bytes_per_rank}")
+    _check_span(span, cluster)
+    if span.size == 1:
+        return 0.0
+    if algorithm == "auto":
+        times = [_ring(kind, bytes_per_rank, span, cluster)]
+        if kind in TREE_COLLECTIVES:
+            times.append(_tree(kind, bytes_per_rank, span, cluster))
+        return min(times)
+    if algorithm == "tree":
+        if kind not in TREE_COLLECTIVES:
+            raise PerfModelError(
+                f"algorithm 'tree' is defined for {', '.join(TREE_COLLECTIVES)}, not {kind!r}; "
+                f"use algorithm='ring' or 'auto'"
+            )
+        return _tree(kind, bytes_per_rank, span, cluster)
+    return _ring(kind, bytes_per_rank, span, cluster)
+
+
+def p2p_time_s(bytes_: float, cross_node: bool, cluster: Cluster) -> float:
+    """Seconds for one GPU to send `bytes_` to one other GPU (pipeline stage boundary).
+
+    One stream uses one GPU's share of one link class: its NVLink share inside a node, its
+    own NIC across nodes (GPUDirect RDMA; NCCL p2p uses the GPU's nearest NIC). B/bw + alpha.
+    """
+    if bytes_ < 0:
+        raise PerfModelError(f"bytes_ must not be negative, got {bytes_}")
+    link = cluster.inter_node if cross_node else cluster.intra_node
+    return (
+        bytes_ / (link.bandwidth_gbps * 1e9 * cluster.efficiency.network) + link.latency_us * 1e-6
+    )
+
+
+def _ring(kind: str, b: float, span: GroupSpan, cluster: Cluster) -> float:
+    """Ring alpha-beta costs (Thakur, Rabenseifner, Gropp 2005; NCCL docs, performance.md)."""
+    n = span.size
+    if kind == "send_recv":
+        return p2p_time_s(b, span.crosses_nodes, cluster)
+    if kind == "all_to_all":
+        return _all_to_all(b, span, cluster)
+    bw, alpha = link_for(span, cluster)
+    if kind == "all_reduce":  # reduce-scatter then all-gather: 2(n-1)/n * B
+        return 2 * (n - 1) / n * b / bw + 2 * (n - 1) * alpha
+    if kind in ("reduce_scatter", "all_gather"):  # (n-1)/n * B
+        return (n - 1) / n * b / bw + (n - 1) * alpha
+    # broadcast: pipelined ring/chain, every rank receives all of B once; n-1 hops to fill
+    return b / bw + (n - 1) * alpha
+
+
+def _tree(kind: str, b: float, span: GroupSpan, cluster: Cluster) -> float:
+    """NCCL double binary tree (Sanders, Speck, Traeff 2009; Jeaugey, NCCL 2.4 blog 2019).
+
+    Each rank is interior in one tree and a leaf in the other, each tree carrying B/2:
+    reduce sends and receives B per rank, broadcast the same again, so all_reduce moves
+    2B per rank (vs ring 2(n-1)/n B) with 2 * depth latency terms instead of 2(n-1).
+    """
+    bw, alpha = link_for(span, cluster)
+    depth = math.ceil(math.log2(span.size))
+    if kind == "all_reduce":
+        return 2 * b / bw + 2 * depth * alpha
+    return b / bw + depth * alpha  # broadcast: down the two pipelined trees
+
+
+def _all_to_all(b: float, span: GroupSpan, cluster: Cluster) -> float:
+    """Direct exchange (pairwise, Thakur et al. 2005): (n-1)/n * B leaves each rank.
+
+    Not a ring: the off-node share (n-k)/n * B goes through the rank's own NIC share, the
+    on-node share (k-1)/n * B over NVLink, concurrently; n-1 messages pay alpha each.
+    """
+    n, k = span.size, min(span.ranks_per_node, span.size)
+    net = cluster.efficiency.network
+    if not span.crosses_nodes:
+        bw, alpha = link_for(span, cluster)
+        return (n - 1) / n * b / bw + (n - 1) * alpha
+    intra_s = (k - 1) / n * b / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
+    inter_s = (n - k) / n * b / (cluster.inter_node.bandwidth_gbps * 1e9 * net)
+    return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
+
+
+def _check_dims(m: int, n: int, k: int) -> None:
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        if value < 1:
+            raise PerfModelError(f"GEMM dimension {name} must be at least 1, got {value}")
+
+
+def _check_span(span: GroupSpan, cluster: Cluster) -> None:
+    if span.size < 1 or span.ranks_per_node < 1:
+        raise PerfModelError(f"group span needs size and ranks_per_node of at least 1, got {span}")
+    if span.ranks_per_node > cluster.gpus_per_node:
+        raise PerfModelError(
+            f"group has {span.ranks_per_node} ranks per node but a node of {cluster.name!r} has "
+            f"{cluster.gpus_per_node} GPUs; use ParallelLayout(..., gpus_per_node={cluster.gpus_per_node}).span(dim)"
+        )

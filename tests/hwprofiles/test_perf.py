@@ -1,0 +1,178 @@
+"""Limits of the hardware performance model (no timing asserts: pure arithmetic)."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hwprofiles import (
+    COLLECTIVES,
+    GroupSpan,
+    HardwareProfileError,
+    PerfModelError,
+    collective_time_s,
+    link_for,
+    load_cluster,
+    matmul_efficiency,
+    matmul_time_s,
+    memory_bound_time_s,
+    p2p_time_s,
+)
+
+A100 = load_cluster("a100x8", nodes=4)
+NET = A100.efficiency.network
+NODE = GroupSpan(size=8, ranks_per_node=8)  # tp=8 inside one node
+ACROSS = GroupSpan(size=8, ranks_per_node=1)  # dp=8 with tp=8: one member per node
+ALPHA_INTRA = A100.intra_node.latency_us * 1e-6
+ALPHA_INTER = A100.inter_node.latency_us * 1e-6
+
+
+def ring_bandwidth_term(b, n, bw_gbps):
+    return 2 * (n - 1) / n * b / (bw_gbps * 1e9 * NET)
+
+
+@pytest.mark.parametrize("span,bw_gbps", [(NODE, 300.0), (ACROSS, 25.0), (GroupSpan(32, 8), 200.0)])
+def test_large_all_reduce_approaches_ring_bandwidth_bound(span, bw_gbps):
+    ratios = [
+        collective_time_s("all_reduce", b, span, A100) / ring_bandwidth_term(b, span.size, bw_gbps)
+        for b in (1e6, 1e8, 1e10, 1e12)
+    ]
+    assert all(r > 1 for r in ratios)
+    assert ratios == sorted(ratios, reverse=True)  # latency share shrinks as bytes grow
+    assert ratios[-1] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_latency_dominates_small_messages():
+    t = collective_time_s("all_reduce", 8, NODE, A100)
+    assert t == pytest.approx(2 * 7 * ALPHA_INTRA, rel=1e-3)
+    t = collective_time_s("all_gather", 8, ACROSS, A100)
+    assert t == pytest.approx(7 * ALPHA_INTER, rel=1e-3)
+
+
+@pytest.mark.parametrize("kind", COLLECTIVES)
+@pytest.mark.parametrize("nbytes", [1e3, 1e6, 1e9])
+def test_cross_node_group_slower_than_in_node(kind, nbytes):
+    assert collective_time_s(kind, nbytes, ACROSS, A100) > collective_time_s(
+        kind, nbytes, NODE, A100
+    )
+
+
+@pytest.mark.parametrize("kind", COLLECTIVES)
+def test_group_of_one_is_free_and_time_grows_with_bytes(kind):
+    assert collective_time_s(kind, 1e9, GroupSpan(1, 1), A100) == 0.0
+    times = [collective_time_s(kind, b, NODE, A100) for b in (0, 1e3, 1e6, 1e9)]
+    assert times == sorted(times) and times[0] > 0  # zero bytes still pays latency
+
+
+def test_ring_all_reduce_is_reduce_scatter_plus_all_gather():
+    for span in (NODE, ACROSS):
+        b = 3e8
+        rs = collective_time_s("reduce_scatter", b, span, A100)
+        ag = collective_time_s("all_gather", b, span, A100)
+        assert collective_time_s("all_reduce", b, span, A100) == pytest.approx(rs + ag)
+
+
+def test_tree_wins_small_ring_wins_large_auto_takes_min():
+    span = GroupSpan(size=64, ranks_per_node=1)
+    big = load_cluster("a100x8", nodes=64)
+    small, large = 1e3, 1e10
+    ring_s = collective_time_s("all_reduce", small, span, big, "ring")
+    tree_s = collective_time_s("all_reduce", small, span, big, "tree")
+    assert tree_s < ring_s
+    assert tree_s == pytest.approx(2 * math.log2(64) * ALPHA_INTER, rel=1e-2)
+    ring_l = collective_time_s("all_reduce", large, span, big, "ring")
+    tree_l = collective_time_s("all_reduce", large, span, big, "tree")
+    assert ring_l < tree_l
+    assert tree_l == pytest.approx(2 * large / (25e9 * NET), rel=1e-3)  # double binary tree: 2B/bw
+    for b in (small, large):
+        auto = collective_time_s("all_reduce", b, span, big, "auto")
+        assert auto == min(
+            collective_time_s("all_reduce", b, span, big, a) for a in ("ring", "tree")
+        )
+    assert collective_time_s("all_gather", small, span, big, "auto") == collective_time_s(
+        "all_gather", small, span, big, "ring"
+    )
+
+
+def test_link_for_rings_share_node_nics_capped_by_intra():
+    bw, lat = link_for(NODE, A100)
+    assert (bw, lat) == (pytest.approx(300e9 * NET), pytest.approx(ALPHA_INTRA))
+    bw, lat = link_for(GroupSpan(16, 4), A100)  # 4 rings through 4 NICs of 25 GB/s
+    assert bw == pytest.approx(100e9 * NET) and lat == pytest.approx(ALPHA_INTER)
+    l40s = load_cluster("l40sx8", nodes=2)  # 8 x 6.25 GB/s NICs beat 32 GB/s PCIe: PCIe caps it
+    assert link_for(GroupSpan(16, 8), l40s)[0] == pytest.approx(32e9 * l40s.efficiency.network)
+
+
+def test_all_to_all_across_nodes_uses_each_rank_own_nic():
+    span, b = GroupSpan(16, 8), 1e10
+    # half the buffer leaves the node through the rank's own NIC share; 15 messages pay alpha
+    expected = 8 / 16 * b / (25e9 * NET) + 15 * ALPHA_INTER
+    assert collective_time_s("all_to_all", b, span, A100) == pytest.approx(expected, rel=1e-4)
+
+
+def test_send_recv_and_p2p():
+    b = 1e8
+    assert p2p_time_s(b, True, A100) > p2p_time_s(b, False, A100)
+    assert p2p_time_s(b, False, A100) == pytest.approx(b / (300e9 * NET) + ALPHA_INTRA)
+    assert collective_time_s("send_recv", b, ACROSS, A100) == p2p_time_s(b, True, A100)
+    assert p2p_time_s(0, True, A100) == pytest.approx(ALPHA_INTER)
+
+
+def test_bad_requests_name_the_valid_choices():
+    with pytest.raises(PerfModelError, match="all_reduce, reduce_scatter") as err:
+        collective_time_s("allreduce", 1e6, NODE, A100)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(PerfModelError, match="ring, tree, auto"):
+        collective_time_s("all_reduce", 1e6, NODE, A100, algorithm="butterfly")
+    with pytest.raises(PerfModelError, match="use algorithm='ring'"):
+        collective_time_s("all_gather", 1e6, NODE, A100, algorithm="tree")
+    with pytest.raises(PerfModelError, match="must not be negative"):
+        collective_time_s("all_reduce", -1, NODE, A100)
+    with pytest.raises(PerfModelError, match="gpus_per_node=8"):
+        collective_time_s("all_reduce", 1e6, GroupSpan(16, 16), A100)
+    with pytest.raises(PerfModelError, match="at least 1"):
+        matmul_time_s(0, 8, 8, A100)
+    with pytest.raises(PerfModelError, match="unknown dtype"):
+        matmul_time_s(8, 8, 8, A100, dtype="int4")
+    with pytest.raises(HardwareProfileError, match="no fp8 peak"):
+        matmul_time_s(8, 8, 8, A100, dtype="fp8")
+
+
+dims = st.integers(min_value=1, max_value=1 << 16)
+
+
+@given(m=dims, n=dims, k=dims, grow=st.integers(min_value=1, max_value=1 << 12))
+def test_matmul_efficiency_monotone_and_bounded(m, n, k, grow):
+    e = matmul_efficiency(m, n, k, A100)
+    assert 0 < e <= A100.efficiency.matmul_max
+    assert matmul_efficiency(m + grow, n, k, A100) >= e
+    assert matmul_efficiency(m + grow, n + grow, k + grow, A100) >= e
+
+
+def test_matmul_efficiency_half_point():
+    half = int(A100.efficiency.matmul_half_dim)
+    assert matmul_efficiency(half, 4096, 4096, A100) == pytest.approx(
+        A100.efficiency.matmul_max / 2
+    )
+
+
+def test_roofline_skinny_matmul_is_memory_bound():
+    m, n, k = 1, 8192, 8192  # a matrix-vector product: ~1 FLOP per byte
+    bytes_moved = (m * k + k * n + m * n) * 2
+    assert matmul_time_s(m, n, k, A100) == pytest.approx(memory_bound_time_s(bytes_moved, A100))
+
+
+def test_roofline_large_matmul_is_compute_bound():
+    m = n = k = 8192
+    eff = matmul_efficiency(m, n, k, A100)
+    expected = 2 * m * n * k / (312e12 * eff)
+    assert matmul_time_s(m, n, k, A100) == pytest.approx(expected)
+    assert matmul_time_s(m, n, k, A100, batch=4) == pytest.approx(4 * expected)
+    # fp32 runs at 19.5 TFLOP/s on A100: 16x slower than bf16
+    assert matmul_time_s(m, n, k, A100, dtype="fp32") == pytest.approx(16 * expected)
+
+
+def test_memory_bound_time():
+    assert memory_bound_time_s(2039e9 * 0.7, A100) == pytest.approx(1.0)
+    assert memory_bound_time_s(0, A100) == 0.0

@@ -1,0 +1,189 @@
+"""Bundled profiles load and hold their datasheet numbers; user files and overrides work."""
+
+import re
+
+import pytest
+
+from hwprofiles import HardwareProfileError, bundled_profiles, load_cluster
+from hwprofiles.loader import PROFILE_DIR, tomllib
+
+EXPECTED_PROFILES = {
+    "v100x8",
+    "a100x8",
+    "a100-40gx8",
+    "h100x8",
+    "h200x8",
+    "b200x8",
+    "mi300xx8",
+    "l40sx8",
+}
+
+# (profile, dotted key, datasheet value): the figures the planner leans on hardest.
+DATASHEET = [
+    ("v100x8", "gpu.memory_bandwidth_gbps", 900.0),
+    ("v100x8", "gpu.peak_tflops.fp16", 125.0),
+    ("v100x8", "inter_node.bandwidth_gbps", 6.25),
+    ("a100-40gx8", "gpu.memory_gib", 40.0),
+    ("a100-40gx8", "gpu.memory_bandwidth_gbps", 1555.0),
+    ("h100x8", "gpu.peak_tflops.bf16", 989.0),
+    ("h100x8", "gpu.peak_tflops.fp8", 1979.0),
+    ("h100x8", "gpu.memory_bandwidth_gbps", 3350.0),
+    ("h100x8", "intra_node.bandwidth_gbps", 450.0),
+    ("h100x8", "inter_node.bandwidth_gbps", 50.0),
+    ("h200x8", "gpu.memory_gib", 141.0),
+    ("h200x8", "gpu.memory_bandwidth_gbps", 4800.0),
+    ("b200x8", "gpu.memory_gib", 180.0),
+    ("b200x8", "gpu.peak_tflops.bf16", 2250.0),
+    ("b200x8", "gpu.peak_tflops.fp8", 4500.0),
+    ("b200x8", "intra_node.bandwidth_gbps", 900.0),
+    ("mi300xx8", "gpu.memory_gib", 192.0),
+    ("mi300xx8", "gpu.memory_bandwidth_gbps", 5300.0),
+    ("mi300xx8", "gpu.peak_tflops.bf16", 1307.4),
+    ("l40sx8", "gpu.memory_bandwidth_gbps", 864.0),
+    ("l40sx8", "gpu.peak_tflops.bf16", 362.05),
+    ("l40sx8", "intra_node.bandwidth_gbps", 32.0),
+]
+
+NUMBER_LINE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*[-+]?[0-9][0-9_.eE+-]*\s*(#.*)?$")
+
+
+def test_all_expected_profiles_are_bundled():
+    assert EXPECTED_PROFILES <= set(bundled_profiles())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PROFILES))
+def test_profile_loads_and_is_plausible(name):
+    c = load_cluster(name)
+    assert c.name == name and c.nodes == 1 and c.gpus_per_node == 8
+    peaks = c.gpu.peak_tflops
+    assert 0 < peaks.fp32 <= peaks.fp16
+    assert peaks.fp8 == 0 or peaks.fp8 == pytest.approx(2 * peaks.bf16, rel=0.02)
+    assert c.inter_node.bandwidth_gbps < c.intra_node.bandwidth_gbps
+    assert c.inter_node.latency_us >= c.intra_node.latency_us
+    assert c.cost.usd_per_gpu_hour > 0 and re.search(r"20\d\d", c.cost.source)
+
+
+@pytest.mark.parametrize("name,key,value", DATASHEET)
+def test_datasheet_numbers(name, key, value):
+    assert load_cluster(name).get(key) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PROFILES))
+def test_every_number_has_a_source_comment(name):
+    """Each number has a comment on its line, right above it, or on its table header."""
+    lines = (PROFILE_DIR / f"{name}.toml").read_text().splitlines()
+    header_commented = False
+    previous = ""
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("["):
+            header_commented = "#" in stripped
+        match = NUMBER_LINE.match(line)
+        if match and match.group(1) not in ("nodes", "gpus_per_node"):
+            assert match.group(2) or previous.startswith("#") or header_commented, (
+                f"{name}: {line!r}"
+            )
+        if stripped:
+            previous = stripped
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PROFILES))
+def test_profiles_keep_efficiency_defaults(name):
+    # Global efficiency factors live in cluster.Efficiency, not per profile (DESIGN.md).
+    data = tomllib.loads((PROFILE_DIR / f"{name}.toml").read_text())
+    assert "efficiency" not in data
+
+
+def test_user_toml_path(tmp_path):
+    text = (PROFILE_DIR / "h100x8.toml").read_text().replace('name = "h100x8"', 'name = "mine"')
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    c = load_cluster(str(path))
+    assert c.name == "mine" and c.gpu.peak_tflops.bf16 == 989.0
+
+
+def test_nodes_and_overrides():
+    c = load_cluster(
+        "a100x8", nodes=16, overrides=["inter_node.bandwidth_gbps=50", "gpu.memory_gib=40"]
+    )
+    assert c.nodes == 16 and c.num_gpus == 128
+    assert c.inter_node.bandwidth_gbps == 50.0 and isinstance(c.inter_node.bandwidth_gbps, float)
+    assert c.gpu.memory_gib == 40.0
+    d = load_cluster("a100x8", overrides={"efficiency.network": 0.5, "cost.usd_per_gpu_hour": 3})
+    assert d.efficiency.network == 0.5 and d.cost.usd_per_gpu_hour == 3.0
+    assert load_cluster("a100x8").with_nodes(4).num_gpus == 32
+
+
+def _profile_text(**replace):
+    text = (PROFILE_DIR / "a100x8.toml").read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert "\n" not in message.strip(), message
+    return message
+
+
+BAD_FILES = {
+    "missing key": (
+        _profile_text(**{"memory_bandwidth_gbps = 2039.0": ""}),
+        "missing key 'gpu.memory_bandwidth_gbps'",
+    ),
+    "zero bandwidth": (
+        _profile_text(**{"bandwidth_gbps = 25.0": "bandwidth_gbps = 0"}),
+        "inter_node.bandwidth_gbps must be greater than 0",
+    ),
+    "negative bandwidth": (
+        _profile_text(**{"bandwidth_gbps = 300.0": "bandwidth_gbps = -1"}),
+        "intra_node.bandwidth_gbps must be greater than 0",
+    ),
+    "string for number": (
+        _profile_text(**{"memory_gib = 80.0": 'memory_gib = "80 GB"'}),
+        "'gpu.memory_gib' must be a number (GiB)",
+    ),
+    "broken syntax": (_profile_text(**{"[cost]": "[cost"}), "is not valid TOML"),
+    "unknown key": (
+        _profile_text(**{"[cost]": "[cost]\ncurrency = 1"}),
+        "unknown key 'cost.currency'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_profile_file_one_line(tmp_path, case):
+    text, expected = BAD_FILES[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster(str(path))
+    assert expected in _one_line(err)
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("gpu.nope=1", "unknown hardware key 'gpu.nope'"),
+        ("inter_node.bandwidth_gbps=0", "inter_node.bandwidth_gbps must be greater than 0"),
+        ("intra_node.bandwidth_gbps=-5", "intra_node.bandwidth_gbps must be greater than 0"),
+        ("gpu.memory_gib=lots", "'gpu.memory_gib' must be a number (GiB)"),
+        ("nodes=1.5", "'nodes' must be a whole number"),
+        ("no_equals_sign", "needs the form key=value"),
+    ],
+)
+def test_bad_override_one_line(override, expected):
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("a100x8", overrides=[override])
+    assert expected in _one_line(err)
+
+
+def test_missing_file_and_unknown_name():
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("/nonexistent/dir/hw.toml")
+    assert "does not exist" in _one_line(err)
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("h900x8")
+    assert "unknown hardware profile 'h900x8'" in _one_line(err)
