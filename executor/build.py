@@ -1,0 +1,86 @@
+"""Turn a Plan into this rank's parallelised model chunks, in torchtitan's order:
+
+build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) ->
+recomputation -> FSDP2 / replicate -> materialise from the seeded full model -> DDP ->
+pipeline schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from planner.plan import Plan, even_stages
+
+from .mesh import ParallelDims
+from .parallelize import (
+    apply_ddp,
+    apply_fsdp,
+    apply_recompute,
+    apply_replicate,
+    apply_tp,
+    materialize,
+)
+from .pipeline import build_pipeline, chunks_of_rank
+from .structure import blocks_of, cut_chunk, find_layout, owned_blocks
+
+
+@dataclass
+class ModelParts:
+    chunks: list[nn.Module]  # this rank's model chunks (DDP-wrapped where used)
+    stage_ids: list[int]
+    schedule: object | None  # a pipelining schedule when pp > 1
+    reference: nn.Module = field(repr=False)  # the meta-built full model (for batch hooks)
+
+    def parameters(self):
+        for chunk in self.chunks:
+            yield from chunk.parameters()
+
+
+def full_initial_state(model_file, model_args: dict, seed: int) -> dict[str, torch.Tensor]:
+    """The weights a single-process run of this seed starts from."""
+    torch.manual_seed(seed)
+    return model_file.build(model_args, device="cpu").state_dict()
+
+
+def plan_stages(plan: Plan, num_blocks: int):
+    return plan.stages or even_stages(num_blocks, plan.num_model_chunks)
+
+
+def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.device, seed: int,
+                      loss_fn, mp_policy=None) -> ModelParts:
+    meta = model_file.build(plan.model_args, device="meta")
+    layout = find_layout(meta)
+    stages = plan_stages(plan, layout.num_blocks)
+    full_state = full_initial_state(model_file, plan.model_args, seed)
+    stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
+    chunks = []
+    for sid in stage_ids:
+        spec = stages[sid]
+        chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
+                          is_first=sid == 0, is_last=sid == len(stages) - 1)
+        blocks = [m for _, m in owned_blocks(chunk, layout)]
+        if dims.tp_enabled:
+            apply_tp(blocks, dims["tp"], model_file.hook("tp_plan"), plan.sequence_parallel)
+        indices = [i for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
+        apply_recompute(blocks_of(chunk, layout), indices, spec.recompute)
+        blocks = [m for _, m in owned_blocks(chunk, layout)]  # now the wrapped ones
+        use_ddp = False
+        if dims.dp_enabled:
+            if plan.zero > 0:
+                apply_fsdp(chunk, blocks, dims["dp"], reshard_after_forward=plan.zero == 3, mp_policy=mp_policy)
+            elif dims.tp_enabled:
+                apply_replicate(chunk, blocks, dims["dp"], mp_policy=mp_policy)
+            else:
+                use_ddp = True
+        materialize(chunk, full_state, device)
+        if use_ddp:
+            chunk = apply_ddp(chunk, dims["dp"])
+        chunks.append(chunk)
+    schedule = None
+    if dims.pp_enabled:
+        schedule = build_pipeline(chunks, stage_ids, len(stages), dims["pp"], device, plan.schedule,
+                                  plan.num_microbatches, loss_fn)
+    return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta)

@@ -1,0 +1,139 @@
+"""Checkpoints with torch.distributed.checkpoint, in atomically published step-N folders.
+
+Every rank writes its shards into `.step-N.tmp`; rank 0 then adds `smplan.json` (step,
+plan fingerprint) and the `COMPLETE` marker, fsyncs, and renames the folder to `step-N`.
+A folder without the marker (a crash mid-save) is never loaded. Parameter names do not
+depend on the stage split or wrappers, so DCP can reshard a checkpoint across plans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+MARKER = "COMPLETE"
+META = "smplan.json"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint folder holds a run of another plan or model."""
+
+
+def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _STEP_DIR.match(path.name)
+        if match and (path / MARKER).is_file() and (path / META).is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest(root: str | Path) -> tuple[int, Path] | None:
+    steps = complete_steps(root)
+    return steps[-1] if steps else None
+
+
+def read_meta(path: Path) -> dict:
+    return json.loads((path / META).read_text())
+
+
+def check_resumable(root: str | Path | None, fingerprint: str, force: bool) -> tuple[int, Path] | None:
+    """The checkpoint a run would resume from; refuses one of another plan unless forced."""
+    if not root:
+        return None
+    found = latest(root)
+    if found is None:
+        return None
+    step, path = found
+    theirs = read_meta(path).get("fingerprint")
+    if theirs != fingerprint and not force:
+        raise CheckpointMismatchError(
+            f"checkpoint {path} was written by another plan or model (fingerprint {theirs} != {fingerprint}); "
+            "use another --checkpoint-dir, or --force-resume to load (and reshard) it anyway"
+        )
+    return found
+
+
+def _fsync_tree(path: Path) -> None:
+    for item in sorted(path.rglob("*")):
+        if item.is_file():
+            fd = os.open(item, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def train_state(chunks, optimizers) -> dict:
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    flat = StateDictOptions(flatten_optimizer_state_dict=True)
+    model, optim = {}, {}
+    for chunk, opt in zip(chunks, optimizers, strict=True):
+        model.update(get_model_state_dict(chunk))
+        optim.update(get_optimizer_state_dict(chunk, opt, options=flat))
+    return {"model": model, "optim": optim}
+
+
+def load_train_state(chunks, optimizers, path: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    state = train_state(chunks, optimizers)
+    dcp.load(state, checkpoint_id=str(path))
+    for chunk, opt in zip(chunks, optimizers, strict=True):
+        set_model_state_dict(chunk, state["model"], options=StateDictOptions(strict=False))
+        set_optimizer_state_dict(chunk, opt, state["optim"],
+                                 options=StateDictOptions(flatten_optimizer_state_dict=True))
+
+
+def save(root: str | Path, step: int, chunks, optimizers, meta: dict, rank: int, barrier) -> Path:
+    """Collective: every rank calls it. Returns the published folder."""
+    import torch.distributed.checkpoint as dcp
+
+    root = Path(root)
+    tmp, final = root / f".step-{step}.tmp", root / f"step-{step}"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a crash mid-save
+    barrier()
+    dcp.save(train_state(chunks, optimizers), checkpoint_id=str(tmp))
+    barrier()
+    if rank == 0:
+        (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=2) + "\n")
+        _fsync_tree(tmp)
+        (tmp / MARKER).write_text("ok\n")
+        _fsync_tree(tmp)
+        if final.exists():  # the same step saved again after a restart
+            old = root / f".step-{step}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        tmp.rename(final)
+        _fsync_dir(root)
+    barrier()
+    return final

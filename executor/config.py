@@ -1,0 +1,59 @@
+"""RunConfig: everything a worker process needs, written once by the launcher as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.plan import Plan
+
+FAIL_ENV = "SMPLAN_FAIL_AT_STEP"  # test hook: SIGKILL one rank at the start of this step
+FAIL_RANK_ENV = "SMPLAN_FAIL_RANK"
+
+
+@dataclass
+class RunConfig:
+    plan: dict
+    model_ref: str
+    out_dir: str
+    steps: int = 10
+    seed: int = 0
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0  # 0: no checkpoints
+    force_resume: bool = False
+    fail_at_step: int | None = None
+    fail_rank: int | None = None  # None: the last rank
+    collective_timeout_s: float = 120.0
+    fingerprint: str = ""
+
+    def plan_obj(self) -> Plan:
+        return Plan.from_dict(self.plan)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+
+    @staticmethod
+    def load(path: str | Path) -> RunConfig:
+        return RunConfig(**json.loads(Path(path).read_text()))
+
+
+# Plan fields that change what is computed; predicted figures, hardware and node counts
+# do not (a checkpoint moves between clusters; DCP reshards it).
+_FINGERPRINT_FIELDS = ("model", "model_args", "seq_len")
+
+
+def fingerprint(plan: Plan, model_sha256: str) -> str:
+    """What a checkpoint must match to be resumed: the model file's bytes, its arguments and
+    the whole parallel layout (DCP could reshard across layouts; --force-resume allows it)."""
+    data = plan.to_dict()
+    key = {k: data[k] for k in _FINGERPRINT_FIELDS}
+    key["layout"] = {k: data[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
+                                          "virtual_stages", "zero", "sequence_parallel", "stage_blocks")}
+    key["model_sha256"] = model_sha256
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,116 @@
+"""Starting the workers: torchrun's elastic agent locally, or an sbatch script for Slurm."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import sys
+import uuid
+from pathlib import Path
+
+from .config import RunConfig
+
+
+class LaunchError(RuntimeError):
+    """The workers failed (after the allowed restarts); the message says where the logs are."""
+
+
+@contextlib.contextmanager
+def _worker_env(extra: dict[str, str]):
+    """Environment the elastic agent copies into each worker, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
+                 max_restarts: int = 0, run_id: str | None = None, shutdown_timeout_s: int = 5) -> Path:
+    """Run `cfg` under torch.distributed's elastic agent (what `torchrun` does).
+
+    A failed worker makes the agent stop the others and restart the whole group (up to
+    `max_restarts` times); workers resume from the newest complete checkpoint.
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / "run_config.json"
+    cfg.save(config_path)
+    launch = LaunchConfig(
+        min_nodes=nnodes,
+        max_nodes=nnodes,
+        nproc_per_node=nproc_per_node,
+        run_id=run_id or uuid.uuid4().hex,
+        rdzv_backend="c10d",
+        rdzv_endpoint=rdzv_endpoint or "localhost:0",  # torchrun --standalone
+        max_restarts=max_restarts,
+        monitor_interval=0.1,
+        logs_specs=DefaultLogsSpecs(log_dir=str(out / "elastic")),
+        shutdown_timeout=shutdown_timeout_s,
+    )
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+    try:
+        with _worker_env(env):
+            elastic_launch(launch, sys.executable)("-m", "executor.worker", str(config_path))
+    except ChildFailedError as err:
+        first = next(iter(err.failures.values()), None)
+        what = f"rank {first.rank} exited with {first.exitcode}" if first else "a worker failed"
+        raise LaunchError(
+            f"training failed after {max_restarts} restart(s): {what}; logs under {out / 'elastic'}"
+        ) from None
+    return out
+
+
+def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_per_node: int,
+                  job_name: str = "smplan", max_restarts: int = 0, port: int = 29500,
+                  time_limit: str = "01:00:00") -> str:
+    """An sbatch script: one srun task per node, each a torchrun agent joining a c10d
+    rendezvous hosted on the first node of the allocation."""
+    cfg = shlex.quote(str(cfg_path))
+    gres = f"#SBATCH --gpus-per-node={gpus_per_node}\n" if gpus_per_node else ""
+    return f"""#!/bin/bash
+#SBATCH --job-name={job_name}
+#SBATCH --nodes={nnodes}
+#SBATCH --ntasks={nnodes}
+#SBATCH --ntasks-per-node=1
+{gres}#SBATCH --cpus-per-task={max(1, 4 * nproc_per_node)}
+#SBATCH --time={time_limit}
+#SBATCH --output={job_name}-%j.out
+set -euo pipefail
+
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-1}}
+
+srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
+  {shlex.quote(sys.executable)} -m torch.distributed.run \\
+    --nnodes={nnodes} \\
+    --nproc-per-node={nproc_per_node} \\
+    --max-restarts={max_restarts} \\
+    --rdzv-backend=c10d \\
+    --rdzv-endpoint="$head_node:{port}" \\
+    --rdzv-id="$SLURM_JOB_ID" \\
+    -m executor.worker {cfg}
+"""
+
+
+def write_sbatch(cfg: RunConfig, nnodes: int, nproc_per_node: int, gpus_per_node: int,
+                 max_restarts: int = 0) -> Path:
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = (out / "run_config.json").resolve()
+    cfg.save(config_path)
+    script = out / "smplan.sbatch"
+    script.write_text(sbatch_script(config_path, nnodes, nproc_per_node, gpus_per_node,
+                                    max_restarts=max_restarts))
+    script.chmod(0o755)
+    return script

@@ -1,0 +1,79 @@
+"""Per-step metrics (RUN_DIR/metrics.jsonl) and the measured-vs-predicted summary."""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+from pathlib import Path
+
+MEASURED = ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gib")
+
+
+def peak_memory_gib(device) -> float:
+    """Peak GPU memory allocated, or on CPU the process's peak resident set size."""
+    import torch
+
+    if getattr(device, "type", "cpu") == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+class MetricsWriter:
+    """Rank 0 only. On resume, lines of steps after the checkpoint are dropped."""
+
+    def __init__(self, run_dir: str | Path, resume_step: int = 0):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line)["step"] <= resume_step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, record: dict) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+
+def progress(record: dict, steps: int) -> None:
+    print(
+        f"step {record['step']}/{steps}  loss {record['loss']:.4f}  "
+        f"{record['step_time_s'] * 1e3:.1f} ms/step  {record['tokens_per_s']:,.0f} tok/s  "
+        f"grad-norm {record['grad_norm']:.3f}  mem {record['peak_memory_gib']:.2f} GiB",
+        file=sys.stdout,
+        flush=True,
+    )
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str) -> dict:
+    """Medians over the steps after the first (warm-up), next to the plan's prediction."""
+    records = read_metrics(run_dir)
+    steady = records[1:] if len(records) > 1 else records
+    measured = {k: statistics.median(r[k] for r in steady) for k in MEASURED} if steady else {}
+    if records:
+        measured["final_loss"] = records[-1]["loss"]
+    summary = {
+        "steps": len(records),
+        "device": device,
+        "plan": {k: plan[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
+                                      "virtual_stages", "zero", "sequence_parallel", "recompute")},
+        "measured": measured,
+        "predicted": None,
+        "ratio_measured_over_predicted": None,
+    }
+    if predicted:
+        summary["predicted"] = {k: predicted.get(k) for k in MEASURED}
+        summary["ratio_measured_over_predicted"] = {
+            k: (measured[k] / predicted[k]) if predicted.get(k) and k in measured else None for k in MEASURED
+        }
+    else:
+        summary["note"] = "the plan carries no predicted figures (make it with `smplan plan` to compare)"
+    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

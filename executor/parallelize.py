@@ -1,0 +1,142 @@
+"""One small function per parallelism, applied in torchtitan's order by `build.py`:
+TP (with sequence parallelism), activation recomputation, data parallelism (FSDP2 for
+ZeRO 1-3, DDP or FSDP2-`replicate` for ZeRO 0), then materialisation.
+
+Each takes the module(s), a mesh and primitives, never the whole plan.
+"""
+
+from __future__ import annotations
+
+import inspect
+from functools import partial
+
+import torch
+from torch import nn
+
+# Korthikanti et al. 2022 "selective" recomputation keeps the outputs of the big linear
+# layers and recomputes the cheap, memory-heavy rest (softmax, dropout, the s x s
+# attention products, norms, activations). Op-level SAC expresses exactly that.
+_SAVE_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.linear.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+}
+
+
+def apply_tp(blocks: list[nn.Module], tp_mesh, tp_plan, sequence_parallel: bool = False) -> None:
+    """Megatron TP on every block with the model file's `tp_plan(block, sequence_parallel)`."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    takes_sp = "sequence_parallel" in inspect.signature(tp_plan).parameters
+    if sequence_parallel and not takes_sp:
+        raise ValueError("the model file's tp_plan(block) has no sequence_parallel argument; set sp=0")
+    for block in blocks:
+        layout = tp_plan(block, sequence_parallel=sequence_parallel) if takes_sp else tp_plan(block)
+        parallelize_module(block, tp_mesh, layout)
+    if sequence_parallel and blocks:
+        _sequence_parallel_boundary(blocks[0], blocks[-1], tp_mesh)
+
+
+def _sequence_parallel_boundary(first: nn.Module, last: nn.Module, tp_mesh, seq_dim: int = 1) -> None:
+    """Blocks under SP take and give sequence shards; the parts around them (embedding,
+    head, pipeline sends) stay replicated. Slice on the way in, all-gather on the way out,
+    through DTensor so autograd inserts the matching collectives in backward."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    def scatter(_module, args):
+        x = DTensor.from_local(args[0], tp_mesh, [Replicate()], run_check=False)
+        return (x.redistribute(tp_mesh, [Shard(seq_dim)]).to_local(), *args[1:])
+
+    def gather(_module, _args, out):
+        return DTensor.from_local(out, tp_mesh, [Shard(seq_dim)], run_check=False).full_tensor()
+
+    first.register_forward_pre_hook(scatter)
+    last.register_forward_hook(gather)
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def apply_recompute(container: nn.Module, indices: list[int], mode: str) -> None:
+    """Wrap blocks `indices` of `container` in checkpoint_wrapper.
+
+    full: the whole block is recomputed in backward (only its input is kept).
+    selective: op-level selective activation checkpointing with the policy above.
+    """
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    if mode == "none":
+        return
+    if mode not in ("full", "selective"):
+        raise ValueError(f"recompute must be none, selective or full, got {mode!r}")
+    for i in indices:
+        block = container._modules[str(i)]
+        if mode == "full":
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=True)
+        else:
+            wrapped = checkpoint_wrapper(
+                block,
+                preserve_rng_state=True,
+                context_fn=partial(create_selective_checkpoint_contexts, _selective_policy),
+            )
+        container._modules[str(i)] = wrapped
+
+
+def apply_fsdp(model: nn.Module, blocks: list[nn.Module], dp_mesh, reshard_after_forward: bool,
+               mp_policy=None) -> None:
+    """FSDP2 `fully_shard` per block, then the root (ZeRO 3: reshard after forward;
+    ZeRO 1/2: keep the gathered parameters until backward; gradients are sharded either way)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp_policy = mp_policy or MixedPrecisionPolicy()
+    for block in blocks:
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy)
+
+
+def apply_replicate(model: nn.Module, blocks: list[nn.Module], dp_mesh, mp_policy=None) -> None:
+    """ZeRO 0 when parameters are DTensors (TP): FSDP2's `replicate` (DDP cannot take
+    DTensor parameters); per block so gradient all-reduces overlap backward."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    mp_policy = mp_policy or MixedPrecisionPolicy()
+    for block in blocks:
+        replicate(block, mesh=dp_mesh, mp_policy=mp_policy)
+    replicate(model, mesh=dp_mesh, mp_policy=mp_policy)
+
+
+def apply_ddp(model: nn.Module, dp_mesh, bucket_cap_mb: float = 25.0) -> nn.Module:
+    """ZeRO 0 without TP: classic DDP (bucketed all-reduce overlapping backward)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = next(model.parameters()).device
+    return DistributedDataParallel(
+        model,
+        process_group=dp_mesh.get_group(),
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=bucket_cap_mb,
+    )
+
+
+def materialize(model: nn.Module, full_state: dict[str, torch.Tensor], device) -> None:
+    """Allocate a meta-built, parallelised module on `device` and fill it from the state
+    dict of the full single-process model, each rank keeping only its shard, so that every
+    plan starts from bit-identical weights."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    model.to_empty(device=device)
+    local = {}
+    for name, current in model.state_dict().items():
+        full = full_state[name].to(device=device, dtype=current.dtype)
+        if isinstance(current, DTensor):
+            full = distribute_tensor(full, current.device_mesh, current.placements, src_data_rank=None)
+        local[name] = full
+    model.load_state_dict(local, strict=True)

@@ -1,0 +1,117 @@
+"""`execute`: validate a plan against its model file, then launch it (or write sbatch).
+
+Everything here runs before any worker process starts, so every user mistake becomes one
+ValueError line (exit code 2 on the CLI).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.model_file import load_model_file
+from planner.plan import Plan, parse_inline, plan_from_inline
+
+from . import checkpoint
+from .config import RunConfig, fingerprint
+from .launch import launch_local, write_sbatch
+from .structure import find_layout
+from .validate import PlanMismatchError, validate_plan
+
+
+@dataclass
+class ExecuteOptions:
+    steps: int = 10
+    nproc_per_node: int | None = None
+    nnodes: int = 1
+    rdzv_endpoint: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    max_restarts: int = 0
+    launcher: str = "local"
+    out: str | None = None
+    fail_at_step: int | None = None
+    force_resume: bool = False
+    seed: int = 0
+    lr: float = 1e-3
+    clip: float = 1.0
+
+
+@dataclass
+class ExecuteResult:
+    run_dir: Path
+    plan: Plan
+    summary: dict | None = None
+    sbatch: Path | None = None
+
+
+def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
+                 nproc_per_node: int | None = None, nnodes: int = 1) -> tuple[Plan, object]:
+    """PLAN is a plan.json path or inline keys ("tp=2,pp=2,dp=1,mbs=1,gbs=4") with --model."""
+    is_file = plan_arg.endswith(".json") or Path(plan_arg).is_file()
+    if is_file:
+        plan = Plan.load(plan_arg)
+        if model or model_args:
+            plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
+        return plan, load_model_file(plan.model)
+    if not model:
+        raise PlanMismatchError(f"an inline plan ({plan_arg!r}) needs --model FILE.py[:builder]")
+    model_file = load_model_file(model)
+    layout = find_layout(model_file.build(model_args or {}, device="meta"))
+    keys = parse_inline(plan_arg)
+    world = keys.get("dp", 1) * keys.get("tp", 1) * keys.get("pp", 1)
+    per_node = nproc_per_node or -(-world // nnodes)
+    plan = plan_from_inline(keys, model=model, hw="local", nodes=nnodes, gpus_per_node=per_node,
+                            num_blocks=layout.num_blocks, model_args=model_args)
+    return plan, model_file
+
+
+def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
+    nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    if opts.steps < 1:
+        raise PlanMismatchError(f"--steps must be at least 1, got {opts.steps}")
+    if opts.launcher not in ("local", "slurm"):
+        raise PlanMismatchError(f"--launcher must be local or slurm, got {opts.launcher!r}")
+    if opts.nnodes > 1 and opts.launcher == "local" and not opts.rdzv_endpoint:
+        raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
+    validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
+    fp = fingerprint(plan, model_file.sha256)
+    out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
+    ckpt_dir = opts.checkpoint_dir or (str(out / "checkpoints") if opts.checkpoint_every else None)
+    if opts.checkpoint_every < 0:
+        raise PlanMismatchError("--checkpoint-every must be >= 0")
+    if ckpt_dir:
+        ckpt_dir = str(Path(ckpt_dir).resolve())
+        checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
+    ref = f"{model_file.path.resolve()}:{model_file.builder_name}"
+    return RunConfig(
+        plan=plan.replace(model=ref).to_dict(),
+        model_ref=ref,
+        out_dir=str(out),
+        steps=opts.steps,
+        seed=opts.seed,
+        lr=opts.lr,
+        clip=opts.clip,
+        checkpoint_dir=ckpt_dir,
+        checkpoint_every=opts.checkpoint_every,
+        force_resume=opts.force_resume,
+        fail_at_step=opts.fail_at_step,
+        fingerprint=fp,
+    )
+
+
+def execute(plan: Plan, model_file, opts: ExecuteOptions) -> ExecuteResult:
+    cfg = prepare(plan, model_file, opts)
+    nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    if opts.launcher == "slurm":
+        script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,
+                              max_restarts=opts.max_restarts)
+        return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script)
+    run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
+                           max_restarts=opts.max_restarts)
+    summary_path = run_dir / "summary.json"
+    import json
+
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    return ExecuteResult(run_dir=run_dir, plan=plan, summary=summary)

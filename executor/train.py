@@ -1,0 +1,209 @@
+"""The training loop one worker runs: data, forward/backward (or the pipeline schedule),
+gradient clipping over the full parameters, AdamW, metrics and checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import defaultdict
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from planner.model_file import load_model_file
+
+from . import checkpoint
+from .build import build_model_parts
+from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig
+from .data import BatchSource
+from .mesh import ParallelDims
+from .metrics import MetricsWriter, peak_memory_gib, progress, summarize
+
+
+def clip_grad_norm_(params, max_norm: float, pp_group=None) -> torch.Tensor:
+    """Global 2-norm over the full parameters, then clip (torchtitan's recipe).
+
+    DTensor gradients (TP / FSDP shards) are grouped by mesh and placement, normed per
+    group and reduced to full values; pipeline stages add their squares over pp.
+    """
+    from torch.distributed.tensor import DTensor
+
+    groups = defaultdict(list)
+    for p in params:
+        if p.grad is not None:
+            g = p.grad
+            key = (id(g.device_mesh), tuple(g.placements)) if isinstance(g, DTensor) else None
+            groups[key].append(g)
+    device = next(iter(groups.values()))[0].device if groups else torch.device("cpu")
+    total_sq = torch.zeros((), device=device)
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        total_sq = total_sq + norm.float() ** 2
+    if pp_group is not None:
+        dist.all_reduce(total_sq, group=pp_group)
+    total = total_sq.sqrt()
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for grads in groups.values():
+        torch._foreach_mul_(grads, coef.to(grads[0].dtype))
+    return total
+
+
+def _device_and_backend() -> tuple[torch.device, str]:
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.plan = cfg.plan_obj()
+        self.model_file = load_model_file(cfg.model_ref)
+        self.device, backend = _device_and_backend()
+        dist.init_process_group(backend, timeout=timedelta(seconds=cfg.collective_timeout_s))
+        self.rank = dist.get_rank()
+        self.dims = ParallelDims(self.plan.pp, self.plan.dp, self.plan.tp, dist.get_world_size(),
+                                 gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        self.dims.build_mesh(self.device.type)
+        self.loss_fn = self.model_file.hook("loss") or (lambda out, y: F.cross_entropy(out.float(), y))
+        amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16")
+        dtype = torch.bfloat16 if self.plan.dtype == "bf16" else torch.float16
+        self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
+        self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn)
+        self.optimizers = [
+            torch.optim.AdamW(chunk.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+            for chunk in self.parts.chunks
+        ]
+        self.data = BatchSource(self.model_file, self.parts.reference, self.plan.micro_batch,
+                                self.plan.num_microbatches, self.dims.coord("dp"), self.plan.dp, cfg.seed)
+        self.tokens_per_sample = None
+
+    # -- one step ---------------------------------------------------------------------------
+    def _forward_backward(self, step: int) -> torch.Tensor:
+        """This rank's mean loss over its micro-batches (zero off the last pipeline stage)."""
+        micro = self.data.microbatches(step)
+        if self.tokens_per_sample is None:
+            x0 = micro[0][0]
+            per = x0[0].numel() if not x0.is_floating_point() else 1
+            self.tokens_per_sample = per
+        if self.parts.schedule is not None:
+            return self._pipeline_step(micro)
+        model, n = self.parts.chunks[0], len(micro)
+        total = torch.zeros((), device=self.device)
+        for i, (x, y) in enumerate(micro):
+            with _grad_sync(model, i == n - 1):
+                with self.autocast():
+                    loss = self.loss_fn(model(x.to(self.device)), y.to(self.device))
+                (loss / n).backward()
+            total += loss.detach().float()
+        return total / n
+
+    def _pipeline_step(self, micro) -> torch.Tensor:
+        first, last = self.dims.is_first_stage, self.dims.is_last_stage
+        args = (torch.cat([x for x, _ in micro]).to(self.device),) if first else ()
+        kwargs = {}
+        losses: list[torch.Tensor] = []
+        if last:
+            kwargs = {"target": torch.cat([y for _, y in micro]).to(self.device), "losses": losses}
+        with self.autocast():
+            self.parts.schedule.step(*args, **kwargs)
+        if last:
+            return torch.stack([loss.detach().float() for loss in losses]).mean()
+        return torch.zeros((), device=self.device)
+
+    def train_step(self, step: int) -> tuple[float, float]:
+        local = self._forward_backward(step)
+        pp_group = self.dims["pp"].get_group() if self.dims.pp_enabled else None
+        params = list(self.parts.parameters())
+        norm = clip_grad_norm_(params, self.cfg.clip, pp_group)
+        for opt in self.optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        # Each replica's loss counted once: from its last pipeline stage, first TP rank.
+        owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
+        report = local if owner else torch.zeros_like(local)
+        dist.all_reduce(report)
+        return report.item() / self.plan.dp, norm.item()
+
+    # -- the run ----------------------------------------------------------------------------
+    def _maybe_fail(self, step: int) -> None:
+        fail_at = self.cfg.fail_at_step or int(os.environ.get(FAIL_ENV, 0) or 0)
+        if not fail_at or step != fail_at or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            return
+        victim = self.cfg.fail_rank
+        if victim is None:
+            victim = int(os.environ.get(FAIL_RANK_ENV, dist.get_world_size() - 1))
+        if self.rank == victim:
+            print(f"[smplan] test hook: SIGKILL rank {self.rank} at step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _resume(self) -> int:
+        if not self.cfg.checkpoint_dir:
+            return 0
+        found = checkpoint.check_resumable(self.cfg.checkpoint_dir, self.cfg.fingerprint, self.cfg.force_resume)
+        if found is None:
+            return 0
+        step, path = found
+        checkpoint.load_train_state(self.parts.chunks, self.optimizers, path)
+        self.data.skip(step)
+        if self.rank == 0:
+            print(f"[smplan] resumed from {path} (step {step})", flush=True)
+        return step
+
+    def _save(self, step: int) -> None:
+        meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref}
+        checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
+                        self.rank, dist.barrier)
+
+    def run(self) -> None:
+        start = self._resume()
+        writer = MetricsWriter(self.cfg.out_dir, resume_step=start) if self.rank == 0 else None
+        every, steps = self.cfg.checkpoint_every, self.cfg.steps
+        tokens_per_step = None
+        for step in range(start + 1, steps + 1):
+            self._maybe_fail(step)
+            t0 = time.perf_counter()
+            loss, norm = self.train_step(step)
+            dt = time.perf_counter() - t0
+            mem = torch.tensor([peak_memory_gib(self.device)])
+            dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+            if tokens_per_step is None:
+                tokens_per_step = self.plan.global_batch * (self.plan.seq_len or self.tokens_per_sample)
+            if writer is not None:
+                record = {"step": step, "loss": loss, "step_time_s": dt, "tokens_per_s": tokens_per_step / dt,
+                          "samples_per_s": self.plan.global_batch / dt, "peak_memory_gib": mem.item(),
+                          "grad_norm": norm}
+                writer.write(record)
+                progress(record, steps)
+            if self.cfg.checkpoint_dir and every and (step % every == 0 or step == steps):
+                self._save(step)
+        if self.rank == 0:
+            predicted = self.plan.predicted.to_dict() if self.plan.predicted else None
+            summarize(self.cfg.out_dir, predicted, self.plan.to_dict(), self.device.type)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _grad_sync(model, sync: bool):
+    """Reduce gradients only on the last micro-batch (DDP no_sync / FSDP2 switch)."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel) and not sync:
+        with model.no_sync():
+            yield
+        return
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(sync)
+    yield

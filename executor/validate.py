@@ -1,0 +1,117 @@
+"""Plan-vs-model checks that run before any process starts; each failure is one line
+naming the value, the limit and the nearest fix."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from torch import nn
+
+from planner.plan import Plan
+
+from .structure import Layout, blocks_of, find_layout
+
+
+class PlanMismatchError(ValueError):
+    """The plan does not fit the model file or the processes asked for."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    layout: Layout
+    tokens_per_sample: int
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def _config_value(model: nn.Module, name: str):
+    cfg = getattr(model, "config", None)
+    if isinstance(cfg, dict):
+        return cfg.get(name)
+    return getattr(cfg, name, None)
+
+
+def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Checked:
+    """Raise PlanMismatchError unless `plan` can run `model_file` on `world_size` processes."""
+    ref = model_file.path.name
+    meta = model_file.build(plan.model_args, device="meta")
+    try:
+        layout = find_layout(meta)
+    except ValueError as err:
+        raise PlanMismatchError(f"{ref}: {err}; pipeline stages need a list of repeated blocks") from None
+    n = layout.num_blocks
+    chunks = plan.num_model_chunks
+    if plan.stages:
+        end = plan.stages[-1].last_block
+        if end != n:
+            raise PlanMismatchError(
+                f"the plan's stages cover blocks [0, {end}) but {ref} has {n} blocks; "
+                "regenerate the plan for this model (smplan plan) or fix the stage ranges"
+            )
+    elif chunks > n:
+        raise PlanMismatchError(
+            f"pp*v={chunks} pipeline stages need at least {chunks} blocks but {ref} has {n}; "
+            f"use pp*v <= {n}"
+        )
+    if world_size is not None and world_size != plan.world_size:
+        raise PlanMismatchError(
+            f"the plan needs dp*tp*pp={plan.dp}*{plan.tp}*{plan.pp}={plan.world_size} processes but "
+            f"{world_size} were asked for; set --nproc-per-node x --nnodes = {plan.world_size}"
+        )
+    if plan.pp > 1 and plan.schedule != "interleaved" and plan.num_microbatches < plan.pp:
+        raise PlanMismatchError(
+            f"{plan.num_microbatches} micro-batches cannot fill {plan.pp} pipeline stages; "
+            f"use gbs >= {plan.pp * plan.dp * plan.micro_batch}"
+        )
+    if plan.tp > 1:
+        _check_tp(plan, model_file, meta, layout, ref)
+    batch = model_file.hook("batch")
+    if batch is None and model_file.hook("data") is None:
+        raise PlanMismatchError(f"{ref} defines neither batch(micro_batch_size, model, seed) nor data(rank, world); add one")
+    tokens = 1
+    if batch is not None:
+        inputs, _ = batch(plan.micro_batch, model=meta, seed=0)
+        if not inputs.is_floating_point() and inputs.dim() >= 2:
+            tokens = inputs[0].numel()
+        if plan.sequence_parallel and plan.tp > 1 and (inputs.dim() < 2 or inputs.shape[1] % plan.tp):
+            raise PlanMismatchError(
+                f"sequence parallelism splits the sequence ({inputs.shape[1] if inputs.dim() > 1 else 1}) "
+                f"over tp={plan.tp}, which does not divide it; use sp=0 or a tp in {{{_divisors(inputs.shape[1])}}}"
+            )
+    if plan.seq_len and plan.seq_len != tokens and tokens != 1:
+        raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
+    return Checked(layout=layout, tokens_per_sample=tokens)
+
+
+def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:
+    tp = plan.tp
+    if not model_file.has_tp_plan:
+        raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref} defines no tp_plan(block); use tp=1")
+    for name in ("heads", "kv_heads"):
+        value = _config_value(meta, name)
+        if isinstance(value, int) and value % tp:
+            raise PlanMismatchError(
+                f"tp={tp} does not divide the model's {value} {name.replace('_', ' ')}; "
+                f"use tp in {{{_divisors(value)}}}"
+            )
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    tp_plan = model_file.hook("tp_plan")
+    block = next(m for m in blocks_of(meta, layout) if m is not None)
+    takes_sp = "sequence_parallel" in inspect.signature(tp_plan).parameters
+    if plan.sequence_parallel and not takes_sp:
+        raise PlanMismatchError(f"{ref}'s tp_plan(block) takes no sequence_parallel argument; use sp=0")
+    styles = tp_plan(block, sequence_parallel=plan.sequence_parallel) if takes_sp else tp_plan(block)
+    for fqn, style in styles.items():
+        module = block.get_submodule(fqn)
+        if not isinstance(module, nn.Linear):
+            continue
+        dim = module.out_features if isinstance(style, ColwiseParallel) else (
+            module.in_features if isinstance(style, RowwiseParallel) else None)
+        if dim is not None and dim % tp:
+            raise PlanMismatchError(
+                f"tp={tp} does not divide {fqn} ({dim} features) of {ref}'s blocks; use tp in {{{_divisors(dim)}}}"
+            )
