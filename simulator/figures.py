@@ -1,0 +1,101 @@
+"""From a simulated step (RawStep) to the DESIGN.md figures and per-stage utilisation."""
+
+from __future__ import annotations
+
+from planner.costs import MemoryBreakdown, PlanCosts
+from planner.plan import Figures
+
+from .step import RawStep
+
+GIB = 2.0**30
+# The same keys as the planner's closed form (planner.cost_model.estimate_from_costs).
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "pp_p2p", "dp_comm_exposed", "optimizer", "bubble")
+
+
+def critical_device(raw: RawStep) -> int:
+    """The pipeline rank that finishes last (the lowest such rank on a tie)."""
+    end = raw.step_time_s
+    for d, t in enumerate(raw.devices):
+        if t.end_s >= end * (1 - 1e-12):
+            return d
+    return 0
+
+
+def breakdown(raw: RawStep, device: int | None = None) -> dict[str, float]:
+    """Seconds of the step by kind on one rank (the critical one by default); sums to the step."""
+    d = critical_device(raw) if device is None else device
+    t = raw.devices[d]
+    dp_exposed = max(0.0, t.dp_end_s - t.compute_end_s) + t.wait_gather_s
+    out = {
+        "compute": t.compute_s - t.recompute_s - t.tp_comm_s,
+        "recompute": t.recompute_s,
+        "tp_comm": t.tp_comm_s,
+        "pp_p2p": t.wait_comm_s + t.send_wait_s,
+        "dp_comm_exposed": dp_exposed,
+        "optimizer": t.optimizer_s,
+        "bubble": t.wait_bubble_s,
+    }
+    # Ranks that finish early idle until the step ends: that is bubble too.
+    out["bubble"] += max(0.0, raw.step_time_s - t.end_s)
+    return out
+
+
+def device_memory(costs: PlanCosts) -> list[MemoryBreakdown | None]:
+    """Per pipeline rank, the sum of its chunks' memory (buffers and reserve sit on one chunk)."""
+    out: list[MemoryBreakdown | None] = [None] * costs.pp
+    for c, st in enumerate(costs.stages):
+        if st.memory is None:
+            continue
+        d = costs.device_stage(c)
+        prev = out[d]
+        if prev is None:
+            out[d] = st.memory
+        else:
+            out[d] = MemoryBreakdown(
+                *(getattr(prev, f) + getattr(st.memory, f) for f in MemoryBreakdown.__dataclass_fields__)
+            )
+    return out
+
+
+def utilisation(raw: RawStep, node_of_stage: list[int] | None = None) -> list[dict]:
+    """Per pipeline rank: fractions of the step spent computing, sending, on DP, idle."""
+    step = raw.step_time_s or 1.0
+    rows = []
+    for d, t in enumerate(raw.devices):
+        rows.append(
+            {
+                "stage": d,
+                "node": node_of_stage[d] if node_of_stage else None,
+                "compute": t.compute_s / step,
+                "recompute": t.recompute_s / step,
+                "send": t.send_busy_s / step,
+                "dp_comm": t.dp_busy_s / step,
+                "optimizer": t.optimizer_s / step,
+                "idle": max(0.0, 1.0 - (t.compute_s + t.optimizer_s) / step),
+                "end_s": t.end_s,
+            }
+        )
+    return rows
+
+
+def figures(raw: RawStep, costs: PlanCosts) -> Figures:
+    step = raw.step_time_s
+    parts = breakdown(raw)
+    memories = [m for m in device_memory(costs) if m is not None]
+    fullest = max(memories, key=lambda m: m.total_bytes) if memories else None
+    gpus = max(costs.num_gpus, 1)
+    model_tflops = costs.model_flops_per_step / step / gpus / 1e12 if step > 0 else 0.0
+    hw_tflops = costs.hardware_flops_per_step / step / gpus / 1e12 if step > 0 else 0.0
+    return Figures(
+        step_time_s=step,
+        tokens_per_s=costs.tokens_per_step / step if step > 0 else 0.0,
+        samples_per_s=costs.samples_per_step / step if step > 0 else 0.0,
+        model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=hw_tflops,
+        mfu=model_tflops / costs.peak_tflops_per_gpu if costs.peak_tflops_per_gpu else 0.0,
+        peak_memory_gib=fullest.total_bytes / GIB if fullest else 0.0,
+        bubble_fraction=parts["bubble"] / step if step > 0 else 0.0,
+        breakdown=parts,
+        usd_per_step=step / 3600.0 * costs.num_gpus * costs.usd_per_gpu_hour,
+        memory_breakdown_gib=fullest.to_gib() if fullest else {},
+    )

@@ -1,0 +1,296 @@
+"""Discrete-event simulation of one training step of one representative replica.
+
+One simpy process per pipeline rank runs its schedule (schedules.py); one more per rank
+is its data-parallel communication stream. DP and TP replicas are symmetric (they do the
+same work at the same time on their own GPUs and link shares), so one replica stands for
+all of them: never one process per GPU.
+
+Per micro-batch: forward, backward (its first `recompute_s` is the recomputed forward),
+activation and gradient sends between chunks. TP collectives are inside forward_s /
+backward_s (they sit on the critical path). Per step: the DP gradient collective (or ZeRO
+reduce-scatter, with the parameter all-gather prefetched at the step's start) on the DP
+stream, bucketed and overlapped with each chunk's final backward when the plan overlaps
+it, then the optimizer. With contention on, sends and DP buckets share links
+(network.py); with it off every transfer takes its cost-model time and the step equals
+the closed forms (1F1B and GPipe: (m+p-1)(t_f+t_b) for uniform stages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import simpy
+
+from planner.costs import PlanCosts
+
+from .network import LinkKey, Network
+from .schedules import ScheduleError, device_orders, first_forward_index, last_backward_index
+
+
+class SimEvent(NamedTuple):
+    device: int  # pipeline rank
+    lane: str  # "compute", "send" or "dp"
+    name: str  # F, R (recompute), B, send-act, send-grad, dp-reduce, dp-gather, optimizer
+    start: float
+    end: float
+    chunk: int = -1
+    mb: int = -1
+
+
+@dataclass
+class DeviceTimes:
+    """What one pipeline rank did in the step (seconds)."""
+
+    compute_s: float = 0.0  # forward + backward incl. recompute and TP collectives
+    recompute_s: float = 0.0
+    tp_comm_s: float = 0.0
+    wait_comm_s: float = 0.0  # idle while the awaited activation/gradient was on the wire
+    wait_bubble_s: float = 0.0  # idle for any other reason (pipeline fill and drain)
+    wait_gather_s: float = 0.0  # idle for a ZeRO parameter all-gather
+    send_wait_s: float = 0.0  # held by its own blocking sends
+    compute_end_s: float = 0.0
+    dp_end_s: float = 0.0
+    dp_busy_s: float = 0.0
+    send_busy_s: float = 0.0
+    optimizer_s: float = 0.0
+    end_s: float = 0.0
+
+
+@dataclass
+class RawStep:
+    step_time_s: float
+    devices: list[DeviceTimes]
+    events: list[SimEvent]
+    link_busy_s: dict = field(default_factory=dict)
+    link_shared_s: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DpJob:
+    ready_s: float
+    seconds: float
+    chunk: int
+    name: str
+    done: simpy.Event | None = None
+    not_before_s: float = 0.0  # the job cannot finish before its last gradient exists
+
+
+class StepSimulation:
+    """Builds and runs the simpy model; `run()` returns a RawStep."""
+
+    def __init__(
+        self,
+        costs: PlanCosts,
+        link_class: dict[str, str] | None = None,
+        contention: bool = True,
+        dp_seconds: list[float] | None = None,
+        record_events: bool = True,
+        blocking_sends: bool = True,
+    ):
+        self.costs = costs
+        self.pp = costs.pp
+        self.v = costs.virtual_stages
+        self.m = costs.num_microbatches
+        self.chunks = len(costs.stages)
+        if self.chunks != self.pp * self.v:
+            raise ScheduleError(
+                f"PlanCosts has {self.chunks} stages but pp*v={self.pp * self.v}; the cost model must give one per chunk"
+            )
+        self.orders = device_orders(costs.schedule, self.pp, self.m, self.v)
+        # Which link class carries DP traffic and which carries each send: "nic" or "nvlink".
+        self.link_class = link_class or {}
+        self.dp_seconds = dp_seconds if dp_seconds is not None else [s.dp_comm_s for s in costs.stages]
+        self.env = simpy.Environment()
+        self.net = Network(self.env) if contention else None
+        self.record = record_events
+        self.blocking_sends = blocking_sends
+        self.events: list[SimEvent] = []
+        self._ready: dict[tuple[str, int, int], simpy.Event] = {}
+        self._sent_at: dict[tuple[str, int, int], float] = {}
+        self.devices = [DeviceTimes() for _ in range(self.pp)]
+        self.queues = [simpy.Store(self.env) for _ in range(self.pp)]
+        extras = costs.extras or {}
+        self.zero = int(extras.get("zero", 0))
+        self.gather_fraction = float(extras.get("dp_allgather_fraction", 0.5 if self.zero >= 1 else 0.0))
+        self.buckets = int(extras.get("dp_buckets", 0))
+        self._gathered: dict[int, simpy.Event] = {}
+
+    # -- links -----------------------------------------------------------------------
+    def _transfer(self, links: tuple[LinkKey, ...], seconds: float) -> simpy.Event:
+        if self.net is None:
+            return self.env.timeout(max(seconds, 0.0))
+        return self.net.transfer(links, seconds)
+
+    def _send_links(self, src: int, dst: int, crosses: bool) -> tuple[LinkKey, ...]:
+        cls = "nic" if crosses else "nvlink"
+        return ((cls, src, "out"), (cls, dst, "in"))
+
+    def _dp_links(self, d: int) -> tuple[LinkKey, ...]:
+        cls = self.link_class.get("dp", "nic")
+        return ((cls, d, "out"), (cls, d, "in"))
+
+    def _ready_event(self, key: tuple[str, int, int]) -> simpy.Event:
+        ev = self._ready.get(key)
+        if ev is None:
+            ev = self._ready[key] = self.env.event()
+        return ev
+
+    def _send(self, key: tuple[str, int, int], src: int, seconds: float, crosses: bool) -> simpy.Event | None:
+        """Ship an activation (key F, c+1, j) or a gradient (key B, c-1, j) to its chunk's rank.
+
+        Returns the event of its arrival (None when instantaneous); the sender waits for it.
+        """
+        dst = self.costs.device_stage(key[1])
+        target = self._ready_event(key)
+        start = self.env.now
+        self._sent_at[key] = start
+        if seconds <= 0:
+            target.succeed()
+            return None
+        done = self._transfer(self._send_links(src, dst, crosses), seconds)
+        name = "send-act" if key[0] == "F" else "send-grad"
+
+        def arrived(_ev, target=target, start=start, name=name, key=key):
+            self.devices[src].send_busy_s += self.env.now - start
+            if self.record:
+                self.events.append(SimEvent(src, "send", name, start, self.env.now, key[1], key[2]))
+            target.succeed()
+
+        done.callbacks.append(arrived)
+        return done
+
+    # -- data parallel ---------------------------------------------------------------
+    def _queue_reduce(self, d: int, c: int, start: float, dur: float, seconds: float) -> None:
+        """Gradient reduction of chunk c overlapping its final backward [start, start + dur).
+
+        Default (the cost model's assumption): fine-grained buckets, i.e. the collective may
+        run as soon as the backward starts and ends no earlier than the backward, so it is
+        exposed by max(0, dp - backward). With extras["dp_buckets"] = n, bucket k is ready
+        at start + (k+1)/n * dur and the last bucket is always exposed (DDP's tail).
+        """
+        n = self.buckets
+        if n <= 0:
+            self.queues[d].put(DpJob(start, seconds, c, "dp-reduce", not_before_s=start + dur))
+            return
+        for k in range(n):
+            self.queues[d].put(DpJob(start + dur * (k + 1) / n, seconds / n, c, "dp-reduce"))
+
+    def _dp_stream(self, d: int):
+        env, times, queue = self.env, self.devices[d], self.queues[d]
+        while True:
+            job = yield queue.get()
+            if job is None:
+                break
+            if job.ready_s > env.now:
+                yield env.timeout(job.ready_s - env.now)
+            start = env.now
+            yield self._transfer(self._dp_links(d), job.seconds)
+            times.dp_busy_s += env.now - start
+            if self.record and env.now > start:
+                self.events.append(SimEvent(d, "dp", job.name, start, env.now, job.chunk))
+            if job.not_before_s > env.now:
+                yield env.timeout(job.not_before_s - env.now)
+            if job.done is not None:
+                job.done.succeed()
+        times.dp_end_s = env.now
+
+    def _queue_gathers(self, d: int, order) -> None:
+        """ZeRO: the parameter all-gather of each chunk is prefetched from the step's start."""
+        if self.gather_fraction <= 0:
+            return
+        for chunk in sorted(first_forward_index(order), key=first_forward_index(order).get):
+            seconds = self.dp_seconds[chunk] * self.gather_fraction
+            if seconds > 0:
+                done = self.env.event()
+                self._gathered[chunk] = done
+                self.queues[d].put(DpJob(0.0, seconds, chunk, "dp-gather", done))
+
+    # -- one pipeline rank ------------------------------------------------------------
+    def _device(self, d: int):
+        env, costs, times = self.env, self.costs, self.devices[d]
+        order = self.orders[d]
+        last_b = last_backward_index(order)
+        first_f = first_forward_index(order)
+        last_chunk = self.chunks - 1
+        overlap = [costs.stages[c].dp_overlappable for c in range(self.chunks)]
+        reduce_fraction = 1.0 - self.gather_fraction
+        self._queue_gathers(d, order)
+        for i, task in enumerate(order):
+            c, j = task.chunk, task.mb
+            st = costs.stages[c]
+            if task.kind == "F":
+                dep = ("F", c, j) if c > 0 else None
+                if i == first_f[c] and c in self._gathered and not self._gathered[c].processed:
+                    t0 = env.now
+                    yield self._gathered[c]
+                    times.wait_gather_s += env.now - t0
+            else:
+                dep = ("B", c, j) if c < last_chunk else None
+            if dep is not None:
+                ev = self._ready_event(dep)
+                if not ev.processed:
+                    t0 = env.now
+                    yield ev
+                    on_wire = env.now - max(t0, self._sent_at.get(dep, env.now))
+                    times.wait_comm_s += on_wire
+                    times.wait_bubble_s += env.now - t0 - on_wire
+            start = env.now
+            if task.kind == "F":
+                dur = st.forward_s
+                times.tp_comm_s += st.tp_comm_forward_s
+            else:
+                dur = st.backward_s
+                times.tp_comm_s += st.tp_comm_backward_s
+                times.recompute_s += st.recompute_s
+                if i == last_b[c] and overlap[c] and self.dp_seconds[c] > 0:
+                    self._queue_reduce(d, c, start, dur, self.dp_seconds[c] * reduce_fraction)
+            yield env.timeout(dur)
+            times.compute_s += dur
+            if self.record:
+                if task.kind == "B" and st.recompute_s > 0:
+                    self.events.append(SimEvent(d, "compute", "R", start, start + st.recompute_s, c, j))
+                    self.events.append(SimEvent(d, "compute", "B", start + st.recompute_s, env.now, c, j))
+                else:
+                    self.events.append(SimEvent(d, "compute", task.kind, start, env.now, c, j))
+            sent = None
+            if task.kind == "F" and c < last_chunk:
+                sent = self._send(("F", c + 1, j), d, st.send_s, st.send_crosses_node)
+            elif task.kind == "B" and c > 0:
+                prev = costs.stages[c - 1]
+                sent = self._send(("B", c - 1, j), d, prev.send_s, prev.send_crosses_node)
+            if sent is not None and self.blocking_sends:
+                # Megatron's P2P (batch_isend_irecv + wait) holds the rank until the send is done.
+                t0 = env.now
+                yield sent
+                times.send_wait_s += env.now - t0
+        times.compute_end_s = env.now
+        for c in sorted(last_b):
+            if not overlap[c] and self.dp_seconds[c] > 0:
+                self.queues[d].put(DpJob(env.now, self.dp_seconds[c] * reduce_fraction, c, "dp-reduce"))
+        self.queues[d].put(None)
+        yield self._streams[d]
+        opt = sum(costs.stages[c].optimizer_s for c in last_b)
+        if opt > 0:
+            start = env.now
+            yield env.timeout(opt)
+            if self.record:
+                self.events.append(SimEvent(d, "compute", "optimizer", start, env.now))
+        times.optimizer_s = opt
+        times.end_s = env.now
+
+    def run(self) -> RawStep:
+        self._streams = [self.env.process(self._dp_stream(d)) for d in range(self.pp)]
+        procs = [self.env.process(self._device(d)) for d in range(self.pp)]
+        self.env.run()
+        for d, p in enumerate(procs):
+            if not p.processed:
+                raise RuntimeError(f"pipeline rank {d} deadlocked; the schedule's dependencies are inconsistent")
+        self.events.sort(key=lambda e: (e.device, e.start, e.lane))
+        return RawStep(
+            step_time_s=max(t.end_s for t in self.devices),
+            devices=self.devices,
+            events=self.events,
+            link_busy_s=dict(self.net.busy_s) if self.net else {},
+            link_shared_s=dict(self.net.shared_s) if self.net else {},
+        )
