@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 
 from .config import RunConfig
 from .train import Trainer
+
+
+def _exit_with_parent(poll_s: float = 1.0) -> None:
+    """torchrun starts workers in their own sessions; if the agent dies (killed test,
+    lost node) nothing would stop them, so a worker whose parent is gone exits."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="smplan-parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: python -m executor.worker RUN_CONFIG.json")
+    _exit_with_parent()
     trainer = Trainer(RunConfig.load(argv[0]))
     try:
         trainer.run()

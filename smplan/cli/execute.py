@@ -1,0 +1,84 @@
+"""`smplan execute PLAN`: run a plan for real under torchrun (or write an sbatch script)."""
+
+from __future__ import annotations
+
+import click
+
+from executor import ExecuteOptions, LaunchError, resolve_plan
+from executor import execute as run_plan
+from executor.config import FAIL_ENV
+
+from .options import echo_json, json_option, model_args_from, model_args_option
+
+
+@click.command()
+@click.argument("plan_arg", metavar="PLAN")
+@click.option("--model", default=None, metavar="FILE.py[:builder]",
+              help="Model file (required for an inline PLAN; overrides the plan file's model).")
+@model_args_option
+@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Optimizer steps.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
+              help="Processes per node (default: dp*tp*pp / nnodes).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
+@click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
+              help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set).")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Save every S steps (and at the end); 0: never.")
+@click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan (DCP reshards it).")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Restarts torchrun's agent allows after a worker fails.")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True)
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+              help="Run directory for metrics.jsonl and summary.json (default runs/execute-...).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--fail-at-step", type=click.IntRange(min=1), default=None, envvar=FAIL_ENV, hidden=True,
+              help="Test hook: SIGKILL the last rank at the start of this step (first attempt only).")
+@json_option
+def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
+            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, fail_at_step, as_json):
+    """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
+
+    \b
+      smplan execute plan.json --steps 20
+      smplan execute "dp=2,mbs=2,gbs=8" --model examples/gpt.py:tiny --checkpoint-every 5
+      smplan execute plan.json --launcher slurm --nnodes 4 --nproc-per-node 8
+    """
+    plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
+                                    nproc_per_node=nproc_per_node, nnodes=nnodes)
+    opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
+                          checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                          max_restarts=max_restarts, launcher=launcher, out=out, fail_at_step=fail_at_step,
+                          force_resume=force_resume, seed=seed, lr=lr)
+    try:
+        result = run_plan(plan, model_file, opts)
+    except LaunchError as err:
+        raise click.ClickException(str(err)) from None
+    if result.sbatch is not None:
+        if as_json:
+            echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir)})
+            return
+        click.echo(f"wrote {result.sbatch}")
+        click.echo(f"submit it with:  sbatch {result.sbatch}")
+        return
+    if as_json:
+        echo_json({"run_dir": str(result.run_dir), "summary": result.summary})
+        return
+    click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
+    if result.summary:
+        _echo_summary(result.summary)
+
+
+def _echo_summary(summary: dict) -> None:
+    measured, predicted = summary["measured"], summary.get("predicted")
+    ratio = summary.get("ratio_measured_over_predicted") or {}
+    for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
+        line = f"  {key:16s} measured {measured.get(key, float('nan')):.4g}"
+        if predicted and predicted.get(key) is not None:
+            r = ratio.get(key)
+            line += f"  predicted {predicted[key]:.4g}" + (f"  ratio {r:.2f}" if r is not None else "")
+        click.echo(line)
+    if not predicted:
+        click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
+    click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")

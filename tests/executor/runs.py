@@ -1,0 +1,73 @@
+"""Running `smplan execute` for real in tests: a subprocess with a hard timeout, and a
+/proc scan afterwards so that no process of the run outlives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GPT_TINY = str(ROOT / "examples" / "gpt.py") + ":tiny"
+CLI = "from smplan.cli.main import main; main()"
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text` (psutil-free: /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().split(") ")[-1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_execute(plan: str, out: Path, *args: str, timeout: float = 120, env: dict | None = None,
+                model: str = GPT_TINY) -> subprocess.CompletedProcess:
+    """`smplan execute PLAN --model MODEL --out OUT ARGS...`; kills the run and fails on timeout."""
+    cmd = [sys.executable, "-c", CLI, "execute", plan, "--model", model, "--out", str(out), *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=full_env, start_new_session=True, cwd=ROOT)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        kill_all(processes_mentioning(str(out)))
+        stdout, _ = proc.communicate()
+        raise AssertionError(f"smplan execute {plan} ran past {timeout}s:\n{stdout[-4000:]}") from None
+    leftovers = _wait_gone(str(out))
+    kill_all(leftovers)
+    assert not leftovers, f"processes left behind by the run: {leftovers}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, "")
+
+
+def _wait_gone(text: str, within_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while True:
+        left = processes_mentioning(text)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]

@@ -1,0 +1,37 @@
+"""Every plan reaches the single-process losses of the same seed (fp32, dropout 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.executor.runs import metrics, run_execute
+
+STEPS = 5
+PLANS = {
+    "dp2": "dp=2,mbs=1,gbs=4",
+    "tp2": "tp=2,mbs=1,gbs=4",
+    "pp2-1f1b": "pp=2,mbs=1,gbs=4,schedule=1f1b",
+    "dp2-tp2": "dp=2,tp=2,mbs=1,gbs=4",
+    "pp2-dp2-zero3": "pp=2,dp=2,zero=3,mbs=1,gbs=4",
+    "pp2-tp2-full": "pp=2,tp=2,mbs=1,gbs=4,recompute=full",
+}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    result = run_execute("mbs=1,gbs=4", out, "--steps", str(STEPS))
+    assert result.returncode == 0, result.stdout
+    return metrics(out)
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_plan_matches_single_process(name, reference, tmp_path):
+    result = run_execute(PLANS[name], tmp_path, "--steps", str(STEPS))
+    assert result.returncode == 0, result.stdout
+    got = metrics(tmp_path)
+    assert [r["step"] for r in got] == list(range(1, STEPS + 1))
+    for ref, rec in zip(reference, got, strict=True):
+        assert rec["loss"] == pytest.approx(ref["loss"], rel=1e-4), (name, rec["step"])
+        assert rec["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), (name, rec["step"])
+    assert (tmp_path / "summary.json").exists()
