@@ -80,8 +80,9 @@ class Attention(nn.Module):
         qkv = qkv.view(b, s, -1, (group + 2) * d)
         q, k, v = qkv.split([group * d, d, d], dim=-1)
         q = q.reshape(b, s, -1, d).transpose(1, 2)  # b, heads, s, d
-        k = k.transpose(1, 2).repeat_interleave(group, dim=1)
-        v = v.transpose(1, 2).repeat_interleave(group, dim=1)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if group > 1:  # grouped-query: each kv head serves `group` query heads (a copy)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if self.cfg.attention == "sdpa":
             p = self.cfg.dropout if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)

@@ -3,6 +3,7 @@
 from .model_file import ModelFile, ModelFileError, load_model_file, parse_model_args
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
 from .plan import Figures, Plan, PlanError, Stage, even_stages, parse_inline, plan_from_inline
+from .profiler import ProfileError, profile_model
 
 __all__ = [
     "BlockProfile",
@@ -13,6 +14,7 @@ __all__ = [
     "ModelProfile",
     "Plan",
     "PlanError",
+    "ProfileError",
     "Stage",
     "TPCollective",
     "even_stages",
@@ -20,4 +22,5 @@ __all__ = [
     "parse_inline",
     "parse_model_args",
     "plan_from_inline",
+    "profile_model",
 ]

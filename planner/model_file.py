@@ -83,6 +83,8 @@ class ModelFile:
                 raise ModelFileError(f"{self.path}: --arg {key} must be {kind}, got {value!r}")
             if isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
                 raise ModelFileError(f"{self.path}: --arg {key} must be a whole number, got {value!r}")
+            if isinstance(default, str) and not isinstance(value, str):
+                raise ModelFileError(f"{self.path}: --arg {key} must be text (default {default!r}), got {value!r}")
         previous = torch.get_default_dtype()
         try:
             if dtype is not None:
@@ -127,14 +129,20 @@ def split_ref(ref: str) -> tuple[Path, str]:
     return Path(path), builder or "model"
 
 
-def load_model_file(ref: str) -> ModelFile:
+def file_digest(ref: str) -> tuple[Path, str, str]:
+    """(path, builder name, sha256 of the file) without importing it (what a cache key needs)."""
     path, builder_name = split_ref(ref)
     if not path.exists():
         raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder]")
     if path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a .py file; pass path/to/model.py[:builder]")
-    source = path.read_bytes()
-    digest = hashlib.sha256(source).hexdigest()
+    if not path.is_file():
+        raise ModelFileError(f"model file {str(path)!r} is not a file; pass path/to/model.py[:builder]")
+    return path, builder_name, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_model_file(ref: str) -> ModelFile:
+    path, builder_name, digest = file_digest(ref)
     name = f"smplan_model_{digest[:16]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

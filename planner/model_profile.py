@@ -45,6 +45,7 @@ class TPCollective:
     kind: str  # "all_reduce"
     phase: str  # "forward" or "backward"
     bytes_per_sample: float
+    module: str = ""  # the tp_plan entry inside the block that issues it ("attn.proj")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,65 @@
+"""`profile_model`: a model file -> ModelProfile, on the meta device, in seconds.
+
+How a model is cut into parts:
+- The repeated blocks are the run of structurally identical modules (same class tree,
+  same parameter shapes) inside an `nn.ModuleList` / `nn.Sequential` that holds the most
+  parameters; for a transformer that is the longest run, the layers (never the experts
+  inside one layer, whose run holds fewer parameters than the layers around them).
+- Every other module next to the path from the root to those blocks is a part of its own,
+  `pre` if it runs before the first block and `post` otherwise; the file's `loss` is the
+  last post part. Ops in forward code outside any such module go to a part "forward".
+- Only the first block runs; the others return its output (they are identical), so a
+  96-layer model costs one layer of tracing.
+
+Conventions: figures are per sample (the file's `batch(1)`). `seq_len` is dim 1 of the
+first input when that input is an integer (token) tensor of two or more dims, else 0.
+`num_heads` is what tensor parallelism must divide: `model.config`'s `kv_heads` (or
+`num_key_value_heads`), else its `heads` / `num_heads` / `n_head` /
+`num_attention_heads` (attribute or dict key), else 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import profile_cache
+from .model_file import file_digest, load_model_file
+from .model_profile import ModelProfile
+
+# Bump when the numbers a profile holds change meaning; old cache entries are then ignored.
+PROFILER_VERSION = 1
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+class ProfileError(ValueError):
+    """The profile request itself is wrong (e.g. an unknown dtype); the message says the fix."""
+
+
+def profile_model(
+    ref: str,
+    args: dict | None = None,
+    seq_len: int | None = None,
+    dtype: str = "bf16",
+    cache: bool = True,
+) -> ModelProfile:
+    """Profile `path/to/model.py[:builder]` built with `args` (and `seq_len`, if given).
+
+    >>> p = profile_model("examples/gpt.py:tiny")
+    >>> p.num_blocks, p.params, p.train_flops_per_sample
+    """
+    if dtype not in DTYPES:
+        raise ProfileError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    args = dict(args or {})
+    _, builder, digest = file_digest(ref)
+    key = profile_cache.key(file_sha256=digest, builder=builder, args=args, seq_len=seq_len, dtype=dtype,
+                            version=PROFILER_VERSION)
+    if cache:
+        hit = profile_cache.load(key)
+        if hit is not None:
+            return dataclasses.replace(hit, model=ref)
+    from .profiler_run import run_profile  # imports torch: only when there is work to do
+
+    profile = run_profile(ref, load_model_file(ref), args, seq_len, dtype)
+    if cache:
+        profile_cache.store(key, profile)
+    return profile

@@ -1,0 +1,331 @@
+"""The tracing run behind `profile_model`: build on meta, run one block, assemble parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import inspect
+import traceback
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_leaves, tree_map
+
+from .model_file import ModelFile, ModelFileError
+from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
+from .profiler_blocks import find_blocks, qualname, siblings
+from .profiler_trace import GPUKernels, PartStats, Tracer, storage_key, tensor_bytes
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype: str) -> ModelProfile:
+    if seq_len is not None:
+        if not mf.accepts("seq_len"):
+            raise ModelFileError(f"{mf.path}: --seq-len given but {mf.builder_name}() takes no seq_len argument; "
+                                 "drop --seq-len or add the argument to the builder")
+        args["seq_len"] = seq_len
+    torch_dtype = TORCH_DTYPES[dtype]
+    model = mf.build(args, device="meta", dtype=torch_dtype)
+    model.train()  # dropout active: its masks are part of what backward keeps
+    inputs, targets = _example_batch(mf, model, torch_dtype)
+    first = next((t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)), None)
+    samples = max(int(first.shape[0]), 1) if first is not None and first.dim() else 1
+    profile_seq = int(first.shape[1]) if first is not None and first.dim() >= 2 and not first.is_floating_point() \
+        and not first.is_complex() else 0
+
+    container, run = find_blocks(model)
+    blocks = [container.get_submodule(n) for n in run]
+    tp_modules = _tp_modules(mf, blocks[0]) if blocks else {}
+    excluded = {storage_key(t) for t in [*model.parameters(), *model.buffers()]}
+    tracer = Tracer(profile_seq, excluded)
+    parts = _Parts(tracer)
+    handles = _install_hooks(model, container, run, blocks, tp_modules, parts, tracer)
+    try:
+        with torch.enable_grad(), GPUKernels(), tracer, \
+                torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
+            outputs = _call(model, inputs, mf)
+            loss_fn = mf.hook("loss")
+            if loss_fn is not None and targets is not None:
+                parts.enter("loss", force_kind="post")
+                loss = _user_call(mf, "loss", loss_fn, outputs, targets)
+                parts.current.input_bytes = tensor_bytes((outputs, targets))
+                parts.current.output_bytes = tensor_bytes(loss)
+                parts.leave()
+    finally:
+        for h in handles:
+            h.remove()
+        for b in blocks[1:]:
+            b.__dict__.pop("forward", None)
+
+    params_of = _params_by_part(model, container, run, blocks, parts)
+    pre, post, block = [], [], None
+    for stats in parts.ordered():
+        bp = _block_profile(stats, params_of.get(stats.name, 0), samples)
+        if stats.kind == "block":
+            block = bp
+        elif bp.params or bp.forward_flops_per_sample or bp.saved_bytes_per_sample or stats.name == "loss":
+            (pre if stats.kind == "pre" else post).append(bp)
+    prefix = qualname(model, container)
+    block_profiles = tuple(
+        dataclasses.replace(block, name=f"{prefix}.{n}" if prefix else n) for n in run
+    ) if block is not None else ()
+    return ModelProfile(
+        model=ref,
+        args=args,
+        seq_len=profile_seq,
+        dtype=dtype,
+        bytes_per_element=torch.empty((), dtype=torch_dtype).element_size(),
+        pre=tuple(pre),
+        blocks=block_profiles,
+        post=tuple(post),
+        has_tp_plan=bool(tp_modules),
+        num_heads=_num_heads(model),
+        file_sha256=mf.sha256,
+    )
+
+
+# -- hooks: which part is running -------------------------------------------------------------
+
+class _Parts:
+    def __init__(self, tracer: Tracer):
+        self.tracer = tracer
+        self.by_name: dict[str, PartStats] = {}
+        self.order: list[str] = []
+        self.stack: list[PartStats | None] = []
+        self.phase = "pre"
+
+    @property
+    def current(self) -> PartStats | None:
+        return self.stack[-1] if self.stack else None
+
+    def get(self, name: str, kind: str) -> PartStats:
+        if name not in self.by_name:
+            self.by_name[name] = PartStats(name=name, kind=kind)
+            self.order.append(name)
+        return self.by_name[name]
+
+    def ambient(self) -> PartStats:
+        return self.get("forward" if self.phase == "pre" else "forward (after blocks)", self.phase)
+
+    def enter(self, name: str | None, force_kind: str | None = None) -> None:
+        part = None if name is None else self.get(name, force_kind or self.phase)
+        self.stack.append(part)
+        self.tracer.part = part
+
+    def leave(self) -> None:
+        self.stack.pop()
+        self.tracer.part = self.stack[-1] if self.stack else self.ambient()
+
+    def ordered(self) -> list[PartStats]:
+        return [self.by_name[n] for n in self.order]
+
+
+def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tracer: Tracer) -> list:
+    handles = []
+    tracer.part = parts.ambient()
+
+    def part_hooks(module: nn.Module, name: str | None, kind: str | None = None, first_block: bool = False):
+        def pre(mod, args, kwargs):
+            parts.enter(name, kind)
+            if parts.current is not None and parts.current.input_bytes is None:
+                parts.current.input_bytes = tensor_bytes((args, kwargs))
+
+        def post(mod, args, kwargs, output):
+            if parts.current is not None:
+                parts.current.output_bytes = tensor_bytes(output)
+                parts.current.calls += 1
+            if first_block:
+                parts.phase = "post"
+            parts.leave()
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+
+    for name, module in siblings(model, container, run).items():
+        part_hooks(module, name)
+    if blocks:
+        part_hooks(blocks[0], "block", "block", first_block=True)
+        for b in blocks[1:]:
+            part_hooks(b, None, first_block=True)  # stubbed, or ignored if it must really run
+        handles.append(_stub_identical_blocks(blocks))
+    for mod_name, (module, style) in tp_modules.items():
+        handles += _tp_hooks(mod_name, module, style, tracer)
+    return handles
+
+
+def _stub_identical_blocks(blocks: list[nn.Module]):
+    """Blocks 1.. return block 0's output for the same input shapes instead of running."""
+    seen: dict = {}
+
+    def shapes(args, kwargs):
+        return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in tree_leaves((args, kwargs)))
+
+    def remember(mod, args, kwargs, output):
+        seen[shapes(args, kwargs)] = output
+
+    handle = blocks[0].register_forward_hook(remember, with_kwargs=True)
+    for b in blocks[1:]:
+        real = b.forward
+
+        def stub(*args, _real=real, **kwargs):
+            out = seen.get(shapes(args, kwargs))
+            return out if out is not None else _real(*args, **kwargs)
+
+        b.forward = stub
+    return handle
+
+
+def _tp_hooks(name: str, module: nn.Module, style: str, tracer: Tracer) -> list:
+    """Megatron f/g: all-reduce a row-parallel output (forward), a column-parallel input grad (backward)."""
+
+    def pre(mod, args, kwargs):
+        tracer.tp_stack.append(style)
+
+    def post(mod, args, kwargs, output):
+        tracer.tp_stack.pop()
+        part = tracer.part
+        if style == "col":
+            tracer.tag(output)
+            if part is not None:
+                part.collectives.append(TPCollective("all_reduce", "backward", tensor_bytes(args[:1]), name))
+        else:
+            tracer.tag(output, sharded=False)
+            if part is not None:
+                part.collectives.append(TPCollective("all_reduce", "forward", tensor_bytes(output), name))
+
+    return [module.register_forward_pre_hook(pre, with_kwargs=True), module.register_forward_hook(post, with_kwargs=True)]
+
+
+def _tp_modules(mf: ModelFile, block: nn.Module) -> dict[str, tuple[nn.Module, str]]:
+    """{name in block: (module, "col" | "row")} from the file's tp_plan(block)."""
+    fn = mf.hook("tp_plan")
+    if fn is None:
+        return {}
+    try:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    except ImportError:  # a torch built without distributed: profile without TP
+        return {}
+    plan = _user_call(mf, "tp_plan", fn, block)
+    if not isinstance(plan, dict):
+        raise ModelFileError(f"{mf.path}: tp_plan() returned {type(plan).__name__}; return a dict "
+                             "{submodule name: ColwiseParallel() | RowwiseParallel() | ...}")
+    named = dict(block.named_modules())
+    out = {}
+    for pattern, style in plan.items():
+        kind = "col" if isinstance(style, ColwiseParallel) else "row" if isinstance(style, RowwiseParallel) else None
+        matches = [n for n in named if n and fnmatch.fnmatchcase(n, pattern)]
+        if not matches:
+            raise ModelFileError(f"{mf.path}: tp_plan() names {pattern!r}, which is no submodule of the block; "
+                                 f"use one of {', '.join(n for n in named if n)}")
+        if kind is not None:
+            out.update({n: (named[n], kind) for n in matches})
+    return out
+
+
+# -- running user code -------------------------------------------------------------------------
+
+def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except ModelFileError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any crash in user code becomes one line
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == mf.path.resolve()]
+        line = f" (line {frames[-1].lineno} of {mf.path.name})" if frames else ""
+        hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes" \
+            if what == "forward" else ""
+        raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {err}{line}{hint}") from None
+
+
+def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):
+    fn = mf.hook("batch")
+    if fn is None:
+        raise ModelFileError(f"{mf.path}: no batch() function; define batch(micro_batch_size, model=None) "
+                             "returning example (inputs, targets)")
+    try:
+        takes_model = "model" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes_model = False
+    data = _user_call(mf, "batch", fn, 1, model=model) if takes_model else _user_call(mf, "batch", fn, 1)
+    if not isinstance(data, tuple | list) or len(data) != 2:
+        raise ModelFileError(f"{mf.path}: batch() returned {type(data).__name__}; return a pair (inputs, targets)")
+
+    def to_meta(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        return t.to(device="meta", dtype=dtype if t.is_floating_point() else t.dtype)
+
+    return tree_map(to_meta, data[0]), tree_map(to_meta, data[1])
+
+
+def _call(model: nn.Module, inputs, mf: ModelFile):
+    if isinstance(inputs, dict):
+        return _user_call(mf, "forward", model, **inputs)
+    if isinstance(inputs, tuple | list):
+        return _user_call(mf, "forward", model, *inputs)
+    return _user_call(mf, "forward", model, inputs)
+
+
+# -- assembling -------------------------------------------------------------------------------
+
+def _params_by_part(model, container, run, blocks, parts: _Parts) -> dict[str, int]:
+    """Parameters per part; shared ones count once, for the first part that owns them."""
+    seen: set[int] = set()
+    out: dict[str, int] = {}
+
+    def count(name: str, params) -> None:
+        for p in params:
+            if id(p) not in seen:
+                seen.add(id(p))
+                out[name] = out.get(name, 0) + p.numel()
+
+    if blocks:
+        count("block", blocks[0].parameters())
+        for b in blocks[1:]:
+            seen.update(id(p) for p in b.parameters())
+    for name, module in siblings(model, container, run).items():
+        # a module never called still holds its parameters: keep them in the totals
+        count(parts.get(name, "post").name, module.parameters())
+    rest = [p for p in model.parameters() if id(p) not in seen]
+    if rest:
+        count(parts.get("forward", "pre").name, rest)
+    return out
+
+
+def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
+    per = 1.0 / samples
+    matmuls = tuple(  # shapes of the batch(1) call
+        MatmulShape(m=m, n=n, k=k, batch=b, count=c, tp_dim=d)
+        for (m, n, k, b, d), c in sorted(stats.matmuls.items(), key=lambda kv: -2 * kv[0][0] * kv[0][1] * kv[0][2])
+    )
+    ew = stats.elementwise_bytes
+    return BlockProfile(
+        name=stats.name,
+        kind=stats.kind,
+        params=int(params),
+        forward_flops_per_sample=stats.flops * per,
+        saved_bytes_tp_sharded_per_sample=stats.saved["tp_sharded"] * per,
+        saved_bytes_replicated_per_sample=stats.saved["replicated"] * per,
+        saved_bytes_attention_core_per_sample=stats.saved["attention_core"] * per,
+        output_bytes_per_sample=stats.output_bytes * per,
+        input_bytes_per_sample=(stats.input_bytes or 0.0) * per,
+        elementwise_bytes_per_sample=ew * per,
+        elementwise_tp_sharded_fraction=stats.elementwise_sharded_bytes / ew if ew else 0.0,
+        matmuls=matmuls,
+        tp_collectives=tuple(
+            TPCollective(c.kind, c.phase, c.bytes_per_sample * per, c.module) for c in stats.collectives
+        ),
+    )
+
+
+def _num_heads(model: nn.Module) -> int:
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return 0
+    for key in ("kv_heads", "num_key_value_heads", "heads", "num_heads", "n_head", "num_attention_heads"):
+        value = cfg.get(key) if isinstance(cfg, dict) else getattr(cfg, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0

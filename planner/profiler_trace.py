@@ -1,0 +1,221 @@
+"""Watching one forward pass on the meta device: what each part computes, saves and moves.
+
+Three interception layers, each doing one job:
+- `GPUKernels` (a TorchFunctionMode) runs dropout and scaled-dot-product attention the way
+  they run on a GPU. On CPU/meta, `F.dropout` is `input * bernoulli_noise` (it saves a
+  noise tensor of the input dtype, 2 bytes/element in bf16) and SDPA falls back to the
+  math kernel, which upcasts to fp32 and materialises the s x s scores. On CUDA, dropout is
+  the fused `native_dropout` (a bool mask, 1 byte/element) and SDPA is flash attention
+  (saves q, k, v, output and the log-sum-exp; no s^2 term). We profile the GPU's behaviour.
+- `Tracer` (a TorchDispatchMode) sees every aten op: FLOPs from torch.utils.flop_counter's
+  registry, GEMM shapes, HBM bytes of the other ops, and the "tp-sharded" tag, which
+  flows from the outputs of ColwiseParallel modules through every op that reads a tagged
+  tensor until a RowwiseParallel module's output (where Megatron's all-reduce happens).
+- `saved_tensors_hooks` see what autograd keeps for backward; `Tracer.pack` files each
+  tensor under one part and one of three categories, once per storage, parameters excluded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from .model_profile import TPCollective
+
+aten = torch.ops.aten
+
+_MATMULS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
+_ATTENTION = {
+    aten._scaled_dot_product_flash_attention,
+    aten._scaled_dot_product_efficient_attention,
+    aten._scaled_dot_product_cudnn_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu,
+}
+_GEMM_LIKE = _MATMULS | _ATTENTION | {aten.convolution, aten._scaled_mm}
+# Ops that move no data: allocation without initialisation and metadata-only reshapes that
+# the schema does not mark as views.
+_NO_TRAFFIC = {
+    aten._unsafe_view, aten.detach, aten.alias, aten.lift_fresh, aten.empty, aten.empty_like,
+    aten.empty_strided, aten.new_empty, aten.new_empty_strided, aten.scalar_tensor,
+    aten._local_scalar_dense,
+}
+
+
+@dataclass
+class PartStats:
+    """What one part (a non-repeated module, a block, the loss) did in the forward pass."""
+
+    name: str
+    kind: str  # "pre", "block", "post"
+    flops: float = 0.0
+    saved: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0, "attention_core": 0.0})
+    saved_keys: set = field(default_factory=set)
+    input_bytes: float | None = None  # of the first call
+    output_bytes: float = 0.0  # of the last call
+    elementwise_bytes: float = 0.0
+    elementwise_sharded_bytes: float = 0.0
+    matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim) -> count
+    collectives: list[TPCollective] = field(default_factory=list)
+    calls: int = 0
+
+
+def storage_key(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. nested)
+        return id(t)
+
+
+def tensor_bytes(obj) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
+
+
+class Tracer(TorchDispatchMode):
+    """Attributes every op and every saved tensor to `self.part` (None: ignore)."""
+
+    def __init__(self, seq_len: int, excluded_storages: set[int]):
+        super().__init__()
+        self.seq_len = seq_len
+        self.excluded = excluded_storages  # parameters and buffers: not activations
+        self.part: PartStats | None = None
+        self.sharded: set[int] = set()
+        self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
+        self._alive: list = []  # keep storages alive so their keys are never reused
+
+    # -- the tp-sharded tag -------------------------------------------------------------
+    def tag(self, obj, sharded: bool = True) -> None:
+        for t in tree_leaves(obj):
+            if isinstance(t, torch.Tensor):
+                key = storage_key(t)
+                if sharded:
+                    self.sharded.add(key)
+                    self._alive.append(t)
+                else:
+                    self.sharded.discard(key)
+
+    def is_sharded(self, t: torch.Tensor) -> bool:
+        return storage_key(t) in self.sharded
+
+    # -- ops ------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        part = self.part
+        if part is None:
+            return out
+        packet = func._overloadpacket
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        sharded = any(self.is_sharded(t) for t in inputs)
+        if sharded:
+            self.tag(out)
+        if packet in flop_registry:
+            part.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+        if packet in _GEMM_LIKE:
+            for shape in _gemm_shapes(packet, args, out):
+                part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
+        elif not func.is_view and packet not in _NO_TRAFFIC:
+            moved = sum(t.numel() * t.element_size() for t in inputs if storage_key(t) not in self.excluded)
+            moved += tensor_bytes(out)
+            part.elementwise_bytes += moved
+            if sharded:
+                part.elementwise_sharded_bytes += moved
+        return out
+
+    def _tp_dim(self, packet, sharded: bool) -> str | None:
+        if self.tp_stack and packet in (aten.mm, aten.addmm):
+            return "n" if self.tp_stack[-1] == "col" else "k"
+        if sharded and packet not in (aten.mm, aten.addmm):
+            return "batch"  # per-head attention matmuls: heads / tp on each rank
+        return None
+
+    # -- saved tensors --------------------------------------------------------------------
+    def pack(self, t: torch.Tensor):
+        part = self.part
+        if part is not None:
+            key = storage_key(t)
+            if key not in self.excluded and key not in part.saved_keys:
+                part.saved_keys.add(key)
+                self._alive.append(t)
+                try:
+                    nbytes = t.untyped_storage().nbytes()
+                except (RuntimeError, NotImplementedError):
+                    nbytes = t.numel() * t.element_size()
+                part.saved[self._category(t, key)] += nbytes
+        return t
+
+    def _category(self, t: torch.Tensor, key: int) -> str:
+        s = self.seq_len
+        # s x s: scores, softmax output, dropout mask/output. A model profiled at a seq_len
+        # equal to its hidden width would file [s, h] activations here too: avoid s == h.
+        if s and t.dim() >= 2 and t.shape[-1] == s and t.shape[-2] == s:
+            return "attention_core"
+        return "tp_sharded" if key in self.sharded else "replicated"
+
+
+def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
+    """(m, n, k, batch) of the GEMMs one op runs (attention kernels run two)."""
+    if packet in (aten.mm, aten.addmm):
+        a, b = args[-2], args[-1]
+        return [(a.shape[0], b.shape[1], a.shape[1], 1)]
+    if packet in (aten.bmm, aten.baddbmm):
+        a, b = args[-2], args[-1]
+        return [(a.shape[1], b.shape[2], a.shape[2], a.shape[0])]
+    if packet is aten.convolution:  # implicit GEMM: (N * output pixels) x C_out x (C_in/g * kernel)
+        x, w = args[0], args[1]
+        groups = args[8] if len(args) > 8 else 1
+        o = out if isinstance(out, torch.Tensor) else out[0]
+        pixels = o.numel() // (o.shape[0] * o.shape[1])
+        return [(x.shape[0] * pixels, w.shape[0] // groups, w[0].numel(), groups)]
+    if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: q k^T, then p v
+        q, k = args[0], args[1]
+        heads = q.shape[0] * q.shape[1]
+        return [(q.shape[2], k.shape[2], q.shape[3], heads), (q.shape[2], q.shape[3], k.shape[2], heads)]
+    return []
+
+
+class GPUKernels(TorchFunctionMode):
+    """Run dropout and SDPA as the CUDA kernels do (see the module docstring)."""
+
+    _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout or func is torch.dropout:
+            names = ("input", "p", "training", "inplace") if func is F.dropout else ("input", "p", "training")
+            bound = {"p": 0.5, "training": True, "inplace": False, **dict(zip(names, args, strict=False)), **kwargs}
+            if "train" in bound:
+                bound["training"] = bound.pop("train")
+            p, x = bound["p"], bound["input"]
+            if bound["training"] and 0.0 < p < 1.0 and not bound["inplace"] and isinstance(x, torch.Tensor):
+                return torch.native_dropout(x, p, True)[0]
+        elif func is F.scaled_dot_product_attention:
+            bound = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
+                     **dict(zip(self._SDPA_ARGS, args, strict=False)), **kwargs}
+            fused = _fused_attention(**bound)
+            if fused is not None:
+                return fused
+        return func(*args, **kwargs)
+
+
+def _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    if enable_gqa or query.dim() != 4 or key.shape[1] != query.shape[1]:
+        return None
+    try:
+        if attn_mask is None:
+            return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, scale=scale)[0]
+        bias = attn_mask
+        if bias.dtype == torch.bool:
+            bias = torch.zeros(bias.shape, dtype=query.dtype, device=query.device).masked_fill(~bias, float("-inf"))
+        shape = (query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+        return aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias.expand(shape), True, dropout_p, is_causal, scale=scale
+        )[0]
+    except (RuntimeError, TypeError, NotImplementedError):
+        return None  # shapes the fused kernels refuse: let the math kernel run

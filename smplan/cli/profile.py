@@ -1,0 +1,89 @@
+"""`smplan profile MODEL`: what one sample costs, part by part (planner.profile_model)."""
+
+from __future__ import annotations
+
+import click
+
+from planner import profile_model
+from planner.profiler import DTYPES
+
+from .options import echo_json, json_option, model_args_from, model_args_option
+from .table import format_table
+
+MIB = 2**20
+
+
+@click.command()
+@click.argument("model", metavar="MODEL")
+@model_args_option
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (passed to the builder as seq_len).")
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True,
+              help="Parameter and activation dtype the model is built in.")
+@click.option("--no-cache", is_flag=True, help="Profile again even if a cached profile exists.")
+@json_option
+def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype: str, no_cache: bool,
+            as_json: bool) -> None:
+    """Profile MODEL (path/to/model.py[:builder]) on the meta device: no weights allocated.
+
+    Per part (embedding, one row for the repeated blocks, head, loss): parameters,
+    forward GFLOPs, bytes saved for backward and output bytes per sample, and the
+    collectives a block issues under the file's tp_plan. Profiles are cached on disk
+    ($SMPLAN_CACHE_DIR or ~/.cache/smplan) by file hash and arguments.
+
+    \b
+    Examples:
+      smplan profile examples/gpt.py:gpt3_175b
+      smplan profile examples/gpt.py --arg layers=4 --arg hidden=256 --arg heads=4
+      smplan profile examples/gpt.py:llama3_8b --seq-len 4096 --json
+      smplan profile examples/mlp.py --dtype fp32
+    """
+    result = profile_model(model, model_args_from(model_args), seq_len=seq_len, dtype=dtype, cache=not no_cache)
+    if as_json:
+        data = result.to_dict()
+        data["train_flops_per_token"] = result.train_flops_per_sample / result.tokens_per_sample
+        echo_json(data)
+        return
+    rows = [_row(p.name, 1, p) for p in result.pre]
+    if result.blocks:
+        first, last = result.blocks[0].name, result.blocks[-1].name
+        name = first if len(result.blocks) == 1 else f"{first} .. {last.rsplit('.', 1)[-1]}"
+        rows.append(_row(name, len(result.blocks), result.blocks[0]))
+    rows += [_row(p.name, 1, p) for p in result.post]
+    headers = ["part", "count", "params", "fwd GFLOPs/sample", "saved MiB/sample", "output MiB/sample", "TP collectives"]
+    click.echo(f"{result.model}  seq_len={result.seq_len}  dtype={result.dtype}  "
+               f"(per part; a block row is one block)")
+    click.echo(format_table(headers, rows, align="lrrrrrl"))
+    per_token = result.train_flops_per_sample / result.tokens_per_sample
+    click.echo("")
+    click.echo(f"params:                    {result.params:,} ({result.params / 1e9:.3g} B)")
+    click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
+    click.echo(f"train FLOPs per token:     {per_token:.4g}")
+    if not result.has_tp_plan:
+        click.echo("no tp_plan in the model file: tensor parallelism will not be offered")
+    elif result.num_heads:
+        click.echo(f"tensor parallelism degree must divide num_heads={result.num_heads} (kv heads of a block)")
+
+
+def _row(name: str, count: int, p) -> list:
+    return [
+        name,
+        count,
+        f"{p.params:,}",
+        p.forward_flops_per_sample / 1e9,
+        p.saved_bytes_per_sample / MIB,
+        p.output_bytes_per_sample / MIB,
+        _collectives(p),
+    ]
+
+
+def _collectives(p) -> str:
+    if not p.tp_collectives:
+        return "-"
+    parts = []
+    for phase, short in (("forward", "fwd"), ("backward", "bwd")):
+        mine = [c for c in p.tp_collectives if c.phase == phase]
+        if mine:
+            total = sum(c.bytes_per_sample for c in mine) / MIB
+            kinds = sorted({c.kind for c in mine})
+            parts.append(f"{short} {len(mine)}x {'/'.join(kinds)} ({total:.3g} MiB)")
+    return ", ".join(parts)

@@ -1,0 +1,61 @@
+"""`smplan profile`: the table, the JSON names scripts rely on, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from smplan.cli.main import cli
+from tests.conftest import EXAMPLES
+
+GPT = str(EXAMPLES / "gpt.py")
+SMALL = ["--arg", "layers=3", "--arg", "hidden=128", "--arg", "heads=4"]
+
+
+def test_table_shows_parts_and_totals(cli_runner):
+    result = cli_runner.invoke(cli, ["profile", GPT, *SMALL, "--seq-len", "64"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "blocks.0 .. 2" in out and "embed" in out and "head" in out and "loss" in out
+    assert "train FLOPs per token" in out and "fwd 2x all_reduce" in out and "bwd 2x all_reduce" in out
+
+
+def test_json_has_the_names_scripts_use(cli_runner):
+    result = cli_runner.invoke(cli, ["profile", GPT, *SMALL, "--json", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert isinstance(data["params"], int) and data["num_blocks"] == 3 and len(data["blocks"]) == 3
+    assert data["seq_len"] == 32 and data["pre"] and data["post"]
+    forward = sum(p["forward_flops_per_sample"] for p in data["pre"] + data["blocks"] + data["post"])
+    assert data["train_flops_per_sample"] == pytest.approx(3 * forward)
+    assert data["train_flops_per_token"] == pytest.approx(data["train_flops_per_sample"] / 32)
+
+
+def test_dtype_option(cli_runner):
+    result = cli_runner.invoke(cli, ["profile", str(EXAMPLES / "mlp.py"), "--dtype", "fp32", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["bytes_per_element"] == 4
+
+
+@pytest.mark.parametrize(
+    "source,args,expected",
+    [
+        ("def model(:\n", [], "syntax error"),
+        ("x = 1\n", [], "no builder function"),
+        ("def model():\n    return 1\n", [], "not a torch.nn.Module"),
+        ("from torch import nn\ndef model(width: int = 4):\n    return nn.Linear(4, width)\n",
+         ["--arg", "width=wide"], "must be a whole number"),
+        ("from torch import nn\ndef model(width: int = 4):\n    return nn.Linear(4, width)\n",
+         ["--arg", "depth=2"], "takes no argument 'depth'"),
+    ],
+    ids=["syntax", "no-builder", "not-module", "wrong-type", "unknown-arg"],
+)
+def test_broken_model_file_is_one_line_and_exit_2(cli_runner, tmp_path, source, args, expected):
+    path = tmp_path / "broken.py"
+    path.write_text(source)
+    result = cli_runner.invoke(cli, ["profile", str(path), *args])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0] and str(path) in lines[0]

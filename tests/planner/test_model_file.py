@@ -1,0 +1,80 @@
+"""Every broken model file ends in one ModelFileError line naming the file and the fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from planner import ModelFileError, load_model_file, parse_model_args, profile_model
+from tests.conftest import EXAMPLES
+
+GOOD_TAIL = """
+import torch
+from torch import nn
+
+def batch(n, model=None):
+    return torch.randn(n, 4), None
+"""
+
+BROKEN = {
+    "syntax": ("def model(:\n    pass\n", {}, "syntax error on line 1"),
+    "import": ("import not_a_module_smplan\n", {}, "No module named"),
+    "no_builder": (GOOD_TAIL + "def other():\n    return nn.Linear(4, 4)\n", {}, "no builder function 'model'"),
+    "not_module": (GOOD_TAIL + "def model():\n    return 42\n", {}, "returned int, not a torch.nn.Module"),
+    "wrong_type": (GOOD_TAIL + "def model(width: int = 4):\n    return nn.Linear(4, width)\n", {"width": "wide"},
+                   "--arg width must be a whole number"),
+    "unknown_arg": (GOOD_TAIL + "def model(width: int = 4):\n    return nn.Linear(4, width)\n", {"depth": 3},
+                    "takes no argument 'depth'"),
+    "builder_crash": (GOOD_TAIL + "def model():\n    raise RuntimeError('boom')\n", {}, "raised RuntimeError: boom"),
+    "no_batch": ("from torch import nn\ndef model():\n    return nn.Linear(4, 4)\n", {}, "no batch() function"),
+    "forward_crash": (GOOD_TAIL + textwrap.dedent("""
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.sum().item()
+
+        def model():
+            return Net()
+    """), {}, "forward raised"),
+}
+
+
+@pytest.fixture(params=sorted(BROKEN))
+def broken(request, tmp_path):
+    source, args, expected = BROKEN[request.param]
+    path = tmp_path / f"{request.param}.py"
+    path.write_text(source)
+    return path, args, expected
+
+
+def test_broken_file_gives_one_line_naming_file_and_problem(broken):
+    path, args, expected = broken
+    with pytest.raises(ModelFileError) as info:
+        profile_model(str(path), args, cache=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(path) in message
+    assert expected in message
+
+
+def test_missing_file_and_not_python(tmp_path):
+    with pytest.raises(ModelFileError, match="does not exist"):
+        load_model_file(str(tmp_path / "nope.py"))
+    (tmp_path / "model.txt").write_text("")
+    with pytest.raises(ModelFileError, match="not a .py file"):
+        load_model_file(str(tmp_path / "model.txt"))
+
+
+def test_builder_selection_and_seq_len_check():
+    mf = load_model_file(f"{EXAMPLES / 'gpt.py'}:gpt3_175b")
+    assert mf.builder_name == "gpt3_175b" and len(mf.sha256) == 64
+    with pytest.raises(ModelFileError, match="takes no seq_len"):
+        profile_model(str(EXAMPLES / "mlp.py"), seq_len=16, cache=False)
+    with pytest.raises(ModelFileError, match="must be text"):
+        profile_model(str(EXAMPLES / "gpt.py"), {"attention": 3}, cache=False)
+
+
+def test_parse_model_args():
+    assert parse_model_args(["a=1", "b=0.5", "c=true", "d=sdpa"]) == {"a": 1, "b": 0.5, "c": True, "d": "sdpa"}
+    with pytest.raises(ModelFileError, match="key=value"):
+        parse_model_args(["layers"])

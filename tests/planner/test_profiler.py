@@ -1,0 +1,176 @@
+"""Profile numbers against the published transformer formulas, on small GPT configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from planner import ModelProfile, profile_cache, profile_model
+from tests.conftest import EXAMPLES, ROOT
+
+GPT = str(EXAMPLES / "gpt.py")
+
+
+def gpt(**cfg) -> ModelProfile:
+    return profile_model(GPT, {"layers": 2, "vocab": 512, **cfg}, cache=False)
+
+
+def korthikanti(s: int, h: int, a: int) -> float:
+    """Activation bytes of one layer, b=1, no recompute, no TP (Korthikanti et al. 2022, eq. 1)."""
+    return s * h * (34 + 5 * a * s / h)
+
+
+@pytest.mark.parametrize("s,h,a", [(128, 256, 4), (256, 512, 8), (512, 384, 6)])
+def test_activation_bytes_match_korthikanti(s, h, a):
+    block = gpt(hidden=h, heads=a, seq_len=s).blocks[0]
+    assert block.saved_bytes_per_sample == pytest.approx(korthikanti(s, h, a), rel=0.10)
+    # The split that tensor parallelism and selective recomputation act on (their Table 2).
+    assert block.saved_bytes_tp_sharded_per_sample == pytest.approx(24 * s * h, rel=0.02)
+    assert block.saved_bytes_replicated_per_sample == pytest.approx(10 * s * h, rel=0.02)
+    assert block.saved_bytes_attention_core_per_sample == pytest.approx(5 * a * s * s, rel=0.10)
+
+
+def test_fused_attention_has_no_s_squared_term():
+    s, h, a = 384, 256, 4  # s != h: an s x s tensor is then only an attention tensor
+    block = gpt(hidden=h, heads=a, seq_len=s, attention="sdpa").blocks[0]
+    assert block.saved_bytes_attention_core_per_sample == 0
+    assert block.saved_bytes_per_sample == pytest.approx(34 * s * h, rel=0.03)
+
+
+def test_flops_and_params_match_narayanan():
+    n_layers, h, a, s, v = 3, 512, 8, 256, 1024
+    p = profile_model(GPT, dict(layers=n_layers, hidden=h, heads=a, seq_len=s, vocab=v), cache=False)
+    # Narayanan et al. 2021, eq. 3, for B = 1.
+    assert p.train_flops_per_sample == pytest.approx(72 * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h)), rel=0.02)
+    # Our head is untied from the embedding: one extra V*h.
+    exact = 12 * n_layers * h * h * (1 + 13 / (12 * h)) + v * h + s * h + 2 * h + v * h
+    assert p.params == exact
+    assert p.num_blocks == n_layers and p.seq_len == s and p.num_heads == a
+    assert [b.name for b in p.blocks] == ["blocks.0", "blocks.1", "blocks.2"]
+    assert [q.name for q in p.pre] == ["embed"] and [q.name for q in p.post] == ["head", "loss"]
+
+
+def test_tp_collectives_and_matmuls_follow_the_tp_plan():
+    s, h = 64, 128
+    block = gpt(hidden=h, heads=4, seq_len=s).blocks[0]
+    fwd = [c for c in block.tp_collectives if c.phase == "forward"]
+    bwd = [c for c in block.tp_collectives if c.phase == "backward"]
+    assert sorted(c.module for c in fwd) == ["attn.proj", "mlp.fc2"]
+    assert sorted(c.module for c in bwd) == ["attn.qkv", "mlp.fc1"]
+    assert all(c.kind == "all_reduce" and c.bytes_per_sample == 2 * s * h for c in block.tp_collectives)
+    dims = {(m.m, m.n, m.k, m.batch): m.tp_dim for m in block.matmuls}
+    assert dims[(s, 3 * h, h, 1)] == "n" and dims[(s, h, 4 * h, 1)] == "k"
+    assert dims[(s, s, h // 4, 4)] == "batch"
+    assert sum(m.flops for m in block.matmuls) == pytest.approx(block.forward_flops_per_sample)
+    assert block.input_bytes_per_sample == block.output_bytes_per_sample == 2 * s * h
+    assert 0 < block.elementwise_tp_sharded_fraction < 1 and block.elementwise_bytes_per_sample > 0
+
+
+def test_dtype_sets_bytes_and_seq_len_reaches_the_builder():
+    bf16 = profile_model(GPT, {"hidden": 64}, seq_len=48, cache=False)
+    fp32 = profile_model(GPT, {"hidden": 64}, seq_len=48, dtype="fp32", cache=False)
+    assert bf16.seq_len == 48 and bf16.args["seq_len"] == 48
+    assert fp32.bytes_per_element == 4 and bf16.bytes_per_element == 2
+    assert fp32.blocks[0].output_bytes_per_sample == 2 * bf16.blocks[0].output_bytes_per_sample
+    assert fp32.train_flops_per_sample == bf16.train_flops_per_sample
+
+
+def test_models_without_sequence_or_tp_plan():
+    mlp = profile_model(str(EXAMPLES / "mlp.py"), cache=False)
+    assert mlp.seq_len == 0 and mlp.num_heads == 0 and mlp.num_blocks == 4 and mlp.has_tp_plan
+    cnn = profile_model(str(EXAMPLES / "cnn.py"), {"blocks": 3}, cache=False)
+    assert cnn.num_blocks == 3 and not cnn.has_tp_plan
+    assert all(not p.tp_collectives for p in cnn.parts)
+    assert cnn.blocks[0].forward_flops_per_sample > 0 and cnn.blocks[0].matmuls
+
+
+def test_blocks_are_the_layers_not_the_experts_inside(tmp_path):
+    path = tmp_path / "moe.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Layer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(6))
+            def forward(self, x):
+                return sum(e(x) for e in self.experts)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.stem = nn.Linear(4, 8)
+                self.layers = nn.ModuleList(Layer() for _ in range(3))
+            def forward(self, x):
+                x = self.stem(x)
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        def model():
+            return Net()
+
+        def batch(n, model=None):
+            return torch.randn(n, 4), None
+    """))
+    p = profile_model(str(path), cache=False)
+    assert [b.name for b in p.blocks] == ["layers.0", "layers.1", "layers.2"]
+    assert p.params == 4 * 8 + 8 + 3 * 6 * (8 * 8 + 8)
+
+
+def test_profile_round_trips_through_json():
+    p = gpt(hidden=64)
+    assert ModelProfile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_second_call_comes_from_the_cache(monkeypatch):
+    first = profile_model(GPT, {"hidden": 64})
+    files = list((profile_cache.cache_dir() / "profiles").glob("*.json"))
+    assert len(files) == 1
+
+    def boom(*args, **kwargs):
+        raise AssertionError("profiled again instead of reading the cache")
+
+    monkeypatch.setattr("planner.profiler_run.run_profile", boom)
+    assert profile_model(GPT, {"hidden": 64}) == first
+    with pytest.raises(AssertionError):  # other args: a different key
+        profile_model(GPT, {"hidden": 32})
+    with pytest.raises(AssertionError):
+        profile_model(GPT, {"hidden": 64}, cache=False)
+
+
+def test_corrupt_cache_file_is_ignored_and_rewritten():
+    first = profile_model(GPT, {"hidden": 64})
+    (path,) = (profile_cache.cache_dir() / "profiles").glob("*.json")
+    path.write_text("{not json")
+    assert profile_model(GPT, {"hidden": 64}) == first
+    assert json.loads(path.read_text())["profile"]["params"] == first.params
+
+
+def test_gpt3_175b_profiles_without_allocating_weights(tmp_path):
+    """A subprocess so that its peak RSS is measured alone (RUSAGE_CHILDREN)."""
+    import resource
+
+    code = (
+        "import json, resource; from planner import profile_model; "
+        "p = profile_model('examples/gpt.py:gpt3_175b', cache=False); "
+        "print(json.dumps({'params': p.params, 'flops': p.train_flops_per_sample, 'blocks': p.num_blocks, "
+        "'rss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))"
+    )
+    limit_kib = 2 * 2**20  # ru_maxrss is in KiB on Linux: 2 GiB
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    assert data["rss_kib"] < limit_kib
+    if before < limit_kib:  # earlier children (other tests) do not mask this one
+        assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < limit_kib
+    data = json.loads(out.stdout)
+    n_layers, h, s, v = 96, 12288, 2048, 51200
+    assert data["blocks"] == n_layers
+    assert data["flops"] == pytest.approx(72 * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h)), rel=0.02)
+    assert data["params"] == pytest.approx(12 * n_layers * h * h * (1 + 13 / (12 * h)) + v * h + s * h, rel=0.01)
