@@ -73,9 +73,13 @@ def simulate_step(
     per node of the job) as a what-if; everything else stays as the cost model says.
     """
     if layout.pp != costs.pp:
-        raise SimulationError(f"layout pp={layout.pp} but the costs are for pp={costs.pp}; build both from one plan")
+        raise SimulationError(
+            f"layout pp={layout.pp} but the costs are for pp={costs.pp}; build both from one plan"
+        )
     if dp_pattern not in DP_PATTERNS:
-        raise SimulationError(f"dp pattern must be one of {', '.join(DP_PATTERNS)}, got {dp_pattern!r}")
+        raise SimulationError(
+            f"dp pattern must be one of {', '.join(DP_PATTERNS)}, got {dp_pattern!r}"
+        )
     dp_seconds = None
     if dp_pattern == "ps":
         dp_seconds = [ps_seconds(st, costs, layout, cluster, ps_servers) for st in costs.stages]
@@ -103,7 +107,11 @@ def simulate_step(
 
 
 def ps_seconds(
-    stage: StageCosts, costs: PlanCosts, layout: ParallelLayout, cluster: Cluster, servers: int | None
+    stage: StageCosts,
+    costs: PlanCosts,
+    layout: ParallelLayout,
+    cluster: Cluster,
+    servers: int | None,
 ) -> float:
     """Push gradients to, then pull parameters from, `servers` parameter-server nodes.
 
@@ -166,5 +174,11 @@ def simulate_plan(
     costs = plan_costs(plan, profile, cluster)
     layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)
     return simulate_step(
-        costs, layout, cluster, contention, dp_pattern=dp_pattern, ps_servers=ps_servers, record_events=record_events
+        costs,
+        layout,
+        cluster,
+        contention,
+        dp_pattern=dp_pattern,
+        ps_servers=ps_servers,
+        record_events=record_events,
     )

@@ -9,7 +9,15 @@ from .step import RawStep
 
 GIB = 2.0**30
 # The same keys as the planner's closed form (planner.cost_model.estimate_from_costs).
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "pp_p2p", "dp_comm_exposed", "optimizer", "bubble")
+BREAKDOWN_KEYS = (
+    "compute",
+    "recompute",
+    "tp_comm",
+    "pp_p2p",
+    "dp_comm_exposed",
+    "optimizer",
+    "bubble",
+)
 
 
 def critical_device(raw: RawStep) -> int:
@@ -52,7 +60,10 @@ def device_memory(costs: PlanCosts) -> list[MemoryBreakdown | None]:
             out[d] = st.memory
         else:
             out[d] = MemoryBreakdown(
-                *(getattr(prev, f) + getattr(st.memory, f) for f in MemoryBreakdown.__dataclass_fields__)
+                *(
+                    getattr(prev, f) + getattr(st.memory, f)
+                    for f in MemoryBreakdown.__dataclass_fields__
+                )
             )
     return out
 

@@ -30,7 +30,9 @@ LABELS = {
 _LANE_OFFSET = {"compute": (0.0, 0.5), "send": (0.52, 0.2), "dp": (0.74, 0.2)}
 
 
-def write_gantt(path: str | Path, events: list[SimEvent], step_time_s: float, title: str = "") -> Path:
+def write_gantt(
+    path: str | Path, events: list[SimEvent], step_time_s: float, title: str = ""
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,11 +46,15 @@ def write_gantt(path: str | Path, events: list[SimEvent], step_time_s: float, ti
     by_kind: dict[str, list[tuple]] = {}
     for e in events:
         off, height = _LANE_OFFSET.get(e.lane, (0.0, 0.5))
-        by_kind.setdefault(e.name, []).append((e.device, off, height, e.start * scale, (e.end - e.start) * scale))
+        by_kind.setdefault(e.name, []).append(
+            (e.device, off, height, e.start * scale, (e.end - e.start) * scale)
+        )
     for kind, rows in by_kind.items():
         for dev_offset_h in _group(rows):
             (d, off, height), spans = dev_offset_h
-            ax.broken_barh(spans, (d + off, height), facecolors=COLOURS.get(kind, "#888888"), linewidth=0)
+            ax.broken_barh(
+                spans, (d + off, height), facecolors=COLOURS.get(kind, "#888888"), linewidth=0
+            )
     ax.set_yticks([d + 0.5 for d in devices], [f"stage {d}" for d in devices])
     ax.set_ylim(len(devices) + 0.1, -0.1)
     ax.set_xlim(0, step_time_s * scale * 1.01)

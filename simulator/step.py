@@ -100,7 +100,9 @@ class StepSimulation:
         self.orders = device_orders(costs.schedule, self.pp, self.m, self.v)
         # Which link class carries DP traffic and which carries each send: "nic" or "nvlink".
         self.link_class = link_class or {}
-        self.dp_seconds = dp_seconds if dp_seconds is not None else [s.dp_comm_s for s in costs.stages]
+        self.dp_seconds = (
+            dp_seconds if dp_seconds is not None else [s.dp_comm_s for s in costs.stages]
+        )
         self.env = simpy.Environment()
         self.net = Network(self.env) if contention else None
         self.record = record_events
@@ -112,7 +114,9 @@ class StepSimulation:
         self.queues = [simpy.Store(self.env) for _ in range(self.pp)]
         extras = costs.extras or {}
         self.zero = int(extras.get("zero", 0))
-        self.gather_fraction = float(extras.get("dp_allgather_fraction", 0.5 if self.zero >= 1 else 0.0))
+        self.gather_fraction = float(
+            extras.get("dp_allgather_fraction", 0.5 if self.zero >= 1 else 0.0)
+        )
         self.buckets = int(extras.get("dp_buckets", 0))
         self._gathered: dict[int, simpy.Event] = {}
 
@@ -136,7 +140,9 @@ class StepSimulation:
             ev = self._ready[key] = self.env.event()
         return ev
 
-    def _send(self, key: tuple[str, int, int], src: int, seconds: float, crosses: bool) -> simpy.Event | None:
+    def _send(
+        self, key: tuple[str, int, int], src: int, seconds: float, crosses: bool
+    ) -> simpy.Event | None:
         """Ship an activation (key F, c+1, j) or a gradient (key B, c-1, j) to its chunk's rank.
 
         Returns the event of its arrival (None when instantaneous); the sender waits for it.
@@ -249,8 +255,12 @@ class StepSimulation:
             times.compute_s += dur
             if self.record:
                 if task.kind == "B" and st.recompute_s > 0:
-                    self.events.append(SimEvent(d, "compute", "R", start, start + st.recompute_s, c, j))
-                    self.events.append(SimEvent(d, "compute", "B", start + st.recompute_s, env.now, c, j))
+                    self.events.append(
+                        SimEvent(d, "compute", "R", start, start + st.recompute_s, c, j)
+                    )
+                    self.events.append(
+                        SimEvent(d, "compute", "B", start + st.recompute_s, env.now, c, j)
+                    )
                 else:
                     self.events.append(SimEvent(d, "compute", task.kind, start, env.now, c, j))
             sent = None
@@ -267,7 +277,9 @@ class StepSimulation:
         times.compute_end_s = env.now
         for c in sorted(last_b):
             if not overlap[c] and self.dp_seconds[c] > 0:
-                self.queues[d].put(DpJob(env.now, self.dp_seconds[c] * reduce_fraction, c, "dp-reduce"))
+                self.queues[d].put(
+                    DpJob(env.now, self.dp_seconds[c] * reduce_fraction, c, "dp-reduce")
+                )
         self.queues[d].put(None)
         yield self._streams[d]
         opt = sum(costs.stages[c].optimizer_s for c in last_b)
@@ -285,7 +297,9 @@ class StepSimulation:
         self.env.run()
         for d, p in enumerate(procs):
             if not p.processed:
-                raise RuntimeError(f"pipeline rank {d} deadlocked; the schedule's dependencies are inconsistent")
+                raise RuntimeError(
+                    f"pipeline rank {d} deadlocked; the schedule's dependencies are inconsistent"
+                )
         self.events.sort(key=lambda e: (e.device, e.start, e.lane))
         return RawStep(
             step_time_s=max(t.end_s for t in self.devices),

@@ -62,8 +62,17 @@ def _meta(kind: str, pid: int, tid: int, args: dict) -> dict:
     return {"name": kind, "ph": "M", "ts": 0, "dur": 0, "pid": pid, "tid": tid, "args": args}
 
 
-def write_trace(path: str | Path, events: list[SimEvent], nodes: list[int] | None = None, metadata: dict | None = None) -> Path:
+def write_trace(
+    path: str | Path,
+    events: list[SimEvent],
+    nodes: list[int] | None = None,
+    metadata: dict | None = None,
+) -> Path:
     path = Path(path)
-    doc = {"traceEvents": trace_events(events, nodes), "displayTimeUnit": "ms", "otherData": metadata or {}}
+    doc = {
+        "traceEvents": trace_events(events, nodes),
+        "displayTimeUnit": "ms",
+        "otherData": metadata or {},
+    }
     path.write_text(json.dumps(doc))
     return path

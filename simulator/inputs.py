@@ -1,0 +1,50 @@
+"""Turn what a user typed (a plan file, or a model with --hw and inline --plan keys) into
+(plan, profile, cluster) for the step and run simulations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hwprofiles import load_cluster, parse_override
+from planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
+
+
+def resolve_target(
+    target: str,
+    *,
+    hw: str | None = None,
+    nodes: int | None = None,
+    hw_set: tuple[str, ...] | list[str] = (),
+    plan_text: str | None = None,
+    model_args: dict | None = None,
+    seq_len: int | None = None,
+):
+    """(plan, profile, cluster) from `PLAN.json`, or from `MODEL --hw HW --plan "tp=.."`."""
+    if target.endswith(".json") or (Path(target).is_file() and Path(target).suffix == ".json"):
+        if plan_text:
+            raise PlanError(f"{target} is a plan file; drop --plan (or give a model file instead of the plan)")
+        plan = Plan.load(target)
+        overrides = dict(plan.hw_overrides)
+        overrides.update(dict(parse_override(item) for item in hw_set))
+        cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides)
+        profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
+        return plan, profile, cluster
+    if not hw:
+        raise PlanError(f"{target!r} is not a plan file, so it is a model: give --hw NAME (smplan hw list) and --plan")
+    if not plan_text:
+        raise PlanError('a model needs --plan "tp=..,pp=..,dp=..,mbs=..,gbs=.." (omitted keys take defaults)')
+    keys = parse_inline(plan_text)
+    cluster = load_cluster(hw, nodes=nodes, overrides=list(hw_set))
+    profile = profile_model(target, model_args or {}, seq_len, keys.get("dtype", "bf16"))
+    plan = plan_from_inline(
+        keys,
+        model=target,
+        hw=hw,
+        nodes=cluster.nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        num_blocks=profile.num_blocks,
+        model_args=model_args,
+        seq_len=seq_len,
+        hw_overrides=dict(parse_override(item) for item in hw_set),
+    )
+    return plan, profile, cluster

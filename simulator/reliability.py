@@ -1,0 +1,111 @@
+"""A plan's whole run under failures: step time from the step simulation, checkpoint cost
+from the model's state bytes and the storage bandwidth, then `failures.analyse_run`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwprofiles import Cluster
+
+from .failures import ReliabilityError, RunReport, RunSpec, analyse_run
+
+# Pinned GPU -> host copy over PCIe 4.0 x16: ~20-25 GB/s measured (nvbandwidth, DGX A100);
+# what an async checkpoint (torch.distributed.checkpoint async_save) blocks training for.
+HOST_COPY_GBPS = 20.0
+
+
+@dataclass(frozen=True)
+class RunTarget:
+    days: float | None = None  # failure-free training days
+    tokens: float | None = None  # tokens to train on
+
+    def work_s(self, tokens_per_s: float) -> float:
+        if (self.days is None) == (self.tokens is None):
+            raise ReliabilityError("give exactly one of --days D or --tokens T")
+        if self.days is not None:
+            if self.days <= 0:
+                raise ReliabilityError(f"--days must be greater than 0, got {self.days}")
+            return self.days * 86400.0
+        if self.tokens <= 0:
+            raise ReliabilityError(f"--tokens must be greater than 0, got {self.tokens}")
+        if tokens_per_s <= 0:
+            raise ReliabilityError("the plan's model has no tokens per step; use --days instead of --tokens")
+        return self.tokens / tokens_per_s
+
+
+def checkpoint_bytes(params: int, dtype: str) -> float:
+    """Weights plus optimizer states (Megatron/DCP save both; gradients are not saved)."""
+    from planner.memory_model import state_bytes_per_param
+
+    weights, _, optimizer = state_bytes_per_param(dtype)
+    return params * (weights + optimizer)
+
+
+def checkpoint_seconds(nbytes: float, nodes: int, cluster: Cluster) -> float:
+    """Every node writes its shard in parallel at `storage.checkpoint_write_gbps`."""
+    return nbytes / (max(nodes, 1) * cluster.storage.checkpoint_write_gbps * 1e9)
+
+
+@dataclass
+class PlanReliability:
+    report: RunReport
+    step_time_s: float
+    tokens_per_s: float
+    checkpoint_bytes: float
+    num_gpus: int
+
+    def to_dict(self) -> dict:
+        out = self.report.to_dict()
+        out.update(
+            step_time_s=self.step_time_s,
+            tokens_per_s=self.tokens_per_s,
+            checkpoint_bytes=self.checkpoint_bytes,
+            num_gpus=self.num_gpus,
+        )
+        return out
+
+
+def plan_reliability(
+    plan,
+    profile,
+    cluster: Cluster,
+    target: RunTarget,
+    *,
+    interval_minutes: float | None = None,
+    mtbf_hours: float | None = None,
+    restart_minutes: float | None = None,
+    checkpoint_minutes: float | None = None,
+    async_checkpoint: bool = False,
+    spares: int | None = None,
+    repair_hours: float = 24.0,
+    weibull_shape: float | None = None,
+    seeds: int = 100,
+    seed: int = 0,
+    contention: bool = True,
+) -> PlanReliability:
+    """Goodput and wall-clock of training `plan` for `target`, over `seeds` failure draws."""
+    from .api import simulate_plan
+
+    step = simulate_plan(plan, profile, cluster, contention, record_events=False)
+    figures = step.figures
+    work = target.work_s(figures.tokens_per_s)
+    nbytes = checkpoint_bytes(profile.params, plan.dtype)
+    nodes = -(-plan.world_size // cluster.gpus_per_node)
+    ckpt_s = checkpoint_minutes * 60.0 if checkpoint_minutes is not None else checkpoint_seconds(nbytes, nodes, cluster)
+    if interval_minutes is not None and interval_minutes <= 0:
+        raise ReliabilityError(f"--checkpoint-interval must be 'auto' or minutes > 0, got {interval_minutes}")
+    spec = RunSpec(
+        work_s=work,
+        num_gpus=plan.world_size,
+        gpu_mtbf_hours=mtbf_hours if mtbf_hours is not None else cluster.reliability.gpu_mtbf_hours,
+        restart_s=(restart_minutes if restart_minutes is not None else cluster.reliability.restart_minutes) * 60.0,
+        checkpoint_s=ckpt_s,
+        async_checkpoint=async_checkpoint,
+        async_blocking_s=nbytes / plan.world_size / (HOST_COPY_GBPS * 1e9),
+        weibull_shape=weibull_shape,
+        spares=spares,
+        gpus_per_node=cluster.gpus_per_node,
+        repair_hours=repair_hours,
+    )
+    report = analyse_run(spec, interval_minutes * 60.0 if interval_minutes else None, seeds, seed)
+    return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size)

@@ -1,0 +1,82 @@
+"""`smplan simulate`: one training step of a plan as a discrete-event simulation."""
+
+from __future__ import annotations
+
+import click
+
+from simulator import DP_PATTERNS, simulate_plan
+from simulator.gantt import write_gantt
+from simulator.inputs import resolve_target
+from simulator.trace import write_trace
+
+from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
+from .table import format_table
+
+
+@click.command()
+@click.argument("target", metavar="PLAN.json|MODEL")
+@hw_options(required=False)
+@click.option("--plan", "plan_text", default=None, metavar="KEYS", help='Inline plan for a MODEL: "tp=8,pp=2,dp=4,mbs=1,gbs=512".')
+@model_args_option
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (model builder's seq_len).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace-event JSON of the step.")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), default=None, help="Write a Gantt chart PNG of the step.")
+@click.option("--no-contention", is_flag=True, help="Every transfer takes its cost-model time (equals the closed form).")
+@click.option("--dp-pattern", type=click.Choice(DP_PATTERNS), default="allreduce", show_default=True, help="What-if: parameter servers (ps) instead of all-reduce.")
+@click.option("--ps-servers", type=click.IntRange(min=1), default=None, help="Parameter-server nodes for --dp-pattern ps (default: one per node).")
+@json_option
+def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_path, gantt_path, no_contention, dp_pattern, ps_servers, as_json):
+    """Simulate one step of PLAN.json, or of MODEL with --hw and --plan.
+
+    \b
+      smplan simulate plan.json --gantt step.png --trace step.json
+      smplan simulate examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 \\
+          --plan "tp=8,pp=16,dp=8,mbs=1,gbs=768,recompute=full"
+    """
+    plan, profile, cluster = resolve_target(
+        target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
+    )
+    result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
+    nodes_of = [row["node"] for row in result.stage_utilisation]
+    if trace_path:
+        write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})
+    if gantt_path:
+        title = f"{plan.model}  tp={plan.tp} pp={plan.pp} dp={plan.dp} {plan.schedule}, {plan.num_microbatches} micro-batches"
+        write_gantt(gantt_path, result.events, result.step_time_s, title)
+    if as_json:
+        out = result.to_dict()
+        out["plan"] = plan.to_dict()
+        if trace_path:
+            out["trace"] = str(trace_path)
+        if gantt_path:
+            out["gantt"] = str(gantt_path)
+        echo_json(out)
+        return
+    f = result.figures
+    click.echo(f"{plan.model}: tp={plan.tp} pp={plan.pp} dp={plan.dp} on {plan.world_size} GPUs ({cluster.name}), "
+               f"{plan.schedule}, {plan.num_microbatches} micro-batches of {plan.micro_batch}, "
+               f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}")
+    rows = [
+        ["step time (s)", f.step_time_s],
+        ["tokens/s", f.tokens_per_s],
+        ["samples/s", f.samples_per_s],
+        ["model TFLOP/s per GPU", f.model_tflops_per_gpu],
+        ["hardware TFLOP/s per GPU", f.hardware_tflops_per_gpu],
+        ["MFU", f.mfu],
+        ["peak memory (GiB)", f.peak_memory_gib],
+        ["bubble fraction", f.bubble_fraction],
+        ["$ per step", f.usd_per_step],
+    ]
+    if result.closed_form_step_time_s:
+        rows.append(["closed-form step time (s)", result.closed_form_step_time_s])
+    click.echo(format_table(["figure", "value"], rows))
+    click.echo("\nbreakdown (critical stage)")
+    click.echo(format_table(["kind", "seconds", "share"],
+                            [[k, v, v / f.step_time_s] for k, v in f.breakdown.items()]))
+    click.echo("\nper-stage utilisation (fraction of the step)")
+    keys = ("compute", "recompute", "send", "dp_comm", "optimizer", "idle")
+    click.echo(format_table(["stage", "node"] + list(keys),
+                            [[r["stage"], r["node"]] + [r[k] for k in keys] for r in result.stage_utilisation]))
+    for path, what in ((trace_path, "trace"), (gantt_path, "Gantt chart")):
+        if path:
+            click.echo(f"\nwrote {what}: {path}")
