@@ -285,12 +285,14 @@ def analyse_run(
 ) -> RunReport:
     """Sweep checkpoint intervals around Young's, pick the best, report it (or the given one)."""
     m = spec.job_mtbf_s
-    # Young's and Daly's delta is what a checkpoint stops training for.
-    cost = max(spec.blocking_s, 1.0)
+    # Young's and Daly's delta is what a checkpoint stops training for; the sweep's grid is
+    # centred on Young's interval for at least a second of it.
+    cost = spec.blocking_s
     young = young_interval(cost, m)
     daly = daly_interval(cost, m)
-    grid = np.geomspace(max(young / 10.0, 1.0), min(young * 6.0, spec.work_s), points)
-    grid = np.unique(np.concatenate([grid, [daly]] + ([[interval_s]] if interval_s else [])))
+    anchor = young_interval(max(cost, 1.0), m)
+    grid = np.geomspace(max(anchor / 10.0, 1.0), max(min(anchor * 6.0, spec.work_s), 2.0), points)
+    grid = np.unique(np.concatenate([grid] + ([[daly]] if daly > 0 else []) + ([[interval_s]] if interval_s else [])))
     res = simulate_sweep(spec, grid, seeds, seed)
     best, _ = res.best()
     chosen = interval_s if interval_s else best

@@ -1,0 +1,90 @@
+"""`smplan reliability`: a plan's whole run under failures (goodput, wall-clock, intervals)."""
+
+from __future__ import annotations
+
+import click
+
+from simulator.failures import ReliabilityError
+from simulator.inputs import resolve_target
+from simulator.reliability import RunTarget, plan_reliability
+
+from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
+from .table import format_table
+
+
+def _interval(value: str) -> float | None:
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        minutes = float(value)
+    except ValueError:
+        raise ReliabilityError(f"--checkpoint-interval must be 'auto' or minutes, got {value!r}") from None
+    if minutes <= 0:
+        raise ReliabilityError(f"--checkpoint-interval must be greater than 0 minutes, got {value}")
+    return minutes
+
+
+@click.command()
+@click.argument("target", metavar="PLAN.json|MODEL")
+@hw_options(required=False)
+@click.option("--plan", "plan_text", default=None, metavar="KEYS", help="Inline plan for a MODEL.")
+@model_args_option
+@click.option("--seq-len", type=click.IntRange(min=1), default=None)
+@click.option("--days", type=float, default=None, help="Failure-free training days the run needs.")
+@click.option("--tokens", type=float, default=None, help="Tokens to train on (e.g. 3e11).")
+@click.option("--checkpoint-interval", "interval", default="auto", show_default=True, metavar="auto|MIN",
+              help="Minutes of training between checkpoints; auto takes the sweep's best.")
+@click.option("--mtbf-hours", type=float, default=None, help="Per-GPU MTBF (default: the hardware profile's).")
+@click.option("--restart-minutes", type=float, default=None, help="Detection + restart (default: the profile's).")
+@click.option("--checkpoint-minutes", type=float, default=None,
+              help="Checkpoint write time (default: checkpoint bytes / storage bandwidth).")
+@click.option("--async-checkpoint", is_flag=True, help="Training blocks only for the GPU->host snapshot.")
+@click.option("--spares", type=click.IntRange(min=0), default=None, help="Hot spare nodes (default: never short).")
+@click.option("--repair-hours", type=float, default=24.0, show_default=True, help="Time a failed node is out (with --spares).")
+@click.option("--weibull-shape", type=float, default=None, help="Weibull GPU lifetimes with this shape (default exponential).")
+@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+def reliability(target, hw, nodes, hw_set, plan_text, model_args, seq_len, days, tokens, interval, mtbf_hours,
+                restart_minutes, checkpoint_minutes, async_checkpoint, spares, repair_hours, weibull_shape, seeds, as_json):
+    """Goodput and wall-clock of a whole run of PLAN.json under failures.
+
+    \b
+      smplan reliability plan.json --tokens 3e11
+      smplan reliability plan.json --days 30 --checkpoint-interval 60 --spares 4 --json
+    """
+    if (days is None) == (tokens is None):
+        raise ReliabilityError("give exactly one of --days D or --tokens T")
+    minutes = _interval(interval)
+    plan, profile, cluster = resolve_target(
+        target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
+    )
+    result = plan_reliability(
+        plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
+        restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,
+        spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
+    )
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    r = result.report
+    day = 86400.0
+    click.echo(f"{plan.model}: {result.num_gpus} GPUs, step {result.step_time_s:.3g} s, "
+               f"{result.tokens_per_s:,.0f} tokens/s, failure-free {r.work_s / day:.2f} days")
+    click.echo(f"job MTBF {r.job_mtbf_s / 3600:.2f} h, restart {r.restart_s / 60:.1f} min, "
+               f"checkpoint {r.checkpoint_s / 60:.2f} min ({result.checkpoint_bytes / 1e9:.0f} GB"
+               f"{', async: blocks ' + format(r.blocking_s, '.2g') + ' s' if async_checkpoint else ''})")
+    rows = [
+        ["goodput", r.goodput_mean, r.goodput_p10, r.goodput_p50, r.goodput_p90],
+        ["wall-clock (days)", r.wall_mean_s / day, r.wall_p10_s / day, r.wall_p50_s / day, r.wall_p90_s / day],
+        ["failures", r.failures_mean, "", "", ""],
+    ]
+    click.echo(format_table(["over " + str(r.seeds) + " seeds", "mean", "p10", "p50", "p90"], rows, align="lrrrr"))
+    click.echo("")
+    click.echo(format_table(["checkpoint interval", "minutes"], [
+        [f"used ({r.interval_source})", r.interval_s / 60],
+        ["best by sweep", r.best_interval_s / 60],
+        ["Young sqrt(2 delta M)", r.young_interval_s / 60],
+        ["Daly (2006)", r.daly_interval_s / 60],
+    ]))
+    click.echo(f"\nDaly's expected wall-clock at the used interval: {r.daly_expected_wall_s / day:.2f} days "
+               f"(simulated mean {r.wall_mean_s / day:.2f})")
