@@ -58,13 +58,20 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         logs_specs=DefaultLogsSpecs(log_dir=str(out / "elastic")),
         shutdown_timeout=shutdown_timeout_s,
     )
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1"}
+    env = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONUNBUFFERED": "1",
+        # torch 2.13's agent shares one TCPStore across restart rounds without a per-attempt
+        # prefix, so a restarted rank can read the dead attempt's gloo addresses ("connection
+        # refused"). Opting out makes each attempt's rank 0 host a fresh store.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+    }
     try:
         with _worker_env(env):
             elastic_launch(launch, sys.executable)("-m", "executor.worker", str(config_path))
     except ChildFailedError as err:
-        first = next(iter(err.failures.values()), None)
-        what = f"rank {first.rank} exited with {first.exitcode}" if first else "a worker failed"
+        rank, first = err.get_first_failure()
+        what = f"rank {rank} exited with code {first.exitcode}"
         raise LaunchError(
             f"training failed after {max_restarts} restart(s): {what}; logs under {out / 'elastic'}"
         ) from None
@@ -90,6 +97,8 @@ set -euo pipefail
 
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-1}}
+# a fresh rendezvous store per restart round (see launch_local)
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
   {shlex.quote(sys.executable)} -m torch.distributed.run \\
