@@ -1,0 +1,93 @@
+"""`smplan execute`: mismatches are one line and exit 2 before any process starts;
+`--launcher slurm` writes a script that parses and asks for the right resources."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from smplan.cli.main import cli
+from tests.conftest import EXAMPLES
+
+GPT = f"{EXAMPLES / 'gpt.py'}:tiny"  # 4 blocks, 4 heads, seq 16
+
+
+def _invoke(cli_runner, *args):
+    return cli_runner.invoke(cli, ["execute", *args])
+
+
+@pytest.mark.parametrize(
+    ("plan", "extra", "needle"),
+    [
+        ("tp=3,mbs=1,gbs=4", (), "tp=3 does not divide the model's 4 heads"),
+        ("pp=8,mbs=1,gbs=8", (), "at least 8 blocks"),
+        ("dp=2,mbs=1,gbs=4", ("--nproc-per-node", "4"), "needs dp*tp*pp=2*1*1=2 processes but 4"),
+        ("pp=2,mbs=1,gbs=1", (), "1 micro-batches cannot fill 2 pipeline stages"),
+        ("tp=2,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=15"), "does not divide it"),
+    ],
+)
+def test_mismatch_is_one_line_exit_2(cli_runner, tmp_path, plan, extra, needle):
+    out = tmp_path / "run"
+    result = _invoke(cli_runner, plan, "--model", GPT, "--out", str(out), *extra)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.output
+    assert not out.exists(), "nothing may start (or be written) for a rejected plan"
+
+
+def test_tp_without_tp_plan(cli_runner, tmp_path):
+    result = _invoke(cli_runner, "tp=2,mbs=1,gbs=2", "--model", str(EXAMPLES / "cnn.py"), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert "defines no tp_plan" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_plan_file_with_stages_beyond_the_model(cli_runner, tmp_path):
+    plan = {"model": GPT, "hw": "local", "nodes": 1, "pp": 2, "micro_batch": 1, "global_batch": 4,
+            "stages": [{"first_block": 0, "last_block": 3}, {"first_block": 3, "last_block": 6}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = _invoke(cli_runner, str(path), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert "cover blocks [0, 6) but gpt.py has 4 blocks" in result.output
+
+
+def test_inline_plan_needs_a_model(cli_runner):
+    result = _invoke(cli_runner, "dp=2")
+    assert result.exit_code == 2 and "needs --model" in result.output
+
+
+def test_checkpoint_of_another_plan_is_refused(cli_runner, tmp_path):
+    ckpt = tmp_path / "ckpt" / "step-4"
+    ckpt.mkdir(parents=True)
+    (ckpt / "smplan.json").write_text(json.dumps({"fingerprint": "0000", "step": 4}))
+    (ckpt / "COMPLETE").write_text("ok\n")
+    result = _invoke(cli_runner, "dp=2,mbs=1,gbs=4", "--model", GPT, "--checkpoint-dir", str(tmp_path / "ckpt"),
+                     "--checkpoint-every", "2", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert "written by another plan" in result.output and "--force-resume" in result.output
+
+
+def test_slurm_script(cli_runner, tmp_path):
+    out = tmp_path / "run"
+    result = _invoke(cli_runner, "dp=4,tp=2,mbs=1,gbs=8", "--model", GPT, "--launcher", "slurm",
+                     "--nnodes", "2", "--nproc-per-node", "4", "--max-restarts", "2", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    script = out / "smplan.sbatch"
+    assert f"sbatch {script}" in result.output
+    text = script.read_text()
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    for needle in ("#SBATCH --nodes=2", "#SBATCH --ntasks=2", "#SBATCH --ntasks-per-node=1",
+                   "#SBATCH --gpus-per-node=4", "srun --nodes=2 --ntasks=2", "--nnodes=2",
+                   "--nproc-per-node=4", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_node:', "--max-restarts=2",
+                   "-m executor.worker", str(out / "run_config.json")):
+        assert needle in text, needle
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["plan"]["dp"] == 4 and config["plan"]["tp"] == 2
+
+
+def test_slurm_world_size_must_match(cli_runner, tmp_path):
+    result = _invoke(cli_runner, "dp=4,mbs=1,gbs=4", "--model", GPT, "--launcher", "slurm",
+                     "--nnodes", "2", "--nproc-per-node", "4", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "4 processes but 8" in result.output
