@@ -1,0 +1,117 @@
+"""Single-process pieces of the executor: structure, data seeds, checkpoint folders,
+fingerprints, metrics summary, validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from executor import PlanMismatchError, fingerprint, resolve_plan, validate_plan
+from executor.checkpoint import CheckpointMismatchError, check_resumable, complete_steps, latest
+from executor.data import BatchSource
+from executor.metrics import summarize
+from executor.pipeline import chunks_of_rank
+from executor.structure import cut_chunk, find_layout, owned_blocks
+from planner import load_model_file
+from tests.conftest import EXAMPLES
+
+GPT = f"{EXAMPLES / 'gpt.py'}:tiny"
+
+
+@pytest.fixture(scope="module")
+def gpt_file():
+    return load_model_file(GPT)
+
+
+def test_layout_of_the_examples(gpt_file):
+    layout = find_layout(gpt_file.build({}, device="meta"))
+    assert (layout.blocks_fqn, layout.num_blocks, layout.before, layout.after) == ("blocks", 4, ("embed",), ("head",))
+    for name in ("mlp.py", "cnn.py"):
+        lay = find_layout(load_model_file(str(EXAMPLES / name)).build({}, device="meta"))
+        assert lay.blocks_fqn == "blocks" and lay.before == ("embed",) and lay.after == ("head",)
+
+
+def test_chunks_keep_parameter_names(gpt_file):
+    meta = gpt_file.build({}, device="meta")
+    layout = find_layout(meta)
+    first = cut_chunk(meta, layout, 0, 2, is_first=True, is_last=False)
+    last = cut_chunk(meta, layout, 2, 4, is_first=False, is_last=True)
+    names = set(first.state_dict()) | set(last.state_dict())
+    assert names == set(meta.state_dict())
+    assert not set(first.state_dict()) & set(last.state_dict())
+    assert [i for i, _ in owned_blocks(last, layout)] == [2, 3] and last.embed is None and first.head is None
+
+
+def test_interleaved_chunk_placement():
+    assert chunks_of_rank(0, 2, 2) == [0, 2] and chunks_of_rank(1, 2, 2) == [1, 3]
+
+
+def test_global_batch_is_the_same_under_dp(gpt_file):
+    ref = gpt_file.build({}, device="meta")
+    single = BatchSource(gpt_file, ref, 1, 4, dp_rank=0, dp=1, seed=3).microbatches(step=7)
+    split = [mb for r in range(2) for mb in BatchSource(gpt_file, ref, 1, 2, dp_rank=r, dp=2, seed=3).microbatches(7)]
+    for (x1, y1), (x2, y2) in zip(single, split, strict=True):
+        assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    other = BatchSource(gpt_file, ref, 1, 4, 0, 1, seed=3).microbatches(step=8)
+    assert not torch.equal(other[0][0], single[0][0])
+
+
+def _fake_checkpoint(root, step, fp, complete=True):
+    path = root / f"step-{step}"
+    path.mkdir(parents=True)
+    (path / "smplan.json").write_text(json.dumps({"fingerprint": fp, "step": step}))
+    if complete:
+        (path / "COMPLETE").write_text("ok\n")
+
+
+def test_only_complete_checkpoints_count(tmp_path):
+    _fake_checkpoint(tmp_path, 2, "a")
+    _fake_checkpoint(tmp_path, 10, "a")
+    _fake_checkpoint(tmp_path, 12, "a", complete=False)  # crashed mid-save
+    (tmp_path / ".step-14.tmp").mkdir()
+    assert [s for s, _ in complete_steps(tmp_path)] == [2, 10]  # numeric, not lexical order
+    assert latest(tmp_path)[0] == 10
+    assert check_resumable(tmp_path, "a", force=False)[0] == 10
+    with pytest.raises(CheckpointMismatchError):
+        check_resumable(tmp_path, "b", force=False)
+    assert check_resumable(tmp_path, "b", force=True)[0] == 10
+    assert check_resumable(tmp_path / "none", "a", force=False) is None
+
+
+def test_fingerprint_tracks_plan_and_model(gpt_file):
+    plan, _ = resolve_plan("dp=2,mbs=1,gbs=4", model=GPT)
+    same = fingerprint(plan, gpt_file.sha256)
+    assert fingerprint(plan.replace(hw="other"), gpt_file.sha256) == same
+    assert fingerprint(plan.replace(tp=2, dp=1), gpt_file.sha256) != same
+    assert fingerprint(plan.replace(model_args={"layers": 6}), gpt_file.sha256) != same
+    assert fingerprint(plan, "0" * 64) != same
+
+
+def test_summary_with_and_without_prediction(tmp_path):
+    rows = [{"step": i, "loss": 5.0 - i, "step_time_s": t, "tokens_per_s": 100 / t, "samples_per_s": 4 / t,
+             "peak_memory_gib": 1.0, "grad_norm": 1.0} for i, t in ((1, 9.0), (2, 1.0), (3, 2.0), (4, 3.0))]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan, _ = resolve_plan("dp=2,mbs=1,gbs=4", model=GPT)
+    summary = summarize(tmp_path, None, plan.to_dict(), "cpu")
+    assert summary["measured"]["step_time_s"] == 2.0  # median after the warm-up step
+    assert summary["predicted"] is None and "no predicted figures" in summary["note"]
+    summary = summarize(tmp_path, {"step_time_s": 1.0, "tokens_per_s": 25.0}, plan.to_dict(), "cpu")
+    assert summary["ratio_measured_over_predicted"]["step_time_s"] == 2.0
+    assert summary["ratio_measured_over_predicted"]["peak_memory_gib"] is None
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 4
+
+
+def test_validate_accepts_the_parity_plans(gpt_file):
+    for spec in ("dp=2,mbs=1,gbs=4", "pp=2,tp=2,mbs=1,gbs=4,recompute=full", "tp=2,sp=1,mbs=1,gbs=2",
+                 "pp=2,schedule=interleaved,v=2,mbs=1,gbs=4"):
+        plan, _ = resolve_plan(spec, model=GPT)
+        assert validate_plan(plan, gpt_file, world_size=plan.world_size).tokens_per_sample == 16
+
+
+def test_validate_kv_heads(tmp_path):
+    mf = load_model_file(GPT)
+    plan, _ = resolve_plan("tp=4,mbs=1,gbs=4", model=GPT, model_args={"kv_heads": 2})
+    with pytest.raises(PlanMismatchError, match="kv heads"):
+        validate_plan(plan, mf)
