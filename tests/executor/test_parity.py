@@ -14,6 +14,9 @@ PLANS = {
     "dp2-tp2": "dp=2,tp=2,mbs=1,gbs=4",
     "pp2-dp2-zero3": "pp=2,dp=2,zero=3,mbs=1,gbs=4",
     "pp2-tp2-full": "pp=2,tp=2,mbs=1,gbs=4,recompute=full",
+    # beyond the table: sequence parallelism; interleaved schedule + op-level SAC + ZeRO-2
+    "tp2-sp": "tp=2,sp=1,mbs=1,gbs=4",
+    "pp2-dp2-interleaved-selective-zero2": "pp=2,dp=2,zero=2,schedule=interleaved,v=2,recompute=selective,mbs=1,gbs=4",
 }
 
 
