@@ -1,0 +1,489 @@
+"""The analytical cost model: a Plan -> PlanCosts (per stage) -> Figures (closed form).
+
+Per model part and micro-batch (DESIGN.md "How the parts should think"):
+- GEMMs from the profile's matmul shapes with the tensor-parallel dimension divided by
+  tp, timed by `hwprofiles.perf.matmul_time_s` (saturating efficiency in the smallest
+  dimension); backward = 2x forward (input and weight gradients, same shapes).
+- Element-wise HBM traffic (`memory_bound_time_s`): the tp-sharded share / tp, the rest
+  / tp too under sequence parallelism; backward moves twice the forward traffic.
+- TP collectives of the profile over the tp group (all-reduce; reduce-scatter +
+  all-gather under sequence parallelism, Korthikanti et al. 2022 section 4.2.2).
+- Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host).
+- Recomputation: full re-runs the forward pass (with its collectives) before backward;
+  selective re-runs the attention core (batched per-head GEMMs and its share of the
+  element-wise work, Korthikanti et al. 2022 section 5).
+- ZeRO-2 reduce-scatters each block's gradients in every micro-batch's backward, ZeRO-3
+  also all-gathers each block's parameters in forward and in backward (Rajbhandari et al.
+  2020); with `overlap_dp` they overlap the pass (max), else they add to it.
+- Pipeline sends: each TP rank sends its 1/tp slice of the stage output (Narayanan et
+  al. 2021, section 4.1 scatter/gather).
+- DP gradients once per step (all-reduce; ZeRO-1 reduce-scatter + all-gather; ZeRO-2 the
+  parameter all-gather), overlapping the last backward when `overlap_dp`.
+- Optimizer: Adam streams its local states through HBM (memory-bound).
+
+Every stage figure is affine in its block count n and recomputed count r; `ChunkModel`
+holds the coefficients, so the ILP (planner.ilp) and this estimate use the same numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from hwprofiles import Cluster
+from hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s, p2p_time_s
+from hwprofiles.topology import GroupSpan, ParallelLayout
+
+from .costs import PlanCosts, StageCosts
+from .memory_model import (
+    ChunkMemory,
+    capacity_bytes,
+    chunk_memory,
+    in_flight,
+    state_bytes_per_param,
+)
+from .model_profile import BlockProfile, ModelProfile
+from .plan import Figures, Plan, PlanError
+
+# Adam step per parameter: read+write fp32 master, m, v (24 B), read the grad twice (norm
+# clipping + update, 4 B), write the bf16 weight (2 B) -> ~30 B of HBM traffic.
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """One part, one micro-batch, on one GPU: seconds of each pass (host overhead applied)."""
+
+    forward_s: float
+    backward_s: float
+    tp_forward_s: float
+    tp_backward_s: float
+    selective_extra_s: float  # added inside backward when the attention core is recomputed
+    recompute_flops: dict  # kind -> FLOPs per sample re-run
+
+    def backward_with(self, recompute: str) -> tuple[float, float, float]:
+        """(backward seconds, of which recompute, of which TP comm) under `recompute`."""
+        if recompute == "full":
+            return self.backward_s + self.forward_s, self.forward_s, self.tp_backward_s + self.tp_forward_s
+        if recompute == "selective":
+            return self.backward_s + self.selective_extra_s, self.selective_extra_s, self.tp_backward_s
+        return self.backward_s, 0.0, self.tp_backward_s
+
+
+def _gemm_dims(mm, tp: int, b: int) -> tuple[int, int, int, int]:
+    m, n, k, batch = mm.m, mm.n, mm.k, mm.batch * mm.count
+    if mm.batch > 1:
+        batch *= b  # per-head GEMMs: more sequences -> more independent GEMMs
+    else:
+        m *= b  # linear layers: the micro-batch stacks into the rows
+    if mm.tp_dim == "n":
+        n = max(1, -(-n // tp))
+    elif mm.tp_dim == "k":
+        k = max(1, -(-k // tp))
+    elif mm.tp_dim == "batch":
+        batch = max(1, -(-batch // tp))
+    return m, n, k, batch
+
+
+def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster) -> float:
+    total = 0.0
+    for c in part.tp_collectives:
+        if c.phase != phase:
+            continue
+        size = c.bytes_per_sample * b
+        if sp and c.kind == "all_reduce":
+            total += collective_time_s("reduce_scatter", size, tp_span, cluster)
+            total += collective_time_s("all_gather", size, tp_span, cluster)
+        else:
+            total += collective_time_s(c.kind, size, tp_span, cluster)
+    return total
+
+
+def pass_times(
+    part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str, zero_comm: tuple = (0.0, 0.0, True)
+) -> PassTimes:
+    """Seconds of one part's forward and backward passes for a micro-batch of `b`.
+
+    `zero_comm` = (forward seconds, backward seconds, overlapped) of the part's ZeRO-2/3
+    per-micro-batch collectives.
+    """
+    tp = tp_span.size
+    gemm = core_gemm = 0.0
+    for mm in part.matmuls:
+        m, n, k, batch = _gemm_dims(mm, tp, b)
+        t = matmul_time_s(m, n, k, cluster, dtype=dtype, batch=batch)
+        gemm += t
+        if mm.tp_dim == "batch":
+            core_gemm += t
+    frac = part.elementwise_tp_sharded_fraction
+    share = frac / tp + (1.0 - frac) / (tp if sp else 1)
+    elem = memory_bound_time_s(part.elementwise_bytes_per_sample * b * share, cluster)
+    tp_f = _tp_comm_s(part, "forward", tp_span, sp, b, cluster)
+    tp_b = _tp_comm_s(part, "backward", tp_span, sp, b, cluster)
+    host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
+    z_f, z_b, overlapped = zero_comm
+
+    def busy(compute: float, comm: float) -> float:
+        return max(compute, comm) if overlapped else compute + comm
+
+    fwd = max(busy(gemm + elem + tp_f, z_f), host)
+    bwd_gpu = 2.0 * (gemm + elem) + tp_b
+    bwd = max(busy(bwd_gpu, z_b), host)
+    saved = part.saved_bytes_per_sample
+    core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
+    sel_extra = core_gemm + elem * core_share
+    # Selective recompute runs inside the backward pass: its extra time is what it adds to
+    # that pass once the pass is longer than the host's launch time.
+    sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host) - bwd
+    core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch")
+    flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample}
+    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, flops)
+
+
+@dataclass(frozen=True)
+class ChunkModel:
+    """Costs of one model chunk as affine functions of n (blocks) and r (recomputed)."""
+
+    f0: float
+    f_blk: float
+    b0: float
+    b_blk: float
+    r_blk: float  # extra backward seconds per recomputed block
+    tpf0: float
+    tpf_blk: float
+    tpb0: float
+    tpb_blk: float
+    tpr_blk: float
+    send_bytes: float
+    send_s: float
+    send_crosses_node: bool
+    dp_bytes0: float
+    dp_bytes_blk: float
+    dp_s0: float
+    dp_s_blk: float
+    dp_overlappable: bool
+    opt0: float
+    opt_blk: float
+    rec_flops_blk: float  # FLOPs per sample re-run per recomputed block
+    memory: ChunkMemory
+
+    def stage_costs(self, n: int, r: int) -> StageCosts:
+        return StageCosts(
+            forward_s=self.f0 + self.f_blk * n,
+            backward_s=self.b0 + self.b_blk * n + self.r_blk * r,
+            recompute_s=self.r_blk * r,
+            tp_comm_forward_s=self.tpf0 + self.tpf_blk * n,
+            tp_comm_backward_s=self.tpb0 + self.tpb_blk * n + self.tpr_blk * r,
+            send_bytes=self.send_bytes,
+            send_s=self.send_s,
+            send_crosses_node=self.send_crosses_node,
+            dp_comm_bytes=self.dp_bytes0 + self.dp_bytes_blk * n,
+            dp_comm_s=self.dp_s0 + self.dp_s_blk * n,
+            dp_overlappable=self.dp_overlappable,
+            optimizer_s=self.opt0 + self.opt_blk * n,
+            memory=self.memory.breakdown(n, r),
+        )
+
+
+@dataclass(frozen=True)
+class MeshKey:
+    """Everything a chunk's coefficients depend on besides its position."""
+
+    tp: int
+    dp: int
+    pp: int
+    v: int
+    micro_batch: int
+    num_microbatches: int
+    sp: bool
+    zero: int
+    overlap_dp: bool
+    schedule: str
+    dtype: str
+
+
+class CostModel:
+    """Coefficients of one (profile, cluster), cached per mesh and micro-batch."""
+
+    def __init__(self, profile: ModelProfile, cluster: Cluster):
+        if not profile.blocks:
+            raise PlanError(f"model {profile.model!r} has no repeated blocks to place on pipeline stages")
+        self.profile = profile
+        self.cluster = cluster
+        self._pass = functools.lru_cache(maxsize=None)(self._pass_uncached)
+
+    def _layout(self, key: MeshKey) -> ParallelLayout:
+        return ParallelLayout(pp=key.pp, dp=key.dp, tp=key.tp, gpus_per_node=self.cluster.gpus_per_node)
+
+    def pass_of(self, part: BlockProfile, key: MeshKey) -> PassTimes:
+        """Pass times of `part`; they depend on tp, dp, sp, mbs, zero, overlap, dtype only."""
+        zk = key.zero if key.zero >= 2 and key.dp > 1 else 0
+        return self._pass(id(part), part, key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype)
+
+    def _pass_uncached(self, _id, part, tp, dp, sp, b, zero, overlap, dtype) -> PassTimes:
+        layout = ParallelLayout(pp=1, dp=dp, tp=tp, gpus_per_node=self.cluster.gpus_per_node)
+        zc = (0.0, 0.0, overlap)
+        if zero >= 2:
+            # ZeRO-2/3 per micro-batch: reduce-scatter the part's gradients in backward;
+            # ZeRO-3 also all-gathers its parameters in forward and again in backward.
+            dp_span = layout.span("dp")
+            size = part.params / tp * state_bytes_per_param(dtype)[0]
+            rs = collective_time_s("reduce_scatter", size, dp_span, self.cluster)
+            ag = collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
+            zc = (ag, ag + rs, overlap)
+        return pass_times(part, layout.span("tp"), sp, b, self.cluster, dtype, zc)
+
+    def chunk(self, key: MeshKey, chunk: int, recompute: str) -> ChunkModel:
+        """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`."""
+        prof, cl = self.profile, self.cluster
+        chunks = key.pp * key.v
+        first, last = chunk == 0, chunk == chunks - 1
+        device = chunk % key.pp
+        parts = (prof.pre if first else ()) + (prof.post if last else ())
+        block = prof.blocks[0]
+        layout = self._layout(key)
+        bp = self.pass_of(block, key)
+        pts = [self.pass_of(p, key) for p in parts]
+        b_rec, rec_s, tp_rec = bp.backward_with(recompute)
+        send_bytes = 0.0 if last else block.output_bytes_per_sample * key.micro_batch / key.tp
+        crosses = False if last else layout.stage_boundary_crosses_node(device)
+        send_s = p2p_time_s(send_bytes, crosses, cl) if send_bytes else 0.0
+        # DP: gradient bytes of the chunk's local parameters, once per step.
+        gbytes = state_bytes_per_param(key.dtype)[1]
+        p0 = sum(p.params for p in parts) / key.tp
+        pb = block.params / key.tp
+        dp_span = layout.span("dp")
+
+        def dp_time(local_params: float) -> float:
+            size = local_params * gbytes
+            if key.dp == 1 or key.zero >= 3:
+                return 0.0
+            if key.zero == 0:
+                return collective_time_s("all_reduce", size, dp_span, cl)
+            ag = collective_time_s("all_gather", size, dp_span, cl)
+            if key.zero == 2:
+                return ag  # the reduce-scatters ran inside every backward
+            return collective_time_s("reduce_scatter", size, dp_span, cl) + ag
+
+        dp_s0 = dp_time(p0)
+        dp_s_blk = dp_time(p0 + pb) - dp_s0  # exact: ring alpha-beta is affine in bytes
+        dp_bytes_factor = 0.0 if (key.dp == 1) else (2.0 if key.zero == 1 else 1.0) * gbytes
+        opt_share = 1.0 / (key.dp if key.zero >= 1 else 1)
+        opt_t = memory_bound_time_s(OPTIMIZER_BYTES_PER_PARAM * opt_share, cl)  # per local param
+        mem = chunk_memory(
+            prof,
+            cl,
+            tp=key.tp,
+            dp=key.dp,
+            sp=key.sp,
+            zero=key.zero,
+            micro_batch=key.micro_batch,
+            flight=in_flight(key.schedule, key.pp, key.v, key.num_microbatches, device),
+            recompute=recompute,
+            first=first,
+            last=last,
+            device_first_chunk=chunk < key.pp,
+            dtype=key.dtype,
+        )
+        return ChunkModel(
+            f0=sum(p.forward_s for p in pts),
+            f_blk=bp.forward_s,
+            b0=sum(p.backward_s for p in pts),
+            b_blk=bp.backward_s,
+            r_blk=rec_s,
+            tpf0=sum(p.tp_forward_s for p in pts),
+            tpf_blk=bp.tp_forward_s,
+            tpb0=sum(p.tp_backward_s for p in pts),
+            tpb_blk=bp.tp_backward_s,
+            tpr_blk=tp_rec - bp.tp_backward_s,
+            send_bytes=send_bytes,
+            send_s=send_s,
+            send_crosses_node=crosses,
+            dp_bytes0=p0 * dp_bytes_factor,
+            dp_bytes_blk=pb * dp_bytes_factor,
+            dp_s0=dp_s0,
+            dp_s_blk=dp_s_blk,
+            dp_overlappable=key.overlap_dp,
+            opt0=opt_t * p0,
+            opt_blk=opt_t * pb,
+            rec_flops_blk=bp.recompute_flops[recompute],
+            memory=mem,
+        )
+
+    def plan_costs(self, plan: Plan) -> PlanCosts:
+        key = mesh_key(plan)
+        check_plan(plan, self.profile, self.cluster)
+        stages = plan.stages or _default_stages(plan, self.profile)
+        out, rec_flops = [], 0.0
+        for i, st in enumerate(stages):
+            cm = self.chunk(key, i, st.recompute)
+            out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
+            rec_flops += cm.rec_flops_blk * st.num_recomputed
+        return self._assemble(plan, tuple(out), rec_flops)
+
+    def _assemble(self, plan: Plan, stages: tuple[StageCosts, ...], rec_flops_per_sample: float) -> PlanCosts:
+        prof, cl = self.profile, self.cluster
+        gbs = plan.global_batch
+        model_flops = prof.train_flops_per_sample * gbs
+        return PlanCosts(
+            stages=stages,
+            num_microbatches=plan.num_microbatches,
+            pp=plan.pp,
+            virtual_stages=plan.virtual_stages,
+            schedule=plan.schedule,
+            model_flops_per_step=model_flops,
+            hardware_flops_per_step=model_flops + rec_flops_per_sample * gbs,
+            tokens_per_step=gbs * prof.tokens_per_sample,
+            samples_per_step=gbs,
+            num_gpus=plan.world_size,
+            peak_tflops_per_gpu=cl.gpu.peak_tflops.for_dtype(plan.dtype),
+            usd_per_gpu_hour=cl.cost.usd_per_gpu_hour,
+            capacity_bytes=capacity_bytes(cl),
+        )
+
+
+def mesh_key(plan: Plan) -> MeshKey:
+    return MeshKey(
+        tp=plan.tp,
+        dp=plan.dp,
+        pp=plan.pp,
+        v=plan.virtual_stages,
+        micro_batch=plan.micro_batch,
+        num_microbatches=plan.num_microbatches,
+        sp=bool(plan.sequence_parallel and plan.tp > 1),
+        zero=plan.zero,
+        overlap_dp=plan.overlap_dp,
+        schedule=plan.schedule,
+        dtype=plan.dtype,
+    )
+
+
+def _default_stages(plan: Plan, profile: ModelProfile):
+    from .plan import even_stages
+
+    return even_stages(profile.num_blocks, plan.num_model_chunks)
+
+
+def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
+    """Checks that need the model and the hardware; each error names the fix."""
+    if plan.world_size > cluster.num_gpus:
+        raise PlanError(
+            f"dp*tp*pp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "
+            f"use --nodes {-(-plan.world_size // cluster.gpus_per_node)} or lower a degree"
+        )
+    if plan.tp > cluster.gpus_per_node:
+        raise PlanError(f"tp={plan.tp} exceeds the {cluster.gpus_per_node} GPUs of a node; keep tp <= {cluster.gpus_per_node}")
+    if plan.tp > 1 and profile.num_heads and profile.num_heads % plan.tp:
+        raise PlanError(f"tp={plan.tp} does not divide the model's {profile.num_heads} attention heads; pick a divisor")
+    if plan.tp > 1 and not profile.has_tp_plan:
+        raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
+    if plan.num_model_chunks > profile.num_blocks:
+        raise PlanError(
+            f"pp*v={plan.num_model_chunks} stages need at least that many blocks but the model has "
+            f"{profile.num_blocks}; lower pp or v"
+        )
+    if plan.stages and plan.stages[-1].last_block != profile.num_blocks:
+        raise PlanError(
+            f"the stages cover {plan.stages[-1].last_block} blocks but the model has {profile.num_blocks}; fix the stage list"
+        )
+
+
+def plan_costs(plan: Plan, profile: ModelProfile, cluster: Cluster) -> PlanCosts:
+    """Per-stage costs of `plan` (the contract the simulator starts from)."""
+    return CostModel(profile, cluster).plan_costs(plan)
+
+
+def estimate(plan: Plan, profile: ModelProfile, cluster: Cluster) -> Figures:
+    """The closed-form figures of `plan`."""
+    return estimate_from_costs(plan_costs(plan, profile, cluster))
+
+
+def pipeline_time_s(costs: PlanCosts) -> float:
+    """Time until the last backward ends.
+
+    1F1B and GPipe (critical path of a linear pipeline with uneven stages, Li et al. 2022
+    "AMP" eq. 2; = (m + p - 1)(t_f + t_b) for uniform stages):
+        T = sum_c (f_c + b_c) + 2 sum_c s_c + (m - 1) max_c (f_c + b_c + s_c + s_{c-1})
+    Interleaved with v chunks per device (Narayanan et al. 2021, bubble (p-1)/v):
+        T = m max_d sum_{c on d} (f_c + b_c + s_c + s_{c-1}) + (p-1)/v max_d W_d + 2 sum_{c<p-1} s_c
+    with W_d = sum_{c on d} (f_c + b_c). s_c is chunk c's send (0 for the last chunk); in
+    the steady state every micro-batch waits for its sends (Megatron's blocking p2p).
+    """
+    st, m, p, v = costs.stages, costs.num_microbatches, costs.pp, costs.virtual_stages
+    sends = [s.send_s for s in st]
+    cycle = [s.forward_s + s.backward_s + sends[c] + (sends[c - 1] if c else 0.0) for c, s in enumerate(st)]
+    if costs.schedule == "interleaved":
+        dev_cycle = [sum(cycle[c] for c in range(d, len(st), p)) for d in range(p)]
+        dev_work = [sum(st[c].forward_s + st[c].backward_s for c in range(d, len(st), p)) for d in range(p)]
+        return m * max(dev_cycle) + (p - 1) / v * max(dev_work) + 2.0 * sum(sends[: p - 1])
+    return sum(s.forward_s + s.backward_s for s in st) + 2.0 * sum(sends) + (m - 1) * max(cycle)
+
+
+def device_tail_s(costs: PlanCosts, device: int) -> tuple[float, float]:
+    """(exposed DP communication, optimizer) seconds of `device` after the pipeline drains.
+
+    With `dp_overlappable` the DP collectives overlap the device's last backward pass (one
+    micro-batch through its chunks): exposed = max(0, dp_comm - backward); else all of it.
+    """
+    st, p = costs.stages, costs.pp
+    mine = [st[c] for c in range(device, len(st), p)]
+    dp = sum(s.dp_comm_s for s in mine)
+    window = sum(s.backward_s for s in mine) if all(s.dp_overlappable for s in mine) else 0.0
+    return max(0.0, dp - window), sum(s.optimizer_s for s in mine)
+
+
+def estimate_from_costs(costs: PlanCosts) -> Figures:
+    """Closed-form Figures from PlanCosts (what the simulator equals with contention off).
+
+    step = T_pipe + max_d (exposed_dp_d + optimizer_d), see `pipeline_time_s` and
+    `device_tail_s`.
+    """
+    st, m, p = costs.stages, costs.num_microbatches, costs.pp
+    t_pipe = pipeline_time_s(costs)
+    tails = [device_tail_s(costs, d) for d in range(p)]
+    crit = max(range(p), key=lambda d: sum(tails[d]))
+    step = t_pipe + sum(tails[crit])
+    mine = [st[c] for c in range(crit, len(st), p)]
+    busy = m * sum(s.forward_s + s.backward_s for s in mine)
+    tp_comm = m * sum(s.tp_comm_forward_s + s.tp_comm_backward_s for s in mine)
+    recompute = m * sum(s.recompute_s for s in mine)
+    p2p = m * sum(s.send_s + (st[c - 1].send_s if c else 0.0) for c, s in enumerate(st) if c % p == crit)
+    breakdown = {
+        "compute": busy - tp_comm - recompute,
+        "recompute": recompute,
+        "tp_comm": tp_comm,
+        "pp_p2p": min(p2p, max(0.0, t_pipe - busy)),
+        "dp_comm_exposed": tails[crit][0],
+        "optimizer": tails[crit][1],
+    }
+    breakdown["bubble"] = max(0.0, step - sum(breakdown.values()))
+    dev_mem = [_device_memory(costs, d) for d in range(p)]
+    peak_dev = max(range(p), key=lambda d: dev_mem[d]["total"])
+    gpus = costs.num_gpus
+    peak = costs.peak_tflops_per_gpu * 1e12
+    return Figures(
+        step_time_s=step,
+        tokens_per_s=costs.tokens_per_step / step,
+        samples_per_s=costs.samples_per_step / step,
+        model_tflops_per_gpu=costs.model_flops_per_step / step / gpus / 1e12,
+        hardware_tflops_per_gpu=costs.hardware_flops_per_step / step / gpus / 1e12,
+        mfu=costs.model_flops_per_step / step / gpus / peak,
+        peak_memory_gib=dev_mem[peak_dev]["total"],
+        bubble_fraction=breakdown["bubble"] / step if step else 0.0,
+        breakdown=breakdown,
+        usd_per_step=step * gpus * costs.usd_per_gpu_hour / 3600.0,
+        memory_breakdown_gib=dev_mem[peak_dev],
+    )
+
+
+def _device_memory(costs: PlanCosts, device: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in range(device, len(costs.stages), costs.pp):
+        mem = costs.stages[c].memory
+        if mem is None:
+            continue
+        for k, val in mem.to_gib().items():
+            out[k] = out.get(k, 0.0) + val
+    out.setdefault("total", 0.0)
+    out["capacity"] = costs.capacity_bytes / 2.0**30
+    return out

@@ -1,0 +1,84 @@
+"""Why the runner-ups lost, and the nearest change that makes an impossible request fit."""
+
+from __future__ import annotations
+
+from hwprofiles import Cluster
+
+from .model_profile import ModelProfile
+from .plan import Plan
+
+GIB = 2.0**30
+
+
+def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> list[str]:
+    """One line per runner-up: slower by how much and where the time went; OOM shapes."""
+    if not plans:
+        return []
+    best = plans[0].predicted
+    lines = []
+    for plan in plans[1:]:
+        f = plan.predicted
+        diff = {k: f.breakdown.get(k, 0.0) - best.breakdown.get(k, 0.0) for k in set(f.breakdown) | set(best.breakdown)}
+        worst = max(diff, key=diff.get)
+        lines.append(
+            f"{_shape(plan)}: {100 * (f.step_time_s / best.step_time_s - 1):+.1f}% step time "
+            f"({f.step_time_s:.3f} s vs {best.step_time_s:.3f} s), mostly {worst.replace('_', ' ')} "
+            f"(+{diff[worst]:.3f} s)"
+        )
+    oom = sorted((r for r in (rejected or []) if r[1] == "oom" and r[2] > 0), key=lambda r: r[2])
+    seen = set()
+    for cand, _, amount in oom:
+        shape = (cand.dp, cand.tp, cand.pp, cand.mbs)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        lines.append(f"{cand.describe()}: out of memory by {amount / GIB:.1f} GiB per GPU")
+        if len(seen) >= limit:
+            break
+    return lines
+
+
+def _shape(plan: Plan) -> str:
+    sched = plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else "")
+    return f"dp={plan.dp} tp={plan.tp} pp={plan.pp} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"
+
+
+def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None) -> str:
+    """The first of: recompute, ZeRO-3, a smaller micro-batch, more nodes, that fits."""
+    from .cost_model import CostModel
+    from .memory_model import capacity_bytes
+    from .search import _bound
+    from .search_space import enumerate_candidates
+
+    cap = capacity_bytes(cluster)
+
+    def fits(fx: dict, cl: Cluster, mn) -> bool:
+        cm = CostModel(profile, cl)
+        return any(not _bound(cm, c, capacity_bytes(cl))[1] for c in enumerate_candidates(profile, cl, fx, mn))
+
+    smallest = min((r[2] for r in result.rejected if r[1] == "oom" and r[2] > 0), default=0.0)
+    head = f"no plan fits in {cluster.gpu.memory_gib:g} GiB per GPU on {cluster.num_gpus} GPUs"
+    if smallest:
+        head += f" (the closest is {smallest / GIB:.1f} GiB over)"
+    tries = []
+    if fixed.get("recompute") in ("none", "selective"):
+        tries.append(("recompute=full", {**fixed, "recompute": "full"}))
+    if fixed.get("zero", 3) != 3:
+        tries.append(("zero=3", {**fixed, "zero": 3}))
+    if fixed.get("micro_batch", 1) > 1:
+        tries.append(("mbs=1", {**fixed, "micro_batch": 1}))
+    for label, fx in tries:
+        if fits(fx, cluster, max_nodes):
+            return f"{head}; the smallest change that fits: {label}"
+    nodes = max_nodes or cluster.nodes
+    fx = {k: v for k, v in fixed.items() if k not in ("dp",)}
+    for _ in range(8):
+        nodes *= 2
+        bigger = cluster.with_nodes(nodes)
+        gbs = fx["global_batch"]
+        if gbs % bigger.gpus_per_node and gbs < bigger.num_gpus:
+            fx = {**fx, "global_batch": gbs}
+        if fits(fx, bigger, None):
+            return f"{head}; the smallest change that fits: --nodes {nodes}"
+    del cap
+    return f"{head}; no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"

@@ -1,0 +1,156 @@
+"""The partition ILP: blocks and recomputed blocks per pipeline stage, under memory limits.
+
+Identical blocks are interchangeable, so the model is over integer COUNTS (DESIGN.md: a
+per-layer x per-stage binary model of 96 layers x 16 stages took CBC 370 s, counts solve
+in milliseconds): n_c blocks and r_c <= n_c recomputed blocks of chunk c, sum n_c = L.
+Every stage figure is affine in (n_c, r_c) (`cost_model.ChunkModel`), so the step time
+of `cost_model.estimate_from_costs` is a maximum of affine functions and the epigraph
+form below is exact: the ILP optimum is the cost model's optimum over all partitions.
+
+    minimise   T_pipe + Z
+    T_pipe   = sum_c (f_c + b_c) + 2 sum_c s_c + (m - 1) M              (1F1B, GPipe)
+             = m M + (p - 1)/v W + 2 sum_{c<p-1} s_c                     (interleaved)
+    M       >= f_c + b_c + s_c + s_{c-1}        (per device d, summed over its chunks)
+    W       >= sum_{c on d} (f_c + b_c)                                  (interleaved)
+    Z       >= dp_d - window_d + opt_d,   Z >= opt_d
+    memory_d = sum_{c on d} memory_c(n_c, r_c) <= capacity
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass
+
+import pulp
+
+from .cost_model import ChunkModel
+
+# A partition problem that HiGHS has not proven within this time keeps its best integer
+# solution (observed only for 1F1B with 64+ stages; small cases always prove optimality).
+TIME_LIMIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class Partition:
+    blocks: tuple[int, ...]
+    recompute: tuple[int, ...]
+    objective: float
+
+
+@functools.cache
+def _solver():
+    # HiGHS runs in-process through highspy; CBC is a subprocess per call (~15 ms). The
+    # gap is (almost) zero: the result must equal the brute-force optimum.
+    if "HiGHS" in pulp.listSolvers(onlyAvailable=True):
+        _silence_highs_banner()
+        return pulp.HiGHS(msg=False, gapRel=1e-9, gapAbs=1e-12, timeLimit=TIME_LIMIT_S)
+    return pulp.PULP_CBC_CMD(msg=False, gapRel=1e-9)
+
+
+def _silence_highs_banner() -> None:
+    """HiGHS prints a copyright banner on its first run even with output off; swallow it."""
+    import highspy
+
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.run()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def solve_partition(
+    chunks: list[ChunkModel],
+    num_blocks: int,
+    num_microbatches: int,
+    pp: int,
+    v: int,
+    schedule: str,
+    capacity_bytes: float,
+    allow_recompute: bool = True,
+    recompute_all: bool = False,
+    cutoff: float | None = None,
+) -> Partition | None:
+    """The best (n_c, r_c) for fixed chunk coefficients, or None when nothing fits.
+
+    `recompute_all` forces r_c = n_c (a fixed `recompute=full|selective` plan). Under the
+    interleaved schedule the step time and the memory see only a device's sums over its
+    chunks (their per-block coefficients are equal), so each device gets one count
+    variable, spread evenly over its chunks afterwards: the same optimum from p integers
+    instead of p*v. `cutoff`: only solutions with a step time below it are of interest
+    (the search's K-th best so far); None then means "none better".
+    """
+    C, m, p = len(chunks), num_microbatches, pp
+    groups = [list(range(d, C, p)) for d in range(p)]
+    G = len(groups)
+    prob = pulp.LpProblem("partition", pulp.LpMinimize)
+    n = [pulp.LpVariable(f"n{g}", lowBound=len(groups[g]), upBound=num_blocks, cat="Integer") for g in range(G)]
+    if allow_recompute:
+        r = [pulp.LpVariable(f"r{g}", lowBound=0, upBound=num_blocks, cat="Integer") for g in range(G)]
+    else:
+        r = [0] * G
+    prob += pulp.lpSum(n) == num_blocks
+    if allow_recompute:
+        for g in range(G):
+            prob += (r[g] == n[g]) if recompute_all else (r[g] <= n[g])
+
+    def gsum(g: int, attr: str) -> float:
+        return sum(getattr(chunks[c], attr) for c in groups[g])
+
+    ch = chunks[0]  # per-block coefficients are the same in every chunk
+    f = [gsum(g, "f0") + ch.f_blk * n[g] for g in range(G)]
+    b = [gsum(g, "b0") + ch.b_blk * n[g] + ch.r_blk * r[g] for g in range(G)]
+    s = [ch_.send_s for ch_ in chunks]
+    sends = [sum(s[c] + (s[c - 1] if c else 0.0) for c in groups[g]) for g in range(G)]
+    device_groups = [[d] for d in range(p)]
+    M = pulp.LpVariable("M")
+    Z = pulp.LpVariable("Z")
+    if schedule == "interleaved":
+        W = pulp.LpVariable("W")
+        for gs in device_groups:
+            prob += M >= pulp.lpSum(f[g] + b[g] + sends[g] for g in gs)
+            prob += W >= pulp.lpSum(f[g] + b[g] for g in gs)
+        t_pipe = m * M + (p - 1) / v * W + 2.0 * sum(s[: p - 1])
+    else:
+        for g in range(G):
+            prob += M >= f[g] + b[g] + sends[g]
+        t_pipe = pulp.lpSum(f) + pulp.lpSum(b) + 2.0 * sum(s) + (m - 1) * M
+    for gs in device_groups:
+        opt = pulp.lpSum(gsum(g, "opt0") + ch.opt_blk * n[g] for g in gs)
+        dp = pulp.lpSum(gsum(g, "dp_s0") + ch.dp_s_blk * n[g] for g in gs)
+        if all(chunks[c].dp_overlappable for g in gs for c in groups[g]):
+            prob += Z >= dp - pulp.lpSum(b[g] for g in gs) + opt
+            prob += Z >= opt
+        else:
+            prob += Z >= dp + opt
+        mem = pulp.lpSum(
+            sum(chunks[c].memory.const() for c in groups[g])
+            + chunks[groups[g][0]].memory.per_block() * n[g]
+            - chunks[groups[g][0]].memory.saved_by_recompute() * r[g]
+            for g in gs
+        )
+        prob += mem <= capacity_bytes
+    prob += t_pipe + Z
+    if cutoff is not None:
+        prob += t_pipe + Z <= cutoff
+    prob.solve(_solver())
+    if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return None
+    counts = [int(round(x.value())) for x in n]
+    recs = [int(round(x.value())) for x in r] if allow_recompute else [0] * G
+    blocks, rec = [0] * C, [0] * C
+    for g, cs in enumerate(groups):
+        for j, c in enumerate(cs):
+            blocks[c] = counts[g] // len(cs) + (1 if j < counts[g] % len(cs) else 0)
+        left = recs[g]
+        for c in cs:
+            rec[c] = min(blocks[c], -(-left // max(1, len(cs) - cs.index(c))))
+            left -= rec[c]
+    return Partition(tuple(blocks), tuple(rec), float(pulp.value(prob.objective)))

@@ -1,0 +1,142 @@
+"""Per-GPU memory of one pipeline stage: model states, activations, buffers, reserve.
+
+Every figure is affine in the stage's block count `n` and recomputed-block count `r`
+(identical blocks are interchangeable), which is what lets the ILP in `planner.ilp`
+decide the partition and the recomputation exactly: `ChunkMemory.breakdown(n, r)` is the
+one formula both the estimate and the ILP use.
+
+Sources:
+- Model states, mixed-precision Adam: 2 (weights) + 2 (grads) + 12 (fp32 master, m, v)
+  bytes per parameter; ZeRO-1/2/3 shard the 12, then the grads, then the weights over the
+  data-parallel group (Rajbhandari et al. 2020, section 3). fp32 training: 4 + 4 + 8.
+- Activations per block per sample from the ModelProfile (`saved_bytes_per_gpu`, the
+  Korthikanti et al. 2022 split), times the micro-batches in flight: 1F1B holds up to
+  pp - stage of them (stage 0 holds pp), GPipe all m, the interleaved schedule
+  ((pp - d - 1)·2 + (v - 1)·pp + 1) model-chunk micro-batches on device d (Megatron-LM's
+  warm-up count; Narayanan et al. 2021, section 2.2.2: 1 + (p-1)/(pv) of 1F1B's memory).
+- Buffers: the logits and their gradient on the last stage; under full recomputation the
+  re-materialised activations of one block during its backward; under ZeRO-3 two blocks'
+  gathered parameters (the one in use and the prefetched next).
+- Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwprofiles import Cluster
+
+from .costs import MemoryBreakdown
+from .model_profile import BlockProfile, ModelProfile
+
+GIB = 2.0**30
+
+
+def state_bytes_per_param(dtype: str) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per parameter of Adam training at `dtype`."""
+    if dtype in ("bf16", "fp16"):
+        return 2.0, 2.0, 12.0  # Rajbhandari et al. 2020: fp16 w + g, fp32 master w, m, v
+    return 4.0, 4.0, 8.0  # fp32: weights, grads, m, v
+
+
+def model_state_bytes(params_per_gpu: float, dtype: str, zero: int, dp: int) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes on one GPU holding `params_per_gpu` (already / tp)."""
+    w, g, o = state_bytes_per_param(dtype)
+    return (
+        params_per_gpu * w / (dp if zero >= 3 else 1),
+        params_per_gpu * g / (dp if zero >= 2 else 1),
+        params_per_gpu * o / (dp if zero >= 1 else 1),
+    )
+
+
+def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
+    """Micro-batches whose activations one model chunk on `device` holds at its peak."""
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved":
+        chunks = min((pp - device - 1) * 2 + (v - 1) * pp + 1, m * v)
+        return chunks / v
+    return float(min(pp - device, m))
+
+
+def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none") -> float:
+    return part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute)
+
+
+@dataclass(frozen=True)
+class ChunkMemory:
+    """Memory of one model chunk as an affine function of (n blocks, r recomputed)."""
+
+    weights0: float
+    weights_blk: float
+    grads0: float
+    grads_blk: float
+    optimizer0: float
+    optimizer_blk: float
+    act0: float  # per GPU, all in-flight micro-batches, non-repeated parts
+    act_blk: float  # per kept block
+    act_rec_blk: float  # per recomputed block
+    buffers: float
+    reserve: float
+
+    def breakdown(self, n: int, r: int) -> MemoryBreakdown:
+        return MemoryBreakdown(
+            weights_bytes=self.weights0 + self.weights_blk * n,
+            gradients_bytes=self.grads0 + self.grads_blk * n,
+            optimizer_bytes=self.optimizer0 + self.optimizer_blk * n,
+            activations_bytes=self.act0 + self.act_blk * (n - r) + self.act_rec_blk * r,
+            buffers_bytes=self.buffers,
+            reserve_bytes=self.reserve,
+        )
+
+    def const(self) -> float:
+        return self.weights0 + self.grads0 + self.optimizer0 + self.act0 + self.buffers + self.reserve
+
+    def per_block(self) -> float:
+        return self.weights_blk + self.grads_blk + self.optimizer_blk + self.act_blk
+
+    def saved_by_recompute(self) -> float:
+        return self.act_blk - self.act_rec_blk
+
+
+def chunk_memory(
+    profile: ModelProfile,
+    cluster: Cluster,
+    *,
+    tp: int,
+    dp: int,
+    sp: bool,
+    zero: int,
+    micro_batch: int,
+    flight: float,
+    recompute: str,
+    first: bool,
+    last: bool,
+    device_first_chunk: bool,
+    dtype: str,
+) -> ChunkMemory:
+    """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only."""
+    parts = (profile.pre if first else ()) + (profile.post if last else ())
+    block = profile.blocks[0]
+    p0 = sum(p.params for p in parts) / tp
+    w0, g0, o0 = model_state_bytes(p0, dtype, zero, dp)
+    wb, gb, ob = model_state_bytes(block.params / tp, dtype, zero, dp)
+    b = micro_batch
+    act0 = flight * b * sum(part_saved_bytes(p, tp, sp) for p in parts)
+    act_blk = flight * b * part_saved_bytes(block, tp, sp)
+    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute) if recompute != "none" else act_blk
+    buffers = 0.0
+    if last:
+        # logits and their gradient while the loss runs (vocab-parallel: / tp)
+        buffers += 2.0 * b * sum(p.output_bytes_per_sample for p in profile.post) / tp
+    if device_first_chunk:
+        if recompute == "full":
+            buffers += b * part_saved_bytes(block, tp, sp)
+        if zero >= 3:
+            buffers += 2.0 * block.params / tp * state_bytes_per_param(dtype)[0]
+    reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
+    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve)
+
+
+def capacity_bytes(cluster: Cluster) -> float:
+    return cluster.gpu.memory_gib * GIB

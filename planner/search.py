@@ -1,0 +1,317 @@
+"""plan_search: enumerate mesh shapes around the partition ILP, pruned by closed-form bounds.
+
+Outside the ILP: world size (all GPUs, or 1..--max-nodes nodes), tp (inside a node,
+dividing the heads), pp (<= blocks), dp = world / (tp pp) dividing the global batch, the
+micro-batch size, the schedule (1F1B; interleaved with v chunks; GPipe only when asked:
+under this cost model it takes 1F1B's time with more memory), the ZeRO stage and the
+recomputation kind. Inside it (planner.ilp): blocks per stage and recomputed blocks per
+stage under every stage's memory limit.
+
+Each candidate first gets a lower bound on its step time (cheap arithmetic, see
+`_bound`): perfect balance, the least recomputation any partition needs to fit, and no
+DP/optimizer tail. Candidates are solved in order of their bound and the loop stops
+when the bound reaches the K-th best solved plan, so the answer equals exhaustive search.
+Dominated choices are skipped: sequence parallelism costs the same communication as plain
+TP with less memory and element-wise time (so tp > 1 uses it unless fixed), and ZeRO-1
+costs ZeRO-0's communication with less memory and optimizer time (so dp > 1 starts at 1).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from hwprofiles import Cluster
+from hwprofiles.perf import p2p_time_s
+from hwprofiles.topology import ParallelLayout
+
+from .cost_model import CostModel, MeshKey
+from .ilp import solve_partition
+from .memory_model import capacity_bytes, chunk_memory, in_flight
+from .model_profile import ModelProfile
+from .plan import Plan, PlanError, Stage
+from .search_space import Candidate, enumerate_candidates, validate_constraints
+
+
+class NoFeasiblePlan(PlanError):
+    """Nothing fits; the message names the smallest change that would."""
+
+
+@dataclass
+class SearchResult:
+    plans: list[Plan]
+    rejected: list[tuple[Candidate, str, float]] = field(default_factory=list)  # (cand, reason, amount)
+    candidates: int = 0
+    solved: int = 0
+    seconds: float = 0.0
+
+
+def plan_search(profile: ModelProfile, cluster: Cluster, **constraints) -> list[Plan]:
+    """The best plans for `profile` on `cluster`, best first, each with `.predicted` Figures.
+
+    Constraints: global_batch, fix (dict of plan fields or inline text "tp=8,pp=2"),
+    objective ("time" | "cost"), top (K), max_nodes, overlap_dp, dtype, progress (callable).
+    """
+    return search(profile, cluster, **constraints).plans
+
+
+def search(
+    profile: ModelProfile,
+    cluster: Cluster,
+    *,
+    global_batch: int | None = None,
+    fix: dict | str | None = None,
+    objective: str = "time",
+    top: int = 5,
+    max_nodes: int | None = None,
+    overlap_dp: bool | None = None,
+    dtype: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    model_ref: str | None = None,
+) -> SearchResult:
+    t0 = time.perf_counter()
+    if objective not in ("time", "cost"):
+        raise PlanError(f"objective must be 'time' or 'cost', got {objective!r}")
+    fixed = validate_constraints(profile, cluster, fix, global_batch, max_nodes, overlap_dp, dtype)
+    gbs = fixed["global_batch"]
+    cm = CostModel(profile, cluster)
+    cap = capacity_bytes(cluster)
+    result = SearchResult(plans=[])
+    scale = (lambda c: c.world) if objective == "cost" else (lambda c: 1.0)
+    heap: list[tuple[float, int, int, Candidate]] = []
+    for i, cand in enumerate(enumerate_candidates(profile, cluster, fixed, max_nodes)):
+        result.candidates += 1
+        heap.append((_compute_bound(cm, cand) * scale(cand), i, 0, cand))
+    heapq.heapify(heap)
+    best: dict[tuple, tuple[float, Plan]] = {}  # one plan per (dp, tp, pp, micro-batch)
+    while heap:
+        lb, i, level, cand = heapq.heappop(heap)
+        if len(best) >= top and lb >= _kth(best, top) * (1 - 1e-12):
+            break
+        mesh = cand.mesh
+        if mesh in best and lb >= best[mesh][0]:
+            continue
+        if level == 0:  # refine: memory (least recomputation), DP/optimizer tail
+            bound, why, amount = _bound(cm, cand, cap)
+            if why:
+                result.rejected.append((cand, why, amount))
+            else:
+                heapq.heappush(heap, (max(lb, bound * scale(cand)), i, 1, cand))
+            continue
+        cutoff = None
+        if len(best) >= top or mesh in best:
+            limit = min(_kth(best, top) if len(best) >= top else math.inf, best[mesh][0] if mesh in best else math.inf)
+            cutoff = limit / scale(cand)
+        plan = _solve(cm, cand, cap, gbs, model_ref or profile.model, cutoff)
+        result.solved += 1
+        if progress and result.solved % 25 == 0:
+            progress(f"solved {result.solved} partitions ({time.perf_counter() - t0:.1f} s)")
+        if plan is None:
+            if cutoff is None:
+                result.rejected.append((cand, "oom", 0.0))
+            continue
+        value = plan.predicted.step_time_s * scale(cand)
+        if mesh not in best or value < best[mesh][0]:
+            best[mesh] = (value, plan)
+    result.plans = [p for _, p in sorted(best.values(), key=lambda vp: vp[0])][:top]
+    result.seconds = time.perf_counter() - t0
+    if not result.plans:
+        from .explain import nearest_feasible_change
+
+        raise NoFeasiblePlan(nearest_feasible_change(profile, cluster, fixed, result, max_nodes))
+    return result
+
+
+def _kth(best: dict, k: int) -> float:
+    return sorted(v for v, _ in best.values())[k - 1]
+
+
+def mesh_key_of(cand: Candidate) -> MeshKey:
+    return MeshKey(
+        tp=cand.tp,
+        dp=cand.dp,
+        pp=cand.pp,
+        v=cand.v,
+        micro_batch=cand.mbs,
+        num_microbatches=cand.m,
+        sp=cand.sp,
+        zero=cand.zero,
+        overlap_dp=cand.overlap_dp,
+        schedule=cand.schedule,
+        dtype=cand.dtype,
+    )
+
+
+def _compute_bound(cm: CostModel, cand: Candidate) -> float:
+    """The pipeline term with no recomputation, no sends and perfect balance."""
+    key = mesh_key_of(cand)
+    prof = cm.profile
+    bp = cm.pass_of(prof.blocks[0], key)
+    fixed = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre + prof.post)
+    work = fixed + prof.num_blocks * (bp.forward_s + bp.backward_s)
+    p, v, m = cand.pp, cand.v, cand.m
+    if cand.schedule == "interleaved":
+        return (m + (p - 1) / v) * work / p
+    return work + (m - 1) * work / p
+
+
+def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, float]:
+    """(lower bound on the step time, rejection reason or "", by how much).
+
+    Valid for every partition: the pipeline term at perfect balance (and at least one
+    stage with ceil(L/p) blocks), with the least total recomputation that lets any
+    partition fit (a fractional greedy over the devices' memory slopes).
+    """
+    prof, cl = cm.profile, cm.cluster
+    key = mesh_key_of(cand)
+    L, p, v, m = prof.num_blocks, cand.pp, cand.v, cand.m
+    C = p * v
+    block = prof.blocks[0]
+    bp = cm.pass_of(block, key)
+    fixed = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre + prof.post)
+    per_blk = bp.forward_s + bp.backward_s
+    rec_blk = bp.backward_with(cand.kind)[1] if cand.kind != "none" else 0.0
+    # sends
+    layout = ParallelLayout(pp=p, dp=cand.dp, tp=cand.tp, gpus_per_node=cl.gpus_per_node)
+    send_bytes = block.output_bytes_per_sample * cand.mbs / cand.tp
+    s_in = p2p_time_s(send_bytes, False, cl) if p > 1 else 0.0
+    s_out = p2p_time_s(send_bytes, True, cl) if p > 1 else 0.0
+    crosses = [layout.stage_boundary_crosses_node(d) for d in range(p)]
+    sends = [(s_out if crosses[c % p] else s_in) for c in range(C - 1)] + [0.0]
+    # memory: per device, const + slope * n - saved * r <= cap; activations scale with the
+    # micro-batches in flight, so each kind of chunk is built once at flight 1.
+    common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=cand.zero, micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype)
+    kinds: dict[tuple, tuple[float, ...]] = {}
+
+    def terms(first: bool, last: bool, dev_first: bool) -> tuple[float, ...]:
+        k = (first, last, dev_first)
+        if k not in kinds:
+            mem = chunk_memory(prof, cl, flight=1.0, first=first, last=last, device_first_chunk=dev_first, **common)
+            states = mem.weights0 + mem.grads0 + mem.optimizer0 + mem.buffers + mem.reserve
+            kinds[k] = (states, mem.act0, mem.weights_blk + mem.grads_blk + mem.optimizer_blk, mem.act_blk, mem.act_rec_blk)
+        return kinds[k]
+
+    min_needed, rec_needed = 0.0, 0.0
+    rooms = []
+    for d in range(p):
+        q = in_flight(cand.schedule, p, v, m, d)
+        cats = {(d == 0, d == C - 1, True): 1}
+        rest = v - 1
+        if v > 1 and d == p - 1:
+            cats[(False, True, False)] = 1
+            rest -= 1
+        if rest > 0:
+            cats[(False, False, False)] = rest
+        const = 0.0
+        for cat, count in cats.items():
+            st, a0, state_blk, act_blk, act_rec = terms(*cat)
+            const += count * (st + q * a0)
+        slope = state_blk + q * act_blk
+        saved = q * (act_blk - act_rec) if cand.kind != "none" else 0.0
+        room = cap - const
+        free = room / slope if room > 0 else 0.0
+        full = room / (slope - saved) if (room > 0 and slope > saved) else (math.inf if room > 0 else 0.0)
+        if cand.kind == "none":
+            full = free
+        elif cand.recompute_all:
+            free = 0.0
+        rooms.append((slope / saved if saved else math.inf, free, full, slope, room))
+        min_needed = max(min_needed, const + (slope - saved) * v)
+    cap_blocks = sum(math.floor(full + 1e-9) for _, _, full, _, _ in rooms)
+    if min_needed > cap or cap_blocks < L:
+        short = max(min_needed - cap, 0.0)
+        if not short:
+            worst = min(rooms, key=lambda r: r[4])
+            short = (L - cap_blocks) * (worst[3] - (0 if cand.kind == "none" else worst[3] / worst[0])) / p
+        return 0.0, "oom", short
+    if cand.recompute_all:
+        rec_needed = float(L)
+    else:
+        left = L - sum(min(free, full) for _, free, full, _, _ in rooms)
+        for ratio, free, full, _, _ in sorted(rooms):
+            if left <= 0:
+                break
+            take = min(left, max(0.0, full - free))
+            rec_needed += take / ratio if ratio != math.inf else 0.0
+            left -= take
+    work = fixed + L * per_blk + rec_needed * rec_blk
+    cycles = work + 2.0 * sum(sends)
+    z = _tail_bound(cm, key, cand, rec_blk)
+    if cand.schedule == "interleaved":
+        dev = max(cycles / p, math.ceil(L / p) * per_blk)
+        return m * dev + (p - 1) / v * work / p + 2.0 * sum(sends[: p - 1]) + z, "", 0.0
+    min_send = min(sends[c] + (sends[c - 1] if c else 0.0) for c in range(C)) if p > 1 else 0.0
+    cyc = max(cycles / p, math.ceil(L / p) * per_blk + min_send)
+    return work + 2.0 * sum(sends) + (m - 1) * cyc + z, "", 0.0
+
+
+def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) -> float:
+    """max_d tail_d >= its mean over devices; tails are affine in n_d, and sum n_d = L."""
+    prof, p, L = cm.profile, cand.pp, cm.profile.num_blocks
+    first, last = cm.chunk(key, 0, cand.kind), cm.chunk(key, p * cand.v - 1, cand.kind)
+    mid = first if p * cand.v == 1 else cm.chunk(key, 1, cand.kind) if p * cand.v > 2 else last
+    del prof
+    opt = (first.opt0 + last.opt0 + first.opt_blk * L) / p
+    if cand.zero >= 3 or cand.dp == 1:
+        return opt
+    dp0 = first.dp_s0 + last.dp_s0 + mid.dp_s0 * max(0, p - 2)
+    dp = (dp0 + first.dp_s_blk * L) / p
+    if not cand.overlap_dp:
+        return opt + dp
+    window = (first.b0 + last.b0 + (first.b_blk + rec_blk) * L) / p
+    return opt + max(0.0, dp - window)
+
+
+def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str, cutoff: float | None = None) -> Plan | None:
+    key = mesh_key_of(cand)
+    C = cand.pp * cand.v
+    chunks = [cm.chunk(key, c, cand.kind if cand.kind != "none" else "none") for c in range(C)]
+    part = solve_partition(
+        chunks,
+        cm.profile.num_blocks,
+        cand.m,
+        cand.pp,
+        cand.v,
+        cand.schedule,
+        cap,
+        allow_recompute=cand.kind != "none",
+        recompute_all=cand.recompute_all,
+        cutoff=cutoff,
+    )
+    if part is None:
+        return None
+    plan = _plan_of(cm, cand, part.blocks, part.recompute, gbs, model_ref)
+    return plan
+
+
+def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_ref: str) -> Plan:
+    stages, start = [], 0
+    for n, r in zip(blocks, recompute, strict=True):
+        stages.append(Stage(start, start + n, cand.kind, r))
+        start += n
+    cl, prof = cm.cluster, cm.profile
+    plan = Plan(
+        model=model_ref,
+        hw=cl.name,
+        nodes=-(-cand.world // cl.gpus_per_node),
+        dp=cand.dp,
+        tp=cand.tp,
+        pp=cand.pp,
+        micro_batch=cand.mbs,
+        global_batch=gbs,
+        schedule=cand.schedule,
+        virtual_stages=cand.v,
+        zero=cand.zero,
+        sequence_parallel=cand.sp,
+        overlap_dp=cand.overlap_dp,
+        dtype=cand.dtype,
+        stages=tuple(stages),
+        model_args=dict(prof.args),
+        seq_len=prof.seq_len or None,
+    )
+    from .cost_model import estimate_from_costs
+
+    return replace(plan, predicted=estimate_from_costs(cm.plan_costs(plan)))

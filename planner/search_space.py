@@ -1,0 +1,183 @@
+"""The candidates plan_search enumerates around the ILP, and the checks of --fix values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from hwprofiles import Cluster
+
+from .model_profile import ModelProfile
+from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
+
+MAX_MICRO_BATCH = 64  # larger micro-batches gain no GEMM efficiency and only cost memory
+MAX_VIRTUAL_STAGES = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    world: int
+    tp: int
+    pp: int
+    dp: int
+    mbs: int
+    m: int
+    schedule: str
+    v: int
+    sp: bool
+    zero: int
+    kind: str  # recomputation kind the ILP may apply per block ("none": never)
+    recompute_all: bool  # a fixed recompute=...: every block recomputes
+    overlap_dp: bool
+    dtype: str
+
+    @property
+    def mesh(self) -> tuple:
+        return (self.world, self.dp, self.tp, self.pp, self.mbs)
+
+    def describe(self) -> str:
+        sched = self.schedule + (f" v={self.v}" if self.v > 1 else "")
+        return (
+            f"dp={self.dp} tp={self.tp} pp={self.pp} mbs={self.mbs} {sched} zero={self.zero} "
+            f"sp={int(self.sp)} recompute={self.kind}"
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def validate_constraints(
+    profile: ModelProfile,
+    cluster: Cluster,
+    fix,
+    global_batch: int | None,
+    max_nodes: int | None,
+    overlap_dp: bool | None,
+    dtype: str | None,
+) -> dict:
+    """Fixed plan fields, checked against the model and the cluster (errors name the fix)."""
+    fixed = dict(parse_inline(fix) if isinstance(fix, str) else (fix or {}))
+    if global_batch is not None:
+        if "global_batch" in fixed and fixed["global_batch"] != global_batch:
+            raise PlanError(f"--global-batch {global_batch} contradicts --fix gbs={fixed['global_batch']}; give one")
+        fixed["global_batch"] = global_batch
+    if overlap_dp is not None:
+        fixed.setdefault("overlap_dp", overlap_dp)
+    if dtype is not None:
+        fixed.setdefault("dtype", dtype)
+    fixed.setdefault("dtype", profile.dtype if profile.dtype in DTYPES else "bf16")
+    fixed.setdefault("overlap_dp", True)
+    gpn = cluster.gpus_per_node
+    world = (max_nodes or cluster.nodes) * gpn
+    fixed.setdefault("global_batch", world)
+    L, heads = profile.num_blocks, profile.num_heads
+    for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages"):
+        if name in fixed and (not isinstance(fixed[name], int) or fixed[name] < 1):
+            raise PlanError(f"{name} must be a whole number >= 1, got {fixed[name]!r}")
+    tp = fixed.get("tp")
+    if tp is not None:
+        if tp > gpn or gpn % tp:
+            ok = max(t for t in _divisors(gpn) if t <= tp)
+            raise PlanError(f"tp={tp} must divide the {gpn} GPUs of a node (tensor parallelism stays inside a node); use tp={ok}")
+        if tp > 1 and not profile.has_tp_plan:
+            raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
+        if tp > 1 and heads and heads % tp:
+            ok = max(t for t in _divisors(gpn) if heads % t == 0 and t <= tp)
+            raise PlanError(f"tp={tp} does not divide the model's {heads} attention heads; use tp={ok}")
+    pp = fixed.get("pp")
+    if pp is not None and pp > L:
+        raise PlanError(f"pp={pp} exceeds the model's {L} blocks (each stage needs one); use pp<={L}")
+    degrees = [fixed.get(k) for k in ("dp", "tp", "pp")]
+    product = 1
+    for dgr in degrees:
+        product *= dgr or 1
+    if product > world:
+        raise PlanError(
+            f"dp*tp*pp={product} GPUs but the cluster has {world}; use --nodes {-(-product // gpn)} or lower a degree"
+        )
+    if all(d is not None for d in degrees) and product != world and not max_nodes:
+        raise PlanError(f"dp*tp*pp={product} must use all {world} GPUs; change a degree or use --max-nodes")
+    gbs = fixed["global_batch"]
+    dp, mbs = fixed.get("dp"), fixed.get("micro_batch")
+    if dp and gbs % (dp * (mbs or 1)):
+        per = dp * (mbs or 1)
+        lower = max(per, gbs // per * per)
+        raise PlanError(f"global batch {gbs} is not divisible by dp*mbs={per}; use --global-batch {lower} or {lower + per}")
+    sched = fixed.get("schedule")
+    if sched is not None and sched not in SCHEDULES:
+        raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {sched!r}")
+    if fixed.get("virtual_stages", 1) > 1 and sched not in (None, "interleaved"):
+        raise PlanError(f"v={fixed['virtual_stages']} needs schedule=interleaved; drop v or set schedule=interleaved")
+    if sched == "interleaved" and pp == 1:
+        raise PlanError("the interleaved schedule needs pp >= 2; use schedule=1f1b or fix pp>=2")
+    rec = fixed.get("recompute")
+    if rec is not None and rec not in RECOMPUTE:
+        raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {rec!r}")
+    if fixed.get("zero", 0) not in (0, 1, 2, 3):
+        raise PlanError(f"zero must be 0, 1, 2 or 3, got {fixed['zero']!r}")
+    if fixed["dtype"] not in DTYPES:
+        raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {fixed['dtype']!r}")
+    if fixed.get("sequence_parallel") and tp == 1:
+        raise PlanError("sequence parallelism needs tp > 1; drop sp=1 or fix tp>1")
+    return fixed
+
+
+def world_sizes(cluster: Cluster, fixed: dict, max_nodes: int | None) -> list[int]:
+    gpn = cluster.gpus_per_node
+    if not max_nodes:
+        return [cluster.num_gpus]
+    counts = [k for k in range(1, max_nodes + 1) if k <= 16 or (k & (k - 1)) == 0 or k == max_nodes]
+    return [k * gpn for k in counts]
+
+
+def enumerate_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int | None) -> Iterator[Candidate]:
+    L, heads, gpn = profile.num_blocks, profile.num_heads, cluster.gpus_per_node
+    gbs = fixed["global_batch"]
+    rec = fixed.get("recompute")
+    kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
+    for world in world_sizes(cluster, fixed, max_nodes):
+        tps = [fixed["tp"]] if "tp" in fixed else [
+            t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and (not heads or heads % t == 0)))
+        ]
+        for tp in tps:
+            if world % tp:
+                continue
+            pps = [fixed["pp"]] if "pp" in fixed else [p for p in range(1, L + 1) if world % (tp * p) == 0]
+            for pp in pps:
+                if world % (tp * pp):
+                    continue
+                dp = world // (tp * pp)
+                if fixed.get("dp", dp) != dp or gbs % dp:
+                    continue
+                per_replica = gbs // dp
+                mbss = [fixed["micro_batch"]] if "micro_batch" in fixed else [
+                    b for b in _divisors(per_replica) if b <= MAX_MICRO_BATCH
+                ]
+                for mbs in mbss:
+                    if per_replica % mbs:
+                        continue
+                    m = per_replica // mbs
+                    for schedule, v in _schedules(fixed, pp, m, L):
+                        sps = [fixed["sequence_parallel"]] if "sequence_parallel" in fixed else [tp > 1]
+                        zeros = [fixed["zero"]] if "zero" in fixed else ([0] if dp == 1 else [1, 2, 3])
+                        for sp in sps:
+                            for zero in zeros:
+                                for kind, all_ in kinds:
+                                    yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1), zero,
+                                                    kind, all_, fixed["overlap_dp"], fixed["dtype"])
+
+
+def _schedules(fixed: dict, pp: int, m: int, L: int) -> list[tuple[str, int]]:
+    sched = fixed.get("schedule")
+    out = []
+    if sched in (None, "1f1b"):
+        out.append(("1f1b", 1))
+    if sched == "gpipe":
+        out.append(("gpipe", 1))
+    if sched in (None, "interleaved") and pp >= 2 and m % pp == 0:
+        vs = [fixed["virtual_stages"]] if "virtual_stages" in fixed else range(2, min(L // pp, MAX_VIRTUAL_STAGES) + 1)
+        out += [("interleaved", v) for v in vs if pp * v <= L]
+    if pp == 1 and sched in (None, "1f1b", "gpipe") and not out:
+        out.append(("1f1b", 1))
+    return out
