@@ -210,6 +210,7 @@ class CostModel:
             raise PlanError(f"model {profile.model!r} has no repeated blocks to place on pipeline stages")
         self.profile = profile
         self.cluster = cluster
+        self._parts: dict[int, BlockProfile] = {}  # cache by identity: hashing a profile is slow
         self._pass = functools.lru_cache(maxsize=None)(self._pass_uncached)
 
     def _layout(self, key: MeshKey) -> ParallelLayout:
@@ -218,9 +219,11 @@ class CostModel:
     def pass_of(self, part: BlockProfile, key: MeshKey) -> PassTimes:
         """Pass times of `part`; they depend on tp, dp, sp, mbs, zero, overlap, dtype only."""
         zk = key.zero if key.zero >= 2 and key.dp > 1 else 0
-        return self._pass(id(part), part, key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype)
+        self._parts[id(part)] = part
+        return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype)
 
-    def _pass_uncached(self, _id, part, tp, dp, sp, b, zero, overlap, dtype) -> PassTimes:
+    def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype) -> PassTimes:
+        part = self._parts[part_id]
         layout = ParallelLayout(pp=1, dp=dp, tp=tp, gpus_per_node=self.cluster.gpus_per_node)
         zc = (0.0, 0.0, overlap)
         if zero >= 2:

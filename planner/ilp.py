@@ -29,7 +29,7 @@ from .cost_model import ChunkModel
 
 # A partition problem that HiGHS has not proven within this time keeps its best integer
 # solution (observed only for 1F1B with 64+ stages; small cases always prove optimality).
-TIME_LIMIT_S = 0.5
+TIME_LIMIT_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,10 @@ def solve_partition(
     groups = [list(range(d, C, p)) for d in range(p)]
     G = len(groups)
     prob = pulp.LpProblem("partition", pulp.LpMinimize)
-    n = [pulp.LpVariable(f"n{g}", lowBound=len(groups[g]), upBound=num_blocks, cat="Integer") for g in range(G)]
+    var = prob.add_variable if hasattr(prob, "add_variable") else pulp.LpVariable  # PuLP 4 API when present
+    n = [var(f"n{g}", lowBound=len(groups[g]), upBound=num_blocks, cat="Integer") for g in range(G)]
     if allow_recompute:
-        r = [pulp.LpVariable(f"r{g}", lowBound=0, upBound=num_blocks, cat="Integer") for g in range(G)]
+        r = [var(f"r{g}", lowBound=0, upBound=num_blocks, cat="Integer") for g in range(G)]
     else:
         r = [0] * G
     prob += pulp.lpSum(n) == num_blocks
@@ -110,10 +111,10 @@ def solve_partition(
     s = [ch_.send_s for ch_ in chunks]
     sends = [sum(s[c] + (s[c - 1] if c else 0.0) for c in groups[g]) for g in range(G)]
     device_groups = [[d] for d in range(p)]
-    M = pulp.LpVariable("M")
-    Z = pulp.LpVariable("Z")
+    M = var("M")
+    Z = var("Z")
     if schedule == "interleaved":
-        W = pulp.LpVariable("W")
+        W = var("W")
         for gs in device_groups:
             prob += M >= pulp.lpSum(f[g] + b[g] + sends[g] for g in gs)
             prob += W >= pulp.lpSum(f[g] + b[g] for g in gs)

@@ -1,0 +1,90 @@
+"""Cost model: closed forms, contract fields, monotonicity."""
+
+import pytest
+
+from hwprofiles import load_cluster
+from planner import Plan, estimate, estimate_from_costs, even_stages, plan_costs
+from planner.costs import PlanCosts, StageCosts
+from tests.planner.gpt_profile_fixture import gpt_profile
+
+PROF = gpt_profile(layers=8, hidden=1024, heads=16, seq=512, vocab=8192)
+
+
+def _plan(**kw):
+    base = dict(model="gpt", hw="a100x8", nodes=2, dp=2, tp=2, pp=4, micro_batch=1, global_batch=32)
+    base.update(kw)
+    chunks = base["pp"] * base.get("virtual_stages", 1)
+    base.setdefault("stages", even_stages(8, chunks, base.pop("recompute", "none")))
+    return Plan(**base)
+
+
+def test_uniform_1f1b_closed_form():
+    stages = tuple(StageCosts(forward_s=1.0, backward_s=2.0) for _ in range(4))
+    costs = PlanCosts(stages=stages, num_microbatches=8, pp=4, tokens_per_step=1, samples_per_step=1)
+    assert estimate_from_costs(costs).step_time_s == pytest.approx((8 + 4 - 1) * 3.0)
+
+
+def test_interleaved_bubble_is_p_minus_1_over_v():
+    p, v, m = 4, 2, 8
+    stages = tuple(StageCosts(forward_s=0.5, backward_s=1.0) for _ in range(p * v))
+    costs = PlanCosts(stages=stages, num_microbatches=m, pp=p, virtual_stages=v, schedule="interleaved",
+                      tokens_per_step=1, samples_per_step=1)
+    t_stage = v * 1.5
+    assert estimate_from_costs(costs).step_time_s == pytest.approx((m + (p - 1) / v) * t_stage)
+
+
+def test_exposed_dp_comm_and_optimizer():
+    stages = (StageCosts(forward_s=1.0, backward_s=2.0, dp_comm_s=5.0, dp_overlappable=True, optimizer_s=0.5),)
+    costs = PlanCosts(stages=stages, num_microbatches=4, pp=1, tokens_per_step=1, samples_per_step=1)
+    assert estimate_from_costs(costs).step_time_s == pytest.approx(4 * 3.0 + (5.0 - 2.0) + 0.5)
+    stages = (replace_overlap := StageCosts(forward_s=1.0, backward_s=2.0, dp_comm_s=5.0, dp_overlappable=False),)
+    del replace_overlap
+    costs = PlanCosts(stages=stages, num_microbatches=4, pp=1, tokens_per_step=1, samples_per_step=1)
+    assert estimate_from_costs(costs).step_time_s == pytest.approx(4 * 3.0 + 5.0)
+
+
+def test_plan_costs_fields_and_figures():
+    cluster = load_cluster("a100x8", nodes=2)
+    plan = _plan(recompute="full", sequence_parallel=True)
+    costs = plan_costs(plan, PROF, cluster)
+    assert len(costs.stages) == 4
+    first, last = costs.stages[0], costs.stages[-1]
+    assert last.send_bytes == 0 and first.send_bytes == pytest.approx(2 * 512 * 1024 / 2)  # 1/tp slice
+    assert all(s.recompute_s > 0 and s.backward_s > s.recompute_s for s in costs.stages)
+    assert first.forward_s > costs.stages[1].forward_s  # embedding on the first stage
+    f = estimate(plan, PROF, cluster)
+    assert f.step_time_s > 0 and 0 < f.mfu < 1 and f.hardware_tflops_per_gpu > f.model_tflops_per_gpu
+    assert f.tokens_per_s == pytest.approx(32 * 512 / f.step_time_s)
+    assert sum(f.breakdown.values()) == pytest.approx(f.step_time_s, rel=1e-6)
+
+
+def test_recompute_trades_time_for_memory():
+    cluster = load_cluster("a100x8", nodes=2)
+    plain = estimate(_plan(), PROF, cluster)
+    full = estimate(_plan(recompute="full"), PROF, cluster)
+    sel = estimate(_plan(recompute="selective"), PROF, cluster)
+    assert full.step_time_s > sel.step_time_s >= plain.step_time_s
+    assert full.peak_memory_gib < sel.peak_memory_gib < plain.peak_memory_gib
+
+
+def test_zero3_saves_memory_and_sp_saves_memory():
+    cluster = load_cluster("a100x8", nodes=2)
+    z0, z3 = estimate(_plan(zero=0), PROF, cluster), estimate(_plan(zero=3), PROF, cluster)
+    assert z3.memory_breakdown_gib["weights"] < z0.memory_breakdown_gib["weights"]
+    sp = estimate(_plan(sequence_parallel=True), PROF, cluster)
+    assert sp.memory_breakdown_gib["activations"] < z0.memory_breakdown_gib["activations"]
+
+
+def test_host_overhead_floors_small_layers():
+    tiny = gpt_profile(layers=4, hidden=64, heads=4, seq=32, vocab=128)
+    slow = load_cluster("a100x8", nodes=1, overrides={"efficiency.host_overhead_us_per_layer": 1000.0})
+    plan = Plan(model="t", hw="a100x8", nodes=1, dp=1, tp=1, pp=1, micro_batch=1, global_batch=1,
+                stages=even_stages(4, 1))
+    f = estimate(plan, tiny, slow)
+    assert f.step_time_s >= 6 * 2 * 1e-3  # 6 parts, forward and backward, 1 ms each
+
+
+def test_plan_errors_name_the_fix():
+    cluster = load_cluster("a100x8", nodes=1)
+    with pytest.raises(ValueError, match="GPUs but the cluster has 8"):
+        estimate(_plan(), PROF, cluster)

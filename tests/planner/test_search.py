@@ -1,0 +1,157 @@
+"""The ILP equals brute force under the same cost model; plan_search end to end."""
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hwprofiles import load_cluster
+from planner import NoFeasiblePlan, Plan, PlanError, Stage, plan_search
+from planner.cost_model import CostModel, estimate_from_costs
+from planner.memory_model import capacity_bytes
+from planner.search import _solve
+from planner.search_space import Candidate
+from tests.planner.gpt_profile_fixture import gpt_profile
+
+PROF = gpt_profile(layers=6, hidden=2048, heads=16, seq=1024, vocab=32000)
+
+
+def _compositions(total, parts):
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        edges = (0, *cuts, total)
+        yield [edges[i + 1] - edges[i] for i in range(parts)]
+
+
+def _brute_force(cm, cand, gbs):
+    best = None
+    C = cand.pp * cand.v
+    cap = capacity_bytes(cm.cluster)
+    for blocks in _compositions(cm.profile.num_blocks, C):
+        ranges = [range(0, n + 1) if cand.kind != "none" else range(0, 1) for n in blocks]
+        if cand.recompute_all:
+            ranges = [range(n, n + 1) for n in blocks]
+        for recs in itertools.product(*ranges):
+            stages, start = [], 0
+            for n, r in zip(blocks, recs, strict=True):
+                stages.append(Stage(start, start + n, cand.kind, r))
+                start += n
+            plan = Plan(model="m", hw="a100x8", nodes=cm.cluster.nodes, dp=cand.dp, tp=cand.tp, pp=cand.pp,
+                        micro_batch=cand.mbs, global_batch=gbs, schedule=cand.schedule, virtual_stages=cand.v,
+                        zero=cand.zero, sequence_parallel=cand.sp, overlap_dp=cand.overlap_dp, stages=tuple(stages))
+            f = estimate_from_costs(cm.plan_costs(plan))
+            if f.peak_memory_gib * 2**30 > cap * (1 + 1e-9):
+                continue
+            if best is None or f.step_time_s < best[0]:
+                best = (f.step_time_s, blocks, recs)
+    return best
+
+
+def _even_memory_gib(cm, cand, gbs, kind):
+    from planner.plan import even_stages
+
+    plan = Plan(model="m", hw="a100x8", nodes=1, dp=cand.dp, tp=cand.tp, pp=cand.pp, micro_batch=cand.mbs,
+                global_batch=gbs, schedule=cand.schedule, virtual_stages=cand.v, zero=cand.zero,
+                sequence_parallel=cand.sp, stages=even_stages(cm.profile.num_blocks, cand.pp * cand.v, kind))
+    return estimate_from_costs(cm.plan_costs(plan)).peak_memory_gib
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    layers=st.integers(3, 7),
+    pp=st.integers(1, 3),
+    v=st.sampled_from([1, 2]),
+    tp=st.sampled_from([1, 2]),
+    mbs=st.sampled_from([1, 2]),
+    zero=st.sampled_from([0, 1, 3]),
+    kind=st.sampled_from(["none", "selective", "full"]),
+    squeeze=st.floats(-0.1, 1.1),
+    overlap=st.booleans(),
+)
+def test_ilp_equals_brute_force(layers, pp, v, tp, mbs, zero, kind, squeeze, overlap):
+    if v > 1 and (pp < 2 or pp * v > layers):
+        v = 1
+    if pp > layers:
+        pp = layers
+    prof = gpt_profile(layers=layers, hidden=1024, heads=16, seq=1024, vocab=8192)
+    dp = 8 // (tp * pp) if 8 % (tp * pp) == 0 else 1
+    world = dp * tp * pp
+    m = pp * 2
+    gbs = dp * mbs * m
+    sched = "interleaved" if v > 1 else "1f1b"
+    cand = Candidate(world, tp, pp, dp, mbs, m, sched, v, tp > 1, zero, kind, False, overlap, "bf16")
+    # Squeeze the GPU memory between "everything recomputed" and "nothing recomputed" on an
+    # even split, so that the memory limit and the recomputation counts bind.
+    probe = CostModel(prof, load_cluster("a100x8", nodes=1))
+    lo = _even_memory_gib(probe, cand, gbs, "full")
+    hi = _even_memory_gib(probe, cand, gbs, "none")
+    memory_gib = lo + squeeze * (hi - lo)
+    cluster = load_cluster("a100x8", nodes=1, overrides={"gpu.memory_gib": memory_gib})
+    cm = CostModel(prof, cluster)
+    got = _solve(cm, cand, capacity_bytes(cluster), gbs, "m")
+    want = _brute_force(cm, cand, gbs)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None, want
+    assert got.predicted.step_time_s == pytest.approx(want[0], rel=1e-6)
+    assert got.predicted.peak_memory_gib <= memory_gib * (1 + 1e-9)
+
+
+def test_uneven_split_when_head_is_heavy():
+    # A big vocabulary makes the last stage heavy: the ILP moves blocks off it.
+    prof = gpt_profile(layers=8, hidden=1024, heads=16, seq=1024, vocab=200_000)
+    cluster = load_cluster("a100x8", nodes=1)
+    cand = Candidate(8, 1, 4, 2, 1, 16, "1f1b", 1, False, 1, "selective", False, True, "bf16")
+    cm = CostModel(prof, cluster)
+    plan = _solve(cm, cand, capacity_bytes(cluster), 32, "m")
+    blocks = [s.num_blocks for s in plan.stages]
+    assert blocks[-1] < max(blocks)
+    assert plan.predicted.step_time_s == pytest.approx(_brute_force(cm, cand, 32)[0], rel=1e-6)
+
+
+def test_plan_search_best_first_with_figures():
+    cluster = load_cluster("a100x8", nodes=2)
+    plans = plan_search(PROF, cluster, global_batch=64, top=3)
+    assert 1 <= len(plans) <= 3
+    times = [p.predicted.step_time_s for p in plans]
+    assert times == sorted(times)
+    assert all(p.world_size <= 16 and p.predicted.peak_memory_gib <= 80 for p in plans)
+
+
+def test_fix_is_respected():
+    cluster = load_cluster("a100x8", nodes=2)
+    plans = plan_search(PROF, cluster, global_batch=64, fix="tp=2,pp=2,recompute=full", top=2)
+    assert all(p.tp == 2 and p.pp == 2 and p.recompute == "full" for p in plans)
+    assert all(s.num_recomputed == s.num_blocks for p in plans for s in p.stages)
+
+
+def test_cost_objective_can_use_fewer_nodes():
+    cluster = load_cluster("a100x8", nodes=4)
+    plans = plan_search(PROF, cluster, global_batch=64, objective="cost", max_nodes=4, top=1)
+    assert plans[0].predicted.usd_per_step > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(fix="tp=16"), "tp=8"),
+        (dict(fix="tp=3"), "tp=2"),
+        (dict(fix="pp=9"), "pp<=6"),
+        (dict(fix="dp=3,tp=1,pp=1"), "divisible|must use all"),
+        (dict(global_batch=63, fix="dp=16"), "--global-batch"),
+        (dict(fix="schedule=interleaved,pp=1"), "pp >= 2"),
+    ],
+)
+def test_contradictions_name_the_fix(kwargs, match):
+    cluster = load_cluster("a100x8", nodes=2)
+    with pytest.raises(PlanError, match=match):
+        plan_search(PROF, cluster, **{"global_batch": 64, **kwargs})
+
+
+def test_nothing_fits_says_smallest_change():
+    big = gpt_profile(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200)
+    cluster = load_cluster("a100x8", nodes=1)
+    with pytest.raises(NoFeasiblePlan, match="--nodes|zero=3|recompute") as err:
+        plan_search(big, cluster, global_batch=8)
+    assert "\n" not in str(err.value)
