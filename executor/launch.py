@@ -50,7 +50,8 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         min_nodes=nnodes,
         max_nodes=nnodes,
         nproc_per_node=nproc_per_node,
-        run_id=run_id or uuid.uuid4().hex,
+        # every node's agent must name the same run; one machine can take a fresh one
+        run_id=run_id or (cfg.fingerprint if rdzv_endpoint else uuid.uuid4().hex),
         rdzv_backend="c10d",
         rdzv_endpoint=rdzv_endpoint or "localhost:0",  # torchrun --standalone
         max_restarts=max_restarts,

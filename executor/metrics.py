@@ -52,7 +52,8 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str) -> dict:
+def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,
+              dtype: str = "fp32") -> dict:
     """Medians over the steps after the first (warm-up), next to the plan's prediction."""
     records = read_metrics(run_dir)
     steady = records[1:] if len(records) > 1 else records
@@ -62,6 +63,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
     summary = {
         "steps": len(records),
         "device": device,
+        "compute_dtype": dtype,  # CPU runs are fp32 whatever the plan says
         "plan": {k: plan[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                                       "virtual_stages", "zero", "sequence_parallel", "recompute")},
         "measured": measured,

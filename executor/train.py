@@ -77,6 +77,7 @@ class Trainer:
         amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16")
         dtype = torch.bfloat16 if self.plan.dtype == "bf16" else torch.float16
         self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
+        self.compute_dtype = self.plan.dtype if amp else "fp32"
         self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn)
         self.optimizers = [
             torch.optim.AdamW(chunk.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -187,7 +188,7 @@ class Trainer:
                 self._save(step)
         if self.rank == 0:
             predicted = self.plan.predicted.to_dict() if self.plan.predicted else None
-            summarize(self.cfg.out_dir, predicted, self.plan.to_dict(), self.device.type)
+            summarize(self.cfg.out_dir, predicted, self.plan.to_dict(), self.device.type, self.compute_dtype)
 
     def close(self) -> None:
         if dist.is_initialized():

@@ -3,6 +3,7 @@ complete checkpoint and ends bit-identical to an uninterrupted run; nothing is l
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
@@ -50,3 +51,17 @@ def test_failure_without_restarts_exits_cleanly(tmp_path):
     result = run_execute(PLAN, tmp_path, "--steps", "3", "--fail-at-step", "2", timeout=90)
     assert result.returncode == 1
     assert "training failed after 0 restart(s)" in result.stdout
+
+
+def test_resume_continues_a_finished_run(tmp_path, reference):
+    """pp=2 x dp=2 (DDP per stage): 4 steps, then the same command to 6 resumes at step-4."""
+    plan, ckpt = "pp=2,dp=2,mbs=1,gbs=4", str(tmp_path / "ckpt")
+    first = run_execute(plan, tmp_path / "a", "--steps", "4", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
+    assert first.returncode == 0, first.stdout
+    second = run_execute(plan, tmp_path / "b", "--steps", "6", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
+    assert second.returncode == 0, second.stdout
+    assert "step-4 (step 4)" in second.stdout
+    got = metrics(tmp_path / "b")
+    assert [r["step"] for r in got] == [5, 6]
+    for rec in got:
+        assert rec["loss"] == pytest.approx(reference[rec["step"] - 1]["loss"], rel=1e-4)

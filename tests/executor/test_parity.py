@@ -20,21 +20,13 @@ PLANS = {
 }
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reference")
-    result = run_execute("mbs=1,gbs=4", out, "--steps", str(STEPS))
-    assert result.returncode == 0, result.stdout
-    return metrics(out)
-
-
 @pytest.mark.parametrize("name", list(PLANS))
 def test_plan_matches_single_process(name, reference, tmp_path):
     result = run_execute(PLANS[name], tmp_path, "--steps", str(STEPS))
     assert result.returncode == 0, result.stdout
     got = metrics(tmp_path)
     assert [r["step"] for r in got] == list(range(1, STEPS + 1))
-    for ref, rec in zip(reference, got, strict=True):
+    for ref, rec in zip(reference[:STEPS], got, strict=True):
         assert rec["loss"] == pytest.approx(ref["loss"], rel=1e-4), (name, rec["step"])
         assert rec["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), (name, rec["step"])
     assert (tmp_path / "summary.json").exists()
