@@ -107,7 +107,7 @@ def search(
             cutoff = limit / scale(cand)
         plan = _solve(cm, cand, cap, gbs, model_ref or profile.model, cutoff)
         result.solved += 1
-        if progress and result.solved % 25 == 0:
+        if progress and result.solved % 25 == 0 and time.perf_counter() - t0 > 2.0:
             progress(f"solved {result.solved} partitions ({time.perf_counter() - t0:.1f} s)")
         if plan is None:
             if cutoff is None:
@@ -315,3 +315,23 @@ def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_
     from .cost_model import estimate_from_costs
 
     return replace(plan, predicted=estimate_from_costs(cm.plan_costs(plan)))
+
+
+def plan_model(
+    ref: str,
+    cluster: Cluster,
+    *,
+    model_args: dict | None = None,
+    seq_len: int | None = None,
+    dtype: str = "bf16",
+    **constraints,
+) -> SearchResult:
+    """Profile the model file `ref` and search its plans (what `smplan plan` runs)."""
+    from .profiler import profile_model
+
+    profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype)
+    constraints.setdefault("dtype", dtype)
+    result = search(profile, cluster, model_ref=ref, **constraints)
+    if seq_len is not None:
+        result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
+    return result

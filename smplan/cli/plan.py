@@ -1,0 +1,111 @@
+"""`smplan plan MODEL --hw HW`: the best parallel plans (planner.search.plan_model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from planner.explain import explain
+from planner.search import plan_model
+
+from .options import (
+    cluster_from,
+    echo_json,
+    hw_options,
+    json_option,
+    model_args_from,
+    model_args_option,
+)
+from .table import format_table
+
+
+@click.command()
+@click.argument("model", metavar="MODEL")
+@hw_options()
+@click.option("--max-nodes", type=click.IntRange(min=1), default=None,
+              help="Search every node count up to N (instead of exactly --nodes).")
+@model_args_option
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
+              help="Fix a plan key (inline plan keys: tp, pp, dp, mbs, zero, recompute, schedule, v, sp, overlap_dp). Repeatable.")
+@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the best plan (JSON).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option("--explain", "show_explain", is_flag=True, help="Say why the runner-ups lost.")
+@json_option
+def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len, dtype, fix, objective, top,
+         output, force, show_explain, as_json) -> None:
+    """Find the fastest (or cheapest) way to train MODEL on the cluster.
+
+    \b
+    Examples:
+      smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 --global-batch 1536
+      smplan plan examples/gpt.py:tiny --hw a100x8 --fix tp=2 --top 3 --explain
+      smplan plan examples/gpt.py:llama3_8b --hw a100x8 --max-nodes 4 --objective cost -o plan.json
+    """
+    if output and Path(output).exists() and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    cluster = cluster_from(hw, max_nodes or nodes, hw_set)
+    result = plan_model(
+        model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,
+        global_batch=global_batch, fix=",".join(fix) or None, objective=objective, top=top, max_nodes=max_nodes,
+        progress=lambda msg: click.echo(msg, err=True),
+    )
+    plans = result.plans
+    if output:
+        plans[0].replace(hw_overrides=dict(kv.split("=", 1) for kv in hw_set)).save(output)
+    if as_json:
+        echo_json({"plans": [_plan_json(p) for p in plans],
+                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds}})
+        return
+    cap = cluster.gpu.memory_gib
+    headers = ["#", "dp", "tp", "pp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
+               "mem GiB", "$/1M tok"]
+    rows = [
+        [i + 1, p.dp, p.tp, p.pp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
+         p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{p.predicted.peak_memory_gib:.1f}/{cap:g}",
+         _usd_per_million(p)]
+        for i, p in enumerate(plans)
+    ]
+    click.echo(f"{model} on {cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name}), global batch "
+               f"{plans[0].global_batch}, objective {objective}")
+    click.echo(format_table(headers, rows))
+    click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s")
+    if show_explain:
+        for line in explain(plans, result.rejected):
+            click.echo(f"  {line}")
+    if output:
+        click.echo(f"wrote {output}")
+
+
+def _recompute(p) -> str:
+    n = sum(s.num_recomputed for s in p.stages)
+    total = sum(s.num_blocks for s in p.stages)
+    return "none" if n == 0 else f"{p.recompute} {n}/{total}"
+
+
+def _schedule(p) -> str:
+    return p.schedule + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else "")
+
+
+def _usd_per_million(p) -> float:
+    tokens = p.predicted.tokens_per_s * p.predicted.step_time_s
+    return p.predicted.usd_per_step / tokens * 1e6 if tokens else 0.0
+
+
+def _plan_json(p) -> dict:
+    out = {
+        "dp": p.dp, "tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch, "global_batch": p.global_batch,
+        "schedule": p.schedule, "virtual_stages": p.virtual_stages, "zero": p.zero, "recompute": p.recompute,
+        "sequence_parallel": p.sequence_parallel, "overlap_dp": p.overlap_dp,
+        "stage_blocks": [[s.first_block, s.last_block] for s in p.stages],
+        "recompute_blocks": [s.num_recomputed for s in p.stages],
+        "usd_per_million_tokens": _usd_per_million(p),
+    }
+    out.update(p.predicted.to_dict())
+    out["plan"] = p.to_dict()
+    return out
