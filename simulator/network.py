@@ -69,10 +69,16 @@ class Network:
         self._last = now
 
     def _reschedule(self) -> None:
-        # Flows within a relative 1e-9 of done are done (float residue of rate * dt).
-        done = [f for f in self.flows if f.remaining <= 1e-9 * f.work]
+        # Flows within a relative 1e-9 of done, or whose rest would not move the clock
+        # (now + rest == now in floating point), are done.
+        eps = 1e-15 * max(1.0, abs(self.env.now))
+
+        def finished(f: _Flow) -> bool:
+            return f.remaining <= 1e-9 * f.work or f.remaining <= eps
+
+        done = [f for f in self.flows if finished(f)]
         if done:
-            self.flows = [f for f in self.flows if f.remaining > 1e-9 * f.work]
+            self.flows = [f for f in self.flows if not finished(f)]
             for f in done:
                 f.event.succeed()
         if not self.flows:

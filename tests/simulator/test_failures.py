@@ -1,0 +1,86 @@
+import time
+
+import numpy as np
+import pytest
+
+from simulator.daly import daly_expected_time, daly_interval, young_interval
+from simulator.failures import ReliabilityError, RunSpec, analyse_run, simulate_sweep
+
+MIN = 60.0
+HOUR = 3600.0
+
+
+def test_daly_formula_worked_examples():
+    # Daly 2006, section 5: R = 10 min, delta = 5 min.
+    assert daly_interval(5 * MIN, 24 * HOUR) / MIN == pytest.approx(117, abs=0.5)
+    assert daly_interval(5 * MIN, 6 * HOUR) / MIN == pytest.approx(57, abs=0.5)
+    assert young_interval(5 * MIN, 24 * HOUR) / MIN == pytest.approx(120)
+
+
+@pytest.mark.parametrize("mtbf_h,expected_min", [(24, 117), (6, 57)])
+def test_sweep_reproduces_daly_optimum(mtbf_h, expected_min):
+    spec = RunSpec(work_s=1000 * mtbf_h * HOUR, num_gpus=1, gpu_mtbf_hours=mtbf_h, restart_s=10 * MIN,
+                   checkpoint_s=5 * MIN)
+    report = analyse_run(spec, seeds=100)
+    assert report.best_interval_s / MIN == pytest.approx(expected_min, rel=0.10)
+
+
+@pytest.mark.parametrize("mtbf_h", [24, 6])
+def test_mean_wall_at_daly_interval_matches_daly_expected_time(mtbf_h):
+    m = mtbf_h * HOUR
+    tau = daly_interval(5 * MIN, m)
+    work = 500 * m
+    spec = RunSpec(work_s=work, num_gpus=1, gpu_mtbf_hours=mtbf_h, restart_s=10 * MIN, checkpoint_s=5 * MIN)
+    res = simulate_sweep(spec, [tau], seeds=100)
+    expected = daly_expected_time(work, tau, 5 * MIN, 10 * MIN, m)
+    assert res.goodput.mean() == pytest.approx(work / expected, rel=0.02)
+
+
+def test_job_mtbf_scales_with_gpus_and_failures_are_counted():
+    spec = RunSpec(work_s=30 * 86400, num_gpus=16384, gpu_mtbf_hours=50000, restart_s=15 * MIN,
+                   checkpoint_s=5 * MIN)
+    report = analyse_run(spec, seeds=50)
+    assert spec.job_mtbf_s == pytest.approx(50000 * HOUR / 16384)
+    # ~ wall / MTBF failures
+    assert report.failures_mean == pytest.approx(report.wall_mean_s / spec.job_mtbf_s, rel=0.1)
+    assert 0 < report.goodput_p10 <= report.goodput_p50 <= report.goodput_p90 < 1
+    assert report.wall_p10_s <= report.wall_p50_s <= report.wall_p90_s
+
+
+def test_sixteen_thousand_gpus_thirty_days_is_fast():
+    spec = RunSpec(work_s=30 * 86400, num_gpus=16384, gpu_mtbf_hours=50000, restart_s=15 * MIN,
+                   checkpoint_s=5 * MIN)
+    t0 = time.perf_counter()
+    analyse_run(spec, seeds=100)
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_async_checkpoint_and_spares_and_weibull():
+    base = dict(work_s=10 * 86400, num_gpus=4096, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=10 * MIN)
+    sync = analyse_run(RunSpec(**base), seeds=40)
+    asyn = analyse_run(RunSpec(**base, async_checkpoint=True, async_blocking_s=5.0), seeds=40)
+    assert asyn.goodput_mean > sync.goodput_mean
+    few = analyse_run(RunSpec(**base, spares=0, repair_hours=2.0), seeds=40, interval_s=sync.interval_s)
+    plenty = analyse_run(RunSpec(**base, spares=100), seeds=40, interval_s=sync.interval_s)
+    assert few.goodput_mean < plenty.goodput_mean
+    infant = analyse_run(RunSpec(**base, weibull_shape=0.7), seeds=40)
+    wearout = analyse_run(RunSpec(**base, weibull_shape=2.0), seeds=40)
+    assert infant.failures_mean > wearout.failures_mean
+
+
+def test_no_failures_means_only_checkpoint_overhead():
+    spec = RunSpec(work_s=100 * HOUR, num_gpus=1, gpu_mtbf_hours=1e12, restart_s=0, checkpoint_s=MIN)
+    res = simulate_sweep(spec, [HOUR], seeds=3)
+    assert np.allclose(res.wall_s, 100 * HOUR + 100 * MIN)
+
+
+def test_bad_specs():
+    with pytest.raises(ReliabilityError):
+        RunSpec(work_s=0, num_gpus=1, gpu_mtbf_hours=1, restart_s=0, checkpoint_s=0)
+    with pytest.raises(ReliabilityError):
+        RunSpec(work_s=1, num_gpus=1, gpu_mtbf_hours=-1, restart_s=0, checkpoint_s=0)
+    with pytest.raises(ReliabilityError):
+        RunSpec(work_s=1, num_gpus=1, gpu_mtbf_hours=1, restart_s=0, checkpoint_s=0, weibull_shape=50)
+    spec = RunSpec(work_s=1, num_gpus=1, gpu_mtbf_hours=1, restart_s=0, checkpoint_s=0)
+    with pytest.raises(ReliabilityError):
+        simulate_sweep(spec, [0.0])
