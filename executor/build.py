@@ -71,7 +71,9 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         if dims.dp_enabled:
             if plan.zero > 0:
                 apply_fsdp(chunk, blocks, dims["dp"], reshard_after_forward=plan.zero == 3, mp_policy=mp_policy)
-            elif dims.tp_enabled:
+            elif dims.tp_enabled or dims.pp_enabled:
+                # DDP takes no DTensor parameters, and its reducer breaks when a pipeline
+                # schedule runs several forwards before the first backward.
                 apply_replicate(chunk, blocks, dims["dp"], mp_policy=mp_policy)
             else:
                 use_ddp = True

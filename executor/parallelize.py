@@ -102,8 +102,9 @@ def apply_fsdp(model: nn.Module, blocks: list[nn.Module], dp_mesh, reshard_after
 
 
 def apply_replicate(model: nn.Module, blocks: list[nn.Module], dp_mesh, mp_policy=None) -> None:
-    """ZeRO 0 when parameters are DTensors (TP): FSDP2's `replicate` (DDP cannot take
-    DTensor parameters); per block so gradient all-reduces overlap backward."""
+    """ZeRO 0 under TP or PP: FSDP2's `replicate` (DDP cannot take DTensor parameters,
+    nor several forwards in flight before a backward); per block so gradient
+    all-reduces overlap backward."""
     from torch.distributed._composable.replicate_with_fsdp import replicate
     from torch.distributed.fsdp import MixedPrecisionPolicy
 

@@ -54,7 +54,7 @@ def test_failure_without_restarts_exits_cleanly(tmp_path):
 
 
 def test_resume_continues_a_finished_run(tmp_path, reference):
-    """pp=2 x dp=2 (DDP per stage): 4 steps, then the same command to 6 resumes at step-4."""
+    """pp=2 x dp=2 (replicate per stage): 4 steps, then the same command to 6 resumes at step-4."""
     plan, ckpt = "pp=2,dp=2,mbs=1,gbs=4", str(tmp_path / "ckpt")
     first = run_execute(plan, tmp_path / "a", "--steps", "4", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
     assert first.returncode == 0, first.stdout
