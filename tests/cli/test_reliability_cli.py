@@ -1,0 +1,53 @@
+import json
+
+import pytest
+
+from smplan.cli.main import cli
+from tests.conftest import EXAMPLES
+
+GPT = f"{EXAMPLES / 'gpt.py'}:tiny"
+BASE = ["reliability", GPT, "--hw", "a100x8", "--nodes", "512", "--plan", "dp=4096,mbs=1,gbs=4096"]
+
+
+def test_reliability_json(cli_runner):
+    result = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    for key in ("goodput_mean", "goodput_p10", "goodput_p50", "goodput_p90", "wall_mean_s", "wall_p10_s",
+                "wall_p50_s", "wall_p90_s", "failures_mean", "best_interval_s", "young_interval_s",
+                "daly_interval_s", "interval_s"):
+        assert key in data
+    assert 0 < data["goodput_mean"] < 1
+    assert data["best_interval_s"] == pytest.approx(data["daly_interval_s"], rel=0.3)
+
+
+def test_reliability_table_tokens_and_options(cli_runner):
+    result = cli_runner.invoke(cli, BASE + ["--tokens", "1e10", "--checkpoint-interval", "30", "--mtbf-hours", "20000",
+                                            "--restart-minutes", "5", "--async-checkpoint", "--spares", "8",
+                                            "--weibull-shape", "1.2", "--seeds", "10"])
+    assert result.exit_code == 0, result.output
+    assert "goodput" in result.output and "Daly" in result.output and "used (given)" in result.output
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # neither --days nor --tokens
+        ["--days", "1", "--tokens", "5"],
+        ["--days", "-1"],
+        ["--days", "1", "--checkpoint-interval", "soon"],
+        ["--days", "1", "--checkpoint-interval", "0"],
+        ["--days", "1", "--mtbf-hours", "0"],
+        ["--days", "1", "--weibull-shape", "100"],
+    ],
+)
+def test_reliability_bad_inputs_one_line_exit_2(cli_runner, extra):
+    result = cli_runner.invoke(cli, BASE + extra)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+
+
+def test_reliability_missing_plan_file(cli_runner):
+    result = cli_runner.invoke(cli, ["reliability", "nope.json", "--days", "1"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
