@@ -374,8 +374,7 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
             f"dp*tp*pp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "
             f"use --nodes {-(-plan.world_size // cluster.gpus_per_node)} or lower a degree"
         )
-    if plan.tp > cluster.gpus_per_node:
-        raise PlanError(f"tp={plan.tp} exceeds the {cluster.gpus_per_node} GPUs of a node; keep tp <= {cluster.gpus_per_node}")
+    # tp > gpus_per_node is evaluated (its collectives cross nodes) though the search never offers it.
     if plan.tp > 1 and profile.num_heads and profile.num_heads % plan.tp:
         raise PlanError(f"tp={plan.tp} does not divide the model's {profile.num_heads} attention heads; pick a divisor")
     if plan.tp > 1 and not profile.has_tp_plan:
