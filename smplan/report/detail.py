@@ -6,7 +6,7 @@ Each takes the matching `details` entry of a points record (see `smplan.report.p
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.ticker import FuncFormatter, PercentFormatter
+from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
 from .style import color, finish, new_figure
 
@@ -48,7 +48,8 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
     ax.axvline(gantt["step_time_s"], color="black", linestyle="--", linewidth=1, gid="step_end")
     ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
     ax.invert_yaxis()
-    ax.set_xlabel("time within the step (s); numbers are micro-batches")
+    ax.xaxis.set_major_formatter(EngFormatter(unit="s"))
+    ax.set_xlabel("time within the step; numbers are micro-batches")
     ax.set_ylabel("pipeline stage (GPU rank)")
     ax.legend(fontsize=8, ncols=len(kinds), loc="lower right", bbox_to_anchor=(1.0, 1.0))
     return finish(fig, path)

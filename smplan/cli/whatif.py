@@ -1,0 +1,123 @@
+"""`smplan whatif`: sweep planner and cluster inputs; charts and an HTML report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
+from .table import format_table
+
+
+@click.command()
+@click.argument("model", metavar="MODEL")
+@hw_options(required=False, default="a100x8")
+@click.option("--vary", "varies", multiple=True, metavar="KEY=V1,V2,...",
+              help="Sweep KEY over values: nodes, hw, global_batch, seq_len, checkpoint_interval_min, a plan "
+                   "key (tp, pp, mbs, recompute...), a hardware key (inter_node.bandwidth_gbps...), or "
+                   "arg.NAME. Repeatable: the points are every combination.")
+@click.option("--tokens", type=float, default=None, help="Train this many tokens (e.g. 1e12): time, cost, goodput.")
+@click.option("--days", type=float, default=None, help="Train for this many days: tokens, cost, goodput.")
+@model_args_option
+@click.option("--plan", "plan", default=None, metavar="INLINE",
+              help='Use this plan at every point instead of re-planning, e.g. "tp=8,pp=4,recompute=full".')
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
+@click.option("--checkpoint-interval-min", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Checkpoint interval in minutes (default: the Young/Daly optimum per point).")
+@click.option("--seeds", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Failure-simulation seeds per point.")
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2, show_default=True,
+              help="The sensitivity chart's ±fraction on each hardware figure.")
+@click.option("-o", "--output", "out_dir", default="whatif-report", show_default=True, metavar="REPORT_DIR",
+              help="Directory for index.html, points.json and the charts.")
+@click.option("--force", is_flag=True, help="Overwrite a non-empty REPORT_DIR.")
+@click.option("--format", "fmt", type=click.Choice(["png", "svg"]), default="png", show_default=True,
+              help="Chart image format.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: CPU count).")
+@json_option
+def whatif(model, hw, nodes, hw_set, varies, tokens, days, model_args, plan, global_batch, seq_len,
+           checkpoint_interval_min, seeds, delta, out_dir, force, fmt, jobs, as_json):
+    """What if the cluster, the model or the plan changed? Sweep, simulate, chart.
+
+    \b
+    Every --vary combination is re-planned (or uses --plan), simulated and, with --tokens
+    or --days, run through the failure simulation. Points that do not fit are kept and
+    marked infeasible with the reason. Example:
+      smplan whatif examples/gpt.py:llama3_70b --hw a100x8 --vary nodes=4,8,16,32 \\
+          --vary hw=a100x8,h100x8 --tokens 1e12 -o out/
+    """
+    from hwprofiles.loader import parse_override
+    from planner.model_file import load_model_file
+    from smplan.report import write_report
+    from smplan.report.render import check_report_dir
+    from smplan.whatif import Question, parse_vary, run_whatif
+
+    check_report_dir(out_dir, force)
+
+    def accepts(name: str) -> bool:  # only loads (imports) the model file for an unknown --vary key
+        return load_model_file(model).accepts(name)
+
+    q = Question(
+        model=model, hw=hw, nodes=nodes, hw_overrides=dict(parse_override(s) for s in hw_set),
+        model_args=model_args_from(model_args), varies=tuple(parse_vary(v, accepts) for v in varies),
+        tokens=tokens, days=days, plan=plan, global_batch=global_batch, seq_len=seq_len,
+        checkpoint_interval_min=checkpoint_interval_min, seeds=seeds, sensitivity_delta=delta,
+        command=shlex.join(["smplan", *sys.argv[1:]]) if sys.argv and "whatif" in sys.argv else None,
+    )
+    record = run_whatif(q, jobs=jobs, progress=ProgressBar())
+    index = write_report(record, out_dir, fmt=fmt, force=True)
+    if as_json:
+        echo_json(record)
+    else:
+        click.echo(points_table(record))
+        if record["recommended"] is not None:
+            rec = record["points"][record["recommended"]]
+            click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")
+            click.echo(f"  {record['recommendation']}")
+        else:
+            click.echo(f"\nno feasible point: {record['recommendation']}")
+    click.echo(f"report: {index}", err=as_json)
+
+
+def points_table(record: dict) -> str:
+    timed = any(p.get("run") for p in record["points"])
+    headers = ["#", "point", "GPUs", "plan", "step s", "tokens/s", "MFU", "mem GiB"]
+    if timed:
+        headers += ["days", "cost $", "goodput"]
+    rows = []
+    for p in record["points"]:
+        f = p.get("figures") or {}
+        if not p["feasible"]:
+            row = [p["id"], p["label"], p["num_gpus"], "infeasible: " + _short(p["reason"] or ""), "", "", "", ""]
+            rows.append(row + (["", "", ""] if timed else []))
+            continue
+        row = [p["id"], p["label"], p["num_gpus"], p["plan_label"], f["step_time_s"], round(f["tokens_per_s"]),
+               f"{f['mfu']:.1%}", f["peak_memory_gib"]]
+        if timed:
+            r = p["run"]
+            row += [r["days"], round(r["usd"]), f"{r['goodput']:.1%}"]
+        rows.append(row)
+    return format_table(headers, rows, align="llrlrrrr" + ("rrr" if timed else ""))
+
+
+def _short(text: str, width: int = 90) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+class ProgressBar:
+    """`[#####.....] 5/10 points 3.2 s nodes=8 hw=h100x8` on stderr, redrawn in place on a terminal."""
+
+    def __init__(self, width: int = 30):
+        self.width = width
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, label: str, elapsed: float) -> None:
+        fill = round(self.width * done / total)
+        line = f"[{'#' * fill}{'.' * (self.width - fill)}] {done}/{total} points {elapsed:5.1f} s  {label}"
+        if self.tty:
+            click.echo("\r" + line[:120].ljust(120), err=True, nl=done == total)
+        else:
+            click.echo(line, err=True)

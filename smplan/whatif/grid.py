@@ -1,0 +1,148 @@
+"""The grid of a what-if sweep: `--vary KEY=V1,V2,...` items and the points they span.
+
+A KEY is one of (checked in this order):
+- `nodes`, `hw` (a profile name or path: compare GPU types), `seq_len`, `global_batch`
+  (also `gbs`), `checkpoint_interval_min`;
+- a plan dimension (`tp`, `pp`, `dp`, `mbs`, `recompute`, `schedule`, `v`, `sp`, `zero`,
+  `overlap_dp`): fixed in the search at that value, or replaced in the --plan;
+- a cluster dotted key (`inter_node.bandwidth_gbps`, `gpu.peak_tflops.bf16`,
+  `reliability.gpu_mtbf_hours`, ... see `hwprofiles.settable_keys()`);
+- a model argument: `arg.NAME`, or a parameter name of the model's builder.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from hwprofiles import settable_keys
+from hwprofiles.loader import parse_scalar
+from planner.plan import INLINE_KEYS
+
+MAX_POINTS = 512
+PLAN_KEYS = {k: v for k, v in INLINE_KEYS.items() if v != "global_batch"}
+SPECIAL = ("nodes", "hw", "seq_len", "global_batch", "gbs", "checkpoint_interval_min")
+
+
+class VaryError(ValueError):
+    """A --vary item that cannot be swept; the message names the key or value and the fix."""
+
+
+@dataclass(frozen=True)
+class Vary:
+    key: str  # as given (the label uses it)
+    kind: str  # "nodes", "hw", "seq_len", "global_batch", "checkpoint", "plan", "cluster", "arg"
+    target: str  # the field the value goes to: plan field, cluster key, builder argument
+    values: tuple
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """Everything one point needs besides the question's fixed inputs."""
+
+    id: int
+    settings: dict  # the varied values, KEY -> value, in --vary order
+    hw: str | None = None
+    nodes: int | None = None
+    seq_len: int | None = None
+    global_batch: int | None = None
+    checkpoint_interval_min: float | None = None
+    plan_keys: dict = field(default_factory=dict)  # plan field -> value
+    cluster_overrides: dict = field(default_factory=dict)
+    model_args: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={_fmt(v)}" for k, v in self.settings.items()) or "base"
+
+
+def parse_vary(item: str, builder_accepts=None) -> Vary:
+    """`KEY=V1,V2,...` -> Vary; `builder_accepts(name)` says whether the model takes an argument."""
+    if "=" not in item:
+        raise VaryError(f"--vary {item!r} needs the form KEY=V1,V2,..., e.g. --vary nodes=4,8,16")
+    key, raw = (s.strip() for s in item.split("=", 1))
+    texts = [v.strip() for v in raw.split(",") if v.strip()]
+    if not texts:
+        raise VaryError(f"--vary {key}= lists no values; give at least one, e.g. {key}=1,2")
+    kind, target = classify(key, builder_accepts)
+    values = tuple(t if kind == "hw" else _value(key, kind, t) for t in texts)
+    if len(set(values)) != len(values):
+        raise VaryError(f"--vary {key} lists a value twice: {raw}")
+    return Vary(key, kind, target, values)
+
+
+def classify(key: str, builder_accepts=None) -> tuple[str, str]:
+    if key in ("nodes", "hw", "seq_len"):
+        return key, key
+    if key in ("global_batch", "gbs"):
+        return "global_batch", "global_batch"
+    if key == "checkpoint_interval_min":
+        return "checkpoint", key
+    if key in PLAN_KEYS:
+        return "plan", PLAN_KEYS[key]
+    if key in settable_keys():
+        if key in ("nodes", "gpus_per_node", "name", "description", "gpu.name", "cost.source"):
+            raise VaryError(f"--vary {key} is not a number to sweep; vary nodes or hw instead")
+        return "cluster", key
+    if key.startswith("arg."):
+        return "arg", key[4:]
+    if builder_accepts is not None and builder_accepts(key):
+        return "arg", key
+    raise VaryError(
+        f"--vary key {key!r} is unknown; use nodes, hw, global_batch, seq_len, checkpoint_interval_min, "
+        f"a plan key ({', '.join(sorted(PLAN_KEYS))}), a hardware key (smplan hw show NAME), or arg.NAME "
+        "for a model argument"
+    )
+
+
+def _value(key: str, kind: str, text: str):
+    value = parse_scalar(text)
+    whole = kind in ("nodes", "seq_len", "global_batch") or (kind == "plan" and key not in ("recompute", "schedule"))
+    if kind == "plan" and key in ("sp", "sequence_parallel", "overlap_dp"):
+        if text.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return text.lower() in ("1", "true", "yes", "on")
+    if isinstance(value, float) and whole and value == int(value):
+        value = int(value)
+    if whole and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise VaryError(f"--vary {key} values must be whole numbers >= 1, got {text!r}")
+    if kind in ("cluster", "checkpoint") and not isinstance(value, int | float):
+        raise VaryError(f"--vary {key} values must be numbers, got {text!r}")
+    if kind == "checkpoint" and value <= 0:
+        raise VaryError(f"--vary checkpoint_interval_min values must be > 0 minutes, got {text!r}")
+    return value
+
+
+def grid(varies: list[Vary]) -> list[PointSpec]:
+    """The cartesian product of the --vary items, first item slowest."""
+    keys = [v.key for v in varies]
+    if len(set(keys)) != len(keys):
+        raise VaryError("a --vary key is given twice; list all its values in one --vary KEY=V1,V2")
+    total = 1
+    for v in varies:
+        total *= len(v.values)
+    if total > MAX_POINTS:
+        raise VaryError(f"the sweep has {total} points (limit {MAX_POINTS}); vary fewer values")
+    specs = []
+    for i, combo in enumerate(itertools.product(*(v.values for v in varies))):
+        kw: dict = {"plan_keys": {}, "cluster_overrides": {}, "model_args": {}}
+        settings = {}
+        for v, value in zip(varies, combo, strict=True):
+            settings[v.key] = value
+            if v.kind in ("nodes", "hw", "seq_len", "global_batch"):
+                kw[v.kind] = value
+            elif v.kind == "checkpoint":
+                kw["checkpoint_interval_min"] = float(value)
+            elif v.kind == "plan":
+                kw["plan_keys"][v.target] = value
+            elif v.kind == "cluster":
+                kw["cluster_overrides"][v.target] = value
+            else:
+                kw["model_args"][v.target] = value
+        specs.append(PointSpec(id=i, settings=settings, **kw))
+    return specs or [PointSpec(id=0, settings={})]
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

@@ -1,0 +1,138 @@
+"""One point of a sweep: cluster, plan (searched or fixed), simulated step, run over time.
+
+`evaluate` never raises for a point that cannot run: it returns the point record with
+`feasible: false` and the reason (no plan fits, the fixed plan does not fit in memory,
+the degrees do not divide the cluster...). Only the planner, the simulator and hwprofiles
+public functions are called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hwprofiles import Cluster, load_cluster
+from planner import ModelProfile, Plan, parse_inline, plan_from_inline
+
+from .grid import PointSpec
+from .question import Question
+from .run import run_record
+
+GIB = 2.0**30
+
+
+class InfeasiblePoint(ValueError):
+    """This point cannot run as asked; the message is the reason shown in the report."""
+
+
+def point_cluster(q: Question, spec: PointSpec) -> Cluster:
+    overrides = {**q.hw_overrides, **spec.cluster_overrides}
+    return load_cluster(spec.hw or q.hw, nodes=spec.nodes or q.nodes, overrides=overrides)
+
+
+def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Cluster) -> Plan:
+    """The fixed plan with this point's overrides, or the planner's best plan here."""
+    gbs = spec.global_batch or q.global_batch
+    common = dict(model=q.model, hw=cluster.name, nodes=cluster.nodes)
+    if q.plan is not None:
+        keys = {**parse_inline(q.plan), **spec.plan_keys}
+        if gbs:
+            keys["global_batch"] = gbs
+        return plan_from_inline(
+            keys, gpus_per_node=cluster.gpus_per_node, num_blocks=profile.num_blocks,
+            model_args=profile.args, seq_len=profile.seq_len or None, hw_overrides=_overrides(q, spec), **common,
+        )
+    from planner.search import plan_search
+
+    constraints: dict = {"top": 1, "dtype": q.dtype}
+    if spec.plan_keys:
+        constraints["fix"] = dict(spec.plan_keys)
+    if gbs:
+        constraints["global_batch"] = gbs
+    plans = plan_search(profile, cluster, **constraints)
+    if not plans:
+        raise InfeasiblePoint(f"no plan fits {cluster.num_gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gib:g} GiB)")
+    best = plans[0]
+    return best.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec))
+
+
+def _overrides(q: Question, spec: PointSpec) -> dict:
+    return {**q.hw_overrides, **spec.cluster_overrides}
+
+
+def evaluate(q: Question, spec: PointSpec, profile: ModelProfile | str) -> dict:
+    """The point record (smplan.report.points schema) of one grid point."""
+    point = {"id": spec.id, "label": spec.label, "settings": dict(spec.settings), "feasible": False,
+             "reason": None, "plan": None, "plan_label": None, "plan_inline": None, "figures": None,
+             "run": None, "hw": spec.hw or q.hw, "gpu": "", "nodes": spec.nodes or q.nodes or 0,
+             "num_gpus": 0, "memory_capacity_gib": 0.0, "usd_per_gpu_hour": 0.0}
+    try:
+        cluster = point_cluster(q, spec)
+        point.update(hw=cluster.name, gpu=cluster.gpu.name, nodes=cluster.nodes, num_gpus=cluster.num_gpus,
+                     memory_capacity_gib=float(cluster.gpu.memory_gib), usd_per_gpu_hour=cluster.cost.usd_per_gpu_hour)
+        if isinstance(profile, str):  # the profile of this point's model args failed
+            raise InfeasiblePoint(profile)
+        plan = point_plan(q, spec, profile, cluster)
+        point.update(plan=_plan_dict(plan), plan_label=plan_label(plan), plan_inline=plan_inline(plan))
+        figures, capacity, _ = simulate(plan, profile, cluster)
+        point.update(figures=figures, memory_capacity_gib=capacity)
+        if figures["peak_memory_gib"] > point["memory_capacity_gib"]:
+            raise InfeasiblePoint(
+                f"needs {figures['peak_memory_gib']:.1f} GiB on its fullest GPU but {cluster.gpu.name} has "
+                f"{point['memory_capacity_gib']:.1f} GiB usable; add recompute, zero, tp or pp"
+            )
+        if q.timed:
+            point["run"] = run_record(q, spec, plan, figures, cluster, profile.params)
+        point["feasible"] = True
+    except ValueError as err:  # our packages' user-facing errors: this point cannot run
+        point["reason"] = str(err)
+    except Exception as err:  # a bug elsewhere must not lose the other points
+        point["reason"] = f"internal error ({type(err).__name__}: {err}); please report it"
+    return point
+
+
+def simulate(plan: Plan, profile: ModelProfile, cluster: Cluster, record_events: bool = False):
+    """(figures dict, usable GiB per GPU, StepResult) of one simulated step of `plan`."""
+    from hwprofiles.topology import ParallelLayout
+    from planner.cost_model import plan_costs
+    from simulator import simulate_step
+
+    costs = plan_costs(plan, profile, cluster)
+    layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)
+    result = simulate_step(costs, layout, cluster, record_events=record_events)
+    return result.figures.to_dict(), costs.capacity_bytes / GIB, result
+
+
+def _plan_dict(plan: Plan) -> dict:
+    data = plan.to_dict()
+    data.pop("predicted", None)
+    return data
+
+
+def plan_label(plan: Plan) -> str:
+    """Short, human: "tp=8 pp=4 dp=2 mbs=1 gbs=512 recompute=full"."""
+    parts = [f"tp={plan.tp}", f"pp={plan.pp}", f"dp={plan.dp}", f"mbs={plan.micro_batch}", f"gbs={plan.global_batch}"]
+    if plan.schedule != "1f1b" and plan.pp > 1:
+        parts.append(plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
+    if plan.zero:
+        parts.append(f"zero={plan.zero}")
+    if plan.sequence_parallel and plan.tp > 1:
+        parts.append("sp")
+    if plan.recompute != "none":
+        parts.append(f"recompute={plan.recompute}")
+    return " ".join(parts)
+
+
+def plan_inline(plan: Plan) -> str:
+    """The --plan form (stage split and per-stage recompute counts are the plan file's)."""
+    keys = [f"tp={plan.tp}", f"pp={plan.pp}", f"dp={plan.dp}", f"mbs={plan.micro_batch}",
+            f"gbs={plan.global_batch}", f"recompute={plan.recompute}", f"schedule={plan.schedule}"]
+    if plan.schedule == "interleaved":
+        keys.append(f"v={plan.virtual_stages}")
+    keys += [f"sp={int(plan.sequence_parallel)}", f"zero={plan.zero}", f"overlap_dp={int(plan.overlap_dp)}"]
+    return ",".join(keys)
+
+
+def plan_from_record(point: dict) -> Plan:
+    """The Plan of a point record (for the recommended point's details)."""
+    data = dict(point["plan"])
+    return Plan.from_dict({k: v for k, v in data.items() if k in {f.name for f in dataclasses.fields(Plan)}})

@@ -1,0 +1,80 @@
+"""The question a what-if sweep answers: fixed inputs plus the --vary grid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .grid import Vary, _fmt
+
+
+class QuestionError(ValueError):
+    """The what-if question itself is inconsistent; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Question:
+    model: str  # "examples/gpt.py:llama3_70b"
+    hw: str = "a100x8"
+    nodes: int | None = None
+    hw_overrides: dict = field(default_factory=dict)  # --hw-set
+    model_args: dict = field(default_factory=dict)  # --arg
+    varies: tuple[Vary, ...] = ()
+    tokens: float | None = None  # --tokens
+    days: float | None = None  # --days
+    plan: str | None = None  # --plan (inline form); None = re-plan every point
+    global_batch: int | None = None
+    seq_len: int | None = None
+    dtype: str = "bf16"
+    checkpoint_interval_min: float | None = None  # None = the Young/Daly interval
+    seeds: int = 30  # failure-simulation seeds per point
+    sensitivity_delta: float = 0.2  # the tornado's ±X
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens is not None and self.days is not None:
+            raise QuestionError("give --tokens or --days, not both")
+        for name in ("tokens", "days"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise QuestionError(f"--{name} must be greater than 0, got {value:g}")
+        if self.seeds < 1:
+            raise QuestionError(f"seeds must be at least 1, got {self.seeds}")
+        if not 0 < self.sensitivity_delta < 1:
+            raise QuestionError(f"the sensitivity delta must be between 0 and 1, got {self.sensitivity_delta}")
+
+    @property
+    def timed(self) -> bool:
+        return self.tokens is not None or self.days is not None
+
+    def text(self) -> str:
+        """The question in one sentence, for the top of the page."""
+        name = self.model.rsplit(":", 1)[-1]
+        varied = "; ".join(f"{v.key} in {{{', '.join(_fmt(x) for x in v.values)}}}" for v in self.varies)
+        where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
+        how = f"with the plan {self.plan}" if self.plan else "re-planned at every point"
+        if self.tokens:
+            goal = f"How long does training {name} on {self.tokens:.3g} tokens take, and what does it cost"
+        elif self.days:
+            goal = f"How many tokens does {name} train in {self.days:g} days, and at what cost"
+        else:
+            goal = f"How fast does {name} train"
+        return f"{goal}, {where}, {how}, as {varied or 'nothing'} varies?"
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text(),
+            "command": self.command,
+            "model": self.model,
+            "model_args": dict(self.model_args),
+            "hw": self.hw,
+            "nodes": self.nodes,
+            "hw_overrides": dict(self.hw_overrides),
+            "vary": {v.key: list(v.values) for v in self.varies},
+            "tokens": self.tokens,
+            "days": self.days,
+            "plan": self.plan,
+            "global_batch": self.global_batch,
+            "seq_len": self.seq_len,
+            "checkpoint_interval_min": self.checkpoint_interval_min,
+            "seeds": self.seeds,
+        }

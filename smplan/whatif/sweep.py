@@ -1,0 +1,151 @@
+"""Run a what-if sweep: profile once per model variant, evaluate points in parallel
+processes, choose the recommended point and compute its details.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from smplan.report.points import POINTS_VERSION, derive
+
+from .details import details
+from .grid import PointSpec, grid
+from .point import evaluate, plan_from_record, point_cluster
+from .question import Question
+
+# A point is recommended if it is the cheapest (per token) among those within this factor
+# of the best time to train (or throughput): fast enough, without paying for the last 20%.
+NEAR_BEST = 1.25
+SPAWN_COST_S = 1.5  # starting one spawned worker (imports), measured on a 2-core machine
+
+_WORKER: dict = {}
+
+
+def run_whatif(q: Question, jobs: int | None = None, progress=None) -> dict:
+    """The points record (smplan.report.points schema) of question `q`.
+
+    `progress(done, total, label)` is called after every point; `jobs` processes evaluate
+    points in parallel (default: the CPU count; 1 = in this process).
+    """
+    specs = grid(list(q.varies))
+    profiles = _profiles(q, specs)
+    tasks = [(spec, _profile_key(q, spec)) for spec in specs]
+    points = _map(q, tasks, profiles, jobs, progress)
+    if all((p["reason"] or "").startswith("internal error") for p in points):
+        raise RuntimeError(f"every point failed: {points[0]['reason']}")
+    record = {"version": POINTS_VERSION, "question": q.to_dict(), "points": points}
+    derive(record)
+    rid, why = recommend(record)
+    record["recommended"], record["recommendation"] = rid, why
+    record["details"] = {}
+    if rid is not None:
+        point = points[rid]
+        spec = specs[rid]
+        profile = profiles[_profile_key(q, spec)]
+        record["details"] = details(q, point, plan_from_record(point), profile, point_cluster(q, spec))
+    return record
+
+
+def _profile_key(q: Question, spec: PointSpec) -> tuple:
+    args = {**q.model_args, **spec.model_args}
+    return tuple(sorted(args.items())), spec.seq_len or q.seq_len
+
+
+def _profiles(q: Question, specs: list[PointSpec]) -> dict:
+    """One ModelProfile per distinct (model args, seq_len); a failure is the reason string.
+
+    When nothing model-related varies, or every variant fails, it is the user's error: raise it.
+    """
+    from planner.profiler import profile_model
+
+    out: dict = {}
+    varies_model = any(v.kind in ("arg", "seq_len") for v in q.varies)
+    first = None
+    for spec in specs:
+        key = _profile_key(q, spec)
+        if key in out:
+            continue
+        args, seq_len = dict(key[0]), key[1]
+        try:
+            out[key] = profile_model(q.model, args=args, seq_len=seq_len, dtype=q.dtype)
+        except ValueError as err:
+            if not varies_model:
+                raise
+            out[key] = f"the model cannot be built with {spec.label}: {err}"
+            first = first or err
+    if all(isinstance(v, str) for v in out.values()):
+        raise first
+    return out
+
+
+def _map(q: Question, tasks, profiles: dict, jobs: int | None, progress) -> list[dict]:
+    """Evaluate every task; the first in this process, the rest in a pool when worth it.
+
+    Starting spawned workers costs about a second each (imports); a sweep whose points
+    take milliseconds (a fixed plan) runs faster in this process.
+    """
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    done: list[dict | None] = [None] * len(tasks)
+    start = time.perf_counter()
+
+    def finish(i: int, point: dict) -> None:
+        done[i] = point
+        if progress is not None:
+            progress(sum(p is not None for p in done), len(tasks), point["label"], time.perf_counter() - start)
+
+    spec, key = tasks[0]
+    finish(0, evaluate(q, spec, profiles[key]))
+    first_s = time.perf_counter() - start
+    rest = list(range(1, len(tasks)))
+    if jobs == 1 or first_s * len(rest) < SPAWN_COST_S * 2:
+        for i in rest:
+            spec, key = tasks[i]
+            finish(i, evaluate(q, spec, profiles[key]))
+        return done
+    # spawn: the parent may hold torch's thread pools (profiling); forking those can hang.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init, initargs=(q, profiles)) as pool:
+        futures = {pool.submit(_evaluate, *tasks[i]): i for i in rest}
+        for fut in as_completed(futures):
+            finish(futures[fut], fut.result())
+    return done
+
+
+def _init(q: Question, profiles: dict) -> None:
+    _WORKER["q"], _WORKER["profiles"] = q, profiles
+
+
+def _evaluate(spec: PointSpec, key) -> dict:
+    return evaluate(_WORKER["q"], spec, _WORKER["profiles"][key])
+
+
+def recommend(record: dict) -> tuple[int | None, str]:
+    """(id, why): the cheapest point among those near the best time to train / throughput."""
+    ok = [p for p in record["points"] if p["feasible"]]
+    if not ok:
+        reasons = sorted({p["reason"] for p in record["points"] if p.get("reason")})
+        return None, "; ".join(reasons[:3]) or "no point could be evaluated"
+    timed = [p for p in ok if p.get("run")]
+    if timed and record["question"].get("tokens"):
+        best = min(p["run"]["days"] for p in timed)
+        near = [p for p in timed if p["run"]["days"] <= NEAR_BEST * best]
+        pick = min(near, key=lambda p: (p["run"]["usd"], p["run"]["days"]))
+        why = (f"The cheapest point (${pick['run']['usd']:,.0f}) among those within {NEAR_BEST:g}x of the "
+               f"fastest time to train ({best:.1f} days).")
+    elif timed:
+        best = max(p["run"]["tokens"] for p in timed)
+        near = [p for p in timed if p["run"]["tokens"] * NEAR_BEST >= best]
+        pick = min(near, key=lambda p: (p["run"]["usd"] / p["run"]["tokens"], -p["run"]["tokens"]))
+        why = (f"The lowest cost per token among the points that train within {NEAR_BEST:g}x of the most "
+               f"tokens ({best:.3g}) in {record['question']['days']:g} days.")
+    else:
+        best = max(p["figures"]["tokens_per_s"] for p in ok)
+        near = [p for p in ok if p["figures"]["tokens_per_s"] * NEAR_BEST >= best]
+        pick = min(near, key=lambda p: p["figures"]["usd_per_step"] / max(p["figures"]["tokens_per_s"], 1e-30)
+                   / max(p["figures"]["step_time_s"], 1e-30))
+        why = (f"The lowest cost per token among the points within {NEAR_BEST:g}x of the best throughput "
+               f"({best:,.0f} tokens/s).")
+    return pick["id"], why

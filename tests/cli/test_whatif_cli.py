@@ -1,0 +1,104 @@
+"""`smplan whatif` end to end on the tiny GPT: report files, infeasible points, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from smplan import report
+from smplan.cli.main import cli
+from tests.report.chart_data import bars, heights, lines
+
+TINY = "examples/gpt.py:tiny"
+
+
+def run(cli_runner, *args):
+    return cli_runner.invoke(cli, ["whatif", TINY, "--jobs", "1", "--seeds", "5", *args])
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    from click.testing import CliRunner
+
+    out = tmp_path_factory.mktemp("whatif") / "r"
+    result = CliRunner().invoke(cli, ["whatif", TINY, "--jobs", "1", "--seeds", "5", "--vary", "nodes=1,2",
+                                      "--vary", "hw=a100x8,h100x8", "--tokens", "1e9", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result
+
+
+def test_sweep_writes_report_with_every_chart(sweep):
+    out, result = sweep
+    record = report.load(out / "points.json")
+    assert len(record["points"]) == 4 and all(p["feasible"] for p in record["points"])
+    assert set(record["charts"]) == set(report.CHART_NAMES)
+    for file in record["charts"].values():
+        assert (out / file).is_file()
+    assert (out / "index.html").is_file()
+    assert "recommended: #" in result.output and f"report: {out / 'index.html'}" in result.output
+    rec = record["points"][record["recommended"]]
+    assert rec["plan_label"] and rec["run"]["days"] > 0 and 0 < rec["run"]["goodput"] <= 1
+
+
+def test_sweep_charts_plot_points_json(sweep):
+    out, _ = sweep
+    record = report.load(out / "points.json")
+    rate = lines(report.draw_chart("scaling", record).axes[0])
+    for p in record["points"]:
+        x, y = rate[p["group"]]
+        assert y[x.index(p["num_gpus"])] == pytest.approx(p["figures"]["tokens_per_s"])
+    compute = bars(report.draw_chart("breakdown", record).axes[0])["compute"]
+    assert heights(compute) == pytest.approx([p["figures"]["breakdown"]["compute"] for p in record["points"]])
+
+
+def test_points_that_do_not_fit_are_marked_not_fatal(cli_runner, tmp_path):
+    # 1 GiB GPUs cannot hold even the framework reserve: that point is infeasible, not a crash.
+    result = run(cli_runner, "--vary", "gpu.memory_gib=1,80", "--tokens", "1e9", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    record = report.load(tmp_path / "r" / "points.json")
+    small, big = record["points"]
+    assert not small["feasible"] and small["reason"] and big["feasible"]
+    assert "infeasible" in result.output
+    assert small["reason"] in (tmp_path / "r" / "index.html").read_text().replace("&#x27;", "'")
+
+
+def test_fixed_plan_that_overflows_memory_says_why(cli_runner, tmp_path):
+    result = run(cli_runner, "--plan", "tp=1,pp=1", "--vary", "gpu.memory_gib=1,80", "-o", str(tmp_path / "r"),
+                 "--format", "svg")
+    assert result.exit_code == 0, result.output
+    record = report.load(tmp_path / "r" / "points.json")
+    small = record["points"][0]
+    assert not small["feasible"] and "GiB" in small["reason"]
+    assert small["figures"]["memory_breakdown_gib"]  # still drawn, hatched, in the memory chart
+    assert "memory" in record["charts"] and record["charts"]["memory"].endswith(".svg")
+
+
+def test_days_mode_and_plan_dimension(cli_runner, tmp_path):
+    result = run(cli_runner, "--vary", "tp=1,2", "--days", "0.5", "-o", str(tmp_path / "r"), "--json")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert [p["plan"]["tp"] for p in record["points"]] == [1, 2]
+    for p in record["points"]:
+        assert p["run"]["days"] == pytest.approx(0.5) and p["run"]["tokens"] > 0
+
+
+def test_refuses_non_empty_dir_without_force(cli_runner, tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    result = run(cli_runner, "--vary", "nodes=1,2", "-o", str(tmp_path))
+    assert result.exit_code == 2
+    lines_ = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines_) == 1 and "--force" in lines_[0]
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("bad", ["nope=1,2", "nodes=0,1", "nodes", "nodes=1,1"])
+def test_bad_vary_is_one_line_exit_2(cli_runner, tmp_path, bad):
+    result = run(cli_runner, "--vary", bad, "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.output.startswith("error: ")
+
+
+def test_tokens_and_days_together_rejected(cli_runner, tmp_path):
+    result = run(cli_runner, "--tokens", "1e9", "--days", "1", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "not both" in result.output
