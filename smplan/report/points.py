@@ -40,8 +40,11 @@ Schema (version 1; all times in seconds unless the key names another unit)::
           "ideal_days": float,       # without failures or checkpoints
           "days": float,             # mean over seeds, with failures
           "usd": float,              # GPU-hours x price for "days"
-          "goodput": float, "goodput_std": float,
-          "checkpoint_interval_min": float, "failures": float, "seeds": int
+          "goodput": float, "goodput_std": float, # mean over seeds; std from p10..p90
+          "goodput_p10": float, "goodput_p90": float,
+          "checkpoint_interval_min": float,       # the simulated best, or the one given
+          "checkpoint_save_s": float, "young_daly_min": float, "job_mtbf_hours": float,
+          "failures": float, "seeds": int
         }
       }],
       "pareto": [int],               # ids on the time-to-train vs cost frontier (derive())
@@ -50,7 +53,8 @@ Schema (version 1; all times in seconds unless the key names another unit)::
       "details": {                   # for the recommended point (null when not computed)
         "gantt": null | {"point": int, "step_time_s": float, "stages": int,
                          "tasks": [{"stage": int, "kind": str, "microbatch": int|null,
-                                    "start_s": float, "end_s": float}]},
+                                    "start_s": float, "end_s": float}],
+                         "truncated": bool},
         "goodput": null | {"point": int, "young_daly_min": float,
                            "chosen_interval_min": float,
                            "vs_interval": {"interval_min": [..], "goodput": [..], "goodput_std": [..]},

@@ -53,7 +53,7 @@ class PointSpec:
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={_fmt(v)}" for k, v in self.settings.items()) or "base"
+        return " ".join(f"{k}={fmt_value(v)}" for k, v in self.settings.items()) or "base"
 
 
 def parse_vary(item: str, builder_accepts=None) -> Vary:
@@ -142,7 +142,7 @@ def grid(varies: list[Vary]) -> list[PointSpec]:
     return specs or [PointSpec(id=0, settings={})]
 
 
-def _fmt(value) -> str:
+def fmt_value(value) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .grid import Vary, _fmt
+from .grid import Vary, fmt_value
 
 
 class QuestionError(ValueError):
@@ -49,7 +49,7 @@ class Question:
     def text(self) -> str:
         """The question in one sentence, for the top of the page."""
         name = self.model.rsplit(":", 1)[-1]
-        varied = "; ".join(f"{v.key} in {{{', '.join(_fmt(x) for x in v.values)}}}" for v in self.varies)
+        varied = "; ".join(f"{v.key} in {{{', '.join(fmt_value(x) for x in v.values)}}}" for v in self.varies)
         where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
         how = f"with the plan {self.plan}" if self.plan else "re-planned at every point"
         if self.tokens:
