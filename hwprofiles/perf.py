@@ -65,8 +65,8 @@ def matmul_time_s(
 def memory_bound_time_s(bytes_moved: float, cluster: Cluster) -> float:
     """Seconds for an element-wise kernel that streams `bytes_moved` through HBM.
 
-    Time = bytes / achievable bandwidth (STREAM-style; element-wise kernels reach ~70% of
-    the datasheet HBM figure, efficiency.memory_bound).
+    Time = bytes / achievable bandwidth (STREAM-style roofline; efficiency.memory_bound is the
+    reachable fraction of the datasheet HBM figure).
     """
     if bytes_moved < 0:
         raise PerfModelError(f"bytes_moved must not be negative, got {bytes_moved}")

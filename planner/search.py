@@ -222,11 +222,10 @@ def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, floa
         min_needed = max(min_needed, const + (slope - saved) * v)
     cap_blocks = sum(math.floor(full + 1e-9) for _, _, full, _, _ in rooms)
     if min_needed > cap or cap_blocks < L:
-        short = max(min_needed - cap, 0.0)
-        if not short:
-            worst = min(rooms, key=lambda r: r[4])
-            short = (L - cap_blocks) * (worst[3] - (0 if cand.kind == "none" else worst[3] / worst[0])) / p
-        return 0.0, "oom", short
+        # GPU memory short of the least any partition needs, averaged over the devices
+        least_blk = min(slope - (slope / ratio if ratio != math.inf else 0.0) for ratio, _, _, slope, _ in rooms)
+        need = sum(cap - room for *_, room in rooms) + L * least_blk
+        return 0.0, "oom", max(min_needed - cap, need / p - cap, 1.0)
     if cand.recompute_all:
         rec_needed = float(L)
     else:

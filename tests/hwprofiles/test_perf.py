@@ -174,5 +174,5 @@ def test_roofline_large_matmul_is_compute_bound():
 
 
 def test_memory_bound_time():
-    assert memory_bound_time_s(2039e9 * 0.7, A100) == pytest.approx(1.0)
+    assert memory_bound_time_s(2039e9 * A100.efficiency.memory_bound, A100) == pytest.approx(1.0)
     assert memory_bound_time_s(0, A100) == 0.0
