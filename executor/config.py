@@ -12,6 +12,7 @@ from planner.plan import Plan
 
 FAIL_ENV = "SMPLAN_FAIL_AT_STEP"  # test hook: SIGKILL one rank at the start of this step
 FAIL_RANK_ENV = "SMPLAN_FAIL_RANK"
+SLOW_ENV = "SMPLAN_SLOW_RANK"  # test hook: "RANK:SECONDS", that rank sleeps this long every step
 
 
 @dataclass
@@ -31,6 +32,9 @@ class RunConfig:
     fail_rank: int | None = None  # None: the last rank
     collective_timeout_s: float = 120.0
     fingerprint: str = ""
+    tensorboard: bool = False  # RUN_DIR/tensorboard event files (rank 0)
+    grad_norms_every: int = 10  # per-block gradient norms every K steps; 0: never
+    slow_rank: str | None = None  # test hook, see SLOW_ENV
 
     def plan_obj(self) -> Plan:
         return Plan.from_dict(self.plan)
@@ -41,6 +45,20 @@ class RunConfig:
     @staticmethod
     def load(path: str | Path) -> RunConfig:
         return RunConfig(**json.loads(Path(path).read_text()))
+
+
+def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
+    """"1:0.3" -> (1, 0.3): rank 1 sleeps 0.3 s per step (the straggler test hook)."""
+    if not text:
+        return None
+    rank, _, seconds = text.partition(":")
+    try:
+        parsed = int(rank), float(seconds)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed[0] < 0 or parsed[1] < 0:
+        raise ValueError(f"{SLOW_ENV}={text!r} must be RANK:SECONDS, e.g. 1:0.3")
+    return parsed
 
 
 # Plan fields that change what is computed; predicted figures, hardware and node counts

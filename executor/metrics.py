@@ -20,16 +20,35 @@ def peak_memory_gib(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-class MetricsWriter:
-    """Rank 0 only. On resume, lines of steps after the checkpoint are dropped."""
+def peak_memory_source(device) -> str:
+    """What `peak_memory_gib` measures on this device (RSS includes the interpreter and
+    libraries, so it is not comparable with a GPU memory prediction)."""
+    return "cuda_allocator" if getattr(device, "type", "cpu") == "cuda" else "rss"
 
-    def __init__(self, run_dir: str | Path, resume_step: int = 0):
-        self.path = Path(run_dir) / "metrics.jsonl"
+
+def rank_file(run_dir: str | Path, rank: int) -> Path:
+    """RUN_DIR/ranks/rank-00001.jsonl: the per-rank records (one writer per rank, no gather)."""
+    return Path(run_dir) / "ranks" / f"rank-{rank:05d}.jsonl"
+
+
+def _step_of(line: str) -> int | None:
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return None  # a line cut short by a killed worker
+
+
+class MetricsWriter:
+    """metrics.jsonl (rank 0) or a per-rank file. On resume, lines of steps after the
+    checkpoint (and any line a killed run left half-written) are dropped."""
+
+    def __init__(self, run_dir: str | Path, resume_step: int = 0, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resume_step]
+            steps = [(line, _step_of(line)) for line in self.path.read_text().splitlines()]
+            kept = [line for line, step in steps if step is not None and step <= resume_step]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, record: dict) -> None:

@@ -14,7 +14,7 @@ from planner.model_file import load_model_file
 from planner.plan import Plan, parse_inline, plan_from_inline
 
 from . import checkpoint
-from .config import RunConfig, fingerprint
+from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
 from .structure import find_layout
 from .validate import PlanMismatchError, validate_plan
@@ -36,6 +36,9 @@ class ExecuteOptions:
     seed: int = 0
     lr: float = 1e-3
     clip: float = 1.0
+    tensorboard: bool = False
+    grad_norms_every: int = 10
+    slow_rank: str | None = None  # test hook "RANK:SECONDS" (config.SLOW_ENV)
 
 
 @dataclass
@@ -81,6 +84,13 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     ckpt_dir = opts.checkpoint_dir or (str(out / "checkpoints") if opts.checkpoint_every else None)
     if opts.checkpoint_every < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
+    if opts.grad_norms_every < 0:
+        raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
+    if opts.tensorboard:
+        from .tensorboard_log import require_tensorboard
+
+        require_tensorboard()
+    parse_slow_rank(opts.slow_rank)
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
@@ -98,6 +108,9 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         force_resume=opts.force_resume,
         fail_at_step=opts.fail_at_step,
         fingerprint=fp,
+        tensorboard=opts.tensorboard,
+        grad_norms_every=opts.grad_norms_every,
+        slow_rank=opts.slow_rank,
     )
 
 

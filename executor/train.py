@@ -18,10 +18,20 @@ from planner.model_file import load_model_file
 
 from . import checkpoint
 from .build import build_model_parts
-from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig
+from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig, parse_slow_rank
 from .data import BatchSource
+from .grad_norms import block_grad_norms
 from .mesh import ParallelDims
-from .metrics import MetricsWriter, peak_memory_gib, progress, summarize
+from .metrics import (
+    MetricsWriter,
+    peak_memory_gib,
+    peak_memory_source,
+    progress,
+    rank_file,
+    summarize,
+)
+from .structure import find_layout
+from .timing import PhaseTimer
 
 
 def clip_grad_norm_(params, max_norm: float, pp_group=None) -> torch.Tensor:
@@ -86,24 +96,34 @@ class Trainer:
         self.data = BatchSource(self.model_file, self.parts.reference, self.plan.micro_batch,
                                 self.plan.num_microbatches, self.dims.coord("dp"), self.plan.dp, cfg.seed)
         self.tokens_per_sample = None
+        self.layout = find_layout(self.parts.reference)
+        self.slow = parse_slow_rank(cfg.slow_rank)
 
     # -- one step ---------------------------------------------------------------------------
-    def _forward_backward(self, step: int) -> torch.Tensor:
-        """This rank's mean loss over its micro-batches (zero off the last pipeline stage)."""
+    def _forward_backward(self, step: int, timer: PhaseTimer) -> torch.Tensor:
+        """This rank's mean loss over its micro-batches (zero off the last pipeline stage).
+
+        Phases: `forward` and `backward` (DDP/FSDP communication that overlaps them is
+        inside); under pipelining one `forward_backward`, as the schedule interleaves them.
+        """
         micro = self.data.microbatches(step)
         if self.tokens_per_sample is None:
             x0 = micro[0][0]
             per = x0[0].numel() if not x0.is_floating_point() else 1
             self.tokens_per_sample = per
         if self.parts.schedule is not None:
-            return self._pipeline_step(micro)
+            loss = self._pipeline_step(micro)
+            timer.mark("forward_backward")
+            return loss
         model, n = self.parts.chunks[0], len(micro)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(micro):
             with _grad_sync(model, i == n - 1):
                 with self.autocast():
                     loss = self.loss_fn(model(x.to(self.device)), y.to(self.device))
+                timer.mark("forward")
                 (loss / n).backward()
+                timer.mark("backward")
             total += loss.detach().float()
         return total / n
 
@@ -120,19 +140,40 @@ class Trainer:
             return torch.stack([loss.detach().float() for loss in losses]).mean()
         return torch.zeros((), device=self.device)
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        local = self._forward_backward(step)
+    def train_step(self, step: int) -> dict:
+        """One optimizer step: loss, grad_norm, phases_s, sync_wait_s, maybe block_grad_norms."""
+        timer = PhaseTimer(self.device)
+        local = self._forward_backward(step, timer)
         pp_group = self.dims["pp"].get_group() if self.dims.pp_enabled else None
+        out = {}
+        every = self.cfg.grad_norms_every
+        if every and (step % every == 0 or step == 1):
+            out["block_grad_norms"] = block_grad_norms(self.parts.chunks, self.layout.blocks_fqn,
+                                                       self.layout.num_blocks, self.device, pp_group)
+            timer.mark("block_grad_norms")
         params = list(self.parts.parameters())
         norm = clip_grad_norm_(params, self.cfg.clip, pp_group)
+        timer.mark("grad_clip")
         for opt in self.optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
+        timer.mark("optimizer")
+        self._maybe_slow(timer)
         # Each replica's loss counted once: from its last pipeline stage, first TP rank.
         owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
         report = local if owner else torch.zeros_like(local)
+        # The step-end all-reduce is where every rank waits for the slowest one: its time
+        # on this rank is how long the others kept it waiting (what straggler detection
+        # reads). On CUDA the queued work is finished first so the wait is not mistaken
+        # for this rank's own compute.
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
         dist.all_reduce(report)
-        return report.item() / self.plan.dp, norm.item()
+        loss = report.item() / self.plan.dp
+        out["sync_wait_s"] = time.perf_counter() - t0
+        out.update(loss=loss, grad_norm=norm.item(), phases_s=timer.totals_s())
+        return out
 
     # -- the run ----------------------------------------------------------------------------
     def _maybe_fail(self, step: int) -> None:
@@ -145,6 +186,13 @@ class Trainer:
         if self.rank == victim:
             print(f"[smplan] test hook: SIGKILL rank {self.rank} at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _maybe_slow(self, timer: PhaseTimer) -> None:
+        """Test hook (SMPLAN_SLOW_RANK=RANK:SECONDS): a straggler. It sleeps just before the
+        step-end synchronisation, so the delay is its own time and the others wait for it."""
+        if self.slow and self.rank == self.slow[0]:
+            time.sleep(self.slow[1])
+            timer.mark("injected_delay")
 
     def _resume(self) -> int:
         if not self.cfg.checkpoint_dir:
@@ -164,28 +212,51 @@ class Trainer:
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
                         self.rank, dist.barrier)
 
+    def _tensorboard(self, start: int):
+        from .tensorboard_log import TensorBoardLog
+
+        predicted = self.plan.predicted.step_time_s if self.plan.predicted else None
+        return TensorBoardLog(os.path.join(self.cfg.out_dir, "tensorboard"), predicted, resume_step=start)
+
     def run(self) -> None:
         start = self._resume()
         writer = MetricsWriter(self.cfg.out_dir, resume_step=start) if self.rank == 0 else None
+        rank_writer = MetricsWriter(self.cfg.out_dir, start, path=rank_file(self.cfg.out_dir, self.rank))
+        board = self._tensorboard(start) if self.cfg.tensorboard and self.rank == 0 else None
         every, steps = self.cfg.checkpoint_every, self.cfg.steps
         tokens_per_step = None
-        for step in range(start + 1, steps + 1):
-            self._maybe_fail(step)
-            t0 = time.perf_counter()
-            loss, norm = self.train_step(step)
-            dt = time.perf_counter() - t0
-            mem = torch.tensor([peak_memory_gib(self.device)])
-            dist.all_reduce(mem, op=dist.ReduceOp.MAX)
-            if tokens_per_step is None:
-                tokens_per_step = self.plan.global_batch * (self.plan.seq_len or self.tokens_per_sample)
-            if writer is not None:
-                record = {"step": step, "loss": loss, "step_time_s": dt, "tokens_per_s": tokens_per_step / dt,
-                          "samples_per_s": self.plan.global_batch / dt, "peak_memory_gib": mem.item(),
-                          "grad_norm": norm}
-                writer.write(record)
-                progress(record, steps)
-            if self.cfg.checkpoint_dir and every and (step % every == 0 or step == steps):
-                self._save(step)
+        try:
+            for step in range(start + 1, steps + 1):
+                self._maybe_fail(step)
+                t0 = time.perf_counter()
+                result = self.train_step(step)
+                dt = time.perf_counter() - t0
+                own_mem = peak_memory_gib(self.device)
+                mem = torch.tensor([own_mem])
+                dist.all_reduce(mem, op=dist.ReduceOp.MAX)
+                if tokens_per_step is None:
+                    tokens_per_step = self.plan.global_batch * (self.plan.seq_len or self.tokens_per_sample)
+                rank_writer.write({
+                    "step": step, "rank": self.rank, "step_time_s": dt, "sync_wait_s": result["sync_wait_s"],
+                    "phases_s": result["phases_s"], "tokens_per_s": tokens_per_step / dt,
+                    "peak_memory_gib": own_mem, "peak_memory_source": peak_memory_source(self.device),
+                    "loss": result["loss"], "grad_norm": result["grad_norm"]})
+                if writer is not None:
+                    record = {"step": step, "loss": result["loss"], "step_time_s": dt,
+                              "tokens_per_s": tokens_per_step / dt, "samples_per_s": self.plan.global_batch / dt,
+                              "peak_memory_gib": mem.item(), "grad_norm": result["grad_norm"],
+                              "phases_s": result["phases_s"]}  # rank 0's; every rank's in ranks/
+                    if "block_grad_norms" in result:
+                        record["block_grad_norms"] = result["block_grad_norms"]
+                    writer.write(record)
+                    if board is not None:
+                        board.write(record)
+                    progress(record, steps)
+                if self.cfg.checkpoint_dir and every and (step % every == 0 or step == steps):
+                    self._save(step)
+        finally:
+            if board is not None:
+                board.close()
         if self.rank == 0:
             predicted = self.plan.predicted.to_dict() if self.plan.predicted else None
             summarize(self.cfg.out_dir, predicted, self.plan.to_dict(), self.device.type, self.compute_dtype)

@@ -6,7 +6,7 @@ import click
 
 from executor import ExecuteOptions, LaunchError, resolve_plan
 from executor import execute as run_plan
-from executor.config import FAIL_ENV
+from executor.config import FAIL_ENV, SLOW_ENV
 
 from .options import echo_json, json_option, model_args_from, model_args_option
 
@@ -33,24 +33,37 @@ from .options import echo_json, json_option, model_args_from, model_args_option
               help="Run directory for metrics.jsonl and summary.json (default runs/execute-...).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--tensorboard", is_flag=True,
+              help="Also write TensorBoard event files to RUN_DIR/tensorboard (needs smplan[monitor]).")
+@click.option("--grad-norms-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="K",
+              help="Record every block's gradient norm at step 1 and every K steps; 0: never.")
 @click.option("--fail-at-step", type=click.IntRange(min=1), default=None, envvar=FAIL_ENV, hidden=True,
               help="Test hook: SIGKILL the last rank at the start of this step (first attempt only).")
+@click.option("--slow-rank", default=None, envvar=SLOW_ENV, hidden=True, metavar="RANK:SECONDS",
+              help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
-            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, fail_at_step, as_json):
+            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, tensorboard, grad_norms_every,
+            fail_at_step, slow_rank, as_json):
     """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
 
     \b
       smplan execute plan.json --steps 20
       smplan execute "dp=2,mbs=2,gbs=8" --model examples/gpt.py:tiny --checkpoint-every 5
       smplan execute plan.json --launcher slurm --nnodes 4 --nproc-per-node 8
+      smplan execute plan.json --tensorboard      # then: smplan monitor RUN_DIR --follow
+
+    \b
+    RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-N.jsonl (every rank's step
+    time, wait, phases and memory), summary.json and, with --tensorboard, tensorboard/.
     """
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                           max_restarts=max_restarts, launcher=launcher, out=out, fail_at_step=fail_at_step,
-                          force_resume=force_resume, seed=seed, lr=lr)
+                          force_resume=force_resume, seed=seed, lr=lr, tensorboard=tensorboard,
+                          grad_norms_every=grad_norms_every, slow_rank=slow_rank)
     try:
         result = run_plan(plan, model_file, opts)
     except LaunchError as err:

@@ -1,0 +1,60 @@
+"""Gradient norm of every repeated block: how the gradient is spread across the layers.
+
+Computed before clipping, like the global `grad_norm` of metrics.jsonl, so the two agree:
+the global norm squared is the sum of the blocks' squares plus the non-block parameters'.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+import torch.distributed as dist
+
+# Wrappers that put a component into parameter names without changing what they address.
+_WRAPPERS = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
+
+
+def block_index(param_name: str, blocks_fqn: str) -> int | None:
+    """The block a parameter belongs to, e.g. ("module.blocks.2._checkpoint_wrapped_module.w",
+    "blocks") -> 2; None for parameters outside the repeated blocks (embedding, head)."""
+    parts = [p for p in param_name.split(".") if p not in _WRAPPERS]
+    if parts and parts[0] == "module":  # DDP's prefix
+        parts = parts[1:]
+    want = blocks_fqn.split(".")
+    n = len(want)
+    if parts[:n] == want and len(parts) > n and parts[n].isdigit():
+        return int(parts[n])
+    return None
+
+
+def block_grad_norms(chunks, blocks_fqn: str, num_blocks: int, device: torch.device,
+                     pp_group=None) -> list[float]:
+    """2-norm of each block's full gradient (same list on every rank).
+
+    Sharded (DTensor) gradients are normed per (mesh, placement) group and reduced to full
+    values, as in the global clip; each pipeline stage fills its own blocks and the stages
+    add their squares over pp. Every rank of a stage walks the same blocks in the same
+    order, so the collectives inside `full_tensor` match up.
+    """
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[int, dict] = defaultdict(lambda: defaultdict(list))
+    for chunk in chunks:
+        for name, p in chunk.named_parameters():
+            index = block_index(name, blocks_fqn)
+            if p.grad is None or index is None:
+                continue
+            g = p.grad
+            key = (id(g.device_mesh), tuple(g.placements)) if isinstance(g, DTensor) else None
+            groups[index][key].append(g)
+    squares = torch.zeros(num_blocks, device=device)
+    for index in sorted(groups):
+        for grads in groups[index].values():
+            norm = torch.nn.utils.get_total_norm(grads, 2.0)
+            if isinstance(norm, DTensor):
+                norm = norm.full_tensor()
+            squares[index] += norm.float() ** 2
+    if pp_group is not None:
+        dist.all_reduce(squares, group=pp_group)
+    return squares.sqrt().tolist()
