@@ -1,0 +1,35 @@
+"""`smplan report RUN_DIR -o out.html`: the charts of one run of `smplan execute`."""
+
+from __future__ import annotations
+
+import click
+
+from .monitor import threshold_options
+from .options import echo_json, json_option
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("-o", "--output", "out", default=None, metavar="FILE.html",
+              help="Where the page goes (default RUN_DIR/report.html); overwritten if it exists.")
+@threshold_options
+@json_option
+def report(run_dir, out, straggler_pct, straggler_steps, memory_pct, as_json):
+    """One self-contained HTML page for a run of `smplan execute`: loss, step time against
+    the plan's prediction, memory per rank and the gradient-norm heatmap (blocks x steps),
+    with the same warnings as `smplan monitor`. Works while the run is still going.
+
+    \b
+      smplan report runs/demo -o demo.html
+    """
+    from pathlib import Path
+
+    from smplan.monitor import Thresholds, load_run, write_run_report
+
+    run = load_run(run_dir)
+    path = write_run_report(run, out or Path(run_dir) / "report.html",
+                            Thresholds(straggler_pct, straggler_steps, memory_pct))
+    if as_json:
+        echo_json({"report": str(path), "run_dir": str(run_dir)})
+    else:
+        click.echo(f"report: {path}")

@@ -1,0 +1,102 @@
+"""Charts of one run: loss and grad norm, step time vs the plan, memory per rank, and the
+gradient-norm heatmap (blocks x steps). Same look as the what-if report (its style module).
+
+Each takes a RunData and returns a matplotlib Figure, or None when the run has no data for
+it (no per-rank records, no block gradient norms).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.ticker import EngFormatter, MaxNLocator
+
+from smplan.report.style import color, finish, new_figure
+
+from .rundir import RunData
+from .status import own_time_matrix
+
+
+def loss_chart(run: RunData, path=None):
+    fig, (ax_loss, ax_norm) = new_figure("Loss and gradient norm", ncols=2, width=12, height=4.5)
+    steps = [r["step"] for r in run.records]
+    ax_loss.plot(steps, [r["loss"] for r in run.records], marker=".", color=color("", 0), gid="loss")
+    ax_loss.set_title("training loss")
+    ax_norm.plot(steps, [r["grad_norm"] for r in run.records], marker=".", color=color("", 1), gid="grad_norm")
+    ax_norm.set_title("global gradient norm (before clipping)")
+    for ax in (ax_loss, ax_norm):
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return finish(fig, path)
+
+
+def step_time_chart(run: RunData, path=None):
+    """Measured step time per step, each rank's own time, and the plan's prediction."""
+    fig, ax = new_figure("Step time: measured vs predicted", width=11, height=5)
+    steps = [r["step"] for r in run.records]
+    ax.plot(steps, [r["step_time_s"] for r in run.records], marker="o", color="black", label="measured step",
+            gid="measured")
+    own_steps, order, rows = own_time_matrix(run.ranks)
+    for col, rank in enumerate(order):
+        ax.plot(own_steps, [row[col] for row in rows], linewidth=1, alpha=0.7, color=color("", col + 1),
+                label=f"rank {rank} own time", gid=f"own_rank_{rank}")
+    predicted = run.predicted.get("step_time_s")
+    if predicted:
+        ax.axhline(predicted, color=color("bubble"), linestyle="--", linewidth=1.5, label="predicted",
+                   gid="predicted")
+    ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("time per optimizer step")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, title="own time: step less the wait for the slowest rank", title_fontsize=8)
+    return finish(fig, path)
+
+
+def memory_chart(run: RunData, path=None):
+    """Peak memory of each rank against the plan's predicted peak."""
+    if not run.ranks:
+        return None
+    order = sorted(run.ranks)
+    peaks = [max(r["peak_memory_gib"] for r in run.ranks[rank]) for rank in order]
+    source = run.ranks[order[0]][-1].get("peak_memory_source", "rss")
+    what = "process RSS (CPU)" if source == "rss" else "CUDA allocator peak"
+    fig, ax = new_figure(f"Peak memory per rank ({what})", width=max(6, 0.6 * len(order) + 4), height=4.5)
+    ax.bar([str(r) for r in order], peaks, color=color("weights"), gid="peak")
+    predicted = run.predicted.get("peak_memory_gib")
+    if predicted:
+        ax.axhline(predicted, color="black", linestyle="--", linewidth=1.5, label="predicted peak", gid="predicted")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("GiB")
+    return finish(fig, path)
+
+
+def grad_norm_heatmap(run: RunData, path=None):
+    """Gradient norm of every block (rows) at every recorded step (columns), log colour."""
+    recs = [r for r in run.records if r.get("block_grad_norms")]
+    if not recs:
+        return None
+    grid = np.array([r["block_grad_norms"] for r in recs], dtype=float).T  # blocks x steps
+    fig, ax = new_figure("Gradient norm per block", width=max(7, 0.35 * len(recs) + 4),
+                         height=max(3.5, 0.25 * grid.shape[0] + 2))
+    positive = grid[grid > 0]
+    norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if positive.size and positive.min() < positive.max() else None
+    image = ax.imshow(np.where(grid > 0, grid, np.nan), aspect="auto", origin="lower", cmap="viridis", norm=norm,
+                      interpolation="nearest", gid="heatmap")
+    steps = [r["step"] for r in recs]
+    ticks = np.linspace(0, len(steps) - 1, min(len(steps), 12)).round().astype(int)
+    ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+    ax.set_xlabel("step")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("block (first at the bottom)")
+    fig.colorbar(image, ax=ax, label="gradient 2-norm")
+    finish(fig, None)
+    ax.grid(False)
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+CHARTS = {"loss": loss_chart, "step_time": step_time_chart, "memory": memory_chart,
+          "grad_norms": grad_norm_heatmap}

@@ -1,0 +1,84 @@
+"""`smplan report RUN_DIR -o out.html`: one self-contained page (charts inlined as PNG).
+
+The page reuses the what-if report's CSS and chart style so the two look alike; unlike
+that report it has no files beside it, so it can be mailed or attached to an issue.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from html import escape
+from pathlib import Path
+
+from smplan.report.html import CSS
+
+from .charts import CHARTS
+from .rundir import RunData
+from .status import Thresholds, run_status
+
+TITLES = {"loss": "Loss and gradient norm", "step_time": "Step time vs prediction",
+          "memory": "Memory per rank", "grad_norms": "Gradient norm per block"}
+CAPTIONS = {
+    "loss": "Training loss and the global gradient norm (before clipping) at every step.",
+    "step_time": "Wall-clock time of each optimizer step, each rank's own time (the step less its "
+                 "wait for the slowest rank at the step-end synchronisation), and the plan's prediction.",
+    "memory": "Peak memory of every rank; the dashed line is the plan's predicted peak. On CPU this "
+              "is process RSS, which includes the interpreter and libraries.",
+    "grad_norms": "Gradient 2-norm of every repeated block at the steps it was recorded "
+                  "(--grad-norms-every), on a log colour scale: vanishing or exploding layers stand out.",
+}
+
+
+def _png_data_uri(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
+    status = run_status(run, thresholds)
+    figures = {name: make(run) for name, make in CHARTS.items()}
+    st = status["step_time_s"]
+    facts = [
+        ("steps", f"{status['steps_done']} of {status['steps_total'] or '?'}"
+                  + ("" if status["finished"] else " (not finished)")),
+        ("median step time", f"{st['median'] * 1e3:,.1f} ms" + (
+            f" (predicted {st['predicted'] * 1e3:,.1f} ms, ratio {st['ratio']:.2f})" if st["predicted"] else "")),
+        ("median tokens/s", f"{status['tokens_per_s']['median']:,.0f}"),
+        ("loss", f"{status['loss']['first']:.4f} → {status['loss']['last']:.4f}"),
+    ]
+    plan = run.plan
+    if plan:
+        facts.insert(0, ("plan", " ".join(f"{k}={plan[k]}" for k in ("dp", "tp", "pp", "micro_batch",
+                                                                      "global_batch", "zero") if k in plan)))
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>smplan run report: {escape(run.run_dir.name)}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>Run {escape(run.run_dir.name)}</h1>",
+        f'<p class="question">{escape(str(run.run_dir))}</p>',
+        '<div class="recommend"><dl>' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
+        + "</dl></div>",
+    ]
+    if status["warnings"]:
+        parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{escape(w)}</li>" for w in status["warnings"]) + "</ul>")
+    parts.append("<h2>Charts</h2>")
+    for name, fig in figures.items():
+        if fig is None:
+            continue
+        parts.append(f'<figure id="chart-{name}"><img src="{_png_data_uri(fig)}" alt="{escape(TITLES[name])} chart">'
+                     f"<figcaption><b>{escape(TITLES[name])}.</b> {escape(CAPTIONS[name])}</figcaption></figure>")
+    parts.append("<p>Every number behind these charts: <code>metrics.jsonl</code> and <code>ranks/</code> "
+                 "in the run directory.</p></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_run_report(run: RunData, out: str | Path, thresholds: Thresholds | None = None) -> Path:
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"{out} is a directory; pass a file name such as {out / 'report.html'}")
+    if not out.parent.exists():
+        raise ValueError(f"the folder of {out} does not exist; create it or choose another -o")
+    out.write_text(render_run_html(run, thresholds))
+    return out

@@ -1,0 +1,101 @@
+"""Reading a run directory of `smplan execute`, also while the run is still writing it.
+
+A line being written when we read (or left half-written by a killed worker) is skipped
+and counted, never a crash: RUN_DIR/metrics.jsonl stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+METRICS = "metrics.jsonl"
+RANKS_DIR = "ranks"
+
+
+class RunDirError(ValueError):
+    """RUN_DIR is missing, not a run directory, or holds no metrics yet."""
+
+
+def read_jsonl(path: str | Path) -> tuple[list[dict], list[int]]:
+    """(records, numbers of the lines skipped). A line that is not one JSON object with a
+    "step" (a truncated write) is skipped; so is a file that vanished meanwhile."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return [], []
+    records, skipped = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            skipped.append(number)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+        else:
+            skipped.append(number)
+    return records, skipped
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # absent, or being written
+    return data if isinstance(data, dict) else None
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    records: list[dict]  # metrics.jsonl: one per step (rank 0)
+    ranks: dict[int, list[dict]]  # ranks/rank-N.jsonl; empty for runs before per-rank records
+    config: dict | None = None  # run_config.json
+    summary: dict | None = None  # summary.json, once the run has finished
+    skipped: list[str] = field(default_factory=list)  # "metrics.jsonl:7" per unreadable line
+
+    @property
+    def plan(self) -> dict:
+        return (self.config or {}).get("plan") or {}
+
+    @property
+    def predicted(self) -> dict:
+        return self.plan.get("predicted") or {}
+
+    @property
+    def steps_total(self) -> int | None:
+        return (self.config or {}).get("steps")
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Everything `smplan monitor` and `smplan report` show. Raises RunDirError when the
+    directory is missing or holds no step yet."""
+    path = Path(run_dir)
+    if not path.exists():
+        raise RunDirError(f"run directory {path} does not exist; pass the --out folder of `smplan execute`")
+    if not path.is_dir():
+        raise RunDirError(f"{path} is a file, not a run directory; pass the --out folder of `smplan execute`")
+    records, bad = read_jsonl(path / METRICS)
+    skipped = [f"{METRICS}:{n}" for n in bad]
+    ranks: dict[int, list[dict]] = {}
+    for file in sorted((path / RANKS_DIR).glob("rank-*.jsonl")):
+        try:
+            rank = int(file.stem.split("-", 1)[1])
+        except ValueError:
+            continue
+        ranks[rank], bad = read_jsonl(file)
+        skipped += [f"{RANKS_DIR}/{file.name}:{n}" for n in bad]
+    if not records:
+        what = "an empty metrics.jsonl" if (path / METRICS).exists() else "no metrics.jsonl"
+        raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
+                          "or pass the --out folder of `smplan execute`")
+    return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / "run_config.json"),
+                   summary=_read_json(path / "summary.json"), skipped=skipped)

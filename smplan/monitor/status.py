@@ -1,0 +1,127 @@
+"""The state of a run, as one JSON-able dict: what `smplan monitor` prints or emits.
+
+Schema (all times in seconds; null where the run or the plan does not say)::
+
+    {"run_dir": str, "finished": bool, "steps_done": int, "steps_total": int | null,
+     "progress": float | null,                       # steps_done / steps_total
+     "step_time_s": {"median": float, "predicted": float | null, "ratio": float | null},
+     "tokens_per_s": {"median": float, "predicted": float | null},
+     "loss": {"first": float, "last": float, "sparkline": str},
+     "grad_norm": {"last": float, "sparkline": str},
+     "memory": {"predicted_peak_gib": float | null, "source": "rss" | "cuda_allocator" | null,
+                "compared": bool,                    # RSS (CPU) is not held against a GPU prediction
+                "peak_gib_by_rank": {RANK: float}},
+     "ranks": [{"rank": int, "steps": int, "median_step_time_s": float,
+                "median_sync_wait_s": float, "median_own_step_time_s": float | null,
+                "peak_memory_gib": float}],
+     "stragglers": [Straggler.to_dict()],           # see smplan.monitor.stragglers
+     "memory_over_prediction_pct": {RANK: float},
+     "warnings": [str], "skipped_lines": [str],
+     "thresholds": {"straggler_pct": float, "straggler_steps": int, "memory_pct": float}}
+
+Medians leave out the first step (warm-up: allocation, lazy initialisation).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .rundir import RunData
+from .sparkline import sparkline
+from .stragglers import find_stragglers, memory_over_prediction, own_step_times
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    straggler_pct: float = 20.0  # X: own step time this far above the median rank's...
+    straggler_steps: int = 3  # N: ...for this many consecutive steps
+    memory_pct: float = 10.0  # Y: peak memory this far above the plan's predicted peak
+
+    def __post_init__(self) -> None:
+        if self.straggler_pct < 0 or self.memory_pct < 0 or self.straggler_steps < 1:
+            raise ValueError("thresholds: percentages must be >= 0 and --straggler-steps >= 1")
+
+
+def _steady(records: list[dict]) -> list[dict]:
+    return records[1:] if len(records) > 1 else records
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def own_time_matrix(ranks: dict[int, list[dict]]) -> tuple[list[int], list[int], list[list[float]]]:
+    """(steps, ranks, own[i][r]) over the steps every rank has written, after the first."""
+    order = sorted(ranks)
+    by_rank = {r: {rec["step"]: rec for rec in ranks[r] if "sync_wait_s" in rec} for r in order}
+    common = sorted(set.intersection(*(set(m) for m in by_rank.values()))) if order else []
+    steps = common[1:] if len(common) > 1 else []
+    rows = [own_step_times([by_rank[r][s]["step_time_s"] for r in order],
+                           [by_rank[r][s]["sync_wait_s"] for r in order]) for s in steps]
+    return steps, order, rows
+
+
+def _rank_rows(run: RunData, steps: list[int], order: list[int], rows: list[list[float]]) -> list[dict]:
+    out = []
+    for col, rank in enumerate(order):
+        recs = _steady(run.ranks[rank])
+        out.append({
+            "rank": rank,
+            "steps": len(run.ranks[rank]),
+            "median_step_time_s": _median(r["step_time_s"] for r in recs),
+            "median_sync_wait_s": _median(r.get("sync_wait_s") for r in recs),
+            "median_own_step_time_s": _median(row[col] for row in rows),
+            "peak_memory_gib": max(r["peak_memory_gib"] for r in run.ranks[rank]),
+        })
+    return out
+
+
+def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: int = 40) -> dict:
+    th = thresholds or Thresholds()
+    records, predicted = run.records, run.predicted
+    steady = _steady(records)
+    step_median = _median(r["step_time_s"] for r in steady)
+    step_pred = predicted.get("step_time_s")
+    steps, order, rows = own_time_matrix(run.ranks)
+    stragglers = find_stragglers(rows, th.straggler_pct, th.straggler_steps, steps=steps, ranks=order)
+    rank_rows = _rank_rows(run, steps, order, rows)
+    sources = {r[-1].get("peak_memory_source") for r in run.ranks.values() if r}
+    source = sources.pop() if len(sources) == 1 else None
+    peaks = {row["rank"]: row["peak_memory_gib"] for row in rank_rows} or {0: records[-1]["peak_memory_gib"]}
+    compared = source == "cuda_allocator"
+    over = memory_over_prediction(peaks, predicted.get("peak_memory_gib"), th.memory_pct) if compared else {}
+    warnings = [
+        f"rank {s.rank} is a straggler: its own step time is {s.excess_pct:.0f}% above the median rank's "
+        f"for {s.steps} consecutive steps ({s.first_step}-{s.last_step}{', ongoing' if s.ongoing else ''})"
+        for s in stragglers
+    ]
+    warnings += [f"rank {r} peak memory {peaks[r]:.2f} GiB is {pct:.0f}% above the predicted "
+                 f"{predicted['peak_memory_gib']:.2f} GiB" for r, pct in sorted(over.items())]
+    total = run.steps_total
+    done = records[-1]["step"]
+    return {
+        "run_dir": str(run.run_dir),
+        "finished": run.finished,
+        "steps_done": done,
+        "steps_total": total,
+        "progress": done / total if total else None,
+        "step_time_s": {"median": step_median, "predicted": step_pred,
+                        "ratio": step_median / step_pred if step_pred and step_median else None},
+        "tokens_per_s": {"median": _median(r["tokens_per_s"] for r in steady),
+                         "predicted": predicted.get("tokens_per_s")},
+        "loss": {"first": records[0]["loss"], "last": records[-1]["loss"],
+                 "sparkline": sparkline([r["loss"] for r in records], spark_width)},
+        "grad_norm": {"last": records[-1]["grad_norm"],
+                      "sparkline": sparkline([r["grad_norm"] for r in records], spark_width)},
+        "memory": {"predicted_peak_gib": predicted.get("peak_memory_gib"), "source": source,
+                   "compared": compared, "peak_gib_by_rank": peaks},
+        "ranks": rank_rows,
+        "stragglers": [s.to_dict() for s in stragglers],
+        "memory_over_prediction_pct": over,
+        "warnings": warnings,
+        "skipped_lines": run.skipped,
+        "thresholds": {"straggler_pct": th.straggler_pct, "straggler_steps": th.straggler_steps,
+                       "memory_pct": th.memory_pct},
+    }

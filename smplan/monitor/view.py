@@ -1,0 +1,67 @@
+"""The terminal view of a run status (see `smplan.monitor.status` for the fields)."""
+
+from __future__ import annotations
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:,.1f} ms"
+
+
+def _bar(fraction: float | None, width: int = 30) -> str:
+    if fraction is None:
+        return ""
+    fill = round(width * min(1.0, max(0.0, fraction)))
+    return f"[{'#' * fill}{'.' * (width - fill)}] {fraction:.0%}"
+
+
+def render_status(status: dict) -> str:
+    lines = []
+    state = "finished" if status["finished"] else "running (or stopped)"
+    total = status["steps_total"]
+    lines.append(f"run {status['run_dir']}  {state}")
+    lines.append(f"  progress    step {status['steps_done']}/{total or '?'}  {_bar(status['progress'])}")
+    st = status["step_time_s"]
+    line = f"  step time   median {_ms(st['median'])}"
+    if st["predicted"]:
+        line += f"   predicted {_ms(st['predicted'])}   measured/predicted {st['ratio']:.2f}"
+    lines.append(line)
+    tok = status["tokens_per_s"]
+    line = f"  tokens/s    median {tok['median']:,.0f}"
+    if tok["predicted"]:
+        line += f"   predicted {tok['predicted']:,.0f}"
+    lines.append(line)
+    mem = status["memory"]
+    per_rank = "  ".join(f"rank {r} {g:.2f}" for r, g in sorted(mem["peak_gib_by_rank"].items()))
+    line = f"  memory GiB  {per_rank}"
+    if mem["predicted_peak_gib"]:
+        line += f"   predicted peak {mem['predicted_peak_gib']:.2f}"
+        if not mem["compared"]:
+            line += " (CPU: process RSS, not compared)"
+    lines.append(line)
+    loss, norm = status["loss"], status["grad_norm"]
+    lines.append(f"  loss        {loss['first']:.4f} -> {loss['last']:.4f}  {loss['sparkline']}")
+    lines.append(f"  grad norm   {norm['last']:.4f}  {norm['sparkline']}")
+    if status["ranks"]:
+        lines.append("  rank  steps  step time   own time    waited      peak GiB")
+        for r in status["ranks"]:
+            lines.append(f"  {r['rank']:>4}  {r['steps']:>5}  {_ms(r['median_step_time_s']):>10}  "
+                         f"{_ms(r['median_own_step_time_s']):>10}  {_ms(r['median_sync_wait_s']):>10}  "
+                         f"{r['peak_memory_gib']:>8.2f}")
+    else:
+        lines.append("  (no per-rank records: the run predates them; no straggler detection)")
+    for warning in status["warnings"]:
+        lines.append(f"warning: {warning}")
+    if not status["warnings"]:
+        th = status["thresholds"]
+        lines.append(f"  no straggler (>{th['straggler_pct']:g}% for {th['straggler_steps']} steps) "
+                     f"and no memory above the prediction (>{th['memory_pct']:g}%)")
+    return "\n".join(lines)
+
+
+def skipped_note(status: dict) -> str | None:
+    """One line on unreadable lines (a truncated last write), or None."""
+    skipped = status["skipped_lines"]
+    if not skipped:
+        return None
+    shown = ", ".join(skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+    return f"note: skipped {len(skipped)} unreadable line(s) ({shown}): a write cut short, e.g. a killed worker"
