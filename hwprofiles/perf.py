@@ -129,6 +129,29 @@ def collective_time_s(
     return _ring(kind, bytes_per_rank, span, cluster)
 
 
+def sharded_dp_collective_time_s(kind: str, bytes_per_rank: float, span: GroupSpan, cluster: Cluster) -> float:
+    """Seconds for one ZeRO-2/3 per-layer collective (parameter all_gather, gradient
+    reduce_scatter) over the data-parallel group laid out as `span`.
+
+    Inside a node: the ring of `collective_time_s`. Across nodes: a ring at
+    efficiency.sharded_dp_network of each GPU's own NIC. Published ZeRO-3 runs (Narayanan
+    et al. 2021, Table 2) take the same time for the same bytes per GPU with 8 or 4 group
+    members per node, so these collectives do not see the k-NIC rate that `link_for` gives
+    a large bucketed all-reduce.
+    """
+    if kind not in ("all_gather", "reduce_scatter"):
+        raise PerfModelError(f"ZeRO's per-layer collectives are all_gather and reduce_scatter, not {kind!r}")
+    if bytes_per_rank < 0:
+        raise PerfModelError(f"bytes_per_rank must not be negative, got {bytes_per_rank}")
+    _check_span(span, cluster)
+    if not span.crosses_nodes:
+        return collective_time_s(kind, bytes_per_rank, span, cluster)
+    n = span.size
+    bw = cluster.inter_node.bandwidth_gbps * 1e9 * cluster.efficiency.sharded_dp_network
+    # Ring all_gather / reduce_scatter: (n-1)/n * B per rank (Thakur, Rabenseifner, Gropp 2005).
+    return (n - 1) / n * bytes_per_rank / bw + (n - 1) * cluster.inter_node.latency_us * 1e-6
+
+
 def p2p_time_s(bytes_: float, cross_node: bool, cluster: Cluster) -> float:
     """Seconds for one GPU to send `bytes_` to one other GPU (pipeline stage boundary).
 

@@ -31,7 +31,13 @@ import functools
 from dataclasses import dataclass
 
 from hwprofiles import Cluster
-from hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s, p2p_time_s
+from hwprofiles.perf import (
+    collective_time_s,
+    matmul_time_s,
+    memory_bound_time_s,
+    p2p_time_s,
+    sharded_dp_collective_time_s,
+)
 from hwprofiles.topology import GroupSpan, ParallelLayout
 
 from .costs import PlanCosts, StageCosts
@@ -59,12 +65,13 @@ class PassTimes:
     tp_forward_s: float
     tp_backward_s: float
     selective_extra_s: float  # added inside backward when the attention core is recomputed
+    full_extra_s: float  # added inside backward when the whole forward is re-run
     recompute_flops: dict  # kind -> FLOPs per sample re-run
 
     def backward_with(self, recompute: str) -> tuple[float, float, float]:
         """(backward seconds, of which recompute, of which TP comm) under `recompute`."""
         if recompute == "full":
-            return self.backward_s + self.forward_s, self.forward_s, self.tp_backward_s + self.tp_forward_s
+            return self.backward_s + self.full_extra_s, self.full_extra_s, self.tp_backward_s + self.tp_forward_s
         if recompute == "selective":
             return self.backward_s + self.selective_extra_s, self.selective_extra_s, self.tp_backward_s
         return self.backward_s, 0.0, self.tp_backward_s
@@ -126,9 +133,14 @@ def pass_times(
     def busy(compute: float, comm: float) -> float:
         return max(compute, comm) if overlapped else compute + comm
 
-    fwd = max(busy(gemm + elem + tp_f, z_f), host)
+    fwd_gpu = gemm + elem + tp_f
+    fwd = max(busy(fwd_gpu, z_f), host)
     bwd_gpu = 2.0 * (gemm + elem) + tp_b
     bwd = max(busy(bwd_gpu, z_b), host)
+    # Full recompute re-runs the forward inside the backward pass, on the parameters that
+    # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
+    # of the two sub-passes is still bounded by its own kernel launches on the host.
+    full_extra = busy(max(fwd_gpu, host) + max(bwd_gpu, host), z_b) - bwd
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share
@@ -137,7 +149,7 @@ def pass_times(
     sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch")
     flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample}
-    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, flops)
+    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops)
 
 
 @dataclass(frozen=True)
@@ -231,8 +243,8 @@ class CostModel:
             # ZeRO-3 also all-gathers its parameters in forward and again in backward.
             dp_span = layout.span("dp")
             size = part.params / tp * state_bytes_per_param(dtype)[0]
-            rs = collective_time_s("reduce_scatter", size, dp_span, self.cluster)
-            ag = collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
+            rs = sharded_dp_collective_time_s("reduce_scatter", size, dp_span, self.cluster)
+            ag = sharded_dp_collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
             zc = (ag, ag + rs, overlap)
         return pass_times(part, layout.span("tp"), sp, b, self.cluster, dtype, zc)
 

@@ -18,6 +18,7 @@ from hwprofiles import (
     matmul_time_s,
     memory_bound_time_s,
     p2p_time_s,
+    sharded_dp_collective_time_s,
 )
 
 A100 = load_cluster("a100x8", nodes=4)
@@ -176,3 +177,20 @@ def test_roofline_large_matmul_is_compute_bound():
 def test_memory_bound_time():
     assert memory_bound_time_s(2039e9 * A100.efficiency.memory_bound, A100) == pytest.approx(1.0)
     assert memory_bound_time_s(0, A100) == 0.0
+
+
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_zero_collectives_use_one_nic_whatever_the_members_per_node(kind):
+    # Megatron SC21 Table 2: ZeRO-3 rows with 8 and 4 group members per node take the same
+    # time for the same bytes per GPU; a bucketed all_reduce gets the k-NIC rate instead.
+    b, n = 4e9, 256
+    eight, four = GroupSpan(n, 8), GroupSpan(n, 4)
+    t8 = sharded_dp_collective_time_s(kind, b, eight, A100)
+    assert t8 == pytest.approx(sharded_dp_collective_time_s(kind, b, four, A100))
+    nic = A100.inter_node.bandwidth_gbps * 1e9 * A100.efficiency.sharded_dp_network
+    assert t8 == pytest.approx((n - 1) / n * b / nic + (n - 1) * ALPHA_INTER)
+    assert t8 > collective_time_s(kind, b, eight, A100)
+    # inside one node it is the ordinary NVLink ring
+    assert sharded_dp_collective_time_s(kind, b, NODE, A100) == collective_time_s(kind, b, NODE, A100)
+    with pytest.raises(PerfModelError, match="all_gather and reduce_scatter"):
+        sharded_dp_collective_time_s("all_reduce", b, eight, A100)

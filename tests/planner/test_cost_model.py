@@ -88,3 +88,23 @@ def test_plan_errors_name_the_fix():
     cluster = load_cluster("a100x8", nodes=1)
     with pytest.raises(ValueError, match="GPUs but the cluster has 8"):
         estimate(_plan(), PROF, cluster)
+
+
+def test_full_recompute_under_zero3_gathers_parameters_once_per_backward():
+    # FSDP / DeepSpeed gather a block once for its backward; the recomputed forward runs on
+    # those parameters. Network-bound ZeRO-3 (a slow NIC) must therefore cost fwd + bwd
+    # gathers + one reduce-scatter per micro-batch, the same with or without full recompute.
+    from planner.cost_model import CostModel, MeshKey
+
+    slow = load_cluster("a100x8", nodes=2, overrides={"inter_node.bandwidth_gbps": 0.05})
+    cm = CostModel(PROF, slow)
+    key = MeshKey(tp=1, dp=16, pp=1, v=1, micro_batch=1, num_microbatches=2, sp=False, zero=3,
+                  overlap_dp=True, schedule="1f1b", dtype="bf16")
+    passes = cm.pass_of(PROF.blocks[0], key)
+    full, recompute_s, _ = passes.backward_with("full")
+    assert recompute_s == pytest.approx(0.0, abs=1e-12)  # hidden under the gathers
+    assert full == pytest.approx(passes.backward_s)
+    links = {"inter_node.bandwidth_gbps": 1e6, "intra_node.bandwidth_gbps": 1e6}
+    fast = CostModel(PROF, load_cluster("a100x8", nodes=2, overrides=links))
+    passes = fast.pass_of(PROF.blocks[0], key)
+    assert passes.backward_with("full")[1] == pytest.approx(passes.forward_s)  # compute-bound: a forward more

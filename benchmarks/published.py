@@ -1,0 +1,126 @@
+"""The published runs of ../shared/validation as smplan plans: one reading for every benchmark.
+
+Settings per the folder's README (nothing here is fitted per row):
+- vTrain (Megatron-DeepSpeed, A100 SXM 80 GB -- the 3.6B tp=1 dp=64 rows need 58 GB of
+  model states at ZeRO-0, so not the 40 GB part -- 100 Gb/s per GPU across nodes:
+  inter_node.bandwidth_gbps=12.5): fp16, full recompute, 1F1B, overlap_dp=0, zero=0,
+  vocabulary 50257, no sequence parallelism.
+- Megatron-LM SC21 Table 1 (Selene, 200 Gb/s per GPU: the a100x8 profile as is): bf16, full
+  recompute, mbs=1, interleaved schedule with v=2 where pp > 1 and the layers and
+  micro-batches divide (the paper's schedule for its large runs), 1F1B otherwise; measured
+  step time = F / (TFLOP/s x GPUs), F = 96 B s l h^2 (1 + s/6h + V/16lh).
+- Megatron-LM SC21 Table 2: the same for PTD-P rows (tp=8, pp = model_parallel_size / 8);
+  ZeRO-3 rows are DeepSpeed ZeRO-3 with tp = model_parallel_size, pp=1, the table's
+  micro-batch, full recompute, gradients reduce-scattered per micro-batch.
+Both measured frameworks shard the output layer and the cross-entropy over the tp ranks
+(Megatron's vocab-parallel head, Shoeybi et al. 2019 section 3); examples/gpt.py's tp_plan
+covers the blocks only, so `measured_profile` marks the head tp-sharded.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner import Plan, even_stages, profile_model  # noqa: E402
+
+VALIDATION = ROOT.parent / "shared" / "validation"
+if not VALIDATION.exists():
+    VALIDATION = Path("/work/shared/validation")
+GPT = str(ROOT / "examples" / "gpt.py")
+VTRAIN_HW = {"inter_node.bandwidth_gbps": 12.5}  # 800 Gb/s per 8-GPU node = 100 Gb/s per GPU
+# Shapes of Table 2's models (Narayanan et al. 2021, Table 1 rows of the same size).
+TABLE2_SHAPES = {174.6: dict(heads=96, hidden=12288, layers=96), 529.6: dict(heads=128, hidden=20480, layers=105)}
+_PROFILES: dict[tuple, object] = {}
+
+
+def measured_profile(row: dict):
+    """The example GPT at the row's shape, with Megatron's vocab-parallel head (see above)."""
+    key = (row["hidden"], row["heads"], row["layers"], row["seq"], row["vocab"], row["dtype"])
+    if key not in _PROFILES:
+        args = dict(layers=row["layers"], hidden=row["hidden"], heads=row["heads"], seq_len=row["seq"],
+                    vocab=row["vocab"])
+        prof = profile_model(GPT, args, dtype=row["dtype"])
+        post = tuple(
+            dataclasses.replace(
+                part,
+                matmuls=tuple(dataclasses.replace(mm, tp_dim=mm.tp_dim or "n") for mm in part.matmuls),
+                elementwise_tp_sharded_fraction=1.0,
+                saved_bytes_tp_sharded_per_sample=part.saved_bytes_tp_sharded_per_sample
+                + part.saved_bytes_replicated_per_sample,
+                saved_bytes_replicated_per_sample=0.0,
+            )
+            for part in prof.post
+        )
+        _PROFILES[key] = dataclasses.replace(prof, post=post)
+    return _PROFILES[key]
+
+
+def plan_for(row: dict, nodes: int) -> Plan:
+    return Plan(model=GPT, hw="a100x8", nodes=nodes, dp=row["dp"], tp=row["tp"], pp=row["pp"],
+                micro_batch=row["mbs"], global_batch=row["gbs"], schedule=row["schedule"], virtual_stages=row["v"],
+                zero=row.get("zero", 0), sequence_parallel=False, overlap_dp=row["overlap_dp"], dtype=row["dtype"],
+                stages=even_stages(row["layers"], row["pp"] * row["v"], "full"))
+
+
+def nodes_for(row: dict) -> int:
+    return max(1, -(-row["gpus"] // 8))
+
+
+def vtrain_rows(name: str) -> list[dict]:
+    rows = []
+    with open(VALIDATION / name) as fh:
+        for r in csv.DictReader(fh):
+            r = {k: float(v) for k, v in r.items()}
+            rows.append(dict(
+                label=f"{r['params_b']}B" if "params_b" in r else f"h{int(r['hidden'])} l{int(r['layers'])}",
+                hidden=int(r["hidden"]), heads=int(r["heads"]), layers=int(r["layers"]), seq=int(r["seq_len"]),
+                vocab=50257, tp=int(r["tp"]), pp=int(r["pp"]), dp=int(r["dp"]), mbs=int(r["micro_batch"]),
+                gbs=int(r["global_batch"]), gpus=int(r["gpus"]), measured_s=r["iteration_ms"] / 1e3,
+                schedule="1f1b", v=1, overlap_dp=False, dtype="fp16", hw_set=VTRAIN_HW,
+            ))
+    return rows
+
+
+def _megatron_row(label, heads, hidden, layers, tp, pp, gpus, gbs, mbs, tflops, zero=0) -> dict:
+    s, vocab = 2048, 51200
+    dp = gpus // (tp * pp)
+    flops = 96 * gbs * s * layers * hidden**2 * (1 + s / (6 * hidden) + vocab / (16 * layers * hidden))  # the paper's F
+    v = 2 if pp > 1 and layers % (pp * 2) == 0 and (gbs // dp // mbs) % pp == 0 else 1
+    return dict(label=label, hidden=hidden, heads=heads, layers=layers, seq=s, vocab=vocab, tp=tp, pp=pp, dp=dp,
+                mbs=mbs, gbs=gbs, gpus=gpus, measured_s=flops / (tflops * 1e12 * gpus), zero=zero,
+                schedule="interleaved" if v > 1 else "1f1b", v=v, overlap_dp=True, dtype="bf16", hw_set={})
+
+
+def megatron_rows() -> list[dict]:
+    with open(VALIDATION / "megatron_sc21_table1.csv") as fh:
+        return [
+            _megatron_row(f"{r['params_b']}B", int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]),
+                          int(r["pp"]), int(r["gpus"]), int(r["global_batch"]), 1, float(r["tflops_per_gpu"]))
+            for r in csv.DictReader(fh)
+        ]
+
+
+def megatron_table2_rows(scheme: str | None = None) -> list[dict]:
+    """Table 2's rows (PTD-P and ZeRO-3 at the same global batch); `scheme` filters."""
+    rows = []
+    with open(VALIDATION / "megatron_sc21_table2.csv") as fh:
+        for r in csv.DictReader(fh):
+            if scheme and r["scheme"] != scheme:
+                continue
+            shape = TABLE2_SHAPES[float(r["params_b"])]
+            mp = int(r["model_parallel_size"])
+            tp, pp, zero = (mp, 1, 3) if r["scheme"] == "zero-3" else (8, mp // 8, 0)
+            rows.append(_megatron_row(f"{r['scheme']} {r['params_b']}B", shape["heads"], shape["hidden"],
+                                      shape["layers"], tp, pp, int(r["gpus"]), int(r["global_batch"]),
+                                      int(r["micro_batch"]), float(r["tflops_per_gpu"]), zero))
+    return rows
+
+
+def mape(rows: list[dict], predicted_s: list[float]) -> float:
+    return 100 * sum(abs(p - r["measured_s"]) / r["measured_s"] for r, p in zip(rows, predicted_s, strict=True)) / len(rows)
