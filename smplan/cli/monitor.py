@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -68,7 +69,7 @@ def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pc
     if not follow:
         show(load_run(run_dir))
         return
-    tty = click.get_text_stream("stdout").isatty()
+    tty = sys.stdout.isatty()
     try:
         follow_run(run_dir, lambda run: show(run, clear=tty and not as_json), interval_s=interval)
     except KeyboardInterrupt:

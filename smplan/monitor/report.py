@@ -30,6 +30,10 @@ CAPTIONS = {
 }
 
 
+class ReportPathError(ValueError):
+    """-o names a folder, or a file in a folder that does not exist."""
+
+
 def _png_data_uri(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -77,8 +81,8 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
 def write_run_report(run: RunData, out: str | Path, thresholds: Thresholds | None = None) -> Path:
     out = Path(out)
     if out.is_dir():
-        raise ValueError(f"{out} is a directory; pass a file name such as {out / 'report.html'}")
+        raise ReportPathError(f"{out} is a directory; pass a file name such as {out / 'report.html'}")
     if not out.parent.exists():
-        raise ValueError(f"the folder of {out} does not exist; create it or choose another -o")
+        raise ReportPathError(f"the folder of {out} does not exist; create it or choose another -o")
     out.write_text(render_run_html(run, thresholds))
     return out

@@ -1,0 +1,92 @@
+"""`smplan monitor` and `smplan report` on run directories written by hand: a missing or
+empty directory is one line and exit 2; a truncated last line is skipped with one note."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from smplan.cli.main import cli
+from tests.monitor.fake_runs import write_run
+
+
+def _one_error_line(result, needle: str) -> None:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.output
+
+
+@pytest.mark.parametrize("command", ["monitor", "report"])
+def test_missing_run_dir(cli_runner, tmp_path, command):
+    _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path / "nope")]), "does not exist")
+
+
+@pytest.mark.parametrize("command", ["monitor", "report"])
+def test_empty_run_dir(cli_runner, tmp_path, command):
+    _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path)]), "holds no step yet (no metrics.jsonl)")
+    (tmp_path / "metrics.jsonl").write_text("")
+    _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path)]), "an empty metrics.jsonl")
+
+
+def test_truncated_last_line_is_skipped_with_one_note(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r", steps=5, total_steps=8, finished=False)
+    with (run / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 6, "loss": 3.')
+    result = cli_runner.invoke(cli, ["monitor", str(run)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and "skipped 1 unreadable line(s) (metrics.jsonl:6)" in notes[0]
+    assert "step 5/8" in result.output
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"], catch_exceptions=False).stdout)
+    assert status["steps_done"] == 5 and status["skipped_lines"] == ["metrics.jsonl:6"]
+
+
+def test_json_names_the_straggler_and_thresholds_apply(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r", steps=6, ranks=3, slow_rank=0)
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
+    assert [s["rank"] for s in status["stragglers"]] == [0]
+    assert status["thresholds"] == {"straggler_pct": 20.0, "straggler_steps": 3, "memory_pct": 10.0}
+    lenient = cli_runner.invoke(cli, ["monitor", str(run), "--json", "--straggler-steps", "6"])
+    assert json.loads(lenient.output)["stragglers"] == []  # 5 steps after the warm-up one
+
+
+def test_follow_on_a_finished_run_draws_once(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r")
+    result = cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["finished"] is True
+
+
+def test_text_view(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r", steps=6, ranks=2, slow_rank=1)
+    out = cli_runner.invoke(cli, ["monitor", str(run)]).output
+    for needle in ("step 6/6", "predicted 50.0 ms", "measured/predicted 1.80", "rank 0 0.50",
+                   "warning: rank 1 is a straggler"):
+        assert needle in out, needle
+
+
+def test_report_is_one_self_contained_page(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r", slow_rank=1)
+    result = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "out.html")])
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "out.html").read_text()
+    assert html.count("<img ") == 4 and html.count('src="data:image/png;base64,') == 4
+    assert "rank 1 is a straggler" in html
+    assert cli_runner.invoke(cli, ["report", str(run)]).exit_code == 0
+    assert (run / "report.html").exists()
+
+
+def test_report_output_must_be_a_file_in_an_existing_folder(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r")
+    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path)]), "is a directory")
+    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "no" / "x.html")]),
+                    "does not exist")
+
+
+def test_help_teaches(cli_runner):
+    text = cli_runner.invoke(cli, ["monitor", "--help"]).output
+    for needle in ("--follow", "--straggler-pct", "--straggler-steps", "--memory-pct", "RUN_DIR", "--json"):
+        assert needle in text
+    assert "gradient-norm heatmap" in cli_runner.invoke(cli, ["report", "--help"]).output
