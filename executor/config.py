@@ -47,6 +47,10 @@ class RunConfig:
         return RunConfig(**json.loads(Path(path).read_text()))
 
 
+class HookError(ValueError):
+    """A test hook's setting is malformed (one line, exit 2, like any user error)."""
+
+
 def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
     """"1:0.3" -> (1, 0.3): rank 1 sleeps 0.3 s per step (the straggler test hook)."""
     if not text:
@@ -57,7 +61,7 @@ def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
     except ValueError:
         parsed = None
     if parsed is None or parsed[0] < 0 or parsed[1] < 0:
-        raise ValueError(f"{SLOW_ENV}={text!r} must be RANK:SECONDS, e.g. 1:0.3")
+        raise HookError(f"{SLOW_ENV}={text!r} must be RANK:SECONDS, e.g. 1:0.3")
     return parsed
 
 

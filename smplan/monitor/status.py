@@ -10,7 +10,8 @@ Schema (all times in seconds; null where the run or the plan does not say)::
      "grad_norm": {"last": float, "sparkline": str},
      "memory": {"predicted_peak_gib": float | null, "source": "rss" | "cuda_allocator" | null,
                 "compared": bool,                    # RSS (CPU) is not held against a GPU prediction
-                "peak_gib_by_rank": {RANK: float}},
+                "peak_gib_by_rank": {RANK: float}},   # JSON keys are strings; "max" (over
+                                                     #   ranks) for runs without ranks/
      "ranks": [{"rank": int, "steps": int, "median_step_time_s": float,
                 "median_sync_wait_s": float, "median_own_step_time_s": float | null,
                 "peak_memory_gib": float}],
@@ -89,7 +90,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
     rank_rows = _rank_rows(run, steps, order, rows)
     sources = {r[-1].get("peak_memory_source") for r in run.ranks.values() if r}
     source = sources.pop() if len(sources) == 1 else None
-    peaks = {row["rank"]: row["peak_memory_gib"] for row in rank_rows} or {0: records[-1]["peak_memory_gib"]}
+    peaks = {row["rank"]: row["peak_memory_gib"] for row in rank_rows} or {"max": records[-1]["peak_memory_gib"]}
     compared = source == "cuda_allocator"
     over = memory_over_prediction(peaks, predicted.get("peak_memory_gib"), th.memory_pct) if compared else {}
     warnings = [

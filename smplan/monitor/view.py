@@ -14,6 +14,19 @@ def _bar(fraction: float | None, width: int = 30) -> str:
     return f"[{'#' * fill}{'.' * (width - fill)}] {fraction:.0%}"
 
 
+MAX_RANK_ROWS = 16
+
+
+def _memory_by_rank(peaks: dict) -> str:
+    if "max" in peaks:  # a run without per-rank records
+        return f"max over ranks {peaks['max']:.2f}"
+    if len(peaks) <= 8:
+        return "  ".join(f"rank {r} {g:.2f}" for r, g in sorted(peaks.items()))
+    low, high = min(peaks, key=peaks.get), max(peaks, key=peaks.get)
+    median = sorted(peaks.values())[len(peaks) // 2]
+    return f"min {peaks[low]:.2f} (rank {low})  median {median:.2f}  max {peaks[high]:.2f} (rank {high})"
+
+
 def render_status(status: dict) -> str:
     lines = []
     state = "finished" if status["finished"] else "running (or stopped)"
@@ -31,8 +44,7 @@ def render_status(status: dict) -> str:
         line += f"   predicted {tok['predicted']:,.0f}"
     lines.append(line)
     mem = status["memory"]
-    per_rank = "  ".join(f"rank {r} {g:.2f}" for r, g in sorted(mem["peak_gib_by_rank"].items()))
-    line = f"  memory GiB  {per_rank}"
+    line = f"  memory GiB  {_memory_by_rank(mem['peak_gib_by_rank'])}"
     if mem["predicted_peak_gib"]:
         line += f"   predicted peak {mem['predicted_peak_gib']:.2f}"
         if not mem["compared"]:
@@ -43,7 +55,11 @@ def render_status(status: dict) -> str:
     lines.append(f"  grad norm   {norm['last']:.4f}  {norm['sparkline']}")
     if status["ranks"]:
         lines.append("  rank  steps  step time   own time    waited      peak GiB")
-        for r in status["ranks"]:
+        rows = status["ranks"]
+        if len(rows) > MAX_RANK_ROWS:  # the slowest ranks are the ones worth a line
+            lines.append(f"  ({MAX_RANK_ROWS} of {len(rows)} ranks: the longest own step time)")
+            rows = sorted(rows, key=lambda r: -(r["median_own_step_time_s"] or 0))[:MAX_RANK_ROWS]
+        for r in rows:
             lines.append(f"  {r['rank']:>4}  {r['steps']:>5}  {_ms(r['median_step_time_s']):>10}  "
                          f"{_ms(r['median_own_step_time_s']):>10}  {_ms(r['median_sync_wait_s']):>10}  "
                          f"{r['peak_memory_gib']:>8.2f}")

@@ -85,3 +85,25 @@ def test_tensorboard_log_round_trip(tmp_path):
     assert [e.value for e in acc.Scalars(PREDICTED_TAG)] == [0.5, 0.5]
     (hist,) = acc.Histograms(BLOCK_NORMS_TAG)
     assert hist.step == 1 and hist.histogram_value.num == 3
+
+
+def test_tensorboard_missing_is_one_line_before_launch(cli_runner, tmp_path, monkeypatch):
+    import sys
+
+    from smplan.cli.main import cli
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # import tensorboard -> ImportError
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=4", "--model", f"{EXAMPLES / 'gpt.py'}:tiny",
+                                     "--out", str(out), "--tensorboard"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == "error: --tensorboard needs the tensorboard package: pip install 'smplan[monitor]'"
+    assert not out.exists()
+
+
+def test_slow_rank_hook_is_checked_before_launch(cli_runner, tmp_path):
+    from smplan.cli.main import cli
+
+    result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=4", "--model", f"{EXAMPLES / 'gpt.py'}:tiny",
+                                     "--out", str(tmp_path / "run")], env={"SMPLAN_SLOW_RANK": "one"})
+    assert result.exit_code == 2 and "must be RANK:SECONDS" in result.output, result.output

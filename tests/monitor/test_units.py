@@ -187,3 +187,15 @@ def test_follow_waits_for_the_first_step_then_stops_when_finished(tmp_path):
     assert seen == [None, 3, 4] and last.finished
     with pytest.raises(RunDirError):
         follow(tmp_path / "missing", lambda run: None, sleep=sleep)
+
+
+def test_view_of_many_ranks_and_of_a_run_without_per_rank_records(tmp_path):
+    text = render_status(run_status(load_run(write_run(tmp_path / "many", ranks=20, slow_rank=13))))
+    assert "16 of 20 ranks" in text and "max 0.69 (rank 19)" in text
+    assert text.index("\n    13 ") < text.index("\n     0 ")  # the straggler's row comes first
+    old = write_run(tmp_path / "old")
+    for file in (old / "ranks").iterdir():
+        file.unlink()
+    status = run_status(load_run(old))
+    assert status["ranks"] == [] and status["stragglers"] == []
+    assert "max over ranks 0.50" in render_status(status) and "predates" in render_status(status)
