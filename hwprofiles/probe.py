@@ -5,8 +5,12 @@ profile predicts what was measured:
 - GEMMs: achieved FLOP/s f(d) = P * d / (d + h) in the square size d (the saturating curve
   of `perf.matmul_efficiency`), P per dtype and one h, fitted robustly in log space.
 - HBM: a large copy reads and writes every byte once (STREAM "copy", McCalpin 1995).
-- Collectives: ring alpha-beta, t = 2(n-1)*alpha + 2(n-1)/n * B / bw for all-reduce
-  (Thakur et al. 2005), fitted over message sizes across `nproc` local processes.
+- Collectives: ring alpha-beta (Thakur et al. 2005), fitted over message sizes across
+  `nproc` local processes: all-reduce t = 2(n-1)*alpha + 2(n-1)/n * B / bw, all-gather
+  t = (n-1)*alpha + (n-1)/n * B / bw, send/recv t = alpha + B / bw. The profile's link is
+  the all-reduce fit (what tensor and data parallelism issue); the others are reported.
+- On CPU a "GPU" is one process: GEMMs run on cores / nproc threads, as each executor
+  worker does (OMP_NUM_THREADS), so the peak is per process.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 DEFAULT_SIZES = (64, 128, 256, 512, 1024)
-DEFAULT_MESSAGE_BYTES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24)
+DEFAULT_MESSAGE_BYTES = (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "send_recv")
+# (bandwidth term multiplier, latency term multiplier) of each kind, ring alpha-beta
+# (Thakur, Rabenseifner, Gropp 2005); the same forms as hwprofiles.perf._ring.
+_ALPHA_BETA = {
+    "all_reduce": (lambda n: 2.0 * (n - 1) / n, lambda n: 2.0 * (n - 1)),
+    "all_gather": (lambda n: (n - 1) / n, lambda n: float(n - 1)),
+    "send_recv": (lambda n: 1.0, lambda n: 1.0),
+}
 
 
 @dataclass
@@ -35,6 +47,9 @@ class ProbeResult:
     allreduce_s: dict[int, float] = field(default_factory=dict)  # bytes -> seconds
     link_bandwidth_gbps: float = 0.0
     link_latency_us: float = 0.0
+    collectives_s: dict[str, dict[int, float]] = field(default_factory=dict)  # kind -> bytes -> seconds
+    collective_fits: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (GB/s, us)
+    threads_per_process: int = 1
 
 
 def _timeit(fn: Callable[[], None], sync: Callable[[], None], min_time_s: float = 0.05, repeats: int = 3) -> float:
@@ -113,15 +128,28 @@ def measure_memory_bandwidth_gbps(megabytes: int = 256) -> float:
     return 2.0 * src.numel() * 4 / seconds / 1e9
 
 
-def fit_ring_allreduce(times_s: dict[int, float], nproc: int) -> tuple[float, float]:
-    """(bandwidth GB/s, latency us) of t = 2(n-1)*alpha + 2(n-1)/n * B / bw."""
+def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce") -> tuple[float, float]:
+    """(bandwidth GB/s, latency us) of the ring alpha-beta form of `kind` (see the module doc).
+
+    Weighted by 1/t (relative error): an unweighted fit lets the 16 MiB point set the
+    intercept, and a few hundred microseconds of its noise then read as latency.
+    """
+    beta_mult, alpha_mult = (f(nproc) for f in _ALPHA_BETA[kind])
     sizes = np.array(sorted(times_s), dtype=float)
     t = np.array([times_s[int(b)] for b in sizes])
-    x = 2.0 * (nproc - 1) / nproc * sizes
-    slope, intercept = np.polyfit(x, t, 1)
-    bandwidth_gbps = 1.0 / max(slope, 1e-15) / 1e9
-    latency_us = max(intercept, 0.0) / (2.0 * (nproc - 1)) * 1e6
+    x = beta_mult * sizes
+    w = 1.0 / t
+    slope, intercept = np.linalg.lstsq(np.stack([x * w, w], axis=1), np.ones_like(t), rcond=None)[0]
+    if slope <= 0:  # noise hid the bandwidth term: take the largest message's rate
+        slope = float(t[-1] / x[-1])
+    bandwidth_gbps = 1.0 / slope / 1e9
+    latency_us = max(float(intercept), 0.0) / alpha_mult * 1e6
     return float(bandwidth_gbps), float(latency_us)
+
+
+def fit_ring_allreduce(times_s: dict[int, float], nproc: int) -> tuple[float, float]:
+    """(bandwidth GB/s, latency us) of t = 2(n-1)*alpha + 2(n-1)/n * B / bw."""
+    return fit_alpha_beta(times_s, nproc, "all_reduce")
 
 
 def _free_port() -> int:
@@ -130,62 +158,115 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...], queue) -> None:
+def _collective_op(kind: str, buf, rank: int, world: int):
     import torch
     import torch.distributed as dist
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if kind == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if kind == "all_gather":
+        chunk = buf[: max(1, buf.numel() // world)]  # the output (buf) holds every rank's chunk
+        out = [torch.empty_like(chunk) for _ in range(world)]
+        return lambda: dist.all_gather(out, chunk)
+    peer = rank ^ 1  # ranks pair up 0-1, 2-3, ...; an odd last rank sits out
+
+    def send_recv():
+        if peer >= world:
+            return
+        if rank % 2 == 0:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        else:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+
+    return send_recv
+
+
+def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...], queue,
+                       repeats: int = 3, min_time_s: float = 0.03) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=__import__("datetime").timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=60))
     try:
         device = "cuda" if backend == "nccl" else "cpu"
         sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-        results = {}
-        for size in sizes:
-            buf = torch.ones(size // 4, dtype=torch.float32, device=device)
-
-            def step(buf=buf):
-                dist.all_reduce(buf)
-
-            def barrier_sync():
-                sync()
-                dist.barrier()
-
-            # Every rank must run the same number of calls: fix it from a first timing.
-            step()
-            barrier_sync()
-            start = time.perf_counter()
-            step()
-            barrier_sync()
-            once = time.perf_counter() - start
-            count = torch.tensor([max(3, min(200, int(0.05 / max(once, 1e-6))))])
-            dist.all_reduce(count, op=dist.ReduceOp.MAX)
-            start = time.perf_counter()
-            for _ in range(int(count.item())):
+        results: dict[str, dict[int, float]] = {k: {} for k in COLLECTIVE_KINDS}
+        for kind in COLLECTIVE_KINDS:
+            for size in sizes:
+                buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+                step = _collective_op(kind, buf, rank, world)
                 step()
-            sync()
-            results[size] = (time.perf_counter() - start) / int(count.item())
+                sync()
+                # Every rank must run the same number of calls: agree on it from one timing.
+                dist.barrier()
+                start = time.perf_counter()
+                step()
+                sync()
+                once = torch.tensor([time.perf_counter() - start])
+                dist.all_reduce(once, op=dist.ReduceOp.MAX)
+                count = max(2, min(300, int(min_time_s / max(once.item(), 1e-6))))
+                best = float("inf")
+                for _ in range(repeats):  # best of repeats: a busy core only ever adds time
+                    dist.barrier()
+                    start = time.perf_counter()
+                    for _ in range(count):
+                        step()
+                    sync()
+                    best = min(best, (time.perf_counter() - start) / count)
+                one = torch.tensor([best])
+                dist.all_reduce(one, op=dist.ReduceOp.MAX)  # a collective is as slow as its slowest rank
+                results[kind][size] = one.item()
+                if kind == "send_recv":
+                    results[kind][size] /= 2.0  # one round trip is two messages
+            if rank == 0:
+                queue.put(("progress", kind))
         if rank == 0:
-            queue.put(results)
+            queue.put(("done", results))
     finally:
         dist.destroy_process_group()
 
 
-def measure_allreduce(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 120.0) -> dict[int, float]:
-    """Seconds per all-reduce by message bytes across `nproc` local processes."""
+def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 180.0,
+                        progress=None) -> dict[str, dict[int, float]]:
+    """Seconds per collective, by kind and message bytes, across `nproc` local processes.
+
+    A worker that dies (or hangs) is killed and reported; no process outlives the call.
+    """
     import multiprocessing as mp
+    import queue as queue_mod
 
     ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
+    q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_collective_worker, args=(r, nproc, port, tuple(sizes), queue)) for r in range(nproc)]
+    procs = [ctx.Process(target=_collective_worker, args=(r, nproc, port, tuple(sizes), q)) for r in range(nproc)]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + timeout_s
     try:
-        result = queue.get(timeout=timeout_s)
+        while True:
+            try:
+                what, value = q.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"collective probe: a worker exited with code {dead[0].exitcode}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"collective probe took longer than {timeout_s:.0f} s") from None
+                continue
+            if what == "done":
+                result = value
+                break
+            if progress:
+                progress()
         for p in procs:
             p.join(timeout=30)
     finally:
@@ -196,15 +277,38 @@ def measure_allreduce(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float 
     return result
 
 
+def measure_allreduce(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 120.0) -> dict[int, float]:
+    """Seconds per all-reduce by message bytes across `nproc` local processes."""
+    return measure_collectives(nproc, sizes, timeout_s)["all_reduce"]
+
+
+def probe_dtypes(device: str) -> tuple[str, ...]:
+    return ("fp32", "bf16") if device == "cpu" else ("fp32", "bf16", "fp16")
+
+
+def progress_steps(sizes=DEFAULT_SIZES, nproc: int = 2) -> int:
+    """How many times `probe` calls `progress` (for a progress bar's length)."""
+    dtypes = probe_dtypes(_device_and_sync()[0])
+    return len(dtypes) * len(sizes) + 1 + (len(COLLECTIVE_KINDS) if nproc > 1 else 1)
+
+
 def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYTES, progress=None) -> ProbeResult:
     import torch
 
     device, _ = _device_and_sync()
     result = ProbeResult(device=device, nproc=nproc)
-    dtypes = ("fp32", "bf16") if device == "cpu" else ("fp32", "bf16", "fp16")
-    result.matmul_tflops = measure_matmul(sizes, dtypes, progress)
-    result.peak_tflops, result.matmul_half_dim = fit_saturating(result.matmul_tflops)
-    result.memory_bandwidth_gbps = measure_memory_bandwidth_gbps()
+    dtypes = probe_dtypes(device)
+    saved_threads = torch.get_num_threads()
+    if device == "cpu":
+        # what each executor worker gets (executor.launch passes OMP_NUM_THREADS, default 1)
+        result.threads_per_process = int(os.environ.get("OMP_NUM_THREADS", "1"))
+        torch.set_num_threads(result.threads_per_process)
+    try:
+        result.matmul_tflops = measure_matmul(sizes, dtypes, progress)
+        result.peak_tflops, result.matmul_half_dim = fit_saturating(result.matmul_tflops)
+        result.memory_bandwidth_gbps = measure_memory_bandwidth_gbps()
+    finally:
+        torch.set_num_threads(saved_threads)
     if progress:
         progress()
     if device == "cuda":
@@ -213,12 +317,14 @@ def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYT
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         result.memory_gib = total / 2**30 / nproc
     if nproc > 1:
-        result.allreduce_s = measure_allreduce(nproc, message_bytes)
-        result.link_bandwidth_gbps, result.link_latency_us = fit_ring_allreduce(result.allreduce_s, nproc)
+        result.collectives_s = measure_collectives(nproc, message_bytes, progress=progress)
+        result.collective_fits = {k: fit_alpha_beta(t, nproc, k) for k, t in result.collectives_s.items()}
+        result.allreduce_s = result.collectives_s["all_reduce"]
+        result.link_bandwidth_gbps, result.link_latency_us = result.collective_fits["all_reduce"]
     else:
         result.link_bandwidth_gbps, result.link_latency_us = result.memory_bandwidth_gbps, 1.0
-    if progress:
-        progress()
+        if progress:
+            progress()
     return result
 
 
@@ -229,8 +335,10 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
     fp16 = peak.get("fp16", bf16)
     lines = [
         f"# Measured by `smplan hw probe` on {time.strftime('%Y-%m-%d')} ({result.device}, {result.nproc} processes).",
-        "# GEMM peak and half-size: least-squares fit of f(d) = P*d/(d+h) to square matmuls;",
-        "# memory bandwidth: STREAM-style copy; link: ring all-reduce alpha-beta fit.",
+        "# GEMM peak and half-size: log-space median fit of f(d) = P*d/(d+h) to square matmuls",
+        f"# ({result.threads_per_process} thread(s) per process on CPU); memory bandwidth: STREAM-style copy;",
+        "# link: ring all-reduce alpha-beta fit (weighted by 1/t). Other collectives, same fit:",
+        *(f"#   {kind}: {gbps:.4g} GB/s, {us:.1f} us" for kind, (gbps, us) in result.collective_fits.items()),
         f'name = "{name}"',
         f'description = "probed {result.device} machine, {result.nproc} processes"',
         "nodes = 1",

@@ -79,21 +79,28 @@ def _flatten(values: dict, prefix: str = ""):
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @json_option
 def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: bool) -> None:
-    """Measure this machine (GEMM FLOP/s curve, memory bandwidth, all-reduce) and write a profile.
+    """Measure this machine and write a hardware profile (TOML) that --hw PATH loads.
+
+    Measures GEMM FLOP/s by dtype over square sizes 64..1024 (fitted to the efficiency
+    curve P*d/(d+h)), memory bandwidth (a large copy), and all-reduce / all-gather /
+    send-recv time over message sizes across --nproc local processes (gloo on CPU, nccl
+    on GPU), fitted to ring alpha-beta costs. On CPU each process is one "GPU" with
+    OMP_NUM_THREADS threads (default 1), as in `smplan execute`. Takes ~10 s.
 
     \b
     Example:
       smplan hw probe -o myhw.toml --nproc 2
-      smplan plan examples/gpt.py:tiny --hw myhw.toml
+      smplan calibrate examples/gpt.py --hw myhw.toml -o calibrated.toml
+      smplan plan examples/gpt.py:tiny --hw calibrated.toml
     """
     import dataclasses
     from pathlib import Path
 
-    from hwprofiles.probe import DEFAULT_SIZES, probe, to_toml
+    from hwprofiles.probe import probe, progress_steps, to_toml
 
     if output and Path(output).exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it or choose another -o")
-    steps = 2 * len(DEFAULT_SIZES) + 2
+    steps = progress_steps(nproc=nproc)
     with click.progressbar(length=steps, label="probing", file=sys.stderr) as bar:
         result = probe(nproc=nproc, progress=lambda: bar.update(1))
     text = to_toml(result, name=name)
@@ -113,7 +120,9 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
     click.echo(f"  fitted peak {', '.join(f'{k} {v * 1e3:.1f} GFLOP/s' for k, v in result.peak_tflops.items())}, "
                f"half-size {result.matmul_half_dim:.0f}")
     click.echo(f"  memory bandwidth {result.memory_bandwidth_gbps:.1f} GB/s")
-    click.echo(f"  all-reduce fit: {result.link_bandwidth_gbps:.2f} GB/s, {result.link_latency_us:.1f} us latency")
+    for kind, (gbps, us) in (result.collective_fits or {"all_reduce": (result.link_bandwidth_gbps,
+                                                                     result.link_latency_us)}).items():
+        click.echo(f"  {kind} fit: {gbps:.2f} GB/s, {us:.1f} us latency")
     if load_check is not None:
         click.echo(f"wrote {output} (loads with --hw {output})")
     else:

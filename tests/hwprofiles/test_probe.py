@@ -50,3 +50,35 @@ def test_probe_cli_writes_loadable_profile(cli_runner, tmp_path):
     assert cluster.gpu.peak_tflops.fp32 > 0 and cluster.intra_node.bandwidth_gbps > 0
     again = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out)])
     assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_fit_alpha_beta_each_collective():
+    from hwprofiles.probe import fit_alpha_beta
+
+    n, bw, alpha = 4, 1.5e9, 80e-6
+    forms = {
+        "all_gather": lambda b: (n - 1) * alpha + (n - 1) / n * b / bw,
+        "send_recv": lambda b: alpha + b / bw,
+    }
+    for kind, form in forms.items():
+        gbps, lat_us = fit_alpha_beta({b: form(b) for b in (1 << 10, 1 << 14, 1 << 20, 1 << 24)}, n, kind)
+        assert np.isclose(gbps, 1.5, rtol=1e-6) and np.isclose(lat_us, 80.0, rtol=1e-6), kind
+
+
+def test_fit_alpha_beta_latency_not_set_by_noise_on_large_messages():
+    n, bw, alpha = 2, 2.0e9, 50e-6
+    times = {b: 2 * (n - 1) * alpha + 2 * (n - 1) / n * b / bw for b in (1 << 10, 1 << 14, 1 << 18, 1 << 24)}
+    times[1 << 24] *= 1.05  # 5% noise on the big message is 400 us: it must not read as latency
+    _, lat_us = fit_ring_allreduce(times, n)
+    assert 40 < lat_us < 60
+
+
+def test_probe_toml_reports_every_collective_fit(tmp_path):
+    result = ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.1}, matmul_half_dim=30.0,
+                         memory_bandwidth_gbps=10.0, memory_gib=4.0, link_bandwidth_gbps=1.0, link_latency_us=90.0,
+                         collective_fits={"all_reduce": (1.0, 90.0), "all_gather": (0.8, 120.0), "send_recv": (2.0, 40.0)})
+    text = to_toml(result)
+    assert "all_gather: 0.8 GB/s, 120.0 us" in text and "send_recv: 2 GB/s, 40.0 us" in text
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    assert load_cluster(str(path)).intra_node.latency_us == 90.0
