@@ -1,0 +1,113 @@
+"""Pick K plans for calibration that differ from each other as much as possible.
+
+A fit can only separate factors that the runs exercise differently: pure data parallelism
+stresses GEMMs and the gradient all-reduce, tensor parallelism small GEMMs and per-layer
+collectives, pipelining bubbles and sends, recomputation extra forward work, the
+micro-batch size GEMM shapes and host overhead per pass. So the choice is greedy
+max-min diversity (farthest-point sampling, Gonzalez 1985) over those five features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.model_profile import ModelProfile
+from planner.plan import Plan, PlanError, even_stages
+
+RECOMPUTE_ORDER = ("none", "full", "selective")
+MICRO_BATCHES = (4, 2, 1)  # largest first: the first plan is the plainest, fastest one
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    dp: int
+    tp: int
+    pp: int
+    micro_batch: int
+    recompute: str
+
+    @property
+    def label(self) -> str:
+        return f"dp={self.dp},tp={self.tp},pp={self.pp},mbs={self.micro_batch},recompute={self.recompute}"
+
+
+def meshes(nproc: int, profile: ModelProfile) -> list[tuple[int, int, int]]:
+    """(dp, tp, pp) with dp*tp*pp = nproc that the model allows; pure dp first."""
+    out = []
+    for tp in _divisors(nproc):
+        if tp > 1 and (not profile.has_tp_plan or (profile.num_heads and profile.num_heads % tp)):
+            continue
+        for pp in _divisors(nproc // tp):
+            if pp > profile.num_blocks:
+                continue
+            out.append((nproc // (tp * pp), tp, pp))
+    return sorted(out, key=lambda m: (-m[0], m[1], m[2]))
+
+
+def candidates(nproc: int, profile: ModelProfile, global_batch: int) -> list[PlanChoice]:
+    """Every choice whose micro-batches divide `global_batch` and fill the pipeline."""
+    out = []
+    for dp, tp, pp in meshes(nproc, profile):
+        for mbs in MICRO_BATCHES:
+            if global_batch % (dp * mbs) or global_batch // (dp * mbs) < pp:
+                continue
+            for recompute in RECOMPUTE_ORDER:
+                out.append(PlanChoice(dp, tp, pp, mbs, recompute))
+    return out
+
+
+def choose(nproc: int, profile: ModelProfile, k: int, global_batch: int = 8) -> list[PlanChoice]:
+    """K diverse choices; the first is pure data parallelism without recomputation."""
+    if k < 1:
+        raise PlanError(f"--plans must be at least 1, got {k}")
+    pool = candidates(nproc, profile, global_batch)
+    if not pool:
+        raise PlanError(
+            f"no plan of {nproc} processes fits a global batch of {global_batch}; "
+            f"use a global batch that is a multiple of {nproc} (--gbs)"
+        )
+    if k > len(pool):
+        raise PlanError(f"only {len(pool)} different plans exist for {nproc} processes; use --plans {len(pool)} or fewer")
+    chosen = [pool[0]]
+    while len(chosen) < k:
+        # farthest point: the candidate whose nearest chosen plan differs in most features;
+        # ties go to the earliest candidate, so the choice is deterministic
+        best = max((c for c in pool if c not in chosen), key=lambda c: min(_distance(c, s) for s in chosen))
+        chosen.append(best)
+    return chosen
+
+
+def to_plan(choice: PlanChoice, profile: ModelProfile, *, model: str, model_args: dict, hw: str,
+            global_batch: int, gpus_per_node: int, dtype: str) -> Plan:
+    """The full Plan of a choice (1F1B, even stages, ZeRO-0, DP overlapping backward)."""
+    return Plan(
+        model=model,
+        hw=hw,
+        nodes=1,
+        dp=choice.dp,
+        tp=choice.tp,
+        pp=choice.pp,
+        micro_batch=choice.micro_batch,
+        global_batch=global_batch,
+        dtype=dtype,
+        stages=even_stages(profile.num_blocks, choice.pp, choice.recompute),
+        model_args=dict(model_args),
+        hw_overrides={"gpus_per_node": gpus_per_node},
+    )
+
+
+def parse_choice(text: str) -> PlanChoice:
+    """`"dp=2,tp=1,pp=1,mbs=4,recompute=none"` (omitted keys: 1 and none)."""
+    from planner.plan import parse_inline
+
+    keys = parse_inline(text)
+    return PlanChoice(keys.get("dp", 1), keys.get("tp", 1), keys.get("pp", 1), keys.get("micro_batch", 1),
+                      keys.get("recompute", "none"))
+
+
+def _distance(a: PlanChoice, b: PlanChoice) -> int:
+    return sum(getattr(a, f) != getattr(b, f) for f in ("dp", "tp", "pp", "micro_batch", "recompute"))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

@@ -1,0 +1,205 @@
+"""`calibrate`: execute K plans, predict the same plans, fit the profile's global factors.
+
+    from smplan.calibrate import CalibrateOptions, calibrate
+    report = calibrate("examples/gpt.py", {"hidden": 256}, "myhw.toml", CalibrateOptions(plans=3))
+    print(report.median_ape_before, report.median_ape_after)
+
+The fit itself (hwprofiles.calibrate) sees only a predictor and measured times; this
+module is the part that knows about plans, the planner and the executor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hwprofiles import Cluster, load_cluster
+from hwprofiles.calibrate import (
+    FIT_KEYS,
+    CalibrationError,
+    FitResult,
+    ape,
+    fit_efficiency,
+    median,
+    spearman,
+)
+from hwprofiles.profile_file import profile_path, with_efficiency, write_profile
+from planner import estimate, load_model_file, profile_model
+from planner.plan import Plan, PlanError
+
+from . import plans as plan_choice
+from .measure import Measured, device_dtype, run_plan
+
+
+@dataclass
+class CalibrateOptions:
+    plans: int = 3
+    steps: int = 5
+    nproc: int = 2
+    global_batch: int = 8
+    output: str | None = None
+    force: bool = False
+    check: bool = False
+    keys: tuple[str, ...] = FIT_KEYS
+    runs_dir: str | None = None
+    hw_set: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # explicit plans ("dp=2,mbs=4") instead of the automatic pick
+
+
+@dataclass
+class Row:
+    label: str
+    measured_s: float
+    predicted_s: float  # planner closed form
+    simulated_s: float  # simpy step simulation, same costs
+
+    @property
+    def ratio(self) -> float:
+        """predicted / measured."""
+        return self.predicted_s / self.measured_s
+
+    @property
+    def ape(self) -> float:
+        return ape(self.predicted_s, self.measured_s)
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "ratio_predicted_over_measured": self.ratio, "ape": self.ape}
+
+
+@dataclass
+class CalibrationReport:
+    hw: str
+    before: list[Row]
+    after: list[Row] = field(default_factory=list)
+    failed: list[Measured] = field(default_factory=list)
+    fit: FitResult | None = None
+    efficiency_before: dict = field(default_factory=dict)
+    output: str | None = None
+
+    @property
+    def median_ape_before(self) -> float:
+        return median([r.ape for r in self.before])
+
+    @property
+    def median_ape_after(self) -> float | None:
+        return median([r.ape for r in self.after]) if self.after else None
+
+    def to_dict(self) -> dict:
+        rows = self.after or self.before
+        return {
+            "hw": self.hw,
+            "output": self.output,
+            "plans": [r.to_dict() for r in self.before],
+            "calibrated": [r.to_dict() for r in self.after],
+            "failed": [{"plan": m.label, "error": m.error, "run_dir": m.run_dir} for m in self.failed],
+            "median_ape_before": self.median_ape_before,
+            "median_ape_after": self.median_ape_after,
+            "spearman": spearman([r.predicted_s for r in rows], [r.measured_s for r in rows]),
+            "efficiency_before": self.efficiency_before,
+            "efficiency_after": dataclasses.asdict(self.fit.efficiency) if self.fit else None,
+            # what the fit minimises: sum of squared log(predicted / measured), plus its prior
+            "fit_loss_before": self.fit.loss_before if self.fit else None,
+            "fit_loss_after": self.fit.loss_after if self.fit else None,
+        }
+
+
+def local_cluster(hw: str, nproc: int, hw_set: Sequence[str] = ()) -> Cluster:
+    """The profile as one node of `nproc` local processes (all runs here are on one machine)."""
+    cluster = load_cluster(hw, overrides=list(hw_set))
+    return cluster.with_overrides({"nodes": 1, "gpus_per_node": nproc})
+
+
+def predict(plans: Sequence[Plan], profile, cluster: Cluster) -> list[float]:
+    """Closed-form step time of each plan (what the fit matches)."""
+    return [estimate(p, profile, cluster).step_time_s for p in plans]
+
+
+def simulate(plans: Sequence[Plan], profile, cluster: Cluster) -> list[float]:
+    from simulator.api import simulate_plan
+
+    return [simulate_plan(p, profile, cluster, record_events=False).step_time_s for p in plans]
+
+
+def rows(labels: Sequence[str], plans: Sequence[Plan], measured: Sequence[float], profile, cluster: Cluster) -> list[Row]:
+    pred, sim = predict(plans, profile, cluster), simulate(plans, profile, cluster)
+    return [Row(*values) for values in zip(labels, measured, pred, sim, strict=True)]
+
+
+def check_options(opts: CalibrateOptions) -> None:
+    """Every user mistake that can be caught before minutes of runs are spent."""
+    if opts.plans < 1 and not opts.choices:
+        raise PlanError(f"--plans must be at least 1, got {opts.plans}")
+    if opts.steps < 2:
+        raise PlanError(f"--steps must be at least 2 (the first step is warm-up and not timed), got {opts.steps}")
+    if opts.nproc < 1:
+        raise PlanError(f"--nproc must be at least 1, got {opts.nproc}")
+    if opts.output and not opts.check and Path(opts.output).exists() and not opts.force:
+        raise CalibrationError(f"{opts.output} exists; pass --force to overwrite it or choose another -o")
+
+
+def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, profile) -> list[tuple[str, Plan]]:
+    _, dtype = device_dtype()
+    if opts.choices:
+        picked = [plan_choice.parse_choice(c) for c in opts.choices]
+    else:
+        picked = plan_choice.choose(opts.nproc, profile, opts.plans, opts.global_batch)
+    out = []
+    for c in picked:
+        plan = plan_choice.to_plan(c, profile, model=model, model_args=model_args, hw=hw,
+                                   global_batch=opts.global_batch, gpus_per_node=opts.nproc, dtype=dtype)
+        out.append((c.label, plan))
+    return out
+
+
+def measure_all(labelled: Sequence[tuple[str, Plan]], model: str, opts: CalibrateOptions,
+                progress: Callable[[str], None]) -> list[Measured]:
+    model_file = load_model_file(model)
+    root = Path(opts.runs_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = []
+    for i, (label, plan) in enumerate(labelled, 1):
+        start = time.perf_counter()
+        m = run_plan(plan, label, model_file, opts.steps, opts.nproc, root / f"plan{i}")
+        took = time.perf_counter() - start
+        what = f"{m.step_time_s * 1e3:.1f} ms/step" if m.step_time_s else f"FAILED ({m.error})"
+        progress(f"[{i}/{len(labelled)}] {label}: {what}  ({took:.0f} s)")
+        out.append(m)
+    return out
+
+
+def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
+              progress: Callable[[str], None] = lambda line: None) -> CalibrationReport:
+    """Execute the plans, compare with the predictions, fit (unless `opts.check`), write `opts.output`."""
+    check_options(opts)
+    cluster = local_cluster(hw, opts.nproc, opts.hw_set)
+    source = profile_path(hw)
+    _, dtype = device_dtype()
+    profile = profile_model(model, model_args, dtype=dtype)
+    labelled = build_plans(model, model_args, hw, opts, profile)
+    for _, plan in labelled:
+        estimate(plan, profile, cluster)  # a plan the cost model rejects fails now, not after the runs
+    measured = measure_all(labelled, model, opts, progress)
+    ok = [m for m in measured if m.step_time_s]
+    report = CalibrationReport(hw=hw, before=[], failed=[m for m in measured if not m.step_time_s],
+                               efficiency_before=dataclasses.asdict(cluster.efficiency))
+    if not ok:
+        raise CalibrationError(f"every run failed; see the logs, e.g. {measured[0].run_dir}/workers.log")
+    labels, plans, times = [m.label for m in ok], [m.plan for m in ok], [m.step_time_s for m in ok]
+    report.before = rows(labels, plans, times, profile, cluster)
+    if opts.check:
+        return report
+    report.fit = fit_efficiency(cluster, lambda c: predict(plans, profile, c), times, keys=opts.keys)
+    fitted = dataclasses.replace(cluster, efficiency=report.fit.efficiency)
+    report.after = rows(labels, plans, times, profile, fitted)
+    if opts.output:
+        notes = [
+            f"Calibrated by `smplan calibrate {model}` on {time.strftime('%Y-%m-%d')}: {len(ok)} plans x "
+            f"{opts.steps} steps on {opts.nproc} processes;",
+            f"fitted {', '.join(opts.keys)} (log-space least squares, hwprofiles/calibrate.py);",
+            f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after.",
+        ]
+        write_profile(with_efficiency(source.read_text(), report.fit.efficiency, notes), opts.output, opts.force)
+        report.output = opts.output
+    return report

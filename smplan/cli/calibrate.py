@@ -1,0 +1,88 @@
+"""`smplan calibrate MODEL --hw HW`: run plans for real, compare, fit the profile's factors."""
+
+from __future__ import annotations
+
+import click
+
+from smplan.calibrate import CalibrateOptions
+from smplan.calibrate import calibrate as run_calibration
+
+from .options import echo_json, json_option, model_args_from, model_args_option
+from .table import format_table
+
+
+@click.command()
+@click.argument("model", metavar="MODEL")
+@click.option("--hw", required=True, metavar="NAME|PATH",
+              help="Profile to calibrate, e.g. the output of `smplan hw probe -o myhw.toml`.")
+@click.option("--hw-set", "hw_set", multiple=True, metavar="KEY=VALUE",
+              help="Override a hardware value before calibrating (dotted key). Repeatable.")
+@model_args_option
+@click.option("--plans", "num_plans", type=int, default=3, show_default=True,
+              help="How many plans to run; they differ in dp/tp/pp, recomputation and micro-batch.")
+@click.option("--plan", "choices", multiple=True, metavar="KEYS",
+              help='Run this plan instead of the automatic pick, e.g. "dp=2,mbs=4,recompute=full". Repeatable.')
+@click.option("--steps", type=int, default=5, show_default=True,
+              help="Steps per plan; the first is warm-up, the fastest of the rest is the measurement.")
+@click.option("--nproc", type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
+@click.option("--gbs", "global_batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Global batch of every plan (samples per step).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the calibrated profile here (a TOML that --hw PATH loads).")
+@click.option("--force", is_flag=True, help="Overwrite an existing -o file.")
+@click.option("--check", is_flag=True, help="Only report the prediction error; fit and write nothing.")
+@click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the runs' metrics and logs go (default runs/calibrate-TIME).")
+@json_option
+def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, nproc, global_batch, output, force,
+              check, runs_dir, as_json):
+    """Hold the cost model against real runs of MODEL and fit HW's global efficiency factors.
+
+    Runs --plans plans for --steps steps each with `smplan execute`'s library, predicts
+    the same plans with the planner's cost model (and the simulator), prints predicted
+    vs measured step time, then fits the profile's few global factors (matmul_max,
+    matmul_half_dim, memory_bound, network, host_overhead_us_per_layer; never one per
+    plan) and writes the profile with them to -o. --check stops before the fit.
+
+    \b
+    Example:
+      smplan hw probe -o myhw.toml
+      smplan calibrate examples/gpt.py --arg hidden=256 --arg seq_len=128 --hw myhw.toml -o cal.toml
+      smplan calibrate examples/gpt.py --arg hidden=256 --arg seq_len=128 --hw cal.toml --check
+    """
+    opts = CalibrateOptions(plans=num_plans, steps=steps, nproc=nproc, global_batch=global_batch, output=output,
+                            force=force, check=check, runs_dir=runs_dir, hw_set=tuple(hw_set),
+                            choices=tuple(choices))
+    report = run_calibration(model, model_args_from(model_args), hw, opts,
+                             progress=lambda line: click.echo(line, err=True))
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    headers = ["plan", "measured ms", "predicted ms", "simulated ms", "pred/meas"]
+
+    def table(rows):
+        return format_table(headers, [[r.label, r.measured_s * 1e3, r.predicted_s * 1e3, r.simulated_s * 1e3,
+                                       r.ratio] for r in rows])
+
+    click.echo(f"with {hw} as given:")
+    click.echo(table(report.before))
+    click.echo(f"median |error| {report.median_ape_before:.1%}")
+    for m in report.failed:
+        click.echo(f"failed: {m.label}: {m.error}")
+    if report.fit is None:
+        return
+    click.echo("\ncalibrated:")
+    click.echo(table(report.after))
+    click.echo(f"median |error| {report.median_ape_after:.1%} on the plans it was fitted to")
+    for key, (before, after) in report.fit.changes(_efficiency(report)).items():
+        click.echo(f"  efficiency.{key}: {before:.4g} -> {after:.4g}")
+    if report.output:
+        click.echo(f"wrote {report.output} (use it with --hw {report.output})")
+    else:
+        click.echo("(no -o given: nothing written)")
+
+
+def _efficiency(report):
+    from hwprofiles import Efficiency
+
+    return Efficiency(**report.efficiency_before)

@@ -1,0 +1,49 @@
+"""Choosing the calibration plans: diverse, valid for the model and the process count."""
+
+import dataclasses
+
+import pytest
+
+from planner import PlanError, profile_model
+from smplan.calibrate.plans import candidates, choose, meshes, parse_choice, to_plan
+
+GPT = "examples/gpt.py:tiny"
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    import os
+
+    os.environ["SMPLAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    return profile_model(GPT, dtype="fp32")
+
+
+def test_first_plan_is_pure_data_parallel_and_the_rest_differ(profile):
+    chosen = choose(2, profile, 4)
+    assert (chosen[0].dp, chosen[0].tp, chosen[0].pp, chosen[0].recompute) == (2, 1, 1, "none")
+    assert len(set(chosen)) == 4
+    assert {(c.dp, c.tp, c.pp) for c in chosen} == {(2, 1, 1), (1, 2, 1), (1, 1, 2)}
+    assert {c.recompute for c in chosen} == {"none", "full", "selective"}
+
+
+def test_every_candidate_is_a_valid_plan(profile):
+    for c in candidates(4, profile, 8):
+        plan = to_plan(c, profile, model=GPT, model_args={}, hw="local", global_batch=8, gpus_per_node=4, dtype="fp32")
+        assert plan.world_size == 4 and plan.num_microbatches >= plan.pp
+
+
+def test_no_tensor_parallelism_without_a_tp_plan(profile):
+    no_tp = dataclasses.replace(profile, has_tp_plan=False)
+    assert all(tp == 1 for _, tp, _ in meshes(4, no_tp))
+
+
+def test_too_many_plans_or_none_is_one_clear_error(profile):
+    with pytest.raises(PlanError, match="--plans must be at least 1"):
+        choose(2, profile, 0)
+    with pytest.raises(PlanError, match="use --plans"):
+        choose(2, profile, 1000)
+
+
+def test_parse_choice_defaults():
+    c = parse_choice("dp=2,mbs=4")
+    assert (c.dp, c.tp, c.pp, c.micro_batch, c.recompute) == (2, 1, 1, 4, "none")

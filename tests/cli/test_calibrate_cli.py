@@ -1,0 +1,89 @@
+"""`smplan calibrate`: one-line rejections, --check writes nothing, a real 2-plan run."""
+
+import json
+import time
+
+import pytest
+
+from hwprofiles import load_cluster
+from hwprofiles.probe import ProbeResult, to_toml
+from smplan.calibrate.measure import Measured
+from smplan.cli.main import cli
+
+GPT_TINY = "examples/gpt.py:tiny"
+
+
+@pytest.fixture
+def probed(tmp_path):
+    """A profile as `smplan hw probe` writes it, with CPU-like figures."""
+    result = ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.15, "bf16": 0.15}, matmul_half_dim=40.0,
+                         memory_bandwidth_gbps=12.0, memory_gib=4.0, link_bandwidth_gbps=1.5, link_latency_us=100.0)
+    path = tmp_path / "probed.toml"
+    path.write_text(to_toml(result))
+    return path
+
+
+def _one_line_exit_2(result):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_missing_hw_file(cli_runner, tmp_path):
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(tmp_path / "nope.toml")]))
+    assert "does not exist" in line
+
+
+def test_zero_plans(cli_runner, probed):
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "0"]))
+    assert "--plans must be at least 1" in line
+
+
+def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_path):
+    out = tmp_path / "cal.toml"
+    out.write_text("keep me")
+    start = time.perf_counter()
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "-o", str(out)]))
+    assert "--force" in line and out.read_text() == "keep me"
+    assert time.perf_counter() - start < 5  # refused before any plan ran
+
+
+def test_check_reports_and_writes_nothing(cli_runner, probed, tmp_path, monkeypatch):
+    from planner import estimate, profile_model
+    from smplan.calibrate import local_cluster
+
+    cluster = local_cluster(str(probed), 2)
+
+    def fake_run(plan, label, model_file, steps, nproc, run_dir):
+        profile = profile_model(GPT_TINY, dtype=plan.dtype)
+        return Measured(plan, label, 1.5 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
+
+    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    out = tmp_path / "cal.toml"
+    result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "3", "--check",
+                                     "-o", str(out), "--runs-dir", str(tmp_path / "runs"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert not out.exists() and report["output"] is None and report["efficiency_after"] is None
+    assert len(report["plans"]) == 3 and report["calibrated"] == []
+    for row in report["plans"]:
+        assert row["ratio_predicted_over_measured"] == pytest.approx(1 / 1.5, rel=1e-6)
+
+
+def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
+    """Real runs: 2 plans x 2 steps on 2 gloo processes; the output profile loads."""
+    out = tmp_path / "cal.toml"
+    start = time.perf_counter()
+    result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "2", "--steps", "2",
+                                     "--nproc", "2", "--gbs", "4", "-o", str(out),
+                                     "--runs-dir", str(tmp_path / "runs"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert len(report["plans"]) == 2 and not report["failed"]
+    assert all(row["measured_s"] > 0 for row in report["plans"])
+    cluster = load_cluster(str(out))  # loads and passes validation
+    assert cluster.efficiency.matmul_max == pytest.approx(report["efficiency_after"]["matmul_max"], rel=1e-5)
+    assert cluster.gpu.peak_tflops.fp32 == 0.15  # the rest of the profile is untouched
+    assert report["fit_loss_after"] <= report["fit_loss_before"]
+    assert time.perf_counter() - start < 90
