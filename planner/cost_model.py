@@ -124,7 +124,9 @@ def pass_times(
             core_gemm += t
     frac = part.elementwise_tp_sharded_fraction
     share = frac / tp + (1.0 - frac) / (tp if sp else 1)
-    elem = memory_bound_time_s(part.elementwise_bytes_per_sample * b * share, cluster)
+    # The framework's fused kernels keep `elementwise_fusion` of the fusible traffic on chip.
+    ew_bytes = part.elementwise_bytes_per_sample - cluster.efficiency.elementwise_fusion * part.elementwise_fusible_bytes_per_sample
+    elem = memory_bound_time_s(ew_bytes * b * share, cluster)
     tp_f = _tp_comm_s(part, "forward", tp_span, sp, b, cluster)
     tp_b = _tp_comm_s(part, "backward", tp_span, sp, b, cluster)
     host = cluster.efficiency.host_overhead_us_per_layer * 1e-6

@@ -64,6 +64,9 @@ class BlockProfile:
     input_bytes_per_sample: float = 0.0  # what a full-recompute checkpoint keeps (the input)
     elementwise_bytes_per_sample: float = 0.0  # HBM traffic of non-GEMM kernels
     elementwise_tp_sharded_fraction: float = 0.0  # part of that traffic divided by tp
+    # Of elementwise_bytes_per_sample: what a fusing compiler keeps on chip (intermediates of
+    # element-wise chains that are neither saved for backward nor handed on); see profiler_trace.
+    elementwise_fusible_bytes_per_sample: float = 0.0
     matmuls: tuple[MatmulShape, ...] = ()
     tp_collectives: tuple[TPCollective, ...] = ()
 

@@ -52,7 +52,10 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
                 loss = _user_call(mf, "loss", loss_fn, outputs, targets)
                 parts.current.input_bytes = tensor_bytes((outputs, targets))
                 parts.current.output_bytes = tensor_bytes(loss)
+                tracer.keep(loss)
                 parts.leave()
+            tracer.keep(outputs)
+            tracer.finish_fusion()
     finally:
         for h in handles:
             h.remove()
@@ -133,6 +136,7 @@ def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tra
                 parts.current.input_bytes = tensor_bytes((args, kwargs))
 
         def post(mod, args, kwargs, output):
+            tracer.keep(output)
             if parts.current is not None:
                 parts.current.output_bytes = tensor_bytes(output)
                 parts.current.calls += 1
@@ -313,6 +317,7 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         input_bytes_per_sample=(stats.input_bytes or 0.0) * per,
         elementwise_bytes_per_sample=ew * per,
         elementwise_tp_sharded_fraction=stats.elementwise_sharded_bytes / ew if ew else 0.0,
+        elementwise_fusible_bytes_per_sample=stats.fusible_bytes * per,
         matmuls=matmuls,
         tp_collectives=tuple(
             TPCollective(c.kind, c.phase, c.bytes_per_sample * per, c.module) for c in stats.collectives

@@ -13,6 +13,10 @@ Three interception layers, each doing one job:
   tensor until a RowwiseParallel module's output (where Megatron's all-reduce happens).
 - `saved_tensors_hooks` see what autograd keeps for backward; `Tracer.pack` files each
   tensor under one part and one of three categories, once per storage, parameters excluded.
+- Fusion: the same dataflow says which element-wise traffic a fusing compiler (Megatron's
+  fused kernels, XLA, TorchInductor) keeps on chip: a tensor made by an element-wise op and
+  read only by element-wise ops of the same part, neither saved for backward nor the part's
+  output, is never written to HBM, and element-wise reads of such intermediates are free.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class PartStats:
     output_bytes: float = 0.0  # of the last call
     elementwise_bytes: float = 0.0
     elementwise_sharded_bytes: float = 0.0
+    fusible_bytes: float = 0.0  # of elementwise_bytes: what vertical fusion keeps on chip
     matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim) -> count
     collectives: list[TPCollective] = field(default_factory=list)
     calls: int = 0
@@ -88,6 +93,10 @@ class Tracer(TorchDispatchMode):
         self.sharded: set[int] = set()
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
         self._alive: list = []  # keep storages alive so their keys are never reused
+        # Fusion bookkeeping: element-wise outputs whose HBM write a fusing compiler might skip,
+        # and the storages something outside an element-wise chain of their part needs.
+        self.produced: dict[int, tuple[PartStats, int]] = {}
+        self.needed: set[int] = set()
 
     # -- the tp-sharded tag -------------------------------------------------------------
     def tag(self, obj, sharded: bool = True) -> None:
@@ -120,13 +129,40 @@ class Tracer(TorchDispatchMode):
         if packet in _GEMM_LIKE:
             for shape in _gemm_shapes(packet, args, out):
                 part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
+            self.needed.update(storage_key(t) for t in inputs)
         elif not func.is_view and packet not in _NO_TRAFFIC:
-            moved = sum(t.numel() * t.element_size() for t in inputs if storage_key(t) not in self.excluded)
+            moved = 0
+            for t in inputs:
+                key = storage_key(t)
+                if key in self.excluded:
+                    continue
+                nbytes = t.numel() * t.element_size()
+                moved += nbytes
+                producer = self.produced.get(key)
+                if producer is not None and producer[0] is part:
+                    part.fusible_bytes += nbytes  # read from registers inside the fused kernel
+                else:
+                    self.needed.add(key)
             moved += tensor_bytes(out)
             part.elementwise_bytes += moved
             if sharded:
                 part.elementwise_sharded_bytes += moved
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.produced[storage_key(t)] = (part, t.numel() * t.element_size())
+                    self._alive.append(t)
         return out
+
+    def keep(self, obj) -> None:
+        """`obj` leaves its part (a part's output): its element-wise producer must write it."""
+        self.needed.update(storage_key(t) for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
+
+    def finish_fusion(self) -> None:
+        """Credit each part with the element-wise writes nothing outside its chains needed."""
+        for key, (part, nbytes) in self.produced.items():
+            if key not in self.needed:
+                part.fusible_bytes += nbytes
+        self.produced.clear()
 
     def _tp_dim(self, packet, sharded: bool) -> str | None:
         if self.tp_stack and packet in (aten.mm, aten.addmm):
@@ -138,6 +174,7 @@ class Tracer(TorchDispatchMode):
     # -- saved tensors --------------------------------------------------------------------
     def pack(self, t: torch.Tensor):
         part = self.part
+        self.needed.add(storage_key(t))  # saved for backward: written to HBM
         if part is not None:
             key = storage_key(t)
             if key not in self.excluded and key not in part.saved_keys:

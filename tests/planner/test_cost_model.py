@@ -108,3 +108,23 @@ def test_full_recompute_under_zero3_gathers_parameters_once_per_backward():
     fast = CostModel(PROF, load_cluster("a100x8", nodes=2, overrides=links))
     passes = fast.pass_of(PROF.blocks[0], key)
     assert passes.backward_with("full")[1] == pytest.approx(passes.forward_s)  # compute-bound: a forward more
+
+
+def test_elementwise_fusion_shortens_passes_by_the_fusible_traffic():
+    from planner import profile_model
+    from planner.cost_model import CostModel, MeshKey
+    from tests.conftest import EXAMPLES
+
+    prof = profile_model(str(EXAMPLES / "gpt.py"), {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 256}, cache=False)
+
+    key = MeshKey(tp=1, dp=1, pp=1, v=1, micro_batch=1, num_microbatches=1, sp=False, zero=0,
+                  overlap_dp=True, schedule="1f1b", dtype="bf16")
+    block = prof.blocks[0]
+    assert 0 < block.elementwise_fusible_bytes_per_sample < block.elementwise_bytes_per_sample
+    times = {}
+    for fusion in (0.0, 1.0):
+        cl = load_cluster("a100x8", nodes=1, overrides={"efficiency.elementwise_fusion": fusion,
+                                                         "efficiency.host_overhead_us_per_layer": 0})
+        times[fusion] = CostModel(prof, cl).pass_of(block, key).forward_s
+    saved_s = block.elementwise_fusible_bytes_per_sample / (cl.gpu.memory_bandwidth_gbps * 1e9 * cl.efficiency.memory_bound)
+    assert times[0.0] - times[1.0] == pytest.approx(saved_s)

@@ -123,6 +123,59 @@ def test_blocks_are_the_layers_not_the_experts_inside(tmp_path):
     assert p.params == 4 * 8 + 8 + 3 * 6 * (8 * 8 + 8)
 
 
+def test_fusible_traffic_is_the_inside_of_element_wise_chains(tmp_path):
+    # linear -> (*2) -> (+1) -> neg -> linear: none of the three element-wise ops saves
+    # anything for backward, so a fusing compiler reads the first linear's output once and
+    # writes the last op's output once; the two intermediates never reach HBM.
+    path = tmp_path / "chain.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Layer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = nn.Linear(16, 16, bias=False)
+                self.b = nn.Linear(16, 16, bias=False)
+            def forward(self, x):
+                return self.b((self.a(x) * 2.0 + 1.0).neg())
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Layer() for _ in range(2))
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        def model():
+            return Net()
+
+        def batch(n, model=None):
+            return torch.randn(n, 16), None
+    """))
+    block = profile_model(str(path), cache=False, dtype="fp32").blocks[0]
+    tensor = 16 * 4  # one [1, 16] fp32 activation
+    assert block.elementwise_bytes_per_sample == 6 * tensor  # three ops, each reads and writes one
+    assert block.elementwise_fusible_bytes_per_sample == 4 * tensor  # two writes + two reads stay on chip
+
+
+def test_fused_explicit_attention_moves_seven_bytes_per_score():
+    # scale, mask, softmax, dropout over the a*s*s scores: unfused 2+2 (mul) + 2+2 (masked_fill)
+    # + 2+2 (softmax) + 2+2+1 (dropout, bool mask) = 17 bytes per score in bf16; fused, the
+    # GEMM's scores are read once and the saved softmax output, dropout output and mask are
+    # written: 7 bytes. The causal mask (s*s, shared by the heads) and the O(s*h) rest of the
+    # block are small next to a*s^2 with many heads.
+    s, h, a = 1024, 256, 32
+    block = gpt(hidden=h, heads=a, seq_len=s).blocks[0]
+    scores = a * s * s
+    unfused = block.elementwise_bytes_per_sample / scores
+    fused = (block.elementwise_bytes_per_sample - block.elementwise_fusible_bytes_per_sample) / scores
+    assert unfused == pytest.approx(17, rel=0.05)
+    assert fused == pytest.approx(7, rel=0.05)
+
+
 def test_profile_round_trips_through_json():
     p = gpt(hidden=64)
     assert ModelProfile.from_dict(json.loads(json.dumps(p.to_dict()))) == p
