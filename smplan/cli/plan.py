@@ -26,7 +26,7 @@ from .table import format_table
 @click.option("--max-nodes", type=click.IntRange(min=1), default=None,
               help="Search every node count up to N (instead of exactly --nodes).")
 @model_args_option
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step.")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",

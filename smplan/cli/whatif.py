@@ -23,7 +23,7 @@ from .table import format_table
 @model_args_option
 @click.option("--plan", "plan", default=None, metavar="INLINE",
               help='Use this plan at every point instead of re-planning, e.g. "tp=8,pp=4,recompute=full".')
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples.")
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
 @click.option("--checkpoint-interval-min", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Checkpoint interval in minutes (default: the Young/Daly optimum per point).")

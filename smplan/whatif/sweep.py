@@ -4,11 +4,13 @@ processes, choose the recommended point and compute its details.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from planner import parse_inline
 from smplan.report.points import POINTS_VERSION, derive
 
 from .details import details
@@ -31,6 +33,7 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None) -> dict:
     points in parallel (default: the CPU count; 1 = in this process).
     """
     specs = grid(list(q.varies))
+    q = _one_global_batch(q, specs)
     profiles = _profiles(q, specs)
     tasks = [(spec, _profile_key(q, spec)) for spec in specs]
     points = _map(q, tasks, profiles, jobs, progress)
@@ -47,6 +50,20 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None) -> dict:
         profile = profiles[_profile_key(q, spec)]
         record["details"] = details(q, point, plan_from_record(point), profile, point_cluster(q, spec))
     return record
+
+
+def _one_global_batch(q: Question, specs: list[PointSpec]) -> Question:
+    """Every point trains the same recipe: without a global batch from the user (--global-batch,
+    gbs in --plan, or varied), all points take the planner's default of the largest point
+    (one sequence per GPU there), so adding GPUs is strong scaling, not a bigger batch."""
+    fixed_in_plan = q.plan is not None and "global_batch" in parse_inline(q.plan)
+    if q.global_batch is not None or fixed_in_plan or any(spec.global_batch for spec in specs):
+        return q
+    try:
+        largest = max(point_cluster(q, spec).num_gpus for spec in specs)
+    except ValueError:
+        return q  # a point's cluster does not load: that point reports it
+    return dataclasses.replace(q, global_batch=largest)
 
 
 def _profile_key(q: Question, spec: PointSpec) -> tuple:

@@ -41,6 +41,16 @@ def test_sweep_writes_report_with_every_chart(sweep):
     assert rec["plan_label"] and rec["run"]["days"] > 0 and 0 < rec["run"]["goodput"] <= 1
 
 
+def test_points_share_one_global_batch_by_default(sweep):
+    # Without --global-batch every point trains the same recipe: the default of the largest
+    # point (one sequence per GPU there), so adding nodes is strong scaling.
+    out, _ = sweep
+    record = report.load(out / "points.json")
+    batches = {p["plan"]["global_batch"] for p in record["points"]}
+    assert batches == {max(p["num_gpus"] for p in record["points"])}
+    assert record["question"]["global_batch"] == batches.pop()
+
+
 def test_sweep_charts_plot_points_json(sweep):
     out, _ = sweep
     record = report.load(out / "points.json")
