@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .main import UserError
 from .monitor import threshold_options
 from .options import echo_json, json_option
 
@@ -11,10 +12,11 @@ from .options import echo_json, json_option
 @click.command()
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("-o", "--output", "out", default=None, metavar="FILE.html",
-              help="Where the page goes (default RUN_DIR/report.html); overwritten if it exists.")
+              help="Where the page goes (default RUN_DIR/report.html, rewritten on every call).")
+@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @threshold_options
 @json_option
-def report(run_dir, out, straggler_pct, straggler_steps, memory_pct, as_json):
+def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_json):
     """One self-contained HTML page for a run of `smplan execute`: loss, step time against
     the plan's prediction, memory per rank and the gradient-norm heatmap (blocks x steps),
     with the same warnings as `smplan monitor`. Works while the run is still going.
@@ -26,6 +28,8 @@ def report(run_dir, out, straggler_pct, straggler_steps, memory_pct, as_json):
 
     from smplan.monitor import Thresholds, load_run, write_run_report
 
+    if out and Path(out).is_file() and not force:
+        raise UserError(f"{out} exists; pass --force to overwrite it, or choose another -o")
     run = load_run(run_dir)
     path = write_run_report(run, out or Path(run_dir) / "report.html",
                             Thresholds(straggler_pct, straggler_steps, memory_pct))

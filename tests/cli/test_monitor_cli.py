@@ -85,6 +85,16 @@ def test_report_output_must_be_a_file_in_an_existing_folder(cli_runner, tmp_path
                     "does not exist")
 
 
+def test_report_never_overwrites_a_file_without_force(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r")
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes")
+    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(mine)]), "pass --force")
+    assert mine.read_text() == "my notes"
+    assert cli_runner.invoke(cli, ["report", str(run), "-o", str(mine), "--force"]).exit_code == 0
+    assert "<img " in mine.read_text()
+
+
 def test_help_teaches(cli_runner):
     text = cli_runner.invoke(cli, ["monitor", "--help"]).output
     for needle in ("--follow", "--straggler-pct", "--straggler-steps", "--memory-pct", "RUN_DIR", "--json"):
