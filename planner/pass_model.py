@@ -1,0 +1,122 @@
+"""One model part's passes for one micro-batch on one GPU: forward, backward, recompute.
+
+The per-part half of the cost model (planner.cost_model composes parts into stages):
+- GEMMs from the profile's matmul shapes with the tensor-parallel dimension divided by
+  tp, timed by `hwprofiles.perf.matmul_time_s`; backward = 2x forward (input and weight
+  gradients, same shapes).
+- Element-wise HBM traffic (`memory_bound_time_s`): the tp-sharded share / tp, the rest
+  / tp too under sequence parallelism, less what the framework's fused kernels keep on
+  chip (efficiency.elementwise_fusion); backward moves twice the forward traffic.
+- TP collectives over the tp group (all-reduce; reduce-scatter + all-gather under
+  sequence parallelism, Korthikanti et al. 2022 section 4.2.2).
+- Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host).
+- ZeRO-2/3 per-micro-batch collectives overlap the pass (max) or add to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hwprofiles import Cluster
+from hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
+from hwprofiles.topology import GroupSpan
+
+from .model_profile import BlockProfile
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """One part, one micro-batch, on one GPU: seconds of each pass (host overhead applied)."""
+
+    forward_s: float
+    backward_s: float
+    tp_forward_s: float
+    tp_backward_s: float
+    selective_extra_s: float  # added inside backward when the attention core is recomputed
+    full_extra_s: float  # added inside backward when the whole forward is re-run
+    recompute_flops: dict  # kind -> FLOPs per sample re-run
+
+    def backward_with(self, recompute: str) -> tuple[float, float, float]:
+        """(backward seconds, of which recompute, of which TP comm) under `recompute`."""
+        if recompute == "full":
+            return self.backward_s + self.full_extra_s, self.full_extra_s, self.tp_backward_s + self.tp_forward_s
+        if recompute == "selective":
+            return self.backward_s + self.selective_extra_s, self.selective_extra_s, self.tp_backward_s
+        return self.backward_s, 0.0, self.tp_backward_s
+
+
+def _gemm_dims(mm, tp: int, b: int) -> tuple[int, int, int, int]:
+    m, n, k, batch = mm.m, mm.n, mm.k, mm.batch * mm.count
+    if mm.batch > 1:
+        batch *= b  # per-head GEMMs: more sequences -> more independent GEMMs
+    else:
+        m *= b  # linear layers: the micro-batch stacks into the rows
+    if mm.tp_dim == "n":
+        n = max(1, -(-n // tp))
+    elif mm.tp_dim == "k":
+        k = max(1, -(-k // tp))
+    elif mm.tp_dim == "batch":
+        batch = max(1, -(-batch // tp))
+    return m, n, k, batch
+
+
+def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster) -> float:
+    total = 0.0
+    for c in part.tp_collectives:
+        if c.phase != phase:
+            continue
+        size = c.bytes_per_sample * b
+        if sp and c.kind == "all_reduce":
+            total += collective_time_s("reduce_scatter", size, tp_span, cluster)
+            total += collective_time_s("all_gather", size, tp_span, cluster)
+        else:
+            total += collective_time_s(c.kind, size, tp_span, cluster)
+    return total
+
+
+def pass_times(
+    part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str, zero_comm: tuple = (0.0, 0.0, True)
+) -> PassTimes:
+    """Seconds of one part's forward and backward passes for a micro-batch of `b`.
+
+    `zero_comm` = (forward seconds, backward seconds, overlapped) of the part's ZeRO-2/3
+    per-micro-batch collectives.
+    """
+    tp = tp_span.size
+    gemm = core_gemm = 0.0
+    for mm in part.matmuls:
+        m, n, k, batch = _gemm_dims(mm, tp, b)
+        t = matmul_time_s(m, n, k, cluster, dtype=dtype, batch=batch)
+        gemm += t
+        if mm.tp_dim == "batch":
+            core_gemm += t
+    frac = part.elementwise_tp_sharded_fraction
+    share = frac / tp + (1.0 - frac) / (tp if sp else 1)
+    # The framework's fused kernels keep `elementwise_fusion` of the fusible traffic on chip.
+    ew_bytes = part.elementwise_bytes_per_sample - cluster.efficiency.elementwise_fusion * part.elementwise_fusible_bytes_per_sample
+    elem = memory_bound_time_s(ew_bytes * b * share, cluster)
+    tp_f = _tp_comm_s(part, "forward", tp_span, sp, b, cluster)
+    tp_b = _tp_comm_s(part, "backward", tp_span, sp, b, cluster)
+    host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
+    z_f, z_b, overlapped = zero_comm
+
+    def busy(compute: float, comm: float) -> float:
+        return max(compute, comm) if overlapped else compute + comm
+
+    fwd_gpu = gemm + elem + tp_f
+    fwd = max(busy(fwd_gpu, z_f), host)
+    bwd_gpu = 2.0 * (gemm + elem) + tp_b
+    bwd = max(busy(bwd_gpu, z_b), host)
+    # Full recompute re-runs the forward inside the backward pass, on the parameters that
+    # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
+    # of the two sub-passes is still bounded by its own kernel launches on the host.
+    full_extra = busy(max(fwd_gpu, host) + max(bwd_gpu, host), z_b) - bwd
+    saved = part.saved_bytes_per_sample
+    core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
+    sel_extra = core_gemm + elem * core_share
+    # Selective recompute runs inside the backward pass: its extra time is what it adds to
+    # that pass once the pass is longer than the host's launch time.
+    sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host) - bwd
+    core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch")
+    flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample}
+    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops)
