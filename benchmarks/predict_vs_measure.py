@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nproc", type=int, default=2, choices=(2, 4), help="processes per run")
     ap.add_argument("--plans", type=int, default=8, help="plans in all (half calibrate, half held out; >= 6)")
-    ap.add_argument("--steps", type=int, default=6, help="steps per plan (the first is warm-up)")
+    ap.add_argument("--steps", type=int, default=8, help="steps per plan (the first is warm-up)")
+    ap.add_argument("--rounds", type=int, default=2, help="run the plan list this many times, keep the fastest")
     ap.add_argument("--gbs", type=int, default=8, help="global batch of every plan")
     ap.add_argument("--hw", default=None, help="reuse this probed profile instead of probing again")
     ap.add_argument("--out", default=None, help="folder for the probe, the runs and the calibrated profile")
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"{result.link_bandwidth_gbps:.2f} GB/s + {result.link_latency_us:.0f} us  ({time.perf_counter() - t0:.0f} s)")
     device, dtype = device_dtype()
     profile = profile_model(MODEL, MODEL_ARGS, dtype=dtype)
-    opts = CalibrateOptions(plans=args.plans, steps=args.steps, nproc=args.nproc, global_batch=args.gbs,
+    opts = CalibrateOptions(plans=args.plans, steps=args.steps, rounds=args.rounds, nproc=args.nproc, global_batch=args.gbs,
                             runs_dir=str(out / "runs"))
     labelled = build_plans(MODEL, MODEL_ARGS, hw, opts, profile)
     measured = measure_all(labelled, MODEL, opts, say)

@@ -47,6 +47,7 @@ class CalibrateOptions:
     runs_dir: str | None = None
     hw_set: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()  # explicit plans ("dp=2,mbs=4") instead of the automatic pick
+    rounds: int = 1  # run the whole list this many times, keep each plan's fastest (noisy machines)
 
 
 @dataclass
@@ -136,6 +137,8 @@ def check_options(opts: CalibrateOptions) -> None:
         raise PlanError(f"--steps must be at least 2 (the first step is warm-up and not timed), got {opts.steps}")
     if opts.nproc < 1:
         raise PlanError(f"--nproc must be at least 1, got {opts.nproc}")
+    if opts.rounds < 1:
+        raise PlanError(f"--rounds must be at least 1, got {opts.rounds}")
     if opts.output and not opts.check and Path(opts.output).exists() and not opts.force:
         raise CalibrationError(f"{opts.output} exists; pass --force to overwrite it or choose another -o")
 
@@ -156,17 +159,25 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
 
 def measure_all(labelled: Sequence[tuple[str, Plan]], model: str, opts: CalibrateOptions,
                 progress: Callable[[str], None]) -> list[Measured]:
+    """Each plan's measurement; with `opts.rounds` > 1 the list runs again and the fastest
+    round counts. Rounds, not consecutive repeats, so that a burst of load from another
+    job hits one round of a plan rather than all of them."""
     model_file = load_model_file(model)
     root = Path(opts.runs_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
-    out = []
-    for i, (label, plan) in enumerate(labelled, 1):
-        start = time.perf_counter()
-        m = run_plan(plan, label, model_file, opts.steps, opts.nproc, root / f"plan{i}")
-        took = time.perf_counter() - start
-        what = f"{m.step_time_s * 1e3:.1f} ms/step" if m.step_time_s else f"FAILED ({m.error})"
-        progress(f"[{i}/{len(labelled)}] {label}: {what}  ({took:.0f} s)")
-        out.append(m)
-    return out
+    best: list[Measured | None] = [None] * len(labelled)
+    for r in range(max(1, opts.rounds)):
+        for i, (label, plan) in enumerate(labelled):
+            start = time.perf_counter()
+            name = f"plan{i + 1}" + (f"-round{r + 1}" if opts.rounds > 1 else "")
+            m = run_plan(plan, label, model_file, opts.steps, opts.nproc, root / name)
+            took = time.perf_counter() - start
+            what = f"{m.step_time_s * 1e3:.1f} ms/step" if m.step_time_s else f"FAILED ({m.error})"
+            round_note = f" round {r + 1}/{opts.rounds}" if opts.rounds > 1 else ""
+            progress(f"[{i + 1}/{len(labelled)}]{round_note} {label}: {what}  ({took:.0f} s)")
+            prev = best[i]
+            if prev is None or (m.step_time_s and (not prev.step_time_s or m.step_time_s < prev.step_time_s)):
+                best[i] = m
+    return [m for m in best if m is not None]
 
 
 def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,

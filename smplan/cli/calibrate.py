@@ -24,6 +24,8 @@ from .table import format_table
               help='Run this plan instead of the automatic pick, e.g. "dp=2,mbs=4,recompute=full". Repeatable.')
 @click.option("--steps", type=int, default=5, show_default=True,
               help="Steps per plan; the first is warm-up, the fastest of the rest is the measurement.")
+@click.option("--rounds", type=int, default=1, show_default=True,
+              help="Run the list of plans this many times and keep each plan's fastest (busy machines).")
 @click.option("--nproc", type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
 @click.option("--gbs", "global_batch", type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch of every plan (samples per step).")
@@ -34,7 +36,7 @@ from .table import format_table
 @click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
               help="Where the runs' metrics and logs go (default runs/calibrate-TIME).")
 @json_option
-def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, nproc, global_batch, output, force,
+def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, rounds, nproc, global_batch, output, force,
               check, runs_dir, as_json):
     """Hold the cost model against real runs of MODEL and fit HW's global efficiency factors.
 
@@ -50,7 +52,7 @@ def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, nproc, g
       smplan calibrate examples/gpt.py --arg hidden=256 --arg seq_len=128 --hw myhw.toml -o cal.toml
       smplan calibrate examples/gpt.py --arg hidden=256 --arg seq_len=128 --hw cal.toml --check
     """
-    opts = CalibrateOptions(plans=num_plans, steps=steps, nproc=nproc, global_batch=global_batch, output=output,
+    opts = CalibrateOptions(plans=num_plans, steps=steps, rounds=rounds, nproc=nproc, global_batch=global_batch, output=output,
                             force=force, check=check, runs_dir=runs_dir, hw_set=tuple(hw_set),
                             choices=tuple(choices))
     report = run_calibration(model, model_args_from(model_args), hw, opts,

@@ -23,7 +23,12 @@ def test_first_plan_is_pure_data_parallel_and_the_rest_differ(profile):
     assert (chosen[0].dp, chosen[0].tp, chosen[0].pp, chosen[0].recompute) == (2, 1, 1, "none")
     assert len(set(chosen)) == 4
     assert {(c.dp, c.tp, c.pp) for c in chosen} == {(2, 1, 1), (1, 2, 1), (1, 1, 2)}
-    assert {c.recompute for c in chosen} == {"none", "full", "selective"}
+    assert {c.recompute for c in chosen} == {"none", "full"}  # selective only when asked (see plans.py)
+
+
+def test_selective_when_asked(profile):
+    chosen = choose(2, profile, 6, recompute=("none", "full", "selective"))
+    assert "selective" in {c.recompute for c in chosen}
 
 
 def test_every_candidate_is_a_valid_plan(profile):
