@@ -1,0 +1,206 @@
+"""Collective timings across N local processes for `smplan hw probe`, and their fits.
+
+Ring alpha-beta forms (Thakur, Rabenseifner, Gropp 2005), the same as hwprofiles.perf:
+all-reduce t = 2(n-1)*alpha + 2(n-1)/n * B / bw, all-gather t = (n-1)*alpha + (n-1)/n * B / bw,
+send/recv t = alpha + B / bw. gloo on CPU, nccl on GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import numpy as np
+
+DEFAULT_MESSAGE_BYTES = (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "send_recv")
+# (bandwidth term multiplier, latency term multiplier) of each kind, ring alpha-beta
+# (Thakur, Rabenseifner, Gropp 2005); the same forms as hwprofiles.perf._ring.
+_ALPHA_BETA = {
+    "all_reduce": (lambda n: 2.0 * (n - 1) / n, lambda n: 2.0 * (n - 1)),
+    "all_gather": (lambda n: (n - 1) / n, lambda n: float(n - 1)),
+    "send_recv": (lambda n: 1.0, lambda n: 1.0),
+}
+
+
+
+def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce") -> tuple[float, float]:
+    """(bandwidth GB/s, latency us) of the ring alpha-beta form of `kind` (see the module doc).
+
+    Weighted by 1/t (relative error): an unweighted fit lets the 16 MiB point set the
+    intercept, and a few hundred microseconds of its noise then read as latency.
+    """
+    beta_mult, alpha_mult = (f(nproc) for f in _ALPHA_BETA[kind])
+    sizes = np.array(sorted(times_s), dtype=float)
+    t = np.array([times_s[int(b)] for b in sizes])
+    x = beta_mult * sizes
+    w = 1.0 / t
+    slope, intercept = np.linalg.lstsq(np.stack([x * w, w], axis=1), np.ones_like(t), rcond=None)[0]
+    if slope <= 0:  # noise hid the bandwidth term: take the largest message's rate
+        slope = float(t[-1] / x[-1])
+    bandwidth_gbps = 1.0 / slope / 1e9
+    latency_us = max(float(intercept), 0.0) / alpha_mult * 1e6
+    return float(bandwidth_gbps), float(latency_us)
+
+
+def fit_ring_allreduce(times_s: dict[int, float], nproc: int) -> tuple[float, float]:
+    """(bandwidth GB/s, latency us) of t = 2(n-1)*alpha + 2(n-1)/n * B / bw."""
+    return fit_alpha_beta(times_s, nproc, "all_reduce")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _collective_op(kind: str, buf, rank: int, world: int):
+    import torch
+    import torch.distributed as dist
+
+    if kind == "all_reduce":
+        return lambda: dist.all_reduce(buf)
+    if kind == "all_gather":
+        chunk = buf[: max(1, buf.numel() // world)]  # the output (buf) holds every rank's chunk
+        out = [torch.empty_like(chunk) for _ in range(world)]
+        return lambda: dist.all_gather(out, chunk)
+    peer = rank ^ 1  # ranks pair up 0-1, 2-3, ...; an odd last rank sits out
+
+    def send_recv():
+        if peer >= world:
+            return
+        if rank % 2 == 0:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        else:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+
+    return send_recv
+
+
+def _best_per_call(fn, sync, count: int, repeats: int, barrier) -> float:
+    """Best of `repeats` of `count` back-to-back calls, seconds per call (a busy core only adds time)."""
+    best = float("inf")
+    for _ in range(repeats):
+        barrier()
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - start) / count)
+    return best
+
+
+def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...], queue,
+                       repeats: int = 3, min_time_s: float = 0.03) -> None:
+    """Time each collective the way training issues it: after a burst of compute.
+
+    Back-to-back collectives keep every rank hot and in step; in training each one follows
+    a layer's GEMMs, which evict the buffers from cache and let ranks drift apart, and on a
+    CPU the waiting rank must be woken. Measured on a 2-core VM with gloo: a 256 KiB
+    all-reduce took 0.4 ms back to back but added 1.3 ms after a 1.6 ms GEMM. So each call
+    is timed as (GEMM + collective) - (GEMM alone).
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        device = "cuda" if backend == "nccl" else "cpu"
+        sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
+        # a layer-sized GEMM (b*s=512 tokens, hidden 256 -> 1024): ~1.5 ms on one CPU core
+        a = torch.randn(512, 256, device=device)
+        w = torch.randn(256, 1024, device=device)
+
+        def compute():
+            torch.mm(a, w)
+
+        results: dict[str, dict[int, float]] = {k: {} for k in COLLECTIVE_KINDS}
+        compute_s = _best_per_call(compute, sync, 20, repeats, dist.barrier)
+        for kind in COLLECTIVE_KINDS:
+            for size in sizes:
+                buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+                op = _collective_op(kind, buf, rank, world)
+
+                def step(op=op):
+                    compute()
+                    op()
+
+                step()
+                sync()
+                # Every rank must run the same number of calls: agree on it from one timing.
+                dist.barrier()
+                start = time.perf_counter()
+                step()
+                sync()
+                once = torch.tensor([time.perf_counter() - start])
+                dist.all_reduce(once, op=dist.ReduceOp.MAX)
+                count = max(2, min(300, int(min_time_s / max(once.item(), 1e-6))))
+                both_s = _best_per_call(step, sync, count, repeats, dist.barrier)
+                one = torch.tensor([max(both_s - compute_s, 1e-7)])
+                dist.all_reduce(one, op=dist.ReduceOp.MAX)  # a collective is as slow as its slowest rank
+                results[kind][size] = one.item()
+                if kind == "send_recv":
+                    results[kind][size] /= 2.0  # one round trip is two messages
+            if rank == 0:
+                queue.put(("progress", kind))
+        if rank == 0:
+            queue.put(("done", results))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 180.0,
+                        progress=None) -> dict[str, dict[int, float]]:
+    """Seconds per collective, by kind and message bytes, across `nproc` local processes.
+
+    A worker that dies (or hangs) is killed and reported; no process outlives the call.
+    """
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_collective_worker, args=(r, nproc, port, tuple(sizes), q)) for r in range(nproc)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                what, value = q.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"collective probe: a worker exited with code {dead[0].exitcode}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"collective probe took longer than {timeout_s:.0f} s") from None
+                continue
+            if what == "done":
+                result = value
+                break
+            if progress:
+                progress()
+        for p in procs:
+            p.join(timeout=30)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return result
+
+
+def measure_allreduce(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 120.0) -> dict[int, float]:
+    """Seconds per all-reduce by message bytes across `nproc` local processes."""
+    return measure_collectives(nproc, sizes, timeout_s)["all_reduce"]
