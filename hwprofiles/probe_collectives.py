@@ -171,7 +171,8 @@ def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: floa
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_collective_worker, args=(r, nproc, port, tuple(sizes), q)) for r in range(nproc)]
+    procs = [ctx.Process(target=_collective_worker, args=(r, nproc, port, tuple(sizes), q), daemon=True)
+             for r in range(nproc)]  # daemon: they die with the caller
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout_s

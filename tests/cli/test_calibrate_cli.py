@@ -87,3 +87,37 @@ def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
     assert cluster.gpu.peak_tflops.fp32 == 0.15  # the rest of the profile is untouched
     assert report["fit_loss_after"] <= report["fit_loss_before"]
     assert time.perf_counter() - start < 90
+
+
+def test_a_failed_run_is_reported_and_the_rest_still_fit(cli_runner, probed, tmp_path, monkeypatch):
+    from planner import estimate, profile_model
+    from smplan.calibrate import local_cluster
+
+    cluster = local_cluster(str(probed), 2)
+
+    def fake_run(plan, label, model_file, steps, nproc, run_dir):
+        if plan.tp > 1:
+            return Measured(plan, label, None, str(run_dir), "rank 1 exited with code 1")
+        profile = profile_model(GPT_TINY, dtype=plan.dtype)
+        return Measured(plan, label, 2.0 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
+
+    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    out = tmp_path / "cal.toml"
+    result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "4", "-o", str(out),
+                                     "--runs-dir", str(tmp_path / "runs"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [f["plan"].startswith("dp=1,tp=2") for f in report["failed"]] == [True]
+    assert len(report["plans"]) == 3 and load_cluster(str(out)).name == "local"
+    assert report["median_ape_before"] > 0.4 and report["median_ape_after"] < 0.1  # 2x slower: the fit follows
+
+
+def test_every_run_failing_is_one_line(cli_runner, probed, tmp_path, monkeypatch):
+    monkeypatch.setattr("smplan.calibrate.run.run_plan",
+                        lambda plan, label, mf, steps, nproc, run_dir: Measured(plan, label, None, str(run_dir), "x"))
+    result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "1",
+                                     "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    *progress, line = result.output.strip().splitlines()  # a progress line per plan, then the error
+    assert len(progress) == 1 and "FAILED" in progress[0]
+    assert line.startswith("error: every run failed")
