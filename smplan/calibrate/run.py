@@ -151,6 +151,9 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
         picked = plan_choice.choose(opts.nproc, profile, opts.plans, opts.global_batch)
     out = []
     for c in picked:
+        if c.dp * c.tp * c.pp != opts.nproc:
+            raise PlanError(f"--plan {c.label} needs dp*tp*pp={c.dp * c.tp * c.pp} processes but --nproc is "
+                            f"{opts.nproc}; change the plan or --nproc")
         plan = plan_choice.to_plan(c, profile, model=model, model_args=model_args, hw=hw,
                                    global_batch=opts.global_batch, gpus_per_node=opts.nproc, dtype=dtype)
         out.append((c.label, plan))

@@ -121,3 +121,9 @@ def test_every_run_failing_is_one_line(cli_runner, probed, tmp_path, monkeypatch
     *progress, line = result.output.strip().splitlines()  # a progress line per plan, then the error
     assert len(progress) == 1 and "FAILED" in progress[0]
     assert line.startswith("error: every run failed")
+
+
+def test_explicit_plan_of_the_wrong_size_is_refused_before_any_run(cli_runner, probed):
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--nproc", "2",
+                                                    "--plan", "dp=2", "--plan", "dp=4,mbs=1"]))
+    assert "--plan dp=4" in line and "--nproc is 2" in line
