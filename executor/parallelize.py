@@ -13,17 +13,31 @@ from functools import partial
 import torch
 from torch import nn
 
-# Korthikanti et al. 2022 "selective" recomputation keeps the outputs of the big linear
-# layers and recomputes the cheap, memory-heavy rest (softmax, dropout, the s x s
-# attention products, norms, activations). Op-level SAC expresses exactly that.
-_SAVE_OPS = {
-    torch.ops.aten.mm.default,
-    torch.ops.aten.addmm.default,
-    torch.ops.aten.linear.default,
-    torch.ops.aten._scaled_dot_product_flash_attention.default,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default,
-    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-}
+# Korthikanti et al. 2022 "selective" recomputation re-runs only the attention core: the
+# QK^T product, scale, mask, softmax and dropout over the s x s scores, and the product
+# with V (section 5). Everything else -- linears, norms, activations, TP collectives --
+# is kept, as the cost model assumes (planner: BlockProfile.saved_bytes_attention_core).
+# Fused attention kernels keep no s x s tensor, so they are kept whole.
+_BMM_OPS = {torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
+
+
+def _square(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.dim() >= 3 and t.shape[-1] == t.shape[-2] > 1
+
+
+def _attention_core(op, args) -> bool:
+    """Whether `op` (an aten op inside a block) works on the s x s attention scores."""
+    if op in _BMM_OPS:
+        a, b = args[-2], args[-1]
+        scores_out = a.shape[-2] == b.shape[-1] and a.shape[-1] != a.shape[-2]  # q @ k^T
+        return scores_out or _square(a)  # probs @ v
+    return any(_square(t) and t.dim() >= 4 for t in args)  # scale, mask, softmax, dropout
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.PREFER_RECOMPUTE if _attention_core(op, args) else CheckpointPolicy.MUST_SAVE
 
 
 def apply_tp(blocks: list[nn.Module], tp_mesh, tp_plan, sequence_parallel: bool = False) -> None:
@@ -55,12 +69,6 @@ def _sequence_parallel_boundary(first: nn.Module, last: nn.Module, tp_mesh, seq_
 
     first.register_forward_pre_hook(scatter)
     last.register_forward_hook(gather)
-
-
-def _selective_policy(ctx, op, *args, **kwargs):
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def apply_recompute(container: nn.Module, indices: list[int], mode: str) -> None:

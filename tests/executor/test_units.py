@@ -115,3 +115,32 @@ def test_validate_kv_heads(tmp_path):
     plan, _ = resolve_plan("tp=4,mbs=1,gbs=4", model=GPT, model_args={"kv_heads": 2})
     with pytest.raises(PlanMismatchError, match="kv heads"):
         validate_plan(plan, mf)
+
+
+def test_selective_recompute_is_the_attention_core_only(gpt_file):
+    # Korthikanti et al. 2022 section 5, as the cost model prices it: the s x s work
+    # (QK^T, scale, mask, softmax, dropout, probs @ V) is recomputed; linears, norms,
+    # activations and everything else are kept.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from executor.parallelize import _attention_core
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append((func._overloadpacket.__name__, _attention_core(func, args)))
+            return func(*args, **(kwargs or {}))
+
+    model = load_model_file(f"{EXAMPLES / 'gpt.py'}").build({"hidden": 32, "heads": 4, "seq_len": 16, "layers": 1}, device="cpu")
+    block = model.blocks[0].train()
+    with Record() as rec:
+        block(torch.randn(2, 16, 32))
+    core = {name for name, is_core in rec.ops if is_core}
+    kept = {name for name, is_core in rec.ops if not is_core}
+    assert {"bmm", "_softmax", "masked_fill"} <= core
+    assert [name for name, is_core in rec.ops if name == "bmm" and is_core] == ["bmm", "bmm"]
+    assert {"addmm", "native_layer_norm", "gelu"} <= kept
+    assert not ({"addmm", "mm", "native_layer_norm", "gelu"} & core)
