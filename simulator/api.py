@@ -34,10 +34,15 @@ class StepResult:
     closed_form_step_time_s: float | None = None
     links: list[dict] = field(default_factory=list)
     raw: RawStep | None = field(default=None, repr=False)
+    memory_capacity_gib: float = 0.0  # usable memory of one GPU (0: not known)
 
     @property
     def step_time_s(self) -> float:
         return self.figures.step_time_s
+
+    @property
+    def fits_memory(self) -> bool:
+        return not self.memory_capacity_gib or self.figures.peak_memory_gib <= self.memory_capacity_gib
 
     def to_dict(self) -> dict:
         """DESIGN.md figures at the top level, then what only the simulator knows."""
@@ -50,6 +55,8 @@ class StepResult:
             virtual_stages=self.virtual_stages,
             num_microbatches=self.num_microbatches,
             closed_form_step_time_s=self.closed_form_step_time_s,
+            memory_capacity_gib=self.memory_capacity_gib,
+            fits_memory=self.fits_memory,
             stage_utilisation=self.stage_utilisation,
             links=self.links,
         )
@@ -103,6 +110,7 @@ def simulate_step(
         closed_form_step_time_s=_closed_form(costs),
         links=_link_rows(raw, nodes),
         raw=raw,
+        memory_capacity_gib=costs.capacity_bytes / 2**30,
     )
 
 

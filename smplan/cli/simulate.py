@@ -77,6 +77,10 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
     keys = ("compute", "recompute", "send", "dp_comm", "optimizer", "idle")
     click.echo(format_table(["stage", "node"] + list(keys),
                             [[r["stage"], r["node"]] + [r[k] for k in keys] for r in result.stage_utilisation]))
+    if not result.fits_memory:
+        click.echo(f"\nwarning: the fullest GPU needs {f.peak_memory_gib:.1f} GiB but {result.memory_capacity_gib:.1f} GiB "
+                   f"is usable on {cluster.gpu.name}; this plan would run out of memory. Add recompute=full or "
+                   "selective, zero=1..3, or more tp/pp (or let `smplan plan` choose).")
     for path, what in ((trace_path, "trace"), (gantt_path, "Gantt chart")):
         if path:
             click.echo(f"\nwrote {what}: {path}")

@@ -69,3 +69,17 @@ def test_simulate_bad_plan_json(cli_runner, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     _one_error_line(cli_runner.invoke(cli, ["simulate", str(bad)]))
+
+
+def test_plan_that_does_not_fit_is_simulated_with_a_warning(cli_runner):
+    # A 1 GiB GPU cannot hold even the tiny GPT's activations at this batch: the user's own
+    # configuration is still simulated, but the output says it would run out of memory.
+    args = ["simulate", GPT, "--hw", "a100x8", "--hw-set", "gpu.memory_gib=0.01", "--plan", "tp=1,pp=1,dp=8,mbs=8,gbs=64"]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert "warning: the fullest GPU needs" in text.output and "run out of memory" in text.output
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).output)
+    assert data["fits_memory"] is False and data["peak_memory_gib"] > data["memory_capacity_gib"] > 0
+    ok = json.loads(cli_runner.invoke(cli, ["simulate", GPT, "--hw", "a100x8", "--plan", "tp=1,pp=1,dp=8,mbs=1,gbs=8",
+                                            "--json"]).output)
+    assert ok["fits_memory"] is True
