@@ -33,6 +33,9 @@ from planner.plan import Plan, PlanError
 from . import plans as plan_choice
 from .measure import Measured, device_dtype, run_plan
 
+# Median |error| on the fitted plans above which the calibrated profile gets a warning.
+POOR_FIT_APE = 0.15
+
 
 @dataclass
 class CalibrateOptions:
@@ -88,6 +91,18 @@ class CalibrationReport:
     def median_ape_after(self) -> float | None:
         return median([r.ape for r in self.after]) if self.after else None
 
+    @property
+    def warning(self) -> str | None:
+        """A fit that still misses the plans it was fitted to: the profile is not to be trusted."""
+        if not self.after or self.median_ape_after <= POOR_FIT_APE:
+            return None
+        worst = max(self.after, key=lambda r: r.ape)
+        return (f"the calibrated profile still misses its own plans by {self.median_ape_after:.0%} (median; "
+                f"{worst.label} is predicted at {worst.ratio:.2f}x its measured time): these runs show a cost "
+                "the model does not price. Use more plans (--plans), a model whose step is tens of "
+                "milliseconds or more (tiny models are dominated by per-op Python overhead), or check "
+                "that nothing else loaded the machine.")
+
     def to_dict(self) -> dict:
         rows = self.after or self.before
         return {
@@ -98,6 +113,7 @@ class CalibrationReport:
             "failed": [{"plan": m.label, "error": m.error, "run_dir": m.run_dir} for m in self.failed],
             "median_ape_before": self.median_ape_before,
             "median_ape_after": self.median_ape_after,
+            "warning": self.warning,
             "spearman": spearman([r.predicted_s for r in rows], [r.measured_s for r in rows]),
             "efficiency_before": self.efficiency_before,
             "efficiency_after": dataclasses.asdict(self.fit.efficiency) if self.fit else None,

@@ -78,6 +78,8 @@ def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, rounds, 
     click.echo(f"median |error| {report.median_ape_after:.1%} on the plans it was fitted to")
     for key, (before, after) in report.fit.changes(_efficiency(report)).items():
         click.echo(f"  efficiency.{key}: {before:.4g} -> {after:.4g}")
+    if report.warning:
+        click.echo(f"warning: {report.warning}")
     if report.output:
         click.echo(f"wrote {report.output} (use it with --hw {report.output})")
     else:
