@@ -46,6 +46,10 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
       smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 --global-batch 1536
       smplan plan examples/gpt.py:tiny --hw a100x8 --fix tp=2 --top 3 --explain
       smplan plan examples/gpt.py:llama3_8b --hw a100x8 --max-nodes 4 --objective cost -o plan.json
+
+    Plans may fill a GPU up to its memory less efficiency.memory_reserve_gib (2 GiB: CUDA
+    context, NCCL buffers, fragmentation). For more headroom, raise it, e.g.
+    --hw-set efficiency.memory_reserve_gib=8.
     """
     if output and Path(output).exists() and not force:
         raise click.UsageError(f"{output} exists; pass --force to overwrite it")
