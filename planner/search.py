@@ -249,18 +249,20 @@ def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, floa
 
 def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) -> float:
     """max_d tail_d >= its mean over devices; tails are affine in n_d, and sum n_d = L."""
-    prof, p, L = cm.profile, cand.pp, cm.profile.num_blocks
-    first, last = cm.chunk(key, 0, cand.kind), cm.chunk(key, p * cand.v - 1, cand.kind)
-    mid = first if p * cand.v == 1 else cm.chunk(key, 1, cand.kind) if p * cand.v > 2 else last
-    del prof
-    opt = (first.opt0 + last.opt0 + first.opt_blk * L) / p
+    p, L, C = cand.pp, cm.profile.num_blocks, cand.pp * cand.v
+    first, last = cm.chunk(key, 0, cand.kind), cm.chunk(key, C - 1, cand.kind)
+    # the constant terms of the chunks: one chunk holds both ends when C == 1
+    ends = (first,) if C == 1 else (first, last)
+    mids = max(0, p - len(ends))
+    mid = cm.chunk(key, 1, cand.kind) if C > 2 else first
+    opt = (sum(c.opt0 for c in ends) + first.opt_blk * L) / p
     if cand.zero >= 3 or cand.dp == 1:
         return opt
-    dp0 = first.dp_s0 + last.dp_s0 + mid.dp_s0 * max(0, p - 2)
+    dp0 = sum(c.dp_s0 for c in ends) + mid.dp_s0 * mids
     dp = (dp0 + first.dp_s_blk * L) / p
     if not cand.overlap_dp:
         return opt + dp
-    window = (first.b0 + last.b0 + (first.b_blk + rec_blk) * L) / p
+    window = (sum(c.b0 for c in ends) + (first.b_blk + rec_blk) * L) / p
     return opt + max(0.0, dp - window)
 
 

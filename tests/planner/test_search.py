@@ -10,7 +10,7 @@ from hwprofiles import load_cluster
 from planner import NoFeasiblePlan, Plan, PlanError, Stage, plan_search
 from planner.cost_model import CostModel, estimate_from_costs
 from planner.memory_model import capacity_bytes
-from planner.search import _solve
+from planner.search import _bound, _compute_bound, _solve
 from planner.search_space import Candidate
 from tests.planner.gpt_profile_fixture import gpt_profile
 
@@ -67,8 +67,9 @@ def _even_memory_gib(cm, cand, gbs, kind):
     kind=st.sampled_from(["none", "selective", "full"]),
     squeeze=st.floats(-0.1, 1.1),
     overlap=st.booleans(),
+    every_block=st.booleans(),
 )
-def test_ilp_equals_brute_force(layers, pp, v, tp, mbs, zero, kind, squeeze, overlap):
+def test_ilp_equals_brute_force(layers, pp, v, tp, mbs, zero, kind, squeeze, overlap, every_block):
     if v > 1 and (pp < 2 or pp * v > layers):
         v = 1
     if pp > layers:
@@ -79,7 +80,8 @@ def test_ilp_equals_brute_force(layers, pp, v, tp, mbs, zero, kind, squeeze, ove
     m = pp * 2
     gbs = dp * mbs * m
     sched = "interleaved" if v > 1 else "1f1b"
-    cand = Candidate(world, tp, pp, dp, mbs, m, sched, v, tp > 1, zero, kind, False, overlap, "bf16")
+    cand = Candidate(world, tp, pp, dp, mbs, m, sched, v, tp > 1, zero, kind, every_block and kind != "none", overlap,
+                     "bf16")
     # Squeeze the GPU memory between "everything recomputed" and "nothing recomputed" on an
     # even split, so that the memory limit and the recomputation counts bind.
     probe = CostModel(prof, load_cluster("a100x8", nodes=1))
@@ -95,6 +97,10 @@ def test_ilp_equals_brute_force(layers, pp, v, tp, mbs, zero, kind, squeeze, ove
         return
     assert got is not None, want
     assert got.predicted.step_time_s == pytest.approx(want[0], rel=1e-6)
+    # The search prunes with these bounds, so they must never exceed the true optimum.
+    bound, why, _ = _bound(cm, cand, capacity_bytes(cluster))
+    assert not why and bound <= want[0] * (1 + 1e-9)
+    assert _compute_bound(cm, cand) <= want[0] * (1 + 1e-9)
     assert got.predicted.peak_memory_gib <= memory_gib * (1 + 1e-9)
 
 
