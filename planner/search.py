@@ -239,12 +239,40 @@ def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, floa
     work = fixed + L * per_blk + rec_needed * rec_blk
     cycles = work + 2.0 * sum(sends)
     z = _tail_bound(cm, key, cand, rec_blk)
+    # The busiest device: whole blocks, at most as many as its memory holds (all recomputed),
+    # at least one per chunk, on top of its fixed work (embedding, head, its sends).
+    pre = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre)
+    post = fixed - pre
+    base = [sum(sends[c] + (sends[c - 1] if c else 0.0) for c in range(d, C, p)) for d in range(p)]
+    base[0] += pre
+    base[-1] += post
+    caps = [math.floor(full + 1e-9) for _, _, full, _, _ in rooms]
+    step = per_blk + (rec_blk if cand.recompute_all else 0.0)
+    busiest = _busiest_device(base, step, L, caps, v)
     if cand.schedule == "interleaved":
-        dev = max(cycles / p, math.ceil(L / p) * per_blk)
+        dev = max(cycles / p, busiest)
         return m * dev + (p - 1) / v * work / p + 2.0 * sum(sends[: p - 1]) + z, "", 0.0
-    min_send = min(sends[c] + (sends[c - 1] if c else 0.0) for c in range(C)) if p > 1 else 0.0
-    cyc = max(cycles / p, math.ceil(L / p) * per_blk + min_send)
+    cyc = max(cycles / p, busiest)
     return work + 2.0 * sum(sends) + (m - 1) * cyc + z, "", 0.0
+
+
+def _busiest_device(base: list[float], step: float, blocks: int, caps: list[int], least: int) -> float:
+    """min over whole-block splits (least <= n_d <= caps_d, sum n_d = blocks) of max_d base_d + n_d step.
+
+    Identical blocks: handing each next block to the device that ends lowest is optimal
+    (water-filling). Caps that cannot hold the blocks never reach here (_bound rejects them).
+    """
+    n = [least] * len(base)
+    heap = [(b + (least + 1) * step, d) for d, b in enumerate(base) if caps[d] > least]
+    heapq.heapify(heap)
+    for _ in range(blocks - least * len(base)):
+        if not heap:
+            break
+        _, d = heapq.heappop(heap)
+        n[d] += 1
+        if n[d] < caps[d]:
+            heapq.heappush(heap, (base[d] + (n[d] + 1) * step, d))
+    return max(b + k * step for b, k in zip(base, n, strict=True))
 
 
 def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) -> float:

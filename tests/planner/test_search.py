@@ -161,3 +161,25 @@ def test_nothing_fits_says_smallest_change():
     with pytest.raises(NoFeasiblePlan, match="--nodes|zero=3|recompute") as err:
         plan_search(big, cluster, global_batch=8)
     assert "\n" not in str(err.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    base=st.lists(st.floats(0, 5), min_size=1, max_size=4),
+    step=st.floats(0.1, 3),
+    extra=st.integers(0, 6),
+    least=st.integers(1, 2),
+    cap_slack=st.lists(st.integers(0, 4), min_size=4, max_size=4),
+)
+def test_busiest_device_is_the_best_whole_block_split(base, step, extra, least, cap_slack):
+    from planner.search import _busiest_device
+
+    p = len(base)
+    caps = [least + c for c in cap_slack[:p]]
+    blocks = least * p + min(extra, sum(caps) - least * p)
+    best = min(
+        max(b + k * step for b, k in zip(base, n, strict=True))
+        for n in itertools.product(*(range(least, c + 1) for c in caps))
+        if sum(n) == blocks
+    )
+    assert _busiest_device(base, step, blocks, caps, least) == pytest.approx(best)
