@@ -26,9 +26,48 @@ def peak_memory_source(device) -> str:
     return "cuda_allocator" if getattr(device, "type", "cpu") == "cuda" else "rss"
 
 
+METRICS_FILE = "metrics.jsonl"  # RUN_DIR/metrics.jsonl: one line per step (rank 0)
+RANKS_DIR = "ranks"  # RUN_DIR/ranks/rank-00001.jsonl: one file per rank
+
+
 def rank_file(run_dir: str | Path, rank: int) -> Path:
     """RUN_DIR/ranks/rank-00001.jsonl: the per-rank records (one writer per rank, no gather)."""
-    return Path(run_dir) / "ranks" / f"rank-{rank:05d}.jsonl"
+    return Path(run_dir) / RANKS_DIR / f"rank-{rank:05d}.jsonl"
+
+
+def rank_files(run_dir: str | Path) -> dict[int, Path]:
+    """{rank: its records file} of the ranks that wrote any."""
+    found = {}
+    for file in sorted((Path(run_dir) / RANKS_DIR).glob("rank-*.jsonl")):
+        try:
+            found[int(file.stem.split("-", 1)[1])] = file
+        except ValueError:
+            continue
+    return found
+
+
+def read_jsonl(path: str | Path) -> tuple[list[dict], list[int]]:
+    """(records, numbers of the lines skipped). A line that is not one JSON object with a
+    "step" (a write in progress, or one a killed worker left half-done) is skipped; so is a
+    file that vanished meanwhile."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return [], []
+    records, skipped = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            skipped.append(number)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            records.append(record)
+        else:
+            skipped.append(number)
+    return records, skipped
 
 
 def _step_of(line: str) -> int | None:
@@ -43,7 +82,7 @@ class MetricsWriter:
     checkpoint (and any line a killed run left half-written) are dropped."""
 
     def __init__(self, run_dir: str | Path, resume_step: int = 0, path: str | Path | None = None):
-        self.path = Path(path) if path is not None else Path(run_dir) / "metrics.jsonl"
+        self.path = Path(path) if path is not None else Path(run_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if self.path.exists():
@@ -67,8 +106,8 @@ def progress(record: dict, steps: int) -> None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The steps of RUN_DIR/metrics.jsonl (a truncated line is skipped)."""
+    return read_jsonl(Path(run_dir) / METRICS_FILE)[0]
 
 
 def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,

@@ -16,6 +16,7 @@ from planner.plan import Plan, parse_inline, plan_from_inline
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
+from .metrics import rank_files, read_metrics
 from .structure import find_layout
 from .validate import PlanMismatchError, validate_plan
 
@@ -94,6 +95,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
+    _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     ref = f"{model_file.path.resolve()}:{model_file.builder_name}"
     return RunConfig(
         plan=plan.replace(model=ref).to_dict(),
@@ -112,6 +114,23 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         grad_norms_every=opts.grad_norms_every,
         slow_rank=opts.slow_rank,
     )
+
+
+def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
+    """A run directory holds one run: a new run may only continue the steps already there
+    from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
+    this run does not have would otherwise pass for this run's."""
+    steps = read_metrics(out) if out.is_dir() else []
+    if not steps:
+        return
+    if not (ckpt_dir and checkpoint.latest(ckpt_dir)):
+        raise PlanMismatchError(
+            f"{out} already holds a run ({len(steps)} steps) and no checkpoint to resume it from; "
+            "pass another --out, or delete that folder to start over")
+    (out / "summary.json").unlink(missing_ok=True)
+    for rank, file in rank_files(out).items():
+        if rank >= world:
+            file.unlink()
 
 
 def execute(plan: Plan, model_file, opts: ExecuteOptions) -> ExecuteResult:

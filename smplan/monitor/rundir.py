@@ -10,35 +10,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-METRICS = "metrics.jsonl"
-RANKS_DIR = "ranks"
+from executor.metrics import METRICS_FILE as METRICS
+from executor.metrics import RANKS_DIR, rank_files, read_jsonl
 
 
 class RunDirError(ValueError):
     """RUN_DIR is missing, not a run directory, or holds no metrics yet."""
-
-
-def read_jsonl(path: str | Path) -> tuple[list[dict], list[int]]:
-    """(records, numbers of the lines skipped). A line that is not one JSON object with a
-    "step" (a truncated write) is skipped; so is a file that vanished meanwhile."""
-    try:
-        text = Path(path).read_text(errors="replace")
-    except FileNotFoundError:
-        return [], []
-    records, skipped = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            skipped.append(number)
-            continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
-            records.append(record)
-        else:
-            skipped.append(number)
-    return records, skipped
 
 
 def _read_json(path: Path) -> dict | None:
@@ -86,13 +63,11 @@ def load_run(run_dir: str | Path) -> RunData:
     records, bad = read_jsonl(path / METRICS)
     skipped = [f"{METRICS}:{n}" for n in bad]
     ranks: dict[int, list[dict]] = {}
-    for file in sorted((path / RANKS_DIR).glob("rank-*.jsonl")):
-        try:
-            rank = int(file.stem.split("-", 1)[1])
-        except ValueError:
-            continue
-        ranks[rank], bad = read_jsonl(file)
+    for rank, file in rank_files(path).items():
+        rows, bad = read_jsonl(file)
         skipped += [f"{RANKS_DIR}/{file.name}:{n}" for n in bad]
+        if rows:  # a rank that has not finished its first step yet has nothing to show
+            ranks[rank] = rows
     if not records:
         what = "an empty metrics.jsonl" if (path / METRICS).exists() else "no metrics.jsonl"
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "

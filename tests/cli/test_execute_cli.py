@@ -91,3 +91,18 @@ def test_slurm_world_size_must_match(cli_runner, tmp_path):
     result = _invoke(cli_runner, "dp=4,mbs=1,gbs=4", "--model", GPT, "--launcher", "slurm",
                      "--nnodes", "2", "--nproc-per-node", "4", "--out", str(tmp_path / "r"))
     assert result.exit_code == 2 and "4 processes but 8" in result.output
+
+
+def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
+    # A run directory holds one run: without a checkpoint to continue from, a second run there
+    # would erase the first one's steps and pass its summary off as its own.
+    out = tmp_path / "run"
+    out.mkdir()
+    earlier = '{"step": 1, "loss": 4.2, "step_time_s": 0.1}\n'
+    (out / "metrics.jsonl").write_text(earlier)
+    (out / "summary.json").write_text("{}")
+    result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another --out" in lines[0]
+    assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()

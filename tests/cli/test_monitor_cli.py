@@ -100,3 +100,14 @@ def test_help_teaches(cli_runner):
     for needle in ("--follow", "--straggler-pct", "--straggler-steps", "--memory-pct", "RUN_DIR", "--json"):
         assert needle in text
     assert "gradient-norm heatmap" in cli_runner.invoke(cli, ["report", "--help"]).output
+
+
+def test_rank_that_has_not_written_a_step_yet(cli_runner, tmp_path):
+    # Every rank opens its records file before its first step: an empty one is not a crash.
+    run = write_run(tmp_path / "r", ranks=2, finished=False)
+    (run / "ranks" / "rank-00002.jsonl").write_text("")
+    for command in (["monitor", str(run), "--json"], ["report", str(run)]):
+        result = cli_runner.invoke(cli, command)
+        assert result.exit_code == 0, result.output
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
+    assert {r["rank"] for r in status["ranks"]} == {0, 1}
