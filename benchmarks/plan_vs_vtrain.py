@@ -107,10 +107,10 @@ def fit() -> dict:
         return sum(mape(rows, [predict(r, e) for r in rows]) for rows in sets) / len(sets)
 
     bounds = dict(matmul_max=(0.4, 1.0), matmul_half_dim=(0.0, 400.0), memory_bound=(0.2, 1.0), network=(0.2, 1.0),
-                  host_overhead_us_per_layer=(0.0, 5000.0), sharded_dp_network=(0.05, 1.0),
+                  host_overhead_us_per_layer=(0.0, 5000.0), single_nic_network=(0.05, 1.0),
                   elementwise_fusion=(0.0, 1.0))
     steps = dict(matmul_max=0.1, matmul_half_dim=64.0, memory_bound=0.2, network=0.2, host_overhead_us_per_layer=800.0,
-                 sharded_dp_network=0.2, elementwise_fusion=0.25)
+                 single_nic_network=0.2, elementwise_fusion=0.25)
     defaults = dataclasses.asdict(Efficiency())
     e = {k: defaults[k] for k in bounds}
     best = loss(e)

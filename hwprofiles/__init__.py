@@ -13,7 +13,7 @@ from .perf import (
     matmul_time_s,
     memory_bound_time_s,
     p2p_time_s,
-    sharded_dp_collective_time_s,
+    single_nic_collective_time_s,
 )
 from .topology import GroupSpan, ParallelLayout
 
@@ -40,5 +40,5 @@ __all__ = [
     "p2p_time_s",
     "parse_override",
     "settable_keys",
-    "sharded_dp_collective_time_s",
+    "single_nic_collective_time_s",
 ]

@@ -96,12 +96,13 @@ class Efficiency:
     # a fully fusing compiler. Megatron-LM's hand-fused kernels (scale-mask-softmax,
     # bias-GeLU, bias-dropout-add) sit between; the default is fitted to its runs.
     elementwise_fusion: float = 1.0  # [1.0]
-    # ZeRO-2/3's per-layer gathers and reduce-scatters reach this fraction of ONE GPU's NIC
-    # across nodes, not the multi-rail rate of a bucketed all-reduce: Megatron-LM SC21 Table 2's
-    # ZeRO-3 rows (175B/530B, 384-2240 A100s) move ~1050 GB per GPU per step in 66.75 s with
-    # 8 or 4 group members per node alike -> 15.7 / 25 GB/s = 0.63 by hand. `plan_vs_vtrain.py --fit`
-    # fits it with the others (those rows are its fourth set).
-    sharded_dp_network: float = 0.66  # [0.661]
+    # Collectives issued layer by layer (the planner uses them for ZeRO-2/3's gathers and
+    # reduce-scatters) reach this fraction of ONE GPU's NIC across nodes, not the multi-rail
+    # rate of a bucketed all-reduce: Megatron-LM SC21 Table 2's ZeRO-3 rows (175B/530B,
+    # 384-2240 A100s) move ~1050 GB per GPU per step in 66.75 s with 8 or 4 group members per
+    # node alike -> 15.7 / 25 GB/s = 0.63 by hand. `plan_vs_vtrain.py --fit` fits it with the
+    # others (those rows are its fourth set).
+    single_nic_network: float = 0.66  # [0.661]
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ def _validate(c: Cluster) -> None:
     non_negative("cost.usd_per_gpu_hour", c.cost.usd_per_gpu_hour)
     positive("storage.checkpoint_write_gbps", c.storage.checkpoint_write_gbps)
     e = c.efficiency
-    for key in ("matmul_max", "memory_bound", "network", "sharded_dp_network"):
+    for key in ("matmul_max", "memory_bound", "network", "single_nic_network"):
         value = getattr(e, key)
         if not 0 < value <= 1:
             raise HardwareProfileError(f"efficiency.{key} must be in (0, 1], got {value}")

@@ -129,25 +129,24 @@ def collective_time_s(
     return _ring(kind, bytes_per_rank, span, cluster)
 
 
-def sharded_dp_collective_time_s(kind: str, bytes_per_rank: float, span: GroupSpan, cluster: Cluster) -> float:
-    """Seconds for one ZeRO-2/3 per-layer collective (parameter all_gather, gradient
-    reduce_scatter) over the data-parallel group laid out as `span`.
+def single_nic_collective_time_s(kind: str, bytes_per_rank: float, span: GroupSpan, cluster: Cluster) -> float:
+    """Seconds for an all_gather or reduce_scatter whose cross-node traffic each GPU sends
+    through its own NIC only, at efficiency.single_nic_network of it.
 
-    Inside a node: the ring of `collective_time_s`. Across nodes: a ring at
-    efficiency.sharded_dp_network of each GPU's own NIC. Published ZeRO-3 runs (Narayanan
-    et al. 2021, Table 2) take the same time for the same bytes per GPU with 8 or 4 group
-    members per node, so these collectives do not see the k-NIC rate that `link_for` gives
-    a large bucketed all-reduce.
+    Inside a node: the ring of `collective_time_s`. Across nodes it is not the k-NIC rate that
+    `link_for` gives a large bucketed all-reduce: many small collectives issued layer by layer
+    (sharded data parallelism) take the same time for the same bytes per GPU with 8 or 4
+    group members per node (Narayanan et al. 2021, Table 2).
     """
     if kind not in ("all_gather", "reduce_scatter"):
-        raise PerfModelError(f"ZeRO's per-layer collectives are all_gather and reduce_scatter, not {kind!r}")
+        raise PerfModelError(f"single-NIC collectives are all_gather and reduce_scatter, not {kind!r}")
     if bytes_per_rank < 0:
         raise PerfModelError(f"bytes_per_rank must not be negative, got {bytes_per_rank}")
     _check_span(span, cluster)
     if not span.crosses_nodes:
         return collective_time_s(kind, bytes_per_rank, span, cluster)
     n = span.size
-    bw = cluster.inter_node.bandwidth_gbps * 1e9 * cluster.efficiency.sharded_dp_network
+    bw = cluster.inter_node.bandwidth_gbps * 1e9 * cluster.efficiency.single_nic_network
     # Ring all_gather / reduce_scatter: (n-1)/n * B per rank (Thakur, Rabenseifner, Gropp 2005).
     return (n - 1) / n * bytes_per_rank / bw + (n - 1) * cluster.inter_node.latency_us * 1e-6
 

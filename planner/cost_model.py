@@ -30,7 +30,7 @@ from hwprofiles.perf import (
     collective_time_s,
     memory_bound_time_s,
     p2p_time_s,
-    sharded_dp_collective_time_s,
+    single_nic_collective_time_s,
 )
 from hwprofiles.topology import ParallelLayout
 
@@ -142,8 +142,8 @@ class CostModel:
             # ZeRO-3 also all-gathers its parameters in forward and again in backward.
             dp_span = layout.span("dp")
             size = part.params / tp * state_bytes_per_param(dtype)[0]
-            rs = sharded_dp_collective_time_s("reduce_scatter", size, dp_span, self.cluster)
-            ag = sharded_dp_collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
+            rs = single_nic_collective_time_s("reduce_scatter", size, dp_span, self.cluster)
+            ag = single_nic_collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
             zc = (ag, ag + rs, overlap)
         return pass_times(part, layout.span("tp"), sp, b, self.cluster, dtype, zc)
 

@@ -18,7 +18,7 @@ from hwprofiles import (
     matmul_time_s,
     memory_bound_time_s,
     p2p_time_s,
-    sharded_dp_collective_time_s,
+    single_nic_collective_time_s,
 )
 
 A100 = load_cluster("a100x8", nodes=4)
@@ -185,12 +185,12 @@ def test_zero_collectives_use_one_nic_whatever_the_members_per_node(kind):
     # time for the same bytes per GPU; a bucketed all_reduce gets the k-NIC rate instead.
     b, n = 4e9, 256
     eight, four = GroupSpan(n, 8), GroupSpan(n, 4)
-    t8 = sharded_dp_collective_time_s(kind, b, eight, A100)
-    assert t8 == pytest.approx(sharded_dp_collective_time_s(kind, b, four, A100))
-    nic = A100.inter_node.bandwidth_gbps * 1e9 * A100.efficiency.sharded_dp_network
+    t8 = single_nic_collective_time_s(kind, b, eight, A100)
+    assert t8 == pytest.approx(single_nic_collective_time_s(kind, b, four, A100))
+    nic = A100.inter_node.bandwidth_gbps * 1e9 * A100.efficiency.single_nic_network
     assert t8 == pytest.approx((n - 1) / n * b / nic + (n - 1) * ALPHA_INTER)
     assert t8 > collective_time_s(kind, b, eight, A100)
     # inside one node it is the ordinary NVLink ring
-    assert sharded_dp_collective_time_s(kind, b, NODE, A100) == collective_time_s(kind, b, NODE, A100)
+    assert single_nic_collective_time_s(kind, b, NODE, A100) == collective_time_s(kind, b, NODE, A100)
     with pytest.raises(PerfModelError, match="all_gather and reduce_scatter"):
-        sharded_dp_collective_time_s("all_reduce", b, eight, A100)
+        single_nic_collective_time_s("all_reduce", b, eight, A100)

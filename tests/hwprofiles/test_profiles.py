@@ -173,7 +173,7 @@ def test_bad_profile_file_one_line(tmp_path, case):
         ("nodes=1.5", "'nodes' must be a whole number"),
         ("no_equals_sign", "needs the form key=value"),
         ("efficiency.elementwise_fusion=1.5", "efficiency.elementwise_fusion must be in [0, 1]"),
-        ("efficiency.sharded_dp_network=0", "efficiency.sharded_dp_network must be in (0, 1]"),
+        ("efficiency.single_nic_network=0", "efficiency.single_nic_network must be in (0, 1]"),
     ],
 )
 def test_bad_override_one_line(override, expected):
