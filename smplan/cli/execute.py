@@ -30,7 +30,8 @@ from .options import echo_json, json_option, model_args_from, model_args_option
               help="Restarts torchrun's agent allows after a worker fails.")
 @click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True)
 @click.option("--out", "out", default=None, type=click.Path(file_okay=False),
-              help="Run directory for metrics.jsonl and summary.json (default runs/execute-...).")
+              help="Run directory: metrics.jsonl, ranks/, summary.json, tensorboard/ (default runs/execute-...); "
+                   "an existing one is only continued from its checkpoint.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--tensorboard", is_flag=True,
