@@ -27,6 +27,7 @@ from published import (  # noqa: E402
 )
 
 from hwprofiles import load_cluster  # noqa: E402
+from hwprofiles.calibrate import spearman  # noqa: E402
 from planner import estimate  # noqa: E402
 
 
@@ -35,19 +36,6 @@ def predict(row: dict, efficiency: dict | None = None) -> float:
     over.update({f"efficiency.{k}": v for k, v in (efficiency or {}).items()})
     cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=over)
     return estimate(plan_for(row, cluster.nodes), measured_profile(row), cluster).step_time_s
-
-
-def spearman(a, b) -> float:
-    def ranks(x):
-        order = sorted(range(len(x)), key=lambda i: x[i])
-        out = [0.0] * len(x)
-        for rank, i in enumerate(order):
-            out[i] = rank
-        return out
-
-    ra, rb = ranks(a), ranks(b)
-    n = len(a)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb, strict=True)) / (n * (n * n - 1))
 
 
 def report(efficiency: dict | None = None, verbose: bool = True) -> dict:

@@ -30,9 +30,7 @@ from published import (  # noqa: E402
 )
 
 from hwprofiles import load_cluster, parse_override  # noqa: E402
-from hwprofiles.topology import ParallelLayout  # noqa: E402
-from planner.cost_model import plan_costs  # noqa: E402
-from simulator import simulate_step  # noqa: E402
+from simulator import simulate_plan  # noqa: E402
 
 TARGETS = {"vtrain_multi_node.csv": 10.0, "vtrain_single_node.csv": 10.0, "megatron_sc21_table1.csv": 5.0}
 
@@ -42,10 +40,7 @@ def simulate_row(row: dict, global_set: dict, contention: bool) -> tuple[float, 
     overrides = dict(row["hw_set"])
     overrides.update(global_set)
     cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=overrides)
-    plan = plan_for(row, cluster.nodes)
-    costs = plan_costs(plan, measured_profile(row), cluster)
-    layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)
-    result = simulate_step(costs, layout, cluster, contention, record_events=False)
+    result = simulate_plan(plan_for(row, cluster.nodes), measured_profile(row), cluster, contention, record_events=False)
     return result.step_time_s, result.closed_form_step_time_s or float("nan")
 
 
