@@ -16,6 +16,7 @@ profile predicts what was measured:
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -26,6 +27,8 @@ import numpy as np
 from .probe_collectives import (  # noqa: F401  (fit_* re-exported: the probe's public fits)
     COLLECTIVE_KINDS,
     DEFAULT_MESSAGE_BYTES,
+    ProbeError,
+    check_nproc,
     fit_alpha_beta,
     fit_ring_allreduce,
     measure_allreduce,
@@ -146,6 +149,7 @@ def progress_steps(sizes=DEFAULT_SIZES, nproc: int = 2) -> int:
 def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYTES, progress=None) -> ProbeResult:
     import torch
 
+    check_nproc(nproc)
     device, _ = _device_and_sync()
     result = ProbeResult(device=device, nproc=nproc)
     dtypes = probe_dtypes(device)
@@ -220,8 +224,17 @@ def measure_compute_concurrently(nproc: int, sizes, dtypes, threads: int, progre
             try:
                 what, value = q.get(timeout=1.0)
             except queue_mod.Empty:
-                if any(proc.exitcode not in (None, 0) for proc in procs) or time.monotonic() > deadline:
-                    raise RuntimeError("compute probe: a worker died or hung; run again on an idle machine") from None
+                dead = [proc for proc in procs if proc.exitcode not in (None, 0)]
+                if dead:
+                    raise ProbeError(
+                        f"compute probe: worker {procs.index(dead[0])} of {nproc} exited with code {dead[0].exitcode}"
+                        " (out of memory?); run again with fewer processes (--nproc) or on an idle machine"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise ProbeError(
+                        f"compute probe: no result from {nproc} processes within {timeout_s:.0f} s (a worker hung); "
+                        "run again with fewer processes (--nproc) or on an idle machine"
+                    ) from None
                 continue
             if what == "done":
                 done.append(value)
@@ -248,7 +261,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         f"# ({result.threads_per_process} thread(s) per process on CPU); memory bandwidth: STREAM-style copy;",
         "# link: ring all-reduce alpha-beta fit (weighted by 1/t). Other collectives, same fit:",
         *(f"#   {kind}: {gbps:.4g} GB/s, {us:.1f} us" for kind, (gbps, us) in result.collective_fits.items()),
-        f'name = "{name}"',
+        f"name = {json.dumps(name)}",  # a JSON string is a TOML basic string
         f'description = "probed {result.device} machine, {result.nproc} processes"',
         "nodes = 1",
         f"gpus_per_node = {result.nproc}",
@@ -286,19 +299,8 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         f"matmul_half_dim = {result.matmul_half_dim:.3f}",
         "memory_bound = 1.0",
         "network = 1.0",
-        *_eager_fusion_line(),
+        "elementwise_fusion = 0.0         # eager PyTorch fuses no element-wise kernels",
         "",
     ]
     return "\n".join(lines)
 
-
-def _eager_fusion_line() -> list[str]:
-    """`smplan execute` runs eager PyTorch: no element-wise op is fused into another, so
-    none of the fusible traffic stays on chip (Efficiency.elementwise_fusion = 0 is eager)."""
-    import dataclasses
-
-    from .cluster import Efficiency
-
-    if "elementwise_fusion" not in {f.name for f in dataclasses.fields(Efficiency)}:
-        return []
-    return ["elementwise_fusion = 0.0         # eager PyTorch (the executor): nothing fused"]

@@ -24,6 +24,21 @@ _ALPHA_BETA = {
 }
 
 
+class ProbeError(ValueError):
+    """A measurement could not finish (a worker died or hung, too many processes asked for);
+    the message says what happened and what to try. A ValueError: the CLI prints one line."""
+
+
+def check_nproc(nproc: int) -> None:
+    """On GPU each process needs its own device; reject more before spawning any."""
+    import torch
+
+    if nproc < 1:
+        raise ProbeError(f"--nproc must be at least 1, got {nproc}")
+    if torch.cuda.is_available() and nproc > torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ProbeError(f"--nproc {nproc} needs {nproc} GPUs but this machine has {count}; use --nproc {count} or fewer")
+
 
 def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce") -> tuple[float, float]:
     """(bandwidth GB/s, latency us) of the ring alpha-beta form of `kind` (see the module doc).
@@ -168,6 +183,7 @@ def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: floa
     import multiprocessing as mp
     import queue as queue_mod
 
+    check_nproc(nproc)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
@@ -183,9 +199,15 @@ def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: floa
             except queue_mod.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"collective probe: a worker exited with code {dead[0].exitcode}") from None
+                    raise ProbeError(
+                        f"collective probe: worker {procs.index(dead[0])} of {nproc} exited with code "
+                        f"{dead[0].exitcode}; run again with fewer processes (--nproc) or on an idle machine"
+                    ) from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"collective probe took longer than {timeout_s:.0f} s") from None
+                    raise ProbeError(
+                        f"collective probe: no result from {nproc} processes within {timeout_s:.0f} s (a worker "
+                        "hung); run again with fewer processes (--nproc) or on an idle machine"
+                    ) from None
                 continue
             if what == "done":
                 result = value

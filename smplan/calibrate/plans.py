@@ -105,11 +105,22 @@ def to_plan(choice: PlanChoice, profile: ModelProfile, *, model: str, model_args
     )
 
 
+# --plan keys a calibration plan honours; the rest of a plan is fixed (see `to_plan`)
+CHOICE_KEYS = {"dp": "dp", "tp": "tp", "pp": "pp", "micro_batch": "mbs", "recompute": "recompute"}
+
+
 def parse_choice(text: str) -> PlanChoice:
     """`"dp=2,tp=1,pp=1,mbs=4,recompute=none"` (omitted keys: 1 and none)."""
-    from planner.plan import parse_inline
+    from planner.plan import INLINE_KEYS, parse_inline
 
     keys = parse_inline(text)
+    unsupported = [k for k in (part.split("=", 1)[0].strip() for part in text.split(",") if part.strip())
+                   if INLINE_KEYS[k] not in CHOICE_KEYS]
+    if unsupported:
+        raise PlanError(
+            f"--plan {text}: calibration does not take {', '.join(unsupported)}; use only "
+            f"{', '.join(CHOICE_KEYS.values())} (the global batch is --gbs; plans run 1F1B, ZeRO-0, no sp)"
+        )
     return PlanChoice(keys.get("dp", 1), keys.get("tp", 1), keys.get("pp", 1), keys.get("micro_batch", 1),
                       keys.get("recompute", "none"))
 

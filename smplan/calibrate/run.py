@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwprofiles import Cluster, load_cluster
+from hwprofiles import Cluster, load_cluster, parse_override
 from hwprofiles.calibrate import (
     FIT_KEYS,
     CalibrationError,
@@ -26,7 +26,13 @@ from hwprofiles.calibrate import (
     median,
     spearman,
 )
-from hwprofiles.profile_file import profile_path, with_efficiency, write_profile
+from hwprofiles.profile_file import (
+    check_writable,
+    profile_path,
+    with_efficiency,
+    with_values,
+    write_profile,
+)
 from planner import estimate, load_model_file, profile_model
 from planner.plan import Plan, PlanError
 
@@ -155,8 +161,8 @@ def check_options(opts: CalibrateOptions) -> None:
         raise PlanError(f"--nproc must be at least 1, got {opts.nproc}")
     if opts.rounds < 1:
         raise PlanError(f"--rounds must be at least 1, got {opts.rounds}")
-    if opts.output and not opts.check and Path(opts.output).exists() and not opts.force:
-        raise CalibrationError(f"{opts.output} exists; pass --force to overwrite it or choose another -o")
+    if opts.output and not opts.check:
+        check_writable(opts.output, opts.force)
 
 
 def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, profile) -> list[tuple[str, Plan]]:
@@ -176,12 +182,33 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
     return out
 
 
+def check_plans(labelled: Sequence[tuple[str, Plan]], model_file, profile, cluster: Cluster, nproc: int) -> None:
+    """Reject, before any run, a plan that the cost model or the executor would refuse:
+    otherwise it fails only when its turn comes, after the earlier plans ran for minutes."""
+    from executor import PlanMismatchError, validate_plan
+
+    for label, plan in labelled:
+        try:
+            estimate(plan, profile, cluster)
+            validate_plan(plan, model_file, world_size=nproc)
+        except (PlanError, PlanMismatchError) as err:
+            raise PlanError(f"plan {label}: {err}; nothing was run") from None
+
+
+def overridden_profile(source: Path, hw_set: Sequence[str]) -> str:
+    """The source profile's TOML with the `--hw-set` values the fit saw written into it
+    (`[efficiency]` is replaced by the fit's result anyway)."""
+    values = dict(parse_override(item) for item in hw_set)
+    values = {k: v for k, v in values.items() if not k.startswith("efficiency.")}
+    return with_values(source.read_text(), values) if values else source.read_text()
+
+
 def measure_all(labelled: Sequence[tuple[str, Plan]], model: str, opts: CalibrateOptions,
-                progress: Callable[[str], None]) -> list[Measured]:
+                progress: Callable[[str], None], model_file=None) -> list[Measured]:
     """Each plan's measurement; with `opts.rounds` > 1 the list runs again and the fastest
     round counts. Rounds, not consecutive repeats, so that a burst of load from another
     job hits one round of a plan rather than all of them."""
-    model_file = load_model_file(model)
+    model_file = model_file or load_model_file(model)
     root = Path(opts.runs_dir or f"runs/calibrate-{time.strftime('%Y%m%d-%H%M%S')}")
     best: list[Measured | None] = [None] * len(labelled)
     for r in range(max(1, opts.rounds)):
@@ -208,9 +235,10 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     _, dtype = device_dtype()
     profile = profile_model(model, model_args, dtype=dtype)
     labelled = build_plans(model, model_args, hw, opts, profile)
-    for _, plan in labelled:
-        estimate(plan, profile, cluster)  # a plan the cost model rejects fails now, not after the runs
-    measured = measure_all(labelled, model, opts, progress)
+    model_file = load_model_file(model)
+    check_plans(labelled, model_file, profile, cluster, opts.nproc)
+    text = overridden_profile(source, opts.hw_set) if opts.output and not opts.check else ""
+    measured = measure_all(labelled, model, opts, progress, model_file)
     ok = [m for m in measured if m.step_time_s]
     report = CalibrationReport(hw=hw, before=[], failed=[m for m in measured if not m.step_time_s],
                                efficiency_before=dataclasses.asdict(cluster.efficiency))
@@ -230,6 +258,8 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
             f"fitted {', '.join(opts.keys)} (log-space least squares, hwprofiles/calibrate.py);",
             f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after.",
         ]
-        write_profile(with_efficiency(source.read_text(), report.fit.efficiency, notes), opts.output, opts.force)
+        if opts.hw_set:
+            notes.append(f"with --hw-set {' '.join(opts.hw_set)} (lines marked 'set by --hw-set').")
+        write_profile(with_efficiency(text, report.fit.efficiency, notes), opts.output, opts.force)
         report.output = opts.output
     return report

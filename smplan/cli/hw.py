@@ -94,20 +94,19 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
       smplan plan examples/gpt.py:tiny --hw calibrated.toml
     """
     import dataclasses
-    from pathlib import Path
 
-    from hwprofiles.probe import probe, progress_steps, to_toml
+    from hwprofiles.probe import check_nproc, probe, progress_steps, to_toml
+    from hwprofiles.profile_file import check_writable, write_profile
 
-    if output and Path(output).exists() and not force:
-        raise click.UsageError(f"{output} exists; pass --force to overwrite it or choose another -o")
+    if output:
+        check_writable(output, force)  # before ~10 s of measuring
+    check_nproc(nproc)
     steps = progress_steps(nproc=nproc)
     with click.progressbar(length=steps, label="probing", file=sys.stderr) as bar:
         result = probe(nproc=nproc, progress=lambda: bar.update(1))
     text = to_toml(result, name=name)
-    load_check = None
     if output:
-        Path(output).write_text(text)
-        load_check = load_cluster(output)  # the written file must pass validation
+        write_profile(text, output, force)  # validated before it replaces anything
     if as_json:
         data = dataclasses.asdict(result)
         data["output"] = output
@@ -123,7 +122,7 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
     for kind, (gbps, us) in (result.collective_fits or {"all_reduce": (result.link_bandwidth_gbps,
                                                                      result.link_latency_us)}).items():
         click.echo(f"  {kind} fit: {gbps:.2f} GB/s, {us:.1f} us latency")
-    if load_check is not None:
+    if output:
         click.echo(f"wrote {output} (loads with --hw {output})")
     else:
         click.echo(text)

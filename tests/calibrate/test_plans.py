@@ -52,3 +52,17 @@ def test_too_many_plans_or_none_is_one_clear_error(profile):
 def test_parse_choice_defaults():
     c = parse_choice("dp=2,mbs=4")
     assert (c.dp, c.tp, c.pp, c.micro_batch, c.recompute) == (2, 1, 1, 4, "none")
+
+
+@pytest.mark.parametrize("text, named", [("dp=2,zero=1", "zero"), ("dp=1,tp=2,sp=1,schedule=interleaved", "sp, schedule"),
+                                         ("pp=2,v=2", "v"), ("dp=2,gbs=16", "gbs")])
+def test_plan_keys_a_calibration_cannot_honour_are_refused(text, named):
+    with pytest.raises(PlanError) as err:
+        parse_choice(text)
+    message = str(err.value)
+    assert f"does not take {named};" in message and "dp, tp, pp, mbs, recompute" in message
+
+
+def test_supported_plan_keys_are_kept():
+    c = parse_choice("dp=1,tp=2,pp=1,mbs=2,recompute=full")
+    assert (c.dp, c.tp, c.pp, c.micro_batch, c.recompute) == (1, 2, 1, 2, "full")

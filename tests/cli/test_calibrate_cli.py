@@ -127,3 +127,60 @@ def test_explicit_plan_of_the_wrong_size_is_refused_before_any_run(cli_runner, p
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--nproc", "2",
                                                     "--plan", "dp=2", "--plan", "dp=4,mbs=1"]))
     assert "--plan dp=4" in line and "--nproc is 2" in line
+
+
+def test_plan_keys_calibration_cannot_honour_are_one_line(cli_runner, probed):
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed),
+                                                    "--plan", "dp=2,zero=1,sp=1"]))
+    assert "zero, sp" in line and "dp, tp, pp, mbs, recompute" in line
+
+
+def test_a_plan_the_executor_rejects_is_refused_before_any_run(cli_runner, probed, tmp_path, monkeypatch):
+    """tp=2 does not divide fc1's 99 features: the cost model takes the plan, the executor would not."""
+    model = tmp_path / "odd_mlp.py"
+    model.write_text(open("examples/mlp.py").read().replace("4 * width", "3 * width"))
+    monkeypatch.setattr("smplan.calibrate.run.run_plan",
+                        lambda *args: pytest.fail("a plan ran before every plan was validated"))
+    line = _one_line_exit_2(cli_runner.invoke(cli, [
+        "calibrate", str(model), "--arg", "width=33", "--hw", str(probed), "--nproc", "2",
+        "--plan", "dp=2", "--plan", "tp=2", "--runs-dir", str(tmp_path / "runs")]))
+    assert "plan dp=1,tp=2" in line and "tp=2 does not divide fc1" in line and "nothing was run" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_hw_set_values_are_written_into_the_calibrated_profile(cli_runner, probed, tmp_path, monkeypatch):
+    from planner import estimate, profile_model
+    from smplan.calibrate import local_cluster
+
+    hw_set = ["inter_node.bandwidth_gbps=7.5", "intra_node.bandwidth_gbps=3", "gpu.memory_gib=6"]
+    cluster = local_cluster(str(probed), 2, hw_set)
+
+    ran = []
+
+    def fake_run(plan, label, model_file, steps, nproc, run_dir):
+        ran.append(plan)
+        profile = profile_model(GPT_TINY, dtype=plan.dtype)
+        return Measured(plan, label, 1.3 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
+
+    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    out = tmp_path / "cal.toml"
+    args = ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "3", "-o", str(out),
+            "--runs-dir", str(tmp_path / "runs"), "--json"]
+    for item in hw_set:
+        args += ["--hw-set", item]
+    result = cli_runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    saved = load_cluster(str(out))
+    assert saved.inter_node.bandwidth_gbps == 7.5 and saved.intra_node.bandwidth_gbps == 3.0
+    assert saved.gpu.memory_gib == 6.0 and saved.gpu.peak_tflops.fp32 == 0.15  # the rest untouched
+    assert saved.efficiency.matmul_max == pytest.approx(report["efficiency_after"]["matmul_max"], rel=1e-5)
+    text = out.read_text()
+    assert "bandwidth_gbps = 7.5  # set by --hw-set" in text and "--hw-set inter_node.bandwidth_gbps=7.5" in text
+    # the saved profile predicts what the fit predicted: it is the profile that was fitted
+    from smplan.calibrate import predict
+
+    saved_local = saved.with_overrides({"nodes": 1, "gpus_per_node": 2})
+    profile = profile_model(GPT_TINY, dtype=ran[0].dtype)
+    assert predict(ran, profile, saved_local) == pytest.approx([r["predicted_s"] for r in report["calibrated"]],
+                                                               rel=1e-4)

@@ -1,4 +1,7 @@
+import dataclasses
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +85,119 @@ def test_probe_toml_reports_every_collective_fit(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(text)
     assert load_cluster(str(path)).intra_node.latency_us == 90.0
+
+
+def _one_line_exit_2(result):
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def test_eager_probe_writes_no_fusion(tmp_path):
+    result = ProbeResult(device="cpu", nproc=1, peak_tflops={"fp32": 0.1}, matmul_half_dim=30.0,
+                         memory_bandwidth_gbps=10.0, memory_gib=2.0, link_bandwidth_gbps=10.0, link_latency_us=1.0)
+    text = to_toml(result)
+    assert "elementwise_fusion = 0.0" in text and "executor" not in text
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    assert load_cluster(str(path)).efficiency.elementwise_fusion == 0.0
+
+
+class _DeadProcess:
+    """A spawned worker that has already died (exit code 1)."""
+
+    exitcode = 1
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def start(self):
+        pass
+
+    def join(self, timeout=None):
+        pass
+
+    def is_alive(self):
+        return False
+
+    def kill(self):
+        pass
+
+
+class _DeadContext:
+    Process = _DeadProcess
+
+    @staticmethod
+    def Queue():  # noqa: N802  (the multiprocessing context's name)
+        import queue
+
+        return queue.Queue()
+
+    @staticmethod
+    def Barrier(n):  # noqa: N802
+        return None
+
+
+@pytest.mark.parametrize("which", ["compute", "collectives"])
+def test_a_dead_worker_is_a_value_error_that_says_what_to_try(monkeypatch, which):
+    import multiprocessing
+
+    from hwprofiles.probe import ProbeError, measure_collectives, measure_compute_concurrently
+
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method=None: _DeadContext())
+    with pytest.raises(ProbeError) as err:
+        if which == "compute":
+            measure_compute_concurrently(2, (64,), ("fp32",), 1)
+        else:
+            measure_collectives(2, (1024,))
+    assert isinstance(err.value, ValueError)
+    assert "exited with code 1" in str(err.value) and "--nproc" in str(err.value)
+
+
+def test_more_processes_than_gpus_is_one_line_before_probing(cli_runner, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr("hwprofiles.probe.probe", lambda **kw: pytest.fail("probed despite too many processes"))
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "--nproc", "4"]))
+    assert "--nproc 4" in line and "has 2" in line and "--nproc 2" in line
+
+
+def _fake_probe(**kwargs):
+    return ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.1}, matmul_half_dim=30.0,
+                       memory_bandwidth_gbps=10.0, memory_gib=2.0, link_bandwidth_gbps=1.0, link_latency_us=50.0)
+
+
+def test_probe_refuses_to_overwrite_in_one_line(cli_runner, tmp_path, monkeypatch):
+    monkeypatch.setattr("hwprofiles.probe.probe", lambda **kw: pytest.fail("probed before refusing"))
+    out = tmp_path / "mine.toml"
+    out.write_text("keep me")
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "-o", str(out)]))
+    assert "--force" in line and out.read_text() == "keep me"
+
+
+def test_probe_writes_nothing_that_would_not_load(cli_runner, tmp_path, monkeypatch):
+    def broken_probe(**kwargs):  # a measurement gone wrong: a link of 0 GB/s fails validation
+        return dataclasses.replace(_fake_probe(), link_bandwidth_gbps=0.0)
+
+    monkeypatch.setattr("hwprofiles.probe.probe", broken_probe)
+    out = tmp_path / "mine.toml"
+    out.write_text("keep me")
+    result = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out), "--force"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    *_, line = result.output.strip().splitlines()  # the progress bar's label, then the error
+    assert line.startswith("error: ") and "nothing written" in line and "bandwidth" in line
+    assert out.read_text() == "keep me"
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.toml"]  # no temporary file left behind
+
+
+def test_probe_name_is_quoted_and_the_file_replaced_with_force(cli_runner, tmp_path, monkeypatch):
+    monkeypatch.setattr("hwprofiles.probe.probe", _fake_probe)
+    out = tmp_path / "mine.toml"
+    out.write_text("keep me")
+    ok = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out), "--force", "--name", 'lab "b"'])
+    assert ok.exit_code == 0, ok.output
+    cluster = load_cluster(str(out))
+    assert cluster.name == 'lab "b"' and cluster.gpu.peak_tflops.fp32 == 0.1
