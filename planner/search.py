@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from hwprofiles import Cluster
 from hwprofiles.perf import p2p_time_s
@@ -158,6 +159,18 @@ def _compute_bound(cm: CostModel, cand: Candidate) -> float:
     return work + (m - 1) * work / p
 
 
+class _Room(NamedTuple):
+    """One pipeline device's memory: blocks it holds without (free) and with (full)
+    recomputation, per-block bytes (slope) and what recomputing one block saves."""
+
+    ratio: float  # slope / saved: bytes freed per recomputed block, inverted (inf: none)
+    free: float
+    full: float
+    slope: float
+    room: float  # capacity left after the device's constant bytes
+    saved: float
+
+
 def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, float]:
     """(lower bound on the step time, rejection reason or "", by how much).
 
@@ -218,19 +231,19 @@ def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, floa
             full = free
         elif cand.recompute_all:
             free = 0.0
-        rooms.append((slope / saved if saved else math.inf, free, full, slope, room))
+        rooms.append(_Room(slope / saved if saved else math.inf, free, full, slope, room, saved))
         min_needed = max(min_needed, const + (slope - saved) * v)
-    cap_blocks = sum(math.floor(full + 1e-9) for _, _, full, _, _ in rooms)
+    cap_blocks = sum(math.floor(r.full + 1e-9) for r in rooms)
     if min_needed > cap or cap_blocks < L:
         # GPU memory short of the least any partition needs, averaged over the devices
-        least_blk = min(slope - (slope / ratio if ratio != math.inf else 0.0) for ratio, _, _, slope, _ in rooms)
-        need = sum(cap - room for *_, room in rooms) + L * least_blk
+        least_blk = min(r.slope - r.saved for r in rooms)
+        need = sum(cap - r.room for r in rooms) + L * least_blk
         return 0.0, "oom", max(min_needed - cap, need / p - cap, 1.0)
     if cand.recompute_all:
         rec_needed = float(L)
     else:
-        left = L - sum(min(free, full) for _, free, full, _, _ in rooms)
-        for ratio, free, full, _, _ in sorted(rooms):
+        left = L - sum(min(r.free, r.full) for r in rooms)
+        for ratio, free, full, *_ in sorted(rooms):
             if left <= 0:
                 break
             take = min(left, max(0.0, full - free))
@@ -246,7 +259,7 @@ def _bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, floa
     base = [sum(sends[c] + (sends[c - 1] if c else 0.0) for c in range(d, C, p)) for d in range(p)]
     base[0] += pre
     base[-1] += post
-    caps = [math.floor(full + 1e-9) for _, _, full, _, _ in rooms]
+    caps = [math.floor(r.full + 1e-9) for r in rooms]
     step = per_blk + (rec_blk if cand.recompute_all else 0.0)
     busiest = _busiest_device(base, step, L, caps, v)
     if cand.schedule == "interleaved":
