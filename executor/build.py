@@ -24,7 +24,7 @@ from .parallelize import (
     materialize,
 )
 from .pipeline import build_pipeline, chunks_of_rank
-from .structure import blocks_of, cut_chunk, find_layout, owned_blocks
+from .structure import Layout, blocks_of, cut_chunk, find_layout, owned_blocks
 
 
 @dataclass
@@ -33,6 +33,7 @@ class ModelParts:
     stage_ids: list[int]
     schedule: object | None  # a pipelining schedule when pp > 1
     reference: nn.Module = field(repr=False)  # the meta-built full model (for batch hooks)
+    layout: Layout | None = field(default=None, repr=False)  # find_layout(reference)
 
     def parameters(self):
         for chunk in self.chunks:
@@ -85,4 +86,4 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     if dims.pp_enabled:
         schedule = build_pipeline(chunks, stage_ids, len(stages), dims["pp"], device, plan.schedule,
                                   plan.num_microbatches, loss_fn)
-    return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta)
+    return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout)

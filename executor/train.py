@@ -30,7 +30,6 @@ from .metrics import (
     rank_file,
     summarize,
 )
-from .structure import find_layout
 from .timing import PhaseTimer
 
 
@@ -96,7 +95,7 @@ class Trainer:
         self.data = BatchSource(self.model_file, self.parts.reference, self.plan.micro_batch,
                                 self.plan.num_microbatches, self.dims.coord("dp"), self.plan.dp, cfg.seed)
         self.tokens_per_sample = None
-        self.layout = find_layout(self.parts.reference)
+        self.layout = self.parts.layout
         self.slow = parse_slow_rank(cfg.slow_rank)
 
     # -- one step ---------------------------------------------------------------------------
@@ -191,6 +190,8 @@ class Trainer:
         """Test hook (SMPLAN_SLOW_RANK=RANK:SECONDS): a straggler. It sleeps just before the
         step-end synchronisation, so the delay is its own time and the others wait for it."""
         if self.slow and self.rank == self.slow[0]:
+            if self.device.type == "cuda":  # else queued GPU work would run during the sleep
+                torch.cuda.synchronize(self.device)
             time.sleep(self.slow[1])
             timer.mark("injected_delay")
 
