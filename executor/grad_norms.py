@@ -28,33 +28,49 @@ def block_index(param_name: str, blocks_fqn: str) -> int | None:
     return None
 
 
+def by_layout(grads) -> dict:
+    """Gradients grouped by (mesh, placements): torch's get_total_norm takes one layout at a
+    time; plain tensors form the group None."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict = defaultdict(list)
+    for g in grads:
+        groups[(id(g.device_mesh), tuple(g.placements)) if isinstance(g, DTensor) else None].append(g)
+    return groups
+
+
+def squared_norm(groups: dict, device: torch.device) -> torch.Tensor:
+    """Sum of squares of the FULL gradients in `groups` (sharded norms reduced to full values);
+    every rank holding a shard must call it with the same groups in the same order."""
+    from torch.distributed.tensor import DTensor
+
+    total = torch.zeros((), device=device)
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        total = total + norm.float() ** 2
+    return total
+
+
 def block_grad_norms(chunks, blocks_fqn: str, num_blocks: int, device: torch.device,
                      pp_group=None) -> list[float]:
     """2-norm of each block's full gradient (same list on every rank).
 
-    Sharded (DTensor) gradients are normed per (mesh, placement) group and reduced to full
-    values, as in the global clip; each pipeline stage fills its own blocks and the stages
-    add their squares over pp. Every rank of a stage walks the same blocks in the same
-    order, so the collectives inside `full_tensor` match up.
+    Sharded (DTensor) gradients are normed per layout group and reduced to full values, as
+    in the global clip; each pipeline stage fills its own blocks and the stages add their
+    squares over pp. Every rank of a stage walks the same blocks in the same order, so the
+    collectives inside `full_tensor` match up.
     """
-    from torch.distributed.tensor import DTensor
-
-    groups: dict[int, dict] = defaultdict(lambda: defaultdict(list))
+    per_block: dict[int, list] = defaultdict(list)
     for chunk in chunks:
         for name, p in chunk.named_parameters():
             index = block_index(name, blocks_fqn)
-            if p.grad is None or index is None:
-                continue
-            g = p.grad
-            key = (id(g.device_mesh), tuple(g.placements)) if isinstance(g, DTensor) else None
-            groups[index][key].append(g)
+            if p.grad is not None and index is not None:
+                per_block[index].append(p.grad)
     squares = torch.zeros(num_blocks, device=device)
-    for index in sorted(groups):
-        for grads in groups[index].values():
-            norm = torch.nn.utils.get_total_norm(grads, 2.0)
-            if isinstance(norm, DTensor):
-                norm = norm.full_tensor()
-            squares[index] += norm.float() ** 2
+    for index in sorted(per_block):
+        squares[index] += squared_norm(by_layout(per_block[index]), device)
     if pp_group is not None:
         dist.all_reduce(squares, group=pp_group)
     return squares.sqrt().tolist()

@@ -38,7 +38,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     A failed worker makes the agent stop the others and restart the whole group (up to
     `max_restarts` times); workers resume from the newest complete checkpoint.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -56,7 +56,10 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         rdzv_endpoint=rdzv_endpoint or "localhost:0",  # torchrun --standalone
         max_restarts=max_restarts,
         monitor_interval=0.1,
-        logs_specs=DefaultLogsSpecs(log_dir=str(out / "elastic")),
+        # every worker's stderr also lands in RUN_DIR/elastic/.../attempt_N/RANK/stderr.log, so
+        # a crash (an abort from C++ too) can be read after the run; stdout (the progress
+        # lines) stays the workers' own, as a caller that redirects it expects
+        logs_specs=DefaultLogsSpecs(log_dir=str(out / "elastic"), tee=Std.ERR),
         shutdown_timeout=shutdown_timeout_s,
     )
     env = {
