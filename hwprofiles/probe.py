@@ -29,6 +29,7 @@ from .probe_collectives import (  # noqa: F401  (fit_* re-exported: the probe's 
     DEFAULT_MESSAGE_BYTES,
     ProbeError,
     check_nproc,
+    collect,
     fit_alpha_beta,
     fit_ring_allreduce,
     measure_allreduce,
@@ -210,7 +211,6 @@ def measure_compute_concurrently(nproc: int, sizes, dtypes, threads: int, progre
     the processes.
     """
     import multiprocessing as mp
-    import queue as queue_mod
 
     ctx = mp.get_context("spawn")
     q, barrier = ctx.Queue(), ctx.Barrier(nproc)
@@ -218,34 +218,7 @@ def measure_compute_concurrently(nproc: int, sizes, dtypes, threads: int, progre
                          daemon=True) for r in range(nproc)]
     for proc in procs:
         proc.start()
-    done, deadline = [], time.monotonic() + timeout_s
-    try:
-        while len(done) < nproc:
-            try:
-                what, value = q.get(timeout=1.0)
-            except queue_mod.Empty:
-                dead = [proc for proc in procs if proc.exitcode not in (None, 0)]
-                if dead:
-                    raise ProbeError(
-                        f"compute probe: worker {procs.index(dead[0])} of {nproc} exited with code {dead[0].exitcode}"
-                        " (out of memory?); run again with fewer processes (--nproc) or on an idle machine"
-                    ) from None
-                if time.monotonic() > deadline:
-                    raise ProbeError(
-                        f"compute probe: no result from {nproc} processes within {timeout_s:.0f} s (a worker hung); "
-                        "run again with fewer processes (--nproc) or on an idle machine"
-                    ) from None
-                continue
-            if what == "done":
-                done.append(value)
-            elif progress:
-                progress()
-    finally:
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+    done = collect(procs, q, nproc, timeout_s, "compute probe", progress)
     curves = {dt: {d: float(np.median([c[dt][d] for c, _ in done])) for d in done[0][0][dt]} for dt in dtypes}
     return curves, float(np.median([bw for _, bw in done]))
 

@@ -8,6 +8,7 @@ send/recv t = alpha + B / bw. gloo on CPU, nccl on GPU.
 from __future__ import annotations
 
 import os
+import queue as queue_mod
 import socket
 import time
 
@@ -174,6 +175,40 @@ def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...],
         dist.destroy_process_group()
 
 
+def collect(procs, q, expected: int, timeout_s: float, what: str, progress=None) -> list:
+    """The values of `expected` ("done", value) messages the worker `procs` put on `q`; other
+    messages are progress ticks. A worker that dies or a deadline that passes is one
+    ProbeError; the workers are always reaped (joined, killed if they hang on)."""
+    done, deadline = [], time.monotonic() + timeout_s
+    try:
+        while len(done) < expected:
+            try:
+                kind, value = q.get(timeout=1.0)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise ProbeError(
+                        f"{what}: worker {procs.index(dead[0])} of {len(procs)} exited with code "
+                        f"{dead[0].exitcode} (out of memory?); run again with fewer processes (--nproc) or on an "
+                        "idle machine") from None
+                if time.monotonic() > deadline:
+                    raise ProbeError(
+                        f"{what}: no result from {len(procs)} processes within {timeout_s:.0f} s (a worker hung); "
+                        "run again with fewer processes (--nproc) or on an idle machine") from None
+                continue
+            if kind == "done":
+                done.append(value)
+            elif progress:
+                progress()
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return done
+
+
 def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 180.0,
                         progress=None) -> dict[str, dict[int, float]]:
     """Seconds per collective, by kind and message bytes, across `nproc` local processes.
@@ -181,7 +216,6 @@ def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: floa
     A worker that dies (or hangs) is killed and reported; no process outlives the call.
     """
     import multiprocessing as mp
-    import queue as queue_mod
 
     check_nproc(nproc)
     ctx = mp.get_context("spawn")
@@ -191,37 +225,7 @@ def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: floa
              for r in range(nproc)]  # daemon: they die with the caller
     for p in procs:
         p.start()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                what, value = q.get(timeout=1.0)
-            except queue_mod.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise ProbeError(
-                        f"collective probe: worker {procs.index(dead[0])} of {nproc} exited with code "
-                        f"{dead[0].exitcode}; run again with fewer processes (--nproc) or on an idle machine"
-                    ) from None
-                if time.monotonic() > deadline:
-                    raise ProbeError(
-                        f"collective probe: no result from {nproc} processes within {timeout_s:.0f} s (a worker "
-                        "hung); run again with fewer processes (--nproc) or on an idle machine"
-                    ) from None
-                continue
-            if what == "done":
-                result = value
-                break
-            if progress:
-                progress()
-        for p in procs:
-            p.join(timeout=30)
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    return result
+    return collect(procs, q, 1, timeout_s, "collective probe", progress)[0]
 
 
 def measure_allreduce(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 120.0) -> dict[int, float]:
