@@ -88,24 +88,15 @@ def test_models_without_sequence_or_tp_plan():
     assert cnn.blocks[0].forward_flops_per_sample > 0 and cnn.blocks[0].matmuls
 
 
-def test_blocks_are_the_layers_not_the_experts_inside(tmp_path):
-    path = tmp_path / "moe.py"
-    path.write_text(textwrap.dedent("""
-        import torch
-        from torch import nn
-
-        class Layer(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(6))
-            def forward(self, x):
-                return sum(e(x) for e in self.experts)
-
+def _stacked_model(tmp_path, layer: str, layers: int, width_in: int, stem: str = "nn.Identity()") -> str:
+    """A model file: `stem`, then `layers` copies of the `Layer` class given as source."""
+    path = tmp_path / "stacked.py"
+    path.write_text("import torch\nfrom torch import nn\n\n" + textwrap.dedent(layer) + textwrap.dedent(f"""
         class Net(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.stem = nn.Linear(4, 8)
-                self.layers = nn.ModuleList(Layer() for _ in range(3))
+                self.stem = {stem}
+                self.layers = nn.ModuleList(Layer() for _ in range({layers}))
             def forward(self, x):
                 x = self.stem(x)
                 for layer in self.layers:
@@ -116,9 +107,21 @@ def test_blocks_are_the_layers_not_the_experts_inside(tmp_path):
             return Net()
 
         def batch(n, model=None):
-            return torch.randn(n, 4), None
+            return torch.randn(n, {width_in}), None
     """))
-    p = profile_model(str(path), cache=False)
+    return str(path)
+
+
+def test_blocks_are_the_layers_not_the_experts_inside(tmp_path):
+    path = _stacked_model(tmp_path, """
+        class Layer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(6))
+            def forward(self, x):
+                return sum(e(x) for e in self.experts)
+    """, layers=3, width_in=4, stem="nn.Linear(4, 8)")
+    p = profile_model(path, cache=False)
     assert [b.name for b in p.blocks] == ["layers.0", "layers.1", "layers.2"]
     assert p.params == 4 * 8 + 8 + 3 * 6 * (8 * 8 + 8)
 
@@ -127,11 +130,7 @@ def test_fusible_traffic_is_the_inside_of_element_wise_chains(tmp_path):
     # linear -> (*2) -> (+1) -> neg -> linear: none of the three element-wise ops saves
     # anything for backward, so a fusing compiler reads the first linear's output once and
     # writes the last op's output once; the two intermediates never reach HBM.
-    path = tmp_path / "chain.py"
-    path.write_text(textwrap.dedent("""
-        import torch
-        from torch import nn
-
+    path = _stacked_model(tmp_path, """
         class Layer(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -139,23 +138,8 @@ def test_fusible_traffic_is_the_inside_of_element_wise_chains(tmp_path):
                 self.b = nn.Linear(16, 16, bias=False)
             def forward(self, x):
                 return self.b((self.a(x) * 2.0 + 1.0).neg())
-
-        class Net(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.layers = nn.ModuleList(Layer() for _ in range(2))
-            def forward(self, x):
-                for layer in self.layers:
-                    x = layer(x)
-                return x
-
-        def model():
-            return Net()
-
-        def batch(n, model=None):
-            return torch.randn(n, 16), None
-    """))
-    block = profile_model(str(path), cache=False, dtype="fp32").blocks[0]
+    """, layers=2, width_in=16)
+    block = profile_model(path, cache=False, dtype="fp32").blocks[0]
     tensor = 16 * 4  # one [1, 16] fp32 activation
     assert block.elementwise_bytes_per_sample == 6 * tensor  # three ops, each reads and writes one
     assert block.elementwise_fusible_bytes_per_sample == 4 * tensor  # two writes + two reads stay on chip
