@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -202,11 +203,9 @@ def ape(predicted: float, measured: float) -> float:
 
 
 def median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
+    """statistics.median, NaN for no values (a report row with nothing to summarise)."""
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:

@@ -31,8 +31,6 @@ from .probe_collectives import (  # noqa: F401  (fit_* re-exported: the probe's 
     check_nproc,
     collect,
     fit_alpha_beta,
-    fit_ring_allreduce,
-    measure_allreduce,
     measure_collectives,
 )
 

@@ -60,11 +60,6 @@ def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduc
     return float(bandwidth_gbps), float(latency_us)
 
 
-def fit_ring_allreduce(times_s: dict[int, float], nproc: int) -> tuple[float, float]:
-    """(bandwidth GB/s, latency us) of t = 2(n-1)*alpha + 2(n-1)/n * B / bw."""
-    return fit_alpha_beta(times_s, nproc, "all_reduce")
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -227,7 +222,3 @@ def measure_collectives(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: floa
         p.start()
     return collect(procs, q, 1, timeout_s, "collective probe", progress)[0]
 
-
-def measure_allreduce(nproc: int, sizes=DEFAULT_MESSAGE_BYTES, timeout_s: float = 120.0) -> dict[int, float]:
-    """Seconds per all-reduce by message bytes across `nproc` local processes."""
-    return measure_collectives(nproc, sizes, timeout_s)["all_reduce"]

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwprofiles import load_cluster
-from hwprofiles.probe import ProbeResult, fit_ring_allreduce, fit_saturating, to_toml
+from hwprofiles.probe import ProbeResult, fit_alpha_beta, fit_saturating, to_toml
 from smplan.cli.main import cli
 
 
@@ -28,10 +28,10 @@ def test_fit_saturating_ignores_one_outlier():
     assert abs(peaks["fp32"] - 100) < 10 and 100 < h < 300
 
 
-def test_fit_ring_allreduce_recovers_alpha_beta():
+def test_fit_allreduce_recovers_alpha_beta():
     n, bw, alpha = 4, 2.0e9, 50e-6
     times = {b: 2 * (n - 1) * alpha + 2 * (n - 1) / n * b / bw for b in (1 << 12, 1 << 16, 1 << 20, 1 << 24)}
-    gbps, lat_us = fit_ring_allreduce(times, n)
+    gbps, lat_us = fit_alpha_beta(times, n, "all_reduce")
     assert np.isclose(gbps, 2.0, rtol=1e-6) and np.isclose(lat_us, 50.0, rtol=1e-6)
 
 
@@ -72,7 +72,7 @@ def test_fit_alpha_beta_latency_not_set_by_noise_on_large_messages():
     n, bw, alpha = 2, 2.0e9, 50e-6
     times = {b: 2 * (n - 1) * alpha + 2 * (n - 1) / n * b / bw for b in (1 << 10, 1 << 14, 1 << 18, 1 << 24)}
     times[1 << 24] *= 1.05  # 5% noise on the big message is 400 us: it must not read as latency
-    _, lat_us = fit_ring_allreduce(times, n)
+    _, lat_us = fit_alpha_beta(times, n, "all_reduce")
     assert 40 < lat_us < 60
 
 
