@@ -72,11 +72,23 @@ def nodes_for(row: dict) -> int:
     return max(1, -(-row["gpus"] // 8))
 
 
-def vtrain_rows(name: str) -> list[dict]:
+# The column names of vTrain's own data/ground_truth_*.csv, mapped onto the validation folder's.
+VTRAIN_REPO_COLUMNS = {
+    "Parameters (billion)": "params_b", "# GPUs": "gpus", "global batch": "global_batch",
+    "micro batch": "micro_batch", "hidden size": "hidden", "attention heads": "heads", "# layers": "layers",
+    "sequence length": "seq_len", "tensor parallelism": "tp", "data parallelism": "dp",
+    "pipeline parallelism": "pp", "iteration time (ms)": "iteration_ms",
+}
+
+
+def vtrain_rows(name: str | Path) -> list[dict]:
+    """Rows of a vTrain-format CSV: a file name in the validation folder, or any path (the
+    vTrain repository's own column names are read too)."""
+    path = Path(name) if isinstance(name, Path) or "/" in name else VALIDATION / name
     rows = []
-    with open(VALIDATION / name) as fh:
+    with open(path) as fh:
         for r in csv.DictReader(fh):
-            r = {k: float(v) for k, v in r.items()}
+            r = {VTRAIN_REPO_COLUMNS.get(k.strip(), k.strip()): float(v) for k, v in r.items()}
             rows.append(dict(
                 label=f"{r['params_b']}B" if "params_b" in r else f"h{int(r['hidden'])} l{int(r['layers'])}",
                 hidden=int(r["hidden"]), heads=int(r["heads"]), layers=int(r["layers"]), seq=int(r["seq_len"]),
