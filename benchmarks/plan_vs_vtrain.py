@@ -2,6 +2,8 @@
 
     python benchmarks/plan_vs_vtrain.py            # the validation files
     python benchmarks/plan_vs_vtrain.py --fit      # refit the global Efficiency factors
+    python benchmarks/plan_vs_vtrain.py --hw-set intra_node.bandwidth_gbps=200
+                                                   # what one global change does to every figure
     python benchmarks/plan_vs_vtrain.py --extra ground_truth_multi.csv
                                                    # also held-out rows in vTrain's format
 
@@ -23,38 +25,45 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import (  # noqa: E402
+    PublishedFileError,
+    global_overrides,
     mape,
     measured_profile,
     megatron_rows,
     megatron_table2_rows,
     nodes_for,
     plan_for,
+    read_vtrain_csv,
+    usage_error,
     vtrain_rows,
 )
 
-from hwprofiles import load_cluster  # noqa: E402
+from hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
 from hwprofiles.calibrate import spearman  # noqa: E402
 from planner import estimate  # noqa: E402
 
 
-def predict(row: dict, efficiency: dict | None = None) -> float:
+def predict(row: dict, overrides: dict | None = None) -> float:
+    """The cost model's step time of a published row; `overrides` are dotted hardware keys
+    (`efficiency.matmul_max`, `intra_node.bandwidth_gbps`) applied on top of the row's own."""
     over = dict(row["hw_set"])
-    over.update({f"efficiency.{k}": v for k, v in (efficiency or {}).items()})
+    over.update(overrides or {})
     cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=over)
     return estimate(plan_for(row, cluster.nodes), measured_profile(row), cluster).step_time_s
 
 
-def rank_by_model(name: str, rows: list[dict], efficiency: dict | None, verbose: bool) -> tuple[dict, list[float]]:
+def rank_by_model(name: str, rows: list[dict], overrides: dict | None, verbose: bool) -> tuple[dict, list[float]]:
     """Per model in `rows`: Spearman of predicted vs measured step time and how far the
     predicted-fastest config measures from the measured best."""
     out = {}
-    preds = [predict(r, efficiency) for r in rows]
+    preds = [predict(r, overrides) for r in rows]
     if verbose:
         print(f"{name}: per row (predicted vs measured, seconds)")
         for r, p in zip(rows, preds, strict=True):
             print(f"  {r['label']:>6} tp={r['tp']:<2} pp={r['pp']:<2} dp={r['dp']:<2} mbs={r['mbs']:<2} "
                   f"pred {p:7.3f}  meas {r['measured_s']:7.3f}  err {100 * (p / r['measured_s'] - 1):+6.1f}%")
-    for model in sorted({r["label"] for r in rows}, key=lambda label: float(label.rstrip("B"))):
+    size = {r["label"]: r["hidden"] * r["layers"] for r in rows}  # order models smallest first
+    for model in sorted(size, key=size.get):
         idx = [i for i, r in enumerate(rows) if r["label"] == model]
         meas = [rows[i]["measured_s"] for i in idx]
         pr = [preds[i] for i in idx]
@@ -68,23 +77,22 @@ def rank_by_model(name: str, rows: list[dict], efficiency: dict | None, verbose:
     return out, preds
 
 
-def report(efficiency: dict | None = None, verbose: bool = True, extra: tuple[str, ...] = ()) -> dict:
+def report(overrides: dict | None = None, verbose: bool = True, extra: dict[str, list[dict]] | None = None) -> dict:
     multi = vtrain_rows("vtrain_multi_node.csv")
-    ranks, preds = rank_by_model("vtrain_multi_node.csv", multi, efficiency, verbose)
+    ranks, preds = rank_by_model("vtrain_multi_node.csv", multi, overrides, verbose)
     out = {f"multi_{model}": v for model, v in ranks.items()}
     out["mape_multi"] = mape(multi, preds)
-    for path in extra:
-        rows = vtrain_rows(Path(path))
-        ranks, _ = rank_by_model(f"{path} (held out: not fitted)", rows, efficiency, verbose)
+    for path, rows in (extra or {}).items():
+        ranks, _ = rank_by_model(f"{path} (held out: not fitted)", rows, overrides, verbose)
         out.update({f"extra_{model}": v for model, v in ranks.items()})
     single = vtrain_rows("vtrain_single_node.csv")
-    sp = [predict(r, efficiency) for r in single]
+    sp = [predict(r, overrides) for r in single]
     out["mape_single"] = mape(single, sp)
     meg = megatron_rows()
-    mp = [predict(r, efficiency) for r in meg]
+    mp = [predict(r, overrides) for r in meg]
     out["mape_megatron"] = mape(meg, mp)
     zero3 = megatron_table2_rows("zero-3")
-    out["mape_table2_zero3"] = mape(zero3, [predict(r, efficiency) for r in zero3])
+    out["mape_table2_zero3"] = mape(zero3, [predict(r, overrides) for r in zero3])
     if verbose:
         print(f"MAPE vtrain_multi_node.csv:   {out['mape_multi']:.1f}% (target <= 10%)")
         print(f"MAPE vtrain_single_node.csv:  {out['mape_single']:.1f}% over {len(single)} rows (target <= 10%)")
@@ -96,9 +104,10 @@ def report(efficiency: dict | None = None, verbose: bool = True, extra: tuple[st
     return out
 
 
-def fit() -> dict:
+def fit(start: dict | None = None) -> dict:
     """Coordinate search of the global factors on the mean of the four MAPEs (no per-row terms),
-    starting from the current defaults (hwprofiles.cluster.Efficiency)."""
+    starting from the current defaults (hwprofiles.cluster.Efficiency) with `start`'s
+    `efficiency.*` values; its other keys stay fixed. Returns the overrides to report with."""
     import dataclasses
     import random
 
@@ -109,8 +118,13 @@ def fit() -> dict:
     single = random.sample(vtrain_rows("vtrain_single_node.csv"), 240)
     sets = [multi, single, megatron_rows(), megatron_table2_rows("zero-3")]
 
+    start = dict(start or {})
+
+    def dotted(e: dict) -> dict:
+        return {**start, **{f"efficiency.{k}": v for k, v in e.items()}}
+
     def loss(e):
-        return sum(mape(rows, [predict(r, e) for r in rows]) for rows in sets) / len(sets)
+        return sum(mape(rows, [predict(r, dotted(e)) for r in rows]) for rows in sets) / len(sets)
 
     bounds = dict(matmul_max=(0.4, 1.0), matmul_half_dim=(0.0, 400.0), memory_bound=(0.2, 1.0), network=(0.2, 1.0),
                   host_overhead_us_per_layer=(0.0, 5000.0), single_nic_network=(0.05, 1.0),
@@ -118,7 +132,7 @@ def fit() -> dict:
     steps = dict(matmul_max=0.1, matmul_half_dim=64.0, memory_bound=0.2, network=0.2, host_overhead_us_per_layer=800.0,
                  single_nic_network=0.2, elementwise_fusion=0.25)
     defaults = dataclasses.asdict(Efficiency())
-    e = {k: defaults[k] for k in bounds}
+    e = {k: start.get(f"efficiency.{k}", defaults[k]) for k in bounds}
     best = loss(e)
     for _ in range(6):
         for k in e:
@@ -132,7 +146,7 @@ def fit() -> dict:
                         break
             steps[k] /= 2
         print(f"  loss {best:.2f}%  {e}", flush=True)
-    return e
+    return dotted(e)
 
 
 if __name__ == "__main__":
@@ -140,9 +154,20 @@ if __name__ == "__main__":
     ap.add_argument("--fit", action="store_true", help="refit the global efficiency factors first")
     ap.add_argument("--extra", action="append", default=[], metavar="CSV",
                     help="also rank the rows of this vTrain-format CSV (held out: never fitted); repeatable")
+    ap.add_argument("--hw-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a global override for every row, e.g. efficiency.matmul_max=0.8 or "
+                         "intra_node.bandwidth_gbps=200; with --fit, efficiency.* values are the start")
     args = ap.parse_args()
-    missing = [p for p in args.extra if not Path(p).is_file()]
-    if missing:
-        ap.error(f"--extra {missing[0]}: no such file; give the path of a vTrain-format CSV")
-    factors = fit() if args.fit else None
-    report(factors, extra=tuple(args.extra))
+    try:
+        global_set = global_overrides(args.hw_set)
+    except HardwareProfileError as err:
+        usage_error(str(err))
+    extra = {}
+    for path in args.extra:  # read every --extra file before any work, so a bad one costs nothing
+        if not Path(path).is_file():
+            usage_error(f"--extra {path}: no such file; give the path of a vTrain-format CSV")
+        try:
+            extra[path] = read_vtrain_csv(Path(path))
+        except PublishedFileError as err:
+            usage_error(f"--extra {err}")
+    report(fit(global_set) if args.fit else global_set, extra=extra)

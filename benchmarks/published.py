@@ -23,10 +23,12 @@ import csv
 import dataclasses
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hwprofiles import load_cluster, parse_override  # noqa: E402
 from planner import Plan, even_stages, profile_model  # noqa: E402
 
 VALIDATION = ROOT.parent / "shared" / "validation"
@@ -81,14 +83,34 @@ VTRAIN_REPO_COLUMNS = {
 }
 
 
-def vtrain_rows(name: str | Path) -> list[dict]:
-    """Rows of a vTrain-format CSV: a file name in the validation folder, or any path (the
-    vTrain repository's own column names are read too)."""
-    path = Path(name) if isinstance(name, Path) or "/" in name else VALIDATION / name
+VTRAIN_NEEDED = tuple(c for c in VTRAIN_REPO_COLUMNS.values() if c != "params_b")  # params_b only labels rows
+
+
+class PublishedFileError(ValueError):
+    """A published-runs CSV this module cannot read; the message names the file and the fix."""
+
+
+def vtrain_rows(name: str) -> list[dict]:
+    """Rows of a vTrain-format CSV in the validation folder."""
+    return read_vtrain_csv(VALIDATION / name)
+
+
+def read_vtrain_csv(path: Path) -> list[dict]:
+    """Rows of a vTrain-format CSV at `path`, with the folder's or the vTrain repository's
+    column names."""
     rows = []
-    with open(path) as fh:
-        for r in csv.DictReader(fh):
-            r = {VTRAIN_REPO_COLUMNS.get(k.strip(), k.strip()): float(v) for k, v in r.items()}
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        columns = {_column(k) for k in reader.fieldnames or ()}
+        missing = [c for c in VTRAIN_NEEDED if c not in columns]
+        if missing:
+            raise PublishedFileError(f"{path}: no column {missing[0]!r}; give a vTrain-format CSV "
+                                     f"(columns {', '.join(VTRAIN_NEEDED)})")
+        for line, raw in enumerate(reader, start=2):
+            try:
+                r = {_column(k): float(v) for k, v in raw.items()}
+            except (TypeError, ValueError):
+                raise PublishedFileError(f"{path}:{line}: every value must be a number; fix that row") from None
             rows.append(dict(
                 label=f"{r['params_b']}B" if "params_b" in r else f"h{int(r['hidden'])} l{int(r['layers'])}",
                 hidden=int(r["hidden"]), heads=int(r["heads"]), layers=int(r["layers"]), seq=int(r["seq_len"]),
@@ -96,7 +118,26 @@ def vtrain_rows(name: str | Path) -> list[dict]:
                 gbs=int(r["global_batch"]), gpus=int(r["gpus"]), measured_s=r["iteration_ms"] / 1e3,
                 schedule="1f1b", v=1, overlap_dp=False, dtype="fp16", hw_set=VTRAIN_HW,
             ))
+    if not rows:
+        raise PublishedFileError(f"{path}: no rows; give a vTrain-format CSV with at least one run")
     return rows
+
+
+def _column(name: str) -> str:
+    return VTRAIN_REPO_COLUMNS.get(name.strip(), name.strip())
+
+
+def global_overrides(items: list[str]) -> dict:
+    """`--hw-set KEY=VALUE` items as one dict, checked against the profile before any row runs."""
+    overrides = dict(parse_override(item) for item in items)
+    load_cluster("a100x8", overrides=overrides)  # raises HardwareProfileError naming the bad key
+    return overrides
+
+
+def usage_error(message: str) -> NoReturn:
+    """One line on stderr and exit code 2, the project's answer to a wrong input."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _megatron_row(label, heads, hidden, layers, tp, pp, gpus, gbs, mbs, tflops, zero=0) -> dict:

@@ -21,15 +21,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import (  # noqa: E402
+    global_overrides,
     measured_profile,
     megatron_rows,
     megatron_table2_rows,
     nodes_for,
     plan_for,
+    usage_error,
     vtrain_rows,
 )
 
-from hwprofiles import load_cluster, parse_override  # noqa: E402
+from hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
 from simulator import simulate_plan  # noqa: E402
 
 TARGETS = {"vtrain_multi_node.csv": 10.0, "vtrain_single_node.csv": 10.0, "megatron_sc21_table1.csv": 5.0}
@@ -75,7 +77,10 @@ def main(argv: list[str] | None = None) -> dict:
                     help="a global override applied to every row (e.g. efficiency.matmul_max=0.8)")
     ap.add_argument("--quiet", action="store_true", help="only the per-file summaries")
     args = ap.parse_args(argv)
-    global_set = dict(parse_override(item) for item in args.hw_set)
+    try:
+        global_set = global_overrides(args.hw_set)
+    except HardwareProfileError as err:
+        usage_error(str(err))
     contention = not args.no_contention
     print(f"contention {'on' if contention else 'off'}; global overrides: {global_set or 'none (profile defaults)'}")
     out = {}
