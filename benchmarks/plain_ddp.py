@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from planner import load_model_file, parse_model_args  # noqa: E402
+from smplan.planner import load_model_file, parse_model_args  # noqa: E402
 
 
 def main() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hwprofiles import load_cluster  # noqa: E402
-from planner import profile_model, search  # noqa: E402
+from smplan.hwprofiles import load_cluster  # noqa: E402
+from smplan.planner import profile_model, search  # noqa: E402
 
 CASES = [("gpt3_175b", 128, 1536), ("gpt3_1t", 384, 3072)]
 

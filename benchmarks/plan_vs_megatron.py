@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hwprofiles import load_cluster  # noqa: E402
-from planner import Plan, estimate, even_stages, profile_model  # noqa: E402
+from smplan.hwprofiles import load_cluster  # noqa: E402
+from smplan.planner import Plan, estimate, even_stages, profile_model  # noqa: E402
 
 REF = "examples/gpt.py:gpt3_175b"
 
@@ -33,7 +33,7 @@ def main() -> None:
     print(f"`smplan plan` wall time: {wall:.2f} s (target < 10 s)")
     profile = profile_model(str(ROOT / REF.split(":")[0]) + ":gpt3_175b")
     cluster = load_cluster("a100x8", nodes=128)
-    from planner import plan_search
+    from smplan.planner import plan_search
 
     best = plan_search(profile, cluster, global_batch=1536, top=1)[0]
     print(f"planner pick: dp={best.dp} tp={best.tp} pp={best.pp} mbs={best.micro_batch} {best.schedule} "

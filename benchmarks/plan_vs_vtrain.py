@@ -1,4 +1,4 @@
-"""Cost model vs published measurements (../shared/validation): ranking, top pick, MAPE.
+"""Cost model vs published measurements (the validation folder, --validation-dir): ranking, top pick, MAPE.
 
     python benchmarks/plan_vs_vtrain.py            # the validation files
     python benchmarks/plan_vs_vtrain.py --fit      # refit the global Efficiency factors
@@ -37,10 +37,11 @@ from published import (  # noqa: E402
     usage_error,
     vtrain_rows,
 )
+from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
+from smplan.planner import estimate  # noqa: E402
+from validation_data import ValidationDirError, add_validation_dir_option, resolve_validation_dir  # noqa: E402
 
-from hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
-from hwprofiles.calibrate import spearman  # noqa: E402
-from planner import estimate  # noqa: E402
+from smplan.calibrate.fit import spearman  # noqa: E402
 
 
 def predict(row: dict, overrides: dict | None = None) -> float:
@@ -77,21 +78,22 @@ def rank_by_model(name: str, rows: list[dict], overrides: dict | None, verbose: 
     return out, preds
 
 
-def report(overrides: dict | None = None, verbose: bool = True, extra: dict[str, list[dict]] | None = None) -> dict:
-    multi = vtrain_rows("vtrain_multi_node.csv")
+def report(folder: Path, overrides: dict | None = None, verbose: bool = True,
+           extra: dict[str, list[dict]] | None = None) -> dict:
+    multi = vtrain_rows(folder, "vtrain_multi_node.csv")
     ranks, preds = rank_by_model("vtrain_multi_node.csv", multi, overrides, verbose)
     out = {f"multi_{model}": v for model, v in ranks.items()}
     out["mape_multi"] = mape(multi, preds)
     for path, rows in (extra or {}).items():
         ranks, _ = rank_by_model(f"{path} (held out: not fitted)", rows, overrides, verbose)
         out.update({f"extra_{model}": v for model, v in ranks.items()})
-    single = vtrain_rows("vtrain_single_node.csv")
+    single = vtrain_rows(folder, "vtrain_single_node.csv")
     sp = [predict(r, overrides) for r in single]
     out["mape_single"] = mape(single, sp)
-    meg = megatron_rows()
+    meg = megatron_rows(folder)
     mp = [predict(r, overrides) for r in meg]
     out["mape_megatron"] = mape(meg, mp)
-    zero3 = megatron_table2_rows("zero-3")
+    zero3 = megatron_table2_rows(folder, "zero-3")
     out["mape_table2_zero3"] = mape(zero3, [predict(r, overrides) for r in zero3])
     if verbose:
         print(f"MAPE vtrain_multi_node.csv:   {out['mape_multi']:.1f}% (target <= 10%)")
@@ -104,19 +106,19 @@ def report(overrides: dict | None = None, verbose: bool = True, extra: dict[str,
     return out
 
 
-def fit(start: dict | None = None) -> dict:
+def fit(folder: Path, start: dict | None = None) -> dict:
     """Coordinate search of the global factors on the mean of the four MAPEs (no per-row terms),
-    starting from the current defaults (hwprofiles.cluster.Efficiency) with `start`'s
+    starting from the current defaults (smplan.hwprofiles.cluster.Efficiency) with `start`'s
     `efficiency.*` values; its other keys stay fixed. Returns the overrides to report with."""
     import dataclasses
     import random
 
-    from hwprofiles import Efficiency
+    from smplan.hwprofiles import Efficiency
 
     random.seed(0)
-    multi = vtrain_rows("vtrain_multi_node.csv")
-    single = random.sample(vtrain_rows("vtrain_single_node.csv"), 240)
-    sets = [multi, single, megatron_rows(), megatron_table2_rows("zero-3")]
+    multi = vtrain_rows(folder, "vtrain_multi_node.csv")
+    single = random.sample(vtrain_rows(folder, "vtrain_single_node.csv"), 240)
+    sets = [multi, single, megatron_rows(folder), megatron_table2_rows(folder, "zero-3")]
 
     start = dict(start or {})
 
@@ -157,10 +159,12 @@ if __name__ == "__main__":
     ap.add_argument("--hw-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a global override for every row, e.g. efficiency.matmul_max=0.8 or "
                          "intra_node.bandwidth_gbps=200; with --fit, efficiency.* values are the start")
+    add_validation_dir_option(ap)
     args = ap.parse_args()
     try:
         global_set = global_overrides(args.hw_set)
-    except HardwareProfileError as err:
+        folder = resolve_validation_dir(args.validation_dir)
+    except (HardwareProfileError, ValidationDirError) as err:
         usage_error(str(err))
     extra = {}
     for path in args.extra:  # read every --extra file before any work, so a bad one costs nothing
@@ -170,4 +174,4 @@ if __name__ == "__main__":
             extra[path] = read_vtrain_csv(Path(path))
         except PublishedFileError as err:
             usage_error(f"--extra {err}")
-    report(fit(global_set) if args.fit else global_set, extra=extra)
+    report(folder, fit(folder, global_set) if args.fit else global_set, extra=extra)

@@ -3,7 +3,7 @@
     python benchmarks/predict_vs_measure.py                # 2 processes, 8 plans, ~2-3 min
     python benchmarks/predict_vs_measure.py --nproc 4 --plans 8 --json
 
-1. Probes the machine (`hwprofiles.probe`, as `smplan hw probe`) into OUT/probed.toml.
+1. Probes the machine (`smplan.hwprofiles.probe`, as `smplan hw probe`) into OUT/probed.toml.
 2. Picks --plans diverse plans of examples/gpt.py at a small size (smplan.calibrate.plans:
    farthest-point over dp/tp/pp, micro-batch, recomputation) and runs each for real with
    the executor (gloo on CPU, OMP_NUM_THREADS=1 per process).
@@ -50,11 +50,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.plans < 6:
         ap.error("--plans must be at least 6 (3 to calibrate, 3 held out)")
 
-    from hwprofiles.calibrate import ape, fit_efficiency, median, spearman
-    from hwprofiles.probe import probe, to_toml
-    from hwprofiles.profile_file import with_efficiency, write_profile
-    from planner import profile_model
+    from smplan.hwprofiles.probe import probe, to_toml
+    from smplan.hwprofiles.profile_file import with_efficiency, write_profile
+    from smplan.planner import profile_model
+
     from smplan.calibrate import CalibrateOptions, local_cluster, predict
+    from smplan.calibrate.fit import ape, fit_efficiency, median, spearman
     from smplan.calibrate.measure import device_dtype
     from smplan.calibrate.run import build_plans, measure_all
 

@@ -53,7 +53,7 @@ def main() -> None:
                   f"(untied head adds V*h = {v * h / params:.2%})")
 
     sys.path.insert(0, str(ROOT))
-    from planner import profile_model
+    from smplan.planner import profile_model
 
     print("\nactivation bytes per layer (b=1, no TP, no recompute) vs Korthikanti s*h*(34 + 5as/h):")
     print("  attention    s      h    a   total  sharded/sh  replicated/sh  core/(a s^2)")

@@ -1,4 +1,4 @@
-"""The published runs of ../shared/validation as smplan plans: one reading for every benchmark.
+"""The published runs of the validation folder (validation_data.py) as smplan plans: one reading for every benchmark.
 
 Settings per the folder's README (nothing here is fitted per row):
 - vTrain (Megatron-DeepSpeed, A100 SXM 80 GB -- the 3.6B tp=1 dp=64 rows need 58 GB of
@@ -28,12 +28,10 @@ from typing import NoReturn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hwprofiles import load_cluster, parse_override  # noqa: E402
-from planner import Plan, even_stages, profile_model  # noqa: E402
+from smplan.hwprofiles import load_cluster, parse_override  # noqa: E402
+from smplan.planner import Plan, even_stages, profile_model  # noqa: E402
+from validation_data import validation_file  # noqa: E402
 
-VALIDATION = ROOT.parent / "shared" / "validation"
-if not VALIDATION.exists():
-    VALIDATION = Path("/work/shared/validation")
 GPT = str(ROOT / "examples" / "gpt.py")
 VTRAIN_HW = {"inter_node.bandwidth_gbps": 12.5}  # 800 Gb/s per 8-GPU node = 100 Gb/s per GPU
 # Shapes of Table 2's models (Narayanan et al. 2021, Table 1 rows of the same size).
@@ -90,9 +88,9 @@ class PublishedFileError(ValueError):
     """A published-runs CSV this module cannot read; the message names the file and the fix."""
 
 
-def vtrain_rows(name: str) -> list[dict]:
+def vtrain_rows(folder: Path, name: str) -> list[dict]:
     """Rows of a vTrain-format CSV in the validation folder."""
-    return read_vtrain_csv(VALIDATION / name)
+    return read_vtrain_csv(validation_file(folder, name))
 
 
 def read_vtrain_csv(path: Path) -> list[dict]:
@@ -150,8 +148,8 @@ def _megatron_row(label, heads, hidden, layers, tp, pp, gpus, gbs, mbs, tflops, 
                 schedule="interleaved" if v > 1 else "1f1b", v=v, overlap_dp=True, dtype="bf16", hw_set={})
 
 
-def megatron_rows() -> list[dict]:
-    with open(VALIDATION / "megatron_sc21_table1.csv") as fh:
+def megatron_rows(folder: Path) -> list[dict]:
+    with open(validation_file(folder, "megatron_sc21_table1.csv")) as fh:
         return [
             _megatron_row(f"{r['params_b']}B", int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]),
                           int(r["pp"]), int(r["gpus"]), int(r["global_batch"]), 1, float(r["tflops_per_gpu"]))
@@ -159,10 +157,10 @@ def megatron_rows() -> list[dict]:
         ]
 
 
-def megatron_table2_rows(scheme: str | None = None) -> list[dict]:
+def megatron_table2_rows(folder: Path, scheme: str | None = None) -> list[dict]:
     """Table 2's rows (PTD-P and ZeRO-3 at the same global batch); `scheme` filters."""
     rows = []
-    with open(VALIDATION / "megatron_sc21_table2.csv") as fh:
+    with open(validation_file(folder, "megatron_sc21_table2.csv")) as fh:
         for r in csv.DictReader(fh):
             if scheme and r["scheme"] != scheme:
                 continue

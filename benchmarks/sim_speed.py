@@ -16,11 +16,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def step_benchmark() -> float:
-    from hwprofiles import load_cluster
-    from hwprofiles.topology import ParallelLayout
-    from planner import plan_from_inline, profile_model
-    from planner.cost_model import plan_costs
-    from simulator import simulate_step
+    from smplan.hwprofiles import load_cluster
+    from smplan.hwprofiles.topology import ParallelLayout
+    from smplan.planner import plan_from_inline, profile_model
+    from smplan.planner.cost_model import plan_costs
+    from smplan.simulator import simulate_step
 
     ref = f"{ROOT / 'examples' / 'gpt.py'}:gpt3_175b"
     cluster = load_cluster("a100x8", nodes=128)
@@ -46,7 +46,7 @@ def step_benchmark() -> float:
 
 
 def failures_benchmark() -> float:
-    from simulator.failures import RunSpec, analyse_run
+    from smplan.simulator.failures import RunSpec, analyse_run
 
     spec = RunSpec(work_s=30 * 86400.0, num_gpus=16384, gpu_mtbf_hours=50000.0, restart_s=15 * 60.0,
                    checkpoint_s=5 * 60.0)

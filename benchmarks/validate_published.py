@@ -1,4 +1,4 @@
-"""Simulate every row of ../shared/validation/*.csv and print per-row error and MAPE per file.
+"""Simulate every row of the validation folder (--validation-dir) and print per-row error and MAPE per file.
 
 One set of global factors for all rows (the hardware profile's `efficiency.*`, which
 `--hw-set efficiency.KEY=VALUE` may change for every row at once); no per-row fitting.
@@ -30,9 +30,9 @@ from published import (  # noqa: E402
     usage_error,
     vtrain_rows,
 )
-
-from hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
-from simulator import simulate_plan  # noqa: E402
+from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
+from smplan.simulator import simulate_plan  # noqa: E402
+from validation_data import ValidationDirError, add_validation_dir_option, resolve_validation_dir  # noqa: E402
 
 TARGETS = {"vtrain_multi_node.csv": 10.0, "vtrain_single_node.csv": 10.0, "megatron_sc21_table1.csv": 5.0}
 
@@ -76,21 +76,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--hw-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a global override applied to every row (e.g. efficiency.matmul_max=0.8)")
     ap.add_argument("--quiet", action="store_true", help="only the per-file summaries")
+    add_validation_dir_option(ap)
     args = ap.parse_args(argv)
     try:
         global_set = global_overrides(args.hw_set)
-    except HardwareProfileError as err:
+        folder = resolve_validation_dir(args.validation_dir)
+    except (HardwareProfileError, ValidationDirError) as err:
         usage_error(str(err))
     contention = not args.no_contention
     print(f"contention {'on' if contention else 'off'}; global overrides: {global_set or 'none (profile defaults)'}")
     out = {}
     for name in ("vtrain_multi_node.csv", "vtrain_single_node.csv"):
-        out[name] = run_file(name, vtrain_rows(name), global_set, contention, args.quiet)
-    out["megatron_sc21_table1.csv"] = run_file("megatron_sc21_table1.csv", megatron_rows(), global_set, contention,
+        out[name] = run_file(name, vtrain_rows(folder, name), global_set, contention, args.quiet)
+    out["megatron_sc21_table1.csv"] = run_file("megatron_sc21_table1.csv", megatron_rows(folder), global_set, contention,
                                                args.quiet)
     for scheme in ("ptd-p", "zero-3"):
         name = f"megatron_sc21_table2.csv ({scheme})"
-        out[name] = run_file(name, megatron_table2_rows(scheme), global_set, contention, args.quiet)
+        out[name] = run_file(name, megatron_table2_rows(folder, scheme), global_set, contention, args.quiet)
     return out
 
 

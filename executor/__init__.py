@@ -1,6 +1,6 @@
 """Run a plan for real: DeviceMesh, TP, FSDP2/DDP, pipelining, checkpoints, metrics.
 
-    from executor import ExecuteOptions, execute, resolve_plan
+    from smplan.executor import ExecuteOptions, execute, resolve_plan
     plan, model_file = resolve_plan("dp=2,mbs=1,gbs=4", model="examples/gpt.py:tiny")
     execute(plan, model_file, ExecuteOptions(steps=5, out="runs/demo"))
 """

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from smplan.planner.plan import Plan, even_stages
 from torch import nn
-
-from planner.plan import Plan, even_stages
 
 from .mesh import ParallelDims
 from .parallelize import (

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.plan import Plan
+from smplan.planner.plan import Plan
 
 FAIL_ENV = "SMPLAN_FAIL_AT_STEP"  # test hook: SIGKILL one rank at the start of this step
 FAIL_RANK_ENV = "SMPLAN_FAIL_RANK"

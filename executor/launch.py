@@ -72,7 +72,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     }
     try:
         with _worker_env(env):
-            elastic_launch(launch, sys.executable)("-m", "executor.worker", str(config_path))
+            elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except ChildFailedError as err:
         rank, first = err.get_first_failure()
         what = f"rank {rank} exited with code {first.exitcode}"
@@ -112,7 +112,7 @@ srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
     --rdzv-backend=c10d \\
     --rdzv-endpoint="$head_node:{port}" \\
     --rdzv-id="$SLURM_JOB_ID" \\
-    -m executor.worker {cfg}
+    -m smplan.executor.worker {cfg}
 """
 
 

@@ -1,6 +1,6 @@
 """ParallelDims: the one object that owns the executor's DeviceMesh.
 
-The rank arithmetic itself lives in `hwprofiles.topology.ParallelLayout` (tp fastest,
+The rank arithmetic itself lives in `smplan.hwprofiles.topology.ParallelLayout` (tp fastest,
 then dp, then pp); this class only turns that layout into a named `DeviceMesh` and hands
 out its sub-meshes and this rank's coordinates (torchtitan's `ParallelDims`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hwprofiles.topology import MESH_DIMS, ParallelLayout
+from smplan.hwprofiles.topology import MESH_DIMS, ParallelLayout
 
 
 class MeshError(ValueError):

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.model_file import load_model_file
-from planner.plan import Plan, parse_inline, plan_from_inline
+from smplan.planner.model_file import load_model_file
+from smplan.planner.plan import Plan, parse_inline, plan_from_inline
 
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank

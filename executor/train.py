@@ -12,8 +12,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
-from planner.model_file import load_model_file
+from smplan.planner.model_file import load_model_file
 
 from . import checkpoint
 from .build import build_model_parts

@@ -6,9 +6,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from smplan.planner.plan import Plan
 from torch import nn
-
-from planner.plan import Plan
 
 from .structure import Layout, blocks_of, find_layout
 

@@ -1,4 +1,4 @@
-"""Entry point of one training process under torchrun: `python -m executor.worker CONFIG`."""
+"""Entry point of one training process under torchrun: `python -m smplan.executor.worker CONFIG`."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _exit_with_parent(poll_s: float = 1.0) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        raise SystemExit("usage: python -m executor.worker RUN_CONFIG.json")
+        raise SystemExit("usage: python -m smplan.executor.worker RUN_CONFIG.json")
     _exit_with_parent()
     trainer = Trainer(RunConfig.load(argv[0]))
     try:

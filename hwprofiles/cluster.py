@@ -78,7 +78,7 @@ class Storage:
 class Efficiency:
     """The few global efficiency factors of the performance model (calibrated, not per run).
 
-    Defaults were fitted once to ../shared/validation (Megatron-LM and vTrain A100 runs).
+    Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     """
 
     # Fitted together (one set, no per-row terms) by `benchmarks/plan_vs_vtrain.py --fit`:

@@ -36,7 +36,7 @@ def matmul_efficiency(m: int, n: int, k: int, cluster: Cluster) -> float:
 
     Saturating curve in the smallest dimension: small head sizes and hidden/tp slices
     under-fill the tensor cores and tiles (DESIGN.md "What decides accuracy"; the
-    half-dimension was fitted to the Megatron-LM A100 runs in ../shared/validation).
+    half-dimension was fitted to published Megatron-LM A100 runs, docs/DESIGN.md "Validation").
     """
     _check_dims(m, n, k)
     eff = cluster.efficiency

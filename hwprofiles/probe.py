@@ -154,7 +154,7 @@ def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYT
     dtypes = probe_dtypes(device)
     saved_threads = torch.get_num_threads()
     if device == "cpu":
-        # what each executor worker gets (executor.launch passes OMP_NUM_THREADS, default 1)
+        # what each executor worker gets (smplan.executor.launch passes OMP_NUM_THREADS, default 1)
         result.threads_per_process = int(os.environ.get("OMP_NUM_THREADS", "1"))
         torch.set_num_threads(result.threads_per_process)
     try:

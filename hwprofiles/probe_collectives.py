@@ -1,6 +1,6 @@
 """Collective timings across N local processes for `smplan hw probe`, and their fits.
 
-Ring alpha-beta forms (Thakur, Rabenseifner, Gropp 2005), the same as hwprofiles.perf:
+Ring alpha-beta forms (Thakur, Rabenseifner, Gropp 2005), the same as smplan.hwprofiles.perf:
 all-reduce t = 2(n-1)*alpha + 2(n-1)/n * B / bw, all-gather t = (n-1)*alpha + (n-1)/n * B / bw,
 send/recv t = alpha + B / bw. gloo on CPU, nccl on GPU.
 """
@@ -17,7 +17,7 @@ import numpy as np
 DEFAULT_MESSAGE_BYTES = (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "send_recv")
 # (bandwidth term multiplier, latency term multiplier) of each kind, ring alpha-beta
-# (Thakur, Rabenseifner, Gropp 2005); the same forms as hwprofiles.perf._ring.
+# (Thakur, Rabenseifner, Gropp 2005); the same forms as smplan.hwprofiles.perf._ring.
 _ALPHA_BETA = {
     "all_reduce": (lambda n: 2.0 * (n - 1) / n, lambda n: 2.0 * (n - 1)),
     "all_gather": (lambda n: (n - 1) / n, lambda n: float(n - 1)),

@@ -1,6 +1,6 @@
 """The analytical cost model: a Plan -> PlanCosts (per stage) -> Figures (closed form).
 
-Per model part and micro-batch, planner.pass_model times the passes (GEMMs, element-wise
+Per model part and micro-batch, smplan.planner.pass_model times the passes (GEMMs, element-wise
 traffic with fusion, TP collectives, host overhead, ZeRO-2/3 per-micro-batch collectives).
 This module composes parts into pipeline stages and a step (DESIGN.md "How the parts
 should think"):
@@ -17,7 +17,7 @@ should think"):
 - Optimizer: Adam streams its local states through HBM (memory-bound).
 
 Every stage figure is affine in its block count n and recomputed count r; `ChunkModel`
-holds the coefficients, so the ILP (planner.ilp) and this estimate use the same numbers.
+holds the coefficients, so the ILP (smplan.planner.ilp) and this estimate use the same numbers.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from hwprofiles import Cluster
-from hwprofiles.perf import (
+from smplan.hwprofiles import Cluster
+from smplan.hwprofiles.perf import (
     collective_time_s,
     memory_bound_time_s,
     p2p_time_s,
     single_nic_collective_time_s,
 )
-from hwprofiles.topology import ParallelLayout
+from smplan.hwprofiles.topology import ParallelLayout
 
 from .costs import PlanCosts, StageCosts
 from .memory_model import (

@@ -1,6 +1,6 @@
 """The cost contract between the planner's cost model and the simulator.
 
-`planner.cost_model.plan_costs(plan, profile, cluster)` fills these; the closed-form
+`smplan.planner.cost_model.plan_costs(plan, profile, cluster)` fills these; the closed-form
 estimate (planner) and the discrete-event simulation (simulator) both start from them, so
 with contention off the two agree exactly.
 """

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from hwprofiles import Cluster
+from smplan.hwprofiles import Cluster
 
+from .bounds import lower_bound
+from .cost_model import CostModel
+from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
 from .plan import Plan
+from .search_space import enumerate_candidates
 
 GIB = 2.0**30
 
@@ -45,16 +49,11 @@ def _shape(plan: Plan) -> str:
 
 def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None) -> str:
     """The first of: recompute, ZeRO-3, a smaller micro-batch, more nodes, that fits."""
-    from .cost_model import CostModel
-    from .memory_model import capacity_bytes
-    from .search import _bound
-    from .search_space import enumerate_candidates
-
     cap = capacity_bytes(cluster)
 
     def fits(fx: dict, cl: Cluster, mn) -> bool:
         cm = CostModel(profile, cl)
-        return any(not _bound(cm, c, capacity_bytes(cl))[1] for c in enumerate_candidates(profile, cl, fx, mn))
+        return any(not lower_bound(cm, c, capacity_bytes(cl))[1] for c in enumerate_candidates(profile, cl, fx, mn))
 
     smallest = min((r[2] for r in result.rejected if r[1] == "oom" and r[2] > 0), default=0.0)
     head = f"no plan fits in {cluster.gpu.memory_gib:g} GiB per GPU on {cluster.num_gpus} GPUs"

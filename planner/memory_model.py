@@ -1,7 +1,7 @@
 """Per-GPU memory of one pipeline stage: model states, activations, buffers, reserve.
 
 Every figure is affine in the stage's block count `n` and recomputed-block count `r`
-(identical blocks are interchangeable), which is what lets the ILP in `planner.ilp`
+(identical blocks are interchangeable), which is what lets the ILP in `smplan.planner.ilp`
 decide the partition and the recomputation exactly: `ChunkMemory.breakdown(n, r)` is the
 one formula both the estimate and the ILP use.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwprofiles import Cluster
+from smplan.hwprofiles import Cluster
 
 from .costs import MemoryBreakdown
 from .model_profile import BlockProfile, ModelProfile

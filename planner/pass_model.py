@@ -1,8 +1,8 @@
 """One model part's passes for one micro-batch on one GPU: forward, backward, recompute.
 
-The per-part half of the cost model (planner.cost_model composes parts into stages):
+The per-part half of the cost model (smplan.planner.cost_model composes parts into stages):
 - GEMMs from the profile's matmul shapes with the tensor-parallel dimension divided by
-  tp, timed by `hwprofiles.perf.matmul_time_s`; backward = 2x forward (input and weight
+  tp, timed by `smplan.hwprofiles.perf.matmul_time_s`; backward = 2x forward (input and weight
   gradients, same shapes).
 - Element-wise HBM traffic (`memory_bound_time_s`): the tp-sharded share / tp, the rest
   / tp too under sequence parallelism, less what the framework's fused kernels keep on
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwprofiles import Cluster
-from hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
-from hwprofiles.topology import GroupSpan
+from smplan.hwprofiles import Cluster
+from smplan.hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
+from smplan.hwprofiles.topology import GroupSpan
 
 from .model_profile import BlockProfile
 

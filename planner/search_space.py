@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from hwprofiles import Cluster
+from smplan.hwprofiles import Cluster
 
 from .model_profile import ModelProfile
 from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline

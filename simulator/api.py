@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from hwprofiles import Cluster
-from hwprofiles.topology import ParallelLayout
-from planner.costs import PlanCosts, StageCosts
-from planner.plan import Figures
+from smplan.hwprofiles import Cluster
+from smplan.hwprofiles.topology import ParallelLayout
+from smplan.planner.costs import PlanCosts, StageCosts
+from smplan.planner.plan import Figures
 
 from . import figures as fig
 from .step import RawStep, SimEvent, StepSimulation
@@ -127,7 +127,7 @@ def ps_seconds(
     takes every worker's share of the model through all its NICs, so with few servers the
     servers are the bottleneck (Li et al., OSDI 2014; TF ParameterServerStrategy docs).
     """
-    from hwprofiles.perf import p2p_time_s
+    from smplan.hwprofiles.perf import p2p_time_s
 
     if layout.dp == 1 or stage.dp_comm_bytes <= 0:
         return 0.0
@@ -146,7 +146,7 @@ def ps_seconds(
 def _closed_form(costs: PlanCosts) -> float | None:
     """The planner's closed-form step time for the same costs, when the planner provides it."""
     try:
-        module = importlib.import_module("planner.cost_model")
+        module = importlib.import_module("smplan.planner.cost_model")
         return float(module.estimate_from_costs(costs).step_time_s)
     except (ImportError, AttributeError):
         return None
@@ -177,7 +177,7 @@ def simulate_plan(
     record_events: bool = True,
 ) -> StepResult:
     """Cost the plan with the planner's cost model, then simulate its step."""
-    from planner.cost_model import plan_costs
+    from smplan.planner.cost_model import plan_costs
 
     costs = plan_costs(plan, profile, cluster)
     layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from planner.costs import MemoryBreakdown, PlanCosts
-from planner.plan import Figures
+from smplan.planner.costs import MemoryBreakdown, PlanCosts
+from smplan.planner.plan import Figures
 
 from .step import RawStep
 
 GIB = 2.0**30
-# The same keys as the planner's closed form (planner.cost_model.estimate_from_costs).
+# The same keys as the planner's closed form (smplan.planner.cost_model.estimate_from_costs).
 BREAKDOWN_KEYS = (
     "compute",
     "recompute",

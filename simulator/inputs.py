@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hwprofiles import load_cluster, parse_override
-from planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
+from smplan.hwprofiles import load_cluster, parse_override
+from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 
 
 def resolve_target(

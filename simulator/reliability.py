@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hwprofiles import Cluster
+from smplan.hwprofiles import Cluster
 
 from .failures import ReliabilityError, RunReport, RunSpec, analyse_run
 
@@ -35,7 +35,7 @@ class RunTarget:
 
 def checkpoint_bytes(params: int, dtype: str) -> float:
     """Weights plus optimizer states (Megatron/DCP save both; gradients are not saved)."""
-    from planner.memory_model import state_bytes_per_param
+    from smplan.planner.memory_model import state_bytes_per_param
 
     weights, _, optimizer = state_bytes_per_param(dtype)
     return params * (weights + optimizer)

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import simpy
-
-from planner.costs import PlanCosts
+from smplan.planner.costs import PlanCosts
 
 from .network import LinkKey, Network
 from .schedules import ScheduleError, device_orders, first_forward_index, last_backward_index

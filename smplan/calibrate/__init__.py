@@ -1,6 +1,7 @@
 """Close the loop: execute plans, hold them against the cost model, fit the profile.
 
-The fit (hwprofiles.calibrate) is pure; this package runs the executor and the planner.
+The fit (`fit.py`) is pure: a predictor and measured times in, efficiency factors out; the
+rest of this package runs the executor and the planner to get those times.
 """
 
 from .measure import Measured, device_dtype, run_plan

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.plan import Plan
+from smplan.planner.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def device_dtype() -> tuple[str, str]:
 
 def run_plan(plan: Plan, label: str, model_file, steps: int, nproc: int, run_dir: Path) -> Measured:
     """Execute `plan` for `steps` steps on `nproc` local processes (gloo on CPU, nccl on GPU)."""
-    from executor import ExecuteOptions, LaunchError, execute
+    from smplan.executor import ExecuteOptions, LaunchError, execute
 
     run_dir.mkdir(parents=True, exist_ok=True)
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc, out=str(run_dir))
@@ -82,7 +82,7 @@ def steady_step_s(run_dir: Path) -> float | None:
     docs, "Note": take the min; Chen & Revels 2016, "Robust benchmarking in noisy
     environments").
     """
-    from executor.metrics import read_metrics
+    from smplan.executor.metrics import read_metrics
 
     try:
         records = read_metrics(run_dir)

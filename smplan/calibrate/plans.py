@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.model_profile import ModelProfile
-from planner.plan import Plan, PlanError, even_stages
+from smplan.planner.model_profile import ModelProfile
+from smplan.planner.plan import Plan, PlanError, even_stages
 
 RECOMPUTE_ORDER = ("none", "full", "selective")
 # Selective is not picked by default: the executor's op-level policy recomputes every
@@ -111,7 +111,7 @@ CHOICE_KEYS = {"dp": "dp", "tp": "tp", "pp": "pp", "micro_batch": "mbs", "recomp
 
 def parse_choice(text: str) -> PlanChoice:
     """`"dp=2,tp=1,pp=1,mbs=4,recompute=none"` (omitted keys: 1 and none)."""
-    from planner.plan import INLINE_KEYS, parse_inline
+    from smplan.planner.plan import INLINE_KEYS, parse_inline
 
     keys = parse_inline(text)
     unsupported = [k for k in (part.split("=", 1)[0].strip() for part in text.split(",") if part.strip())

@@ -4,7 +4,7 @@
     report = calibrate("examples/gpt.py", {"hidden": 256}, "myhw.toml", CalibrateOptions(plans=3))
     print(report.median_ape_before, report.median_ape_after)
 
-The fit itself (hwprofiles.calibrate) sees only a predictor and measured times; this
+The fit itself (smplan.calibrate.fit) sees only a predictor and measured times; this
 module is the part that knows about plans, the planner and the executor.
 """
 
@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hwprofiles import Cluster, load_cluster, parse_override
-from hwprofiles.calibrate import (
+from smplan.calibrate.fit import (
     FIT_KEYS,
     CalibrationError,
     FitResult,
@@ -26,15 +25,16 @@ from hwprofiles.calibrate import (
     median,
     spearman,
 )
-from hwprofiles.profile_file import (
+from smplan.hwprofiles import Cluster, load_cluster, parse_override
+from smplan.hwprofiles.profile_file import (
     check_writable,
     profile_path,
     with_efficiency,
     with_values,
     write_profile,
 )
-from planner import estimate, load_model_file, profile_model
-from planner.plan import Plan, PlanError
+from smplan.planner import estimate, load_model_file, profile_model
+from smplan.planner.plan import Plan, PlanError
 
 from . import plans as plan_choice
 from .measure import Measured, device_dtype, run_plan
@@ -141,7 +141,7 @@ def predict(plans: Sequence[Plan], profile, cluster: Cluster) -> list[float]:
 
 
 def simulate(plans: Sequence[Plan], profile, cluster: Cluster) -> list[float]:
-    from simulator.api import simulate_plan
+    from smplan.simulator.api import simulate_plan
 
     return [simulate_plan(p, profile, cluster, record_events=False).step_time_s for p in plans]
 
@@ -185,7 +185,7 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
 def check_plans(labelled: Sequence[tuple[str, Plan]], model_file, profile, cluster: Cluster, nproc: int) -> None:
     """Reject, before any run, a plan that the cost model or the executor would refuse:
     otherwise it fails only when its turn comes, after the earlier plans ran for minutes."""
-    from executor import PlanMismatchError, validate_plan
+    from smplan.executor import PlanMismatchError, validate_plan
 
     for label, plan in labelled:
         try:

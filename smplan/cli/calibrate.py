@@ -87,6 +87,6 @@ def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, rounds, 
 
 
 def _efficiency(report):
-    from hwprofiles import Efficiency
+    from smplan.hwprofiles import Efficiency
 
     return Efficiency(**report.efficiency_before)

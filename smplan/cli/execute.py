@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from executor import ExecuteOptions, LaunchError, resolve_plan
-from executor import execute as run_plan
-from executor.config import FAIL_ENV, SLOW_ENV
+from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
+from smplan.executor import execute as run_plan
+from smplan.executor.config import FAIL_ENV, SLOW_ENV
 
 from .options import echo_json, json_option, model_args_from, model_args_option
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from hwprofiles import bundled_profiles, load_cluster
+from smplan.hwprofiles import bundled_profiles, load_cluster
 
 from .options import echo_json, hw_options, json_option
 from .table import format_table
@@ -95,8 +95,8 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
     """
     import dataclasses
 
-    from hwprofiles.probe import check_nproc, probe, progress_steps, to_toml
-    from hwprofiles.profile_file import check_writable, write_profile
+    from smplan.hwprofiles.probe import check_nproc, probe, progress_steps, to_toml
+    from smplan.hwprofiles.profile_file import check_writable, write_profile
 
     if output:
         check_writable(output, force)  # before ~10 s of measuring

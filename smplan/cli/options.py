@@ -6,8 +6,8 @@ import json
 
 import click
 
-from hwprofiles import Cluster, load_cluster
-from planner import parse_model_args
+from smplan.hwprofiles import Cluster, load_cluster
+from smplan.planner import parse_model_args
 
 
 def hw_options(required: bool = True, default: str | None = None):

@@ -1,4 +1,4 @@
-"""`smplan plan MODEL --hw HW`: the best parallel plans (planner.search.plan_model)."""
+"""`smplan plan MODEL --hw HW`: the best parallel plans (smplan.planner.search.plan_model)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from planner.explain import explain
-from planner.search import plan_model
+from smplan.planner.explain import explain
+from smplan.planner.search import plan_model
 
 from .options import (
     cluster_from,

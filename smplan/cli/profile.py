@@ -1,11 +1,11 @@
-"""`smplan profile MODEL`: what one sample costs, part by part (planner.profile_model)."""
+"""`smplan profile MODEL`: what one sample costs, part by part (smplan.planner.profile_model)."""
 
 from __future__ import annotations
 
 import click
 
-from planner import profile_model
-from planner.profiler import DTYPES
+from smplan.planner import profile_model
+from smplan.planner.profiler import DTYPES
 
 from .options import echo_json, json_option, model_args_from, model_args_option
 from .table import format_table

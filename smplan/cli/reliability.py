@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from simulator.failures import ReliabilityError
-from simulator.inputs import resolve_target
-from simulator.reliability import RunTarget, plan_reliability
+from smplan.simulator.failures import ReliabilityError
+from smplan.simulator.inputs import resolve_target
+from smplan.simulator.reliability import RunTarget, plan_reliability
 
 from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
 from .table import format_table

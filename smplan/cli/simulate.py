@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from simulator import DP_PATTERNS, simulate_plan
-from simulator.gantt import write_gantt
-from simulator.inputs import resolve_target
-from simulator.trace import write_trace
+from smplan.simulator import DP_PATTERNS, simulate_plan
+from smplan.simulator.gantt import write_gantt
+from smplan.simulator.inputs import resolve_target
+from smplan.simulator.trace import write_trace
 
 from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
 from .table import format_table

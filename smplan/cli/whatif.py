@@ -49,8 +49,8 @@ def whatif(model, hw, nodes, hw_set, varies, tokens, days, model_args, plan, glo
       smplan whatif examples/gpt.py:llama3_70b --hw a100x8 --vary nodes=4,8,16,32 \\
           --vary hw=a100x8,h100x8 --tokens 1e12 -o out/
     """
-    from hwprofiles.loader import parse_override
-    from planner.model_file import load_model_file
+    from smplan.hwprofiles.loader import parse_override
+    from smplan.planner.model_file import load_model_file
     from smplan.report import write_report
     from smplan.report.render import check_report_dir
     from smplan.whatif import Question, parse_vary, run_whatif

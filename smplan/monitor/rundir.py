@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from executor.metrics import METRICS_FILE as METRICS
-from executor.metrics import RANKS_DIR, rank_files, read_jsonl
+from smplan.executor.metrics import METRICS_FILE as METRICS
+from smplan.executor.metrics import RANKS_DIR, rank_files, read_jsonl
 
 
 class RunDirError(ValueError):

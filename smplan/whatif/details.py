@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hwprofiles import Cluster
-from planner import ModelProfile, Plan
+from smplan.hwprofiles import Cluster
+from smplan.planner import ModelProfile, Plan
 
 from .point import simulate
 from .question import Question

@@ -6,7 +6,7 @@ A KEY is one of (checked in this order):
 - a plan dimension (`tp`, `pp`, `dp`, `mbs`, `recompute`, `schedule`, `v`, `sp`, `zero`,
   `overlap_dp`): fixed in the search at that value, or replaced in the --plan;
 - a cluster dotted key (`inter_node.bandwidth_gbps`, `gpu.peak_tflops.bf16`,
-  `reliability.gpu_mtbf_hours`, ... see `hwprofiles.settable_keys()`);
+  `reliability.gpu_mtbf_hours`, ... see `smplan.hwprofiles.settable_keys()`);
 - a model argument: `arg.NAME`, or a parameter name of the model's builder.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from hwprofiles import settable_keys
-from hwprofiles.loader import parse_scalar
-from planner.plan import INLINE_KEYS
+from smplan.hwprofiles import settable_keys
+from smplan.hwprofiles.loader import parse_scalar
+from smplan.planner.plan import INLINE_KEYS
 
 MAX_POINTS = 512
 PLAN_KEYS = {k: v for k, v in INLINE_KEYS.items() if v != "global_batch"}

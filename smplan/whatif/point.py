@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hwprofiles import Cluster, load_cluster
-from planner import ModelProfile, Plan, parse_inline, plan_from_inline
+from smplan.hwprofiles import Cluster, load_cluster
+from smplan.planner import ModelProfile, Plan, parse_inline, plan_from_inline
 
 from .grid import PointSpec
 from .question import Question
@@ -41,7 +41,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
             keys, gpus_per_node=cluster.gpus_per_node, num_blocks=profile.num_blocks,
             model_args=profile.args, seq_len=profile.seq_len or None, hw_overrides=_overrides(q, spec), **common,
         )
-    from planner.search import plan_search
+    from smplan.planner.search import plan_search
 
     constraints: dict = {"top": 1, "dtype": q.dtype}
     if spec.plan_keys:
@@ -92,9 +92,9 @@ def evaluate(q: Question, spec: PointSpec, profile: ModelProfile | str) -> dict:
 
 def simulate(plan: Plan, profile: ModelProfile, cluster: Cluster, record_events: bool = False):
     """(figures dict, usable GiB per GPU, StepResult) of one simulated step of `plan`."""
-    from hwprofiles.topology import ParallelLayout
-    from planner.cost_model import plan_costs
-    from simulator import simulate_step
+    from smplan.hwprofiles.topology import ParallelLayout
+    from smplan.planner.cost_model import plan_costs
+    from smplan.simulator import simulate_step
 
     costs = plan_costs(plan, profile, cluster)
     layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)

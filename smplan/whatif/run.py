@@ -1,6 +1,6 @@
 """A whole run of a point: steps for --tokens (or tokens in --days), failures, goodput, cost.
 
-The failure simulation is the simulator's (`simulator.failures`); this module only turns a
+The failure simulation is the simulator's (`smplan.simulator.failures`); this module only turns a
 point into its inputs (work, GPUs, MTBF, restart time, checkpoint save time and interval)
 and its output into the run record of the points schema.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from hwprofiles import Cluster
-from planner import Plan
+from smplan.hwprofiles import Cluster
+from smplan.planner import Plan
 
 from .grid import PointSpec
 from .question import Question
@@ -29,7 +29,7 @@ def checkpoint_save_s(params: float, cluster: Cluster) -> float:
 
 
 def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_hours: float | None = None):
-    from simulator.failures import RunSpec
+    from smplan.simulator.failures import RunSpec
 
     return RunSpec(
         work_s=work_s, num_gpus=plan.world_size,
@@ -41,7 +41,7 @@ def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_ho
 
 def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster: Cluster, params: float) -> dict:
     """The run of one point: the failure simulation's best (or the given) checkpoint interval."""
-    from simulator.failures import analyse_run
+    from smplan.simulator.failures import analyse_run
 
     save_s = checkpoint_save_s(params, cluster)
     given_min = spec.checkpoint_interval_min or q.checkpoint_interval_min
@@ -87,7 +87,7 @@ def _std(report) -> float:
 
 def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> dict:
     """Goodput of the point's run vs checkpoint interval and vs GPU MTBF (mean, std over seeds)."""
-    from simulator.failures import simulate_sweep
+    from smplan.simulator.failures import simulate_sweep
 
     run = point["run"]
     work_s = run["steps"] * point["figures"]["step_time_s"]

@@ -10,7 +10,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from planner import parse_inline
+from smplan.planner import parse_inline
 from smplan.report.points import POINTS_VERSION, derive
 
 from .details import details
@@ -76,7 +76,7 @@ def _profiles(q: Question, specs: list[PointSpec]) -> dict:
 
     When nothing model-related varies, or every variant fails, it is the user's error: raise it.
     """
-    from planner.profiler import profile_model
+    from smplan.planner.profiler import profile_model
 
     out: dict = {}
     varies_model = any(v.kind in ("arg", "seq_len") for v in q.varies)

@@ -1,14 +1,14 @@
-"""The pure fit (hwprofiles.calibrate): recovers known factors, error measures, profile files."""
+"""The pure fit (smplan.calibrate.fit): recovers known factors, error measures, profile files."""
 
 import dataclasses
 import math
 
 import pytest
+from smplan.hwprofiles import GroupSpan, load_cluster
+from smplan.hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
+from smplan.hwprofiles.profile_file import profile_path, with_efficiency, write_profile
 
-from hwprofiles import GroupSpan, load_cluster
-from hwprofiles.calibrate import CalibrationError, ape, fit_efficiency, median, spearman
-from hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
-from hwprofiles.profile_file import profile_path, with_efficiency, write_profile
+from smplan.calibrate.fit import CalibrationError, ape, fit_efficiency, median, spearman
 
 # Synthetic "runs": smallest GEMM dimension (fp32, compute-bound), GEMM count, element-wise bytes, all-reduce bytes, layer passes.
 # They mix the terms differently (small and large GEMMs, comm-heavy, host-heavy), as the

@@ -3,8 +3,8 @@
 import dataclasses
 
 import pytest
+from smplan.planner import PlanError, profile_model
 
-from planner import PlanError, profile_model
 from smplan.calibrate.plans import candidates, choose, meshes, parse_choice, to_plan
 
 GPT = "examples/gpt.py:tiny"

@@ -1,9 +1,8 @@
 """Writing `--hw-set` values into a copy of a profile's TOML, comments kept."""
 
 import pytest
-
-from hwprofiles import HardwareProfileError, load_cluster
-from hwprofiles.profile_file import profile_path, with_values
+from smplan.hwprofiles import HardwareProfileError, load_cluster
+from smplan.hwprofiles.profile_file import profile_path, with_values
 
 
 def test_values_land_in_place_and_the_rest_is_kept(tmp_path):

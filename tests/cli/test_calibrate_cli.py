@@ -4,9 +4,9 @@ import json
 import time
 
 import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles.probe import ProbeResult, to_toml
 
-from hwprofiles import load_cluster
-from hwprofiles.probe import ProbeResult, to_toml
 from smplan.calibrate.measure import Measured
 from smplan.cli.main import cli
 
@@ -50,7 +50,8 @@ def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_pa
 
 
 def test_check_reports_and_writes_nothing(cli_runner, probed, tmp_path, monkeypatch):
-    from planner import estimate, profile_model
+    from smplan.planner import estimate, profile_model
+
     from smplan.calibrate import local_cluster
 
     cluster = local_cluster(str(probed), 2)
@@ -90,7 +91,8 @@ def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
 
 
 def test_a_failed_run_is_reported_and_the_rest_still_fit(cli_runner, probed, tmp_path, monkeypatch):
-    from planner import estimate, profile_model
+    from smplan.planner import estimate, profile_model
+
     from smplan.calibrate import local_cluster
 
     cluster = local_cluster(str(probed), 2)
@@ -149,7 +151,8 @@ def test_a_plan_the_executor_rejects_is_refused_before_any_run(cli_runner, probe
 
 
 def test_hw_set_values_are_written_into_the_calibrated_profile(cli_runner, probed, tmp_path, monkeypatch):
-    from planner import estimate, profile_model
+    from smplan.planner import estimate, profile_model
+
     from smplan.calibrate import local_cluster
 
     hw_set = ["inter_node.bandwidth_gbps=7.5", "intra_node.bandwidth_gbps=3", "gpu.memory_gib=6"]

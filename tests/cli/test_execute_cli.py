@@ -81,7 +81,7 @@ def test_slurm_script(cli_runner, tmp_path):
     for needle in ("#SBATCH --nodes=2", "#SBATCH --ntasks=2", "#SBATCH --ntasks-per-node=1",
                    "#SBATCH --gpus-per-node=4", "srun --nodes=2 --ntasks=2", "--nnodes=2",
                    "--nproc-per-node=4", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_node:', "--max-restarts=2",
-                   "-m executor.worker", str(out / "run_config.json")):
+                   "-m smplan.executor.worker", str(out / "run_config.json")):
         assert needle in text, needle
     config = json.loads((out / "run_config.json").read_text())
     assert config["plan"]["dp"] == 4 and config["plan"]["tp"] == 2

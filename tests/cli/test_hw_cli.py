@@ -1,8 +1,8 @@
 import json
 
 import pytest
+from smplan.hwprofiles.loader import PROFILE_DIR
 
-from hwprofiles.loader import PROFILE_DIR
 from smplan.cli.main import cli
 
 

@@ -31,7 +31,7 @@ def test_simulate_model_inline_json(cli_runner, tmp_path):
 
 
 def test_simulate_plan_file_table(cli_runner, tmp_path):
-    from planner import plan_from_inline, profile_model
+    from smplan.planner import plan_from_inline, profile_model
 
     profile = profile_model(GPT)
     plan = plan_from_inline("pp=2,dp=4,mbs=1,gbs=32", model=GPT, hw="a100x8", nodes=1, gpus_per_node=8,

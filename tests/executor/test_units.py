@@ -7,14 +7,19 @@ import json
 
 import pytest
 import torch
+from smplan.executor import PlanMismatchError, fingerprint, resolve_plan, validate_plan
+from smplan.executor.checkpoint import (
+    CheckpointMismatchError,
+    check_resumable,
+    complete_steps,
+    latest,
+)
+from smplan.executor.data import BatchSource
+from smplan.executor.metrics import summarize
+from smplan.executor.pipeline import chunks_of_rank
+from smplan.executor.structure import cut_chunk, find_layout, owned_blocks
+from smplan.planner import load_model_file
 
-from executor import PlanMismatchError, fingerprint, resolve_plan, validate_plan
-from executor.checkpoint import CheckpointMismatchError, check_resumable, complete_steps, latest
-from executor.data import BatchSource
-from executor.metrics import summarize
-from executor.pipeline import chunks_of_rank
-from executor.structure import cut_chunk, find_layout, owned_blocks
-from planner import load_model_file
 from tests.conftest import EXAMPLES
 
 GPT = f"{EXAMPLES / 'gpt.py'}:tiny"
@@ -121,9 +126,8 @@ def test_selective_recompute_is_the_attention_core_only(gpt_file):
     # Korthikanti et al. 2022 section 5, as the cost model prices it: the s x s work
     # (QK^T, scale, mask, softmax, dropout, probs @ V) is recomputed; linears, norms,
     # activations and everything else are kept.
+    from smplan.executor.parallelize import _attention_core
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    from executor.parallelize import _attention_core
 
     class Record(TorchDispatchMode):
         def __init__(self):

@@ -5,8 +5,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from hwprofiles import (
+from smplan.hwprofiles import (
     COLLECTIVES,
     GroupSpan,
     HardwareProfileError,

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles.probe import ProbeResult, fit_alpha_beta, fit_saturating, to_toml
 
-from hwprofiles import load_cluster
-from hwprofiles.probe import ProbeResult, fit_alpha_beta, fit_saturating, to_toml
 from smplan.cli.main import cli
 
 
@@ -56,7 +56,7 @@ def test_probe_cli_writes_loadable_profile(cli_runner, tmp_path):
 
 
 def test_fit_alpha_beta_each_collective():
-    from hwprofiles.probe import fit_alpha_beta
+    from smplan.hwprofiles.probe import fit_alpha_beta
 
     n, bw, alpha = 4, 1.5e9, 80e-6
     forms = {
@@ -143,7 +143,11 @@ class _DeadContext:
 def test_a_dead_worker_is_a_value_error_that_says_what_to_try(monkeypatch, which):
     import multiprocessing
 
-    from hwprofiles.probe import ProbeError, measure_collectives, measure_compute_concurrently
+    from smplan.hwprofiles.probe import (
+        ProbeError,
+        measure_collectives,
+        measure_compute_concurrently,
+    )
 
     monkeypatch.setattr(multiprocessing, "get_context", lambda method=None: _DeadContext())
     with pytest.raises(ProbeError) as err:
@@ -160,7 +164,7 @@ def test_more_processes_than_gpus_is_one_line_before_probing(cli_runner, monkeyp
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr("hwprofiles.probe.probe", lambda **kw: pytest.fail("probed despite too many processes"))
+    monkeypatch.setattr("smplan.hwprofiles.probe.probe", lambda **kw: pytest.fail("probed despite too many processes"))
     line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "--nproc", "4"]))
     assert "--nproc 4" in line and "has 2" in line and "--nproc 2" in line
 
@@ -171,7 +175,7 @@ def _fake_probe(**kwargs):
 
 
 def test_probe_refuses_to_overwrite_in_one_line(cli_runner, tmp_path, monkeypatch):
-    monkeypatch.setattr("hwprofiles.probe.probe", lambda **kw: pytest.fail("probed before refusing"))
+    monkeypatch.setattr("smplan.hwprofiles.probe.probe", lambda **kw: pytest.fail("probed before refusing"))
     out = tmp_path / "mine.toml"
     out.write_text("keep me")
     line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "-o", str(out)]))
@@ -182,7 +186,7 @@ def test_probe_writes_nothing_that_would_not_load(cli_runner, tmp_path, monkeypa
     def broken_probe(**kwargs):  # a measurement gone wrong: a link of 0 GB/s fails validation
         return dataclasses.replace(_fake_probe(), link_bandwidth_gbps=0.0)
 
-    monkeypatch.setattr("hwprofiles.probe.probe", broken_probe)
+    monkeypatch.setattr("smplan.hwprofiles.probe.probe", broken_probe)
     out = tmp_path / "mine.toml"
     out.write_text("keep me")
     result = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out), "--force"])
@@ -194,7 +198,7 @@ def test_probe_writes_nothing_that_would_not_load(cli_runner, tmp_path, monkeypa
 
 
 def test_probe_name_is_quoted_and_the_file_replaced_with_force(cli_runner, tmp_path, monkeypatch):
-    monkeypatch.setattr("hwprofiles.probe.probe", _fake_probe)
+    monkeypatch.setattr("smplan.hwprofiles.probe.probe", _fake_probe)
     out = tmp_path / "mine.toml"
     out.write_text("keep me")
     ok = cli_runner.invoke(cli, ["hw", "probe", "-o", str(out), "--force", "--name", 'lab "b"'])

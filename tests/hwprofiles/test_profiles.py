@@ -3,9 +3,8 @@
 import re
 
 import pytest
-
-from hwprofiles import HardwareProfileError, bundled_profiles, load_cluster
-from hwprofiles.loader import PROFILE_DIR, tomllib
+from smplan.hwprofiles import HardwareProfileError, bundled_profiles, load_cluster
+from smplan.hwprofiles.loader import PROFILE_DIR, tomllib
 
 EXPECTED_PROFILES = {
     "v100x8",

@@ -3,8 +3,7 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from hwprofiles import GroupSpan, ParallelLayout
+from smplan.hwprofiles import GroupSpan, ParallelLayout
 
 powers = st.sampled_from([1, 2, 4, 8, 16])
 

@@ -8,14 +8,19 @@ import math
 
 import pytest
 import torch
+from smplan.executor.config import parse_slow_rank
+from smplan.executor.grad_norms import block_grad_norms, block_index
+from smplan.executor.metrics import MetricsWriter, rank_file
+from smplan.executor.structure import find_layout
+from smplan.executor.tensorboard_log import (
+    BLOCK_NORMS_TAG,
+    MEASURED_TAG,
+    PREDICTED_TAG,
+    TensorBoardLog,
+)
+from smplan.executor.timing import PhaseTimer
+from smplan.planner.model_file import load_model_file
 
-from executor.config import parse_slow_rank
-from executor.grad_norms import block_grad_norms, block_index
-from executor.metrics import MetricsWriter, rank_file
-from executor.structure import find_layout
-from executor.tensorboard_log import BLOCK_NORMS_TAG, MEASURED_TAG, PREDICTED_TAG, TensorBoardLog
-from executor.timing import PhaseTimer
-from planner.model_file import load_model_file
 from tests.conftest import EXAMPLES
 
 

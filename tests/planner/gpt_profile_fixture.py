@@ -8,12 +8,12 @@ FLOPs follow Narayanan et al. 2021 (24·sh² + 4·s²h per layer forward, 2·shV
 Element-wise HBM traffic counts one read and one write of every non-GEMM kernel's
 tensors (layer norms, GeLU, softmax, dropout, residual adds), bf16 values, 1-byte masks.
 
-Used by the planner tests before (and to cross-check) `planner.profile_model`.
+Used by the planner tests before (and to cross-check) `smplan.planner.profile_model`.
 """
 
 from __future__ import annotations
 
-from planner.model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
+from smplan.planner.model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
 
 
 def gpt_profile(

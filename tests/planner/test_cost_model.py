@@ -1,10 +1,10 @@
 """Cost model: closed forms, contract fields, monotonicity."""
 
 import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.planner import Plan, estimate, estimate_from_costs, even_stages, plan_costs
+from smplan.planner.costs import PlanCosts, StageCosts
 
-from hwprofiles import load_cluster
-from planner import Plan, estimate, estimate_from_costs, even_stages, plan_costs
-from planner.costs import PlanCosts, StageCosts
 from tests.planner.gpt_profile_fixture import gpt_profile
 
 PROF = gpt_profile(layers=8, hidden=1024, heads=16, seq=512, vocab=8192)
@@ -94,7 +94,7 @@ def test_full_recompute_under_zero3_gathers_parameters_once_per_backward():
     # FSDP / DeepSpeed gather a block once for its backward; the recomputed forward runs on
     # those parameters. Network-bound ZeRO-3 (a slow NIC) must therefore cost fwd + bwd
     # gathers + one reduce-scatter per micro-batch, the same with or without full recompute.
-    from planner.cost_model import CostModel, MeshKey
+    from smplan.planner.cost_model import CostModel, MeshKey
 
     slow = load_cluster("a100x8", nodes=2, overrides={"inter_node.bandwidth_gbps": 0.05})
     cm = CostModel(PROF, slow)
@@ -111,8 +111,9 @@ def test_full_recompute_under_zero3_gathers_parameters_once_per_backward():
 
 
 def test_elementwise_fusion_shortens_passes_by_the_fusible_traffic():
-    from planner import profile_model
-    from planner.cost_model import CostModel, MeshKey
+    from smplan.planner import profile_model
+    from smplan.planner.cost_model import CostModel, MeshKey
+
     from tests.conftest import EXAMPLES
 
     prof = profile_model(str(EXAMPLES / "gpt.py"), {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 256}, cache=False)

@@ -1,9 +1,9 @@
 """Memory model vs Korthikanti et al. 2022 (Table 2) and Rajbhandari et al. 2020."""
 
 import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.planner.memory_model import chunk_memory, in_flight, model_state_bytes
 
-from hwprofiles import load_cluster
-from planner.memory_model import chunk_memory, in_flight, model_state_bytes
 from tests.planner.gpt_profile_fixture import gpt_profile, korthikanti_activation_bytes
 
 S, H, A, V, L = 2048, 12288, 96, 51200, 96
@@ -20,7 +20,7 @@ CASES = [  # (tp, sp, recompute, Table 2 row)
 def _profiles():
     out = [("fixture", gpt_profile(L, H, A, S, V))]
     try:
-        from planner import profile_model
+        from smplan.planner import profile_model
 
         out.append(("profiler", profile_model("examples/gpt.py:gpt3_175b")))
     except Exception:  # the profiler is another package's; the fixture still checks the model

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from smplan.planner import ModelFileError, load_model_file, parse_model_args, profile_model
 
-from planner import ModelFileError, load_model_file, parse_model_args, profile_model
 from tests.conftest import EXAMPLES
 
 GOOD_TAIL = """

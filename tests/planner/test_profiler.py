@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import pytest
+from smplan.planner import ModelProfile, profile_cache, profile_model
 
-from planner import ModelProfile, profile_cache, profile_model
 from tests.conftest import EXAMPLES, ROOT
 
 GPT = str(EXAMPLES / "gpt.py")
@@ -173,7 +173,7 @@ def test_second_call_comes_from_the_cache(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("profiled again instead of reading the cache")
 
-    monkeypatch.setattr("planner.profiler_run.run_profile", boom)
+    monkeypatch.setattr("smplan.planner.profiler_run.run_profile", boom)
     assert profile_model(GPT, {"hidden": 64}) == first
     with pytest.raises(AssertionError):  # other args: a different key
         profile_model(GPT, {"hidden": 32})
@@ -194,7 +194,7 @@ def test_gpt3_175b_profiles_without_allocating_weights(tmp_path):
     import resource
 
     code = (
-        "import json, resource; from planner import profile_model; "
+        "import json, resource; from smplan.planner import profile_model; "
         "p = profile_model('examples/gpt.py:gpt3_175b', cache=False); "
         "print(json.dumps({'params': p.params, 'flops': p.train_flops_per_sample, 'blocks': p.num_blocks, "
         "'rss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))"

@@ -5,13 +5,14 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from smplan.hwprofiles import load_cluster
+from smplan.planner import NoFeasiblePlan, Plan, PlanError, Stage, plan_search
+from smplan.planner.bounds import compute_lower_bound, lower_bound
+from smplan.planner.cost_model import CostModel, estimate_from_costs
+from smplan.planner.memory_model import capacity_bytes
+from smplan.planner.search import _solve
+from smplan.planner.search_space import Candidate
 
-from hwprofiles import load_cluster
-from planner import NoFeasiblePlan, Plan, PlanError, Stage, plan_search
-from planner.cost_model import CostModel, estimate_from_costs
-from planner.memory_model import capacity_bytes
-from planner.search import _bound, _compute_bound, _solve
-from planner.search_space import Candidate
 from tests.planner.gpt_profile_fixture import gpt_profile
 
 PROF = gpt_profile(layers=6, hidden=2048, heads=16, seq=1024, vocab=32000)
@@ -48,7 +49,7 @@ def _brute_force(cm, cand, gbs):
 
 
 def _even_memory_gib(cm, cand, gbs, kind):
-    from planner.plan import even_stages
+    from smplan.planner.plan import even_stages
 
     plan = Plan(model="m", hw="a100x8", nodes=1, dp=cand.dp, tp=cand.tp, pp=cand.pp, micro_batch=cand.mbs,
                 global_batch=gbs, schedule=cand.schedule, virtual_stages=cand.v, zero=cand.zero,
@@ -98,9 +99,9 @@ def test_ilp_equals_brute_force(layers, pp, v, tp, mbs, zero, kind, squeeze, ove
     assert got is not None, want
     assert got.predicted.step_time_s == pytest.approx(want[0], rel=1e-6)
     # The search prunes with these bounds, so they must never exceed the true optimum.
-    bound, why, _ = _bound(cm, cand, capacity_bytes(cluster))
+    bound, why, _ = lower_bound(cm, cand, capacity_bytes(cluster))
     assert not why and bound <= want[0] * (1 + 1e-9)
-    assert _compute_bound(cm, cand) <= want[0] * (1 + 1e-9)
+    assert compute_lower_bound(cm, cand) <= want[0] * (1 + 1e-9)
     assert got.predicted.peak_memory_gib <= memory_gib * (1 + 1e-9)
 
 
@@ -172,7 +173,7 @@ def test_nothing_fits_says_smallest_change():
     cap_slack=st.lists(st.integers(0, 4), min_size=4, max_size=4),
 )
 def test_busiest_device_is_the_best_whole_block_split(base, step, extra, least, cap_slack):
-    from planner.search import _busiest_device
+    from smplan.planner.bounds import _busiest_device
 
     p = len(base)
     caps = [least + c for c in cap_slack[:p]]

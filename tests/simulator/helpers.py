@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hwprofiles import load_cluster
-from hwprofiles.topology import ParallelLayout
-from planner.costs import MemoryBreakdown, PlanCosts, StageCosts
+from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles.topology import ParallelLayout
+from smplan.planner.costs import MemoryBreakdown, PlanCosts, StageCosts
 
 
 def uniform_costs(schedule="1f1b", pp=4, m=8, v=1, tf=1.0, tb=2.0, send_s=0.0, crosses=False, dp_s=0.0, overlap=True,

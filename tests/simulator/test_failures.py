@@ -2,9 +2,8 @@ import time
 
 import numpy as np
 import pytest
-
-from simulator.daly import daly_expected_time, daly_interval, young_interval
-from simulator.failures import ReliabilityError, RunSpec, analyse_run, simulate_sweep
+from smplan.simulator.daly import daly_expected_time, daly_interval, young_interval
+from smplan.simulator.failures import ReliabilityError, RunSpec, analyse_run, simulate_sweep
 
 MIN = 60.0
 HOUR = 3600.0

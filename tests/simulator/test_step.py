@@ -3,12 +3,11 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from planner.costs import PlanCosts, StageCosts
-from simulator import ScheduleError, SimulationError, simulate_step
-from simulator.gantt import write_gantt
-from simulator.schedules import device_orders
-from simulator.trace import trace_events, write_trace
+from smplan.planner.costs import PlanCosts, StageCosts
+from smplan.simulator import ScheduleError, SimulationError, simulate_step
+from smplan.simulator.gantt import write_gantt
+from smplan.simulator.schedules import device_orders
+from smplan.simulator.trace import trace_events, write_trace
 
 from .helpers import cluster, layout, uniform_costs
 
@@ -34,8 +33,8 @@ def test_interleaved_equals_narayanan(p, m, v):
 
 
 def test_equals_planner_closed_form_where_it_is_exact():
-    pytest.importorskip("planner.cost_model")
-    from planner.cost_model import estimate_from_costs
+    pytest.importorskip("smplan.planner.cost_model")
+    from smplan.planner.cost_model import estimate_from_costs
 
     for kw in ({}, {"dp_s": 0.5}, {"dp_s": 5.0}, {"dp_s": 1.0, "overlap": False}, {"opt_s": 0.1}, {"recompute_s": 0.5}):
         for sched in ("1f1b", "gpipe"):
@@ -160,7 +159,7 @@ def test_contention_never_faster(schedule, p, k, data):
 
 
 def test_parameter_server_what_if():
-    pytest.importorskip("hwprofiles.perf")
+    pytest.importorskip("smplan.hwprofiles.perf")
     c = uniform_costs("1f1b", 2, 4, dp_s=0.2, overlap=False)
     lay = layout(2, dp=64, tp=1)
     few = simulate_step(c, lay, cluster(16), dp_pattern="ps", ps_servers=1)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cluster import Cluster, Efficiency, HardwareProfileError
+from smplan.hwprofiles.cluster import Cluster, Efficiency, HardwareProfileError
 
 # The time factors of `Efficiency`; `memory_reserve_gib` is a size, not a speed.
 FIT_KEYS = ("matmul_max", "matmul_half_dim", "memory_bound", "network", "host_overhead_us_per_layer")

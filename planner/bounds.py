@@ -1,0 +1,195 @@
+"""Closed-form lower bounds on a candidate's step time, valid for every stage partition.
+
+plan_search solves candidates in the order of these bounds and stops when the bound
+reaches the K-th best solved plan; explain uses them to test whether a change fits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import NamedTuple
+
+from smplan.hwprofiles.perf import p2p_time_s
+from smplan.hwprofiles.topology import ParallelLayout
+
+from .cost_model import CostModel, MeshKey
+from .memory_model import chunk_memory, in_flight
+from .search_space import Candidate
+
+
+def mesh_key_of(cand: Candidate) -> MeshKey:
+    return MeshKey(
+        tp=cand.tp,
+        dp=cand.dp,
+        pp=cand.pp,
+        v=cand.v,
+        micro_batch=cand.mbs,
+        num_microbatches=cand.m,
+        sp=cand.sp,
+        zero=cand.zero,
+        overlap_dp=cand.overlap_dp,
+        schedule=cand.schedule,
+        dtype=cand.dtype,
+    )
+
+
+def compute_lower_bound(cm: CostModel, cand: Candidate) -> float:
+    """The pipeline term with no recomputation, no sends and perfect balance."""
+    key = mesh_key_of(cand)
+    prof = cm.profile
+    bp = cm.pass_of(prof.blocks[0], key)
+    fixed = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre + prof.post)
+    work = fixed + prof.num_blocks * (bp.forward_s + bp.backward_s)
+    p, v, m = cand.pp, cand.v, cand.m
+    if cand.schedule == "interleaved":
+        return (m + (p - 1) / v) * work / p
+    return work + (m - 1) * work / p
+
+
+class _Room(NamedTuple):
+    """One pipeline device's memory: blocks it holds without (free) and with (full)
+    recomputation, per-block bytes (slope) and what recomputing one block saves."""
+
+    ratio: float  # slope / saved: bytes freed per recomputed block, inverted (inf: none)
+    free: float
+    full: float
+    slope: float
+    room: float  # capacity left after the device's constant bytes
+    saved: float
+
+
+def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, float]:
+    """(lower bound on the step time, rejection reason or "", by how much).
+
+    Valid for every partition: the pipeline term at perfect balance (and at least one
+    stage with ceil(L/p) blocks), with the least total recomputation that lets any
+    partition fit (a fractional greedy over the devices' memory slopes).
+    """
+    prof, cl = cm.profile, cm.cluster
+    key = mesh_key_of(cand)
+    L, p, v, m = prof.num_blocks, cand.pp, cand.v, cand.m
+    C = p * v
+    block = prof.blocks[0]
+    bp = cm.pass_of(block, key)
+    fixed = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre + prof.post)
+    per_blk = bp.forward_s + bp.backward_s
+    rec_blk = bp.backward_with(cand.kind)[1] if cand.kind != "none" else 0.0
+    # sends
+    layout = ParallelLayout(pp=p, dp=cand.dp, tp=cand.tp, gpus_per_node=cl.gpus_per_node)
+    send_bytes = block.output_bytes_per_sample * cand.mbs / cand.tp
+    s_in = p2p_time_s(send_bytes, False, cl) if p > 1 else 0.0
+    s_out = p2p_time_s(send_bytes, True, cl) if p > 1 else 0.0
+    crosses = [layout.stage_boundary_crosses_node(d) for d in range(p)]
+    sends = [(s_out if crosses[c % p] else s_in) for c in range(C - 1)] + [0.0]
+    # memory: per device, const + slope * n - saved * r <= cap; activations scale with the
+    # micro-batches in flight, so each kind of chunk is built once at flight 1.
+    common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=cand.zero, micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype)
+    kinds: dict[tuple, tuple[float, ...]] = {}
+
+    def terms(first: bool, last: bool, dev_first: bool) -> tuple[float, ...]:
+        k = (first, last, dev_first)
+        if k not in kinds:
+            mem = chunk_memory(prof, cl, flight=1.0, first=first, last=last, device_first_chunk=dev_first, **common)
+            states = mem.weights0 + mem.grads0 + mem.optimizer0 + mem.buffers + mem.reserve
+            kinds[k] = (states, mem.act0, mem.weights_blk + mem.grads_blk + mem.optimizer_blk, mem.act_blk, mem.act_rec_blk)
+        return kinds[k]
+
+    min_needed, rec_needed = 0.0, 0.0
+    rooms = []
+    for d in range(p):
+        q = in_flight(cand.schedule, p, v, m, d)
+        cats = {(d == 0, d == C - 1, True): 1}
+        rest = v - 1
+        if v > 1 and d == p - 1:
+            cats[(False, True, False)] = 1
+            rest -= 1
+        if rest > 0:
+            cats[(False, False, False)] = rest
+        const = 0.0
+        for cat, count in cats.items():
+            st, a0, state_blk, act_blk, act_rec = terms(*cat)
+            const += count * (st + q * a0)
+        slope = state_blk + q * act_blk
+        saved = q * (act_blk - act_rec) if cand.kind != "none" else 0.0
+        room = cap - const
+        free = room / slope if room > 0 else 0.0
+        full = room / (slope - saved) if (room > 0 and slope > saved) else (math.inf if room > 0 else 0.0)
+        if cand.kind == "none":
+            full = free
+        elif cand.recompute_all:
+            free = 0.0
+        rooms.append(_Room(slope / saved if saved else math.inf, free, full, slope, room, saved))
+        min_needed = max(min_needed, const + (slope - saved) * v)
+    cap_blocks = sum(math.floor(r.full + 1e-9) for r in rooms)
+    if min_needed > cap or cap_blocks < L:
+        # GPU memory short of the least any partition needs, averaged over the devices
+        least_blk = min(r.slope - r.saved for r in rooms)
+        need = sum(cap - r.room for r in rooms) + L * least_blk
+        return 0.0, "oom", max(min_needed - cap, need / p - cap, 1.0)
+    if cand.recompute_all:
+        rec_needed = float(L)
+    else:
+        left = L - sum(min(r.free, r.full) for r in rooms)
+        for ratio, free, full, *_ in sorted(rooms):
+            if left <= 0:
+                break
+            take = min(left, max(0.0, full - free))
+            rec_needed += take / ratio if ratio != math.inf else 0.0
+            left -= take
+    work = fixed + L * per_blk + rec_needed * rec_blk
+    cycles = work + 2.0 * sum(sends)
+    z = _tail_bound(cm, key, cand, rec_blk)
+    # The busiest device: whole blocks, at most as many as its memory holds (all recomputed),
+    # at least one per chunk, on top of its fixed work (embedding, head, its sends).
+    pre = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre)
+    post = fixed - pre
+    base = [sum(sends[c] + (sends[c - 1] if c else 0.0) for c in range(d, C, p)) for d in range(p)]
+    base[0] += pre
+    base[-1] += post
+    caps = [math.floor(r.full + 1e-9) for r in rooms]
+    step = per_blk + (rec_blk if cand.recompute_all else 0.0)
+    busiest = _busiest_device(base, step, L, caps, v)
+    if cand.schedule == "interleaved":
+        dev = max(cycles / p, busiest)
+        return m * dev + (p - 1) / v * work / p + 2.0 * sum(sends[: p - 1]) + z, "", 0.0
+    cyc = max(cycles / p, busiest)
+    return work + 2.0 * sum(sends) + (m - 1) * cyc + z, "", 0.0
+
+
+def _busiest_device(base: list[float], step: float, blocks: int, caps: list[int], least: int) -> float:
+    """min over whole-block splits (least <= n_d <= caps_d, sum n_d = blocks) of max_d base_d + n_d step.
+
+    Identical blocks: handing each next block to the device that ends lowest is optimal
+    (water-filling). Caps that cannot hold the blocks never reach here (lower_bound rejects them).
+    """
+    n = [least] * len(base)
+    heap = [(b + (least + 1) * step, d) for d, b in enumerate(base) if caps[d] > least]
+    heapq.heapify(heap)
+    for _ in range(blocks - least * len(base)):
+        if not heap:
+            break
+        _, d = heapq.heappop(heap)
+        n[d] += 1
+        if n[d] < caps[d]:
+            heapq.heappush(heap, (base[d] + (n[d] + 1) * step, d))
+    return max(b + k * step for b, k in zip(base, n, strict=True))
+
+
+def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) -> float:
+    """max_d tail_d >= its mean over devices; tails are affine in n_d, and sum n_d = L."""
+    p, L, C = cand.pp, cm.profile.num_blocks, cand.pp * cand.v
+    first, last = cm.chunk(key, 0, cand.kind), cm.chunk(key, C - 1, cand.kind)
+    # the constant terms of the chunks: one chunk holds both ends when C == 1
+    ends = (first,) if C == 1 else (first, last)
+    mids = max(0, p - len(ends))
+    mid = cm.chunk(key, 1, cand.kind) if C > 2 else first
+    opt = (sum(c.opt0 for c in ends) + first.opt_blk * L) / p
+    if cand.zero >= 3 or cand.dp == 1:
+        return opt
+    dp0 = sum(c.dp_s0 for c in ends) + mid.dp_s0 * mids
+    dp = (dp0 + first.dp_s_blk * L) / p
+    if not cand.overlap_dp:
+        return opt + dp
+    window = (sum(c.b0 for c in ends) + (first.b_blk + rec_blk) * L) / p
+    return opt + max(0.0, dp - window)
