@@ -163,8 +163,7 @@ if __name__ == "__main__":
     args = ap.parse_args()
     try:
         global_set = global_overrides(args.hw_set)
-        folder = resolve_validation_dir(args.validation_dir)
-    except (HardwareProfileError, ValidationDirError) as err:
+    except HardwareProfileError as err:
         usage_error(str(err))
     extra = {}
     for path in args.extra:  # read every --extra file before any work, so a bad one costs nothing
@@ -174,4 +173,8 @@ if __name__ == "__main__":
             extra[path] = read_vtrain_csv(Path(path))
         except PublishedFileError as err:
             usage_error(f"--extra {err}")
+    try:
+        folder = resolve_validation_dir(args.validation_dir)
+    except ValidationDirError as err:
+        usage_error(str(err))
     report(folder, fit(folder, global_set) if args.fit else global_set, extra=extra)
