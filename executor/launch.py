@@ -16,6 +16,14 @@ class LaunchError(RuntimeError):
     """The workers failed (after the allowed restarts); the message says where the logs are."""
 
 
+class LaunchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run: the workers are gone, the run directory and checkpoints stay."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(f"interrupted; run directory kept at {run_dir}")
+        self.run_dir = run_dir
+
+
 @contextlib.contextmanager
 def _worker_env(extra: dict[str, str]):
     """Environment the elastic agent copies into each worker, restored afterwards."""
@@ -29,6 +37,31 @@ def _worker_env(extra: dict[str, str]):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _quiet_agent_on_interrupt():
+    """Ctrl-C raises KeyboardInterrupt as usual, and from then on the log records of the
+    agent's shutdown (each worker's exit, its "closing signal") are dropped: the user asked
+    for the stop. Outside the main thread (no signal handlers there) nothing changes."""
+    import logging
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        logging.disable(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        logging.disable(logging.NOTSET)
 
 
 def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
@@ -61,6 +94,10 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         # lines) stays the workers' own, as a caller that redirects it expects
         logs_specs=DefaultLogsSpecs(log_dir=str(out / "elastic"), tee=Std.ERR),
         shutdown_timeout=shutdown_timeout_s,
+        # Ctrl-C stays a KeyboardInterrupt in this process (the agent): its shutdown then stops
+        # the workers with SIGTERM, which ends them without a traceback each (forwarding SIGINT
+        # would raise KeyboardInterrupt in every rank); SIGKILL follows after shutdown_timeout_s
+        signals_to_handle="SIGTERM,SIGHUP,SIGQUIT",
     )
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
@@ -71,8 +108,10 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     }
     try:
-        with _worker_env(env):
+        with _worker_env(env), _quiet_agent_on_interrupt():
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
+    except KeyboardInterrupt:
+        raise LaunchInterrupted(out) from None
     except ChildFailedError as err:
         rank, first = err.get_first_failure()
         what = f"rank {rank} exited with code {first.exitcode}"

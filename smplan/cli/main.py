@@ -37,6 +37,8 @@ class LazyGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as err:  # Ctrl-C: one line and 130, not click's "Aborted!" and 1
+            raise Interrupted(str(err) or "interrupted") from None
         except Exception as err:
             if is_user_error(err):
                 raise UserError(str(err)) from None
@@ -77,6 +79,15 @@ class UserError(click.ClickException):
 
     def show(self, file=None) -> None:
         click.echo(f"error: {self.message}", err=True)
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: one line on stderr and exit code 130 (128 + SIGINT, as a shell reports it)."""
+
+    exit_code = 130
+
+    def show(self, file=None) -> None:
+        click.echo(self.message, err=True)
 
 
 def main() -> None:
