@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 from .config import RunConfig
+from .failure import failure_report, stderr_log
 
 
 class LaunchError(RuntimeError):
@@ -114,10 +115,9 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         raise LaunchInterrupted(out) from None
     except ChildFailedError as err:
         rank, first = err.get_first_failure()
-        what = f"rank {rank} exited with code {first.exitcode}"
-        raise LaunchError(
-            f"training failed after {max_restarts} restart(s): {what}; logs under {out / 'elastic'}"
-        ) from None
+        log = stderr_log(out / "elastic", launch.run_id, first.local_rank, first.error_file)
+        what = failure_report(rank, first.exitcode, log, out / "elastic")
+        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}") from None
     return out
 
 

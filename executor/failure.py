@@ -1,0 +1,62 @@
+"""What a failed worker left behind: the end of its exception, read from its stderr log.
+
+The elastic agent keeps every worker's stderr in
+`RUN_DIR/elastic/<run id>_<suffix>/attempt_<N>/<local rank>/stderr.log`
+(torch.distributed.elastic.multiprocessing.api.DefaultLogsSpecs.reify).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# torch.distributed prefixes a worker's uncaught-exception lines with "[rankN]: "
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def stderr_log(logs_root: Path, run_id: str, local_rank: int, error_file: str | None = None) -> Path | None:
+    """The stderr log of `local_rank`'s newest attempt in run `run_id` (None when not kept).
+
+    The agent's failure record names the worker's `error.json` only when the worker wrote
+    one; otherwise ("<N/A>") the log is found by the agent's folder layout.
+    """
+    if error_file and Path(error_file).is_absolute():
+        beside = Path(error_file).parent / "stderr.log"
+        if beside.is_file():
+            return beside
+    found = [p for p in Path(logs_root).glob(f"{run_id}_*/attempt_*/{local_rank}/stderr.log") if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def exception_tail(text: str, max_lines: int = 10) -> list[str]:
+    """The last traceback in `text`, cut to its innermost frames and the exception line(s);
+    without a traceback (a C++ abort, a signal), the last non-empty lines."""
+    raw = [line.rstrip() for line in text.splitlines()]
+    starts = [i for i, line in enumerate(raw) if line.endswith(_TRACEBACK)]
+    if not starts:
+        return [_RANK_PREFIX.sub("", line) for line in raw if line.strip()][-max_lines:]
+    # a traceback's lines carry its header's prefix; lines of other writers (the agent) do not
+    prefix = raw[starts[-1]][: -len(_TRACEBACK)]
+    block = []
+    for line in raw[starts[-1] + 1:]:
+        if not line.startswith(prefix):
+            break
+        block.append(line[len(prefix):])
+    # frames are indented; the exception ("ValueError: ...") is the first line that is not
+    end = next((i for i, line in enumerate(block) if line and not line[0].isspace()), len(block))
+    message = block[end:end + max_lines]
+    frames = [line for line in block[:end] if line.strip() and set(line.strip()) != {"^"}]
+    keep = max_lines - len(message)
+    return (frames[-keep:] if keep > 0 else []) + message
+
+
+def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, max_lines: int = 10) -> str:
+    """Several lines for the user: which rank failed, how, its exception and its full log."""
+    how = f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}"
+    head = f"rank {rank} {how}"
+    if log is None:
+        return f"{head}; logs under {logs_root}"
+    tail = exception_tail(log.read_text(errors="replace"), max_lines)
+    body = "".join(f"\n  | {line}" for line in tail)
+    return f"{head}:{body}\nfull log of rank {rank}: {log}"

@@ -1,0 +1,96 @@
+"""A crashing worker: `execute` shows the failing rank's exception and where its full log is."""
+
+from __future__ import annotations
+
+import textwrap
+
+from smplan.executor.failure import exception_tail, failure_report, stderr_log
+
+from tests.executor.runs import run_execute
+
+CRASHING_MODEL = textwrap.dedent('''
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if dist.is_initialized() and dist.get_rank() == 1 and self.calls == 2:
+                raise ValueError("boom at step 2")
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+
+    def model():
+        return Net()
+
+
+    def batch(micro_batch_size, model=None, seed=0):
+        gen = torch.Generator().manual_seed(seed)
+        return torch.randn(micro_batch_size, 8, generator=gen), torch.randint(0, 8, (micro_batch_size,), generator=gen)
+
+
+    def loss(out, y):
+        return F.cross_entropy(out, y)
+''')
+
+LOG = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "<frozen runpy>", line 198, in _run_module_as_main
+[rank1]:   File "/x/worker.py", line 35, in main
+[rank1]:     trainer.run()
+[rank1]:   File "/x/model.py", line 17, in forward
+[rank1]:     raise ValueError("boom at step 2")
+[rank1]:     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+[rank1]: ValueError: boom at step 2
+W1203 09:00:00 12 torch/distributed/elastic/agent.py:1] a later agent line
+"""
+
+
+def test_exception_tail_keeps_the_innermost_frames_and_the_message():
+    assert exception_tail(LOG, max_lines=4) == [
+        '  File "/x/worker.py", line 35, in main', "    trainer.run()",
+        '  File "/x/model.py", line 17, in forward', "    raise ValueError(\"boom at step 2\")",
+    ][1:] + ["ValueError: boom at step 2"]
+
+
+def test_exception_tail_without_traceback_gives_the_last_lines():
+    assert exception_tail("a\n\nb\nterminate called without an active exception\n", max_lines=2) == [
+        "b", "terminate called without an active exception"]
+
+
+def test_failure_report_names_the_log(tmp_path):
+    for attempt in (0, 1):
+        rank_dir = tmp_path / "abc_x1" / f"attempt_{attempt}" / "1"
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stderr.log").write_text(LOG)
+    log = stderr_log(tmp_path, "abc", 1, error_file="<N/A>")
+    assert log == rank_dir / "stderr.log"  # the newest attempt
+    assert stderr_log(tmp_path, "other", 1) is None
+    text = failure_report(1, 1, log, tmp_path)
+    assert text.startswith("rank 1 exited with code 1:")
+    assert "ValueError: boom at step 2" in text and f"full log of rank 1: {log}" in text
+    assert failure_report(3, -9, None, tmp_path) == f"rank 3 killed by signal 9; logs under {tmp_path}"
+
+
+def test_execute_prints_the_failing_ranks_exception(tmp_path):
+    model = tmp_path / "crash.py"
+    model.write_text(CRASHING_MODEL)
+    out = tmp_path / "run"
+    result = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "3", model=str(model), timeout=120)
+    assert result.returncode == 1, result.stdout
+    error = result.stdout[result.stdout.index("training failed"):]
+    assert "rank 1 exited with code 1" in error
+    assert "ValueError: boom at step 2" in error
+    assert 'raise ValueError("boom at step 2")' in error
+    logs = list((out / "elastic").glob("*/attempt_0/1/stderr.log"))
+    assert len(logs) == 1 and f"full log of rank 1: {logs[0]}" in error
