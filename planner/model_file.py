@@ -177,6 +177,8 @@ def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ModelFileError(f"--arg {item!r} needs the form key=value, e.g. --arg layers=24")
         key, raw = (s.strip() for s in item.split("=", 1))
+        if key in out:
+            raise ModelFileError(f"--arg {key} is given twice ({key}={out[key]!r} and {item!r}); keep one")
         out[key] = _parse_arg(raw)
     return out
 

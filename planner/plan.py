@@ -8,9 +8,13 @@ The same plan file flows through `smplan plan`, `simulate`, `reliability`, `what
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .feasibility import pipeline_fill_problem
+from .plan_schema import check_derived, check_plan_dict
 
 PLAN_VERSION = 1
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -132,35 +136,46 @@ class Plan:
         Path(path).write_text(self.to_json() + "\n")
 
     @staticmethod
-    def from_dict(data: dict) -> Plan:
-        if not isinstance(data, dict):
-            raise PlanError("a plan file must hold one JSON object; make one with `smplan plan -o plan.json`")
-        version = data.get("version", PLAN_VERSION)
-        if version != PLAN_VERSION:
-            raise PlanError(f"plan version {version} is not supported (this smplan reads version {PLAN_VERSION})")
-        names = {f.name for f in dataclasses.fields(Plan)}
-        kwargs = {k: v for k, v in data.items() if k in names}
-        for key in ("model", "hw", "nodes"):
-            if key not in kwargs:
-                raise PlanError(f"plan is missing {key!r}; regenerate it with `smplan plan -o plan.json`")
+    def from_dict(data: dict, source: str = "plan") -> Plan:
+        """A Plan from its JSON form, checked against the schema first (`plan_schema`): every
+        problem (unknown key, missing key, wrong type) is one line of one PlanError."""
+        kwargs = check_plan_dict(data, source)
         try:
-            kwargs["stages"] = tuple(Stage(**s) for s in data.get("stages", ()))
-            if data.get("predicted"):
-                kwargs["predicted"] = Figures(**data["predicted"])
-        except TypeError as err:
-            raise PlanError(f"plan has a malformed stage or figures entry: {err}") from None
-        return Plan(**kwargs)
+            plan = Plan(**kwargs)
+        except PlanError as err:
+            raise PlanError(f"{source}: {err}") from None
+        check_derived(plan, data, source)
+        return plan
 
     @staticmethod
     def load(path: str | Path) -> Plan:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            text = path.read_text()
         except FileNotFoundError:
             raise PlanError(f"plan file {str(path)!r} does not exist; create it with `smplan plan -o {path}`") from None
+        except IsADirectoryError:
+            raise PlanError(f"plan file {str(path)!r} is a folder; give the .json file") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise PlanError(f"cannot read plan file {str(path)!r}: {err}") from None
+        try:
+            data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except PlanError as err:
+            raise PlanError(f"plan file {str(path)!r}: {err}") from None
         except json.JSONDecodeError as err:
             raise PlanError(f"plan file {str(path)!r} is not valid JSON ({err}); regenerate it with `smplan plan`") from None
-        return Plan.from_dict(data)
+        except RecursionError:
+            raise PlanError(f"plan file {str(path)!r} nests too deeply; regenerate it with `smplan plan`") from None
+        return Plan.from_dict(data, source=f"plan file {str(path)!r}")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise PlanError(f"key {key!r} is given twice; keep one")
+        seen[key] = value
+    return seen
 
 
 def even_stages(num_blocks: int, num_chunks: int, recompute: str = "none") -> tuple[Stage, ...]:
@@ -204,13 +219,20 @@ _BOOL_FIELDS = {"sequence_parallel", "overlap_dp"}
 def parse_inline(text: str) -> dict:
     """`"tp=8,pp=2,recompute=full"` -> {"tp": 8, "pp": 2, "recompute": "full"} (field names)."""
     out: dict = {}
+    given: dict[str, str] = {}  # field name -> the key it was given as
     for item in filter(None, (part.strip() for part in text.split(","))):
         if "=" not in item:
             raise PlanError(f"plan item {item!r} needs the form key=value, e.g. tp=8")
         key, raw = (s.strip() for s in item.split("=", 1))
         if key not in INLINE_KEYS:
-            raise PlanError(f"unknown plan key {key!r}; use {', '.join(sorted(set(INLINE_KEYS)))}")
+            near = difflib.get_close_matches(key, list(INLINE_KEYS), n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            raise PlanError(f"unknown plan key {key!r}; {hint}use {', '.join(sorted(set(INLINE_KEYS)))}")
         name = INLINE_KEYS[key]
+        if name in given:
+            same = key if given[name] == key else f"{given[name]} (as {key})"
+            raise PlanError(f"plan key {same} is given twice ({text.strip()!r}); keep one")
+        given[name] = key
         out[name] = _parse_value(name, raw)
     return out
 
@@ -316,11 +338,10 @@ def validate(plan: Plan) -> None:
             f"global batch {plan.global_batch} is not divisible by dp*mbs={per_step}; "
             f"use gbs={lower} or {lower + per_step}"
         )
-    if plan.schedule == "interleaved" and plan.num_microbatches % plan.pp:
-        raise PlanError(
-            f"the interleaved schedule needs micro-batches ({plan.num_microbatches}) divisible by "
-            f"pp={plan.pp}; change gbs or mbs"
-        )
+    if plan.schedule == "interleaved":
+        problem = pipeline_fill_problem(plan.pp, plan.schedule, plan.num_microbatches, plan.dp, plan.micro_batch)
+        if problem:
+            raise PlanError(problem)
     if plan.stages:
         if len(plan.stages) != plan.num_model_chunks:
             raise PlanError(

@@ -44,7 +44,7 @@ def test_tp_without_tp_plan(cli_runner, tmp_path):
 
 
 def test_plan_file_with_stages_beyond_the_model(cli_runner, tmp_path):
-    plan = {"model": GPT, "hw": "local", "nodes": 1, "pp": 2, "micro_batch": 1, "global_batch": 4,
+    plan = {"model": GPT, "hw": "local", "nodes": 1, "dp": 1, "tp": 1, "pp": 2, "micro_batch": 1, "global_batch": 4,
             "stages": [{"first_block": 0, "last_block": 3}, {"first_block": 3, "last_block": 6}]}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))

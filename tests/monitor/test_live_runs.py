@@ -13,7 +13,7 @@ from tests.executor.runs import GPT_TINY, metrics, run_execute
 from tests.monitor.fake_runs import PREDICTED
 
 STEPS = 6
-PLAN = {"model": GPT_TINY, "hw": "local", "nodes": 1, "dp": 2, "micro_batch": 1, "global_batch": 4,
+PLAN = {"model": GPT_TINY, "hw": "local", "nodes": 1, "dp": 2, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 4,
         "dtype": "fp32", "predicted": PREDICTED}
 
 

@@ -1,0 +1,234 @@
+"""The JSON schema of a plan file, checked before a Plan is built.
+
+Every problem is one line naming the key, what was given and what is expected; all of them
+are collected and raised as one PlanError. Unknown keys are rejected (naming the nearest
+known key, as the hardware TOML loader names the known ones). A plan FILE must give the
+shape keys (`REQUIRED`); the rest have the defaults of the Plan dataclass. Keys that
+`Plan.to_dict` derives (`recompute`, `num_microbatches`, `stage_blocks`) are accepted and
+must agree with the plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+
+REQUIRED = ("model", "hw", "nodes", "dp", "tp", "pp", "micro_batch", "global_batch")
+DERIVED = ("recompute", "num_microbatches", "stage_blocks")
+REGENERATE = "regenerate the plan with `smplan plan -o plan.json`"
+
+
+class _Problems(list):
+    def add(self, key: str, value, expected: str) -> None:
+        self.append(f"{key}: got {_given(value)}, expected {expected}")
+
+
+def _given(value) -> str:
+    kind = {dict: "an object", list: "a list", str: "text", bool: "a boolean", type(None): "null"}.get(type(value))
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{text} ({kind})" if kind and value is not None else text
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(p: _Problems, key: str, value, minimum: int):
+    if not _is_int(value) or value < minimum:
+        p.add(key, value, f"a whole number >= {minimum}")
+        return None
+    return value
+
+
+def _text(p: _Problems, key: str, value):
+    if not isinstance(value, str) or not value:
+        p.add(key, value, "non-empty text")
+        return None
+    return value
+
+
+def _choice(p: _Problems, key: str, value, options):
+    if value not in options or not isinstance(value, str | int) or isinstance(value, bool):
+        p.add(key, value, "one of " + ", ".join(json.dumps(o) for o in options))
+        return None
+    return value
+
+
+def _boolean(p: _Problems, key: str, value):
+    if isinstance(value, bool):
+        return value
+    if _is_int(value) and value in (0, 1):
+        return bool(value)
+    p.add(key, value, "true or false (or 0 / 1)")
+    return None
+
+
+def _scalars(p: _Problems, key: str, value, allow_null: bool):
+    if not isinstance(value, dict):
+        p.add(key, value, "an object of key: value")
+        return None
+    ok = (str, int, float, bool) + ((type(None),) if allow_null else ())
+    for k, v in value.items():
+        if not isinstance(v, ok) or (isinstance(v, float) and not math.isfinite(v)):
+            p.add(f"{key}.{k}", v, "a number, true/false or text")
+    return dict(value)
+
+
+def _unknown(p: _Problems, where: str, data: dict, known) -> None:
+    for key in data:
+        if key in known:
+            continue
+        near = difflib.get_close_matches(str(key), list(known), n=1)
+        hint = f"did you mean {near[0]!r}?" if near else f"known keys: {', '.join(known)}"
+        p.append(f"{where}{key}: unknown key; {hint}")
+
+
+def _stages(p: _Problems, value):
+    from .plan import RECOMPUTE, Stage
+
+    if not isinstance(value, list | tuple):  # a tuple when the dict comes from Plan.to_dict in memory
+        p.add("stages", value, "a list of {first_block, last_block, recompute, recompute_blocks}")
+        return None
+    known = [f.name for f in dataclasses.fields(Stage)]
+    out, before = [], len(p)
+    for i, entry in enumerate(value):
+        key = f"stages[{i}]"
+        if isinstance(entry, Stage):
+            entry = dataclasses.asdict(entry)
+        if not isinstance(entry, dict):
+            p.add(key, entry, "an object {first_block, last_block, recompute, recompute_blocks}")
+            continue
+        _unknown(p, key + ".", entry, known)
+        kw = {}
+        for name, minimum in (("first_block", 0), ("last_block", 1)):
+            if name not in entry:
+                p.append(f"{key}.{name}: missing, expected a whole number >= {minimum}")
+            else:
+                kw[name] = _whole(p, f"{key}.{name}", entry[name], minimum)
+        if "recompute" in entry:
+            kw["recompute"] = _choice(p, f"{key}.recompute", entry["recompute"], RECOMPUTE)
+        if entry.get("recompute_blocks") is not None:
+            kw["recompute_blocks"] = _whole(p, f"{key}.recompute_blocks", entry["recompute_blocks"], 0)
+        if len(p) == before:
+            out.append(Stage(**kw))
+    return tuple(out) if len(p) == before else None
+
+
+def _figures(p: _Problems, value):
+    from .plan import Figures
+
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        p.add("predicted", value, "an object of predicted figures, or null")
+        return None
+    fields = {f.name: f for f in dataclasses.fields(Figures)}
+    _unknown(p, "predicted.", value, list(fields))
+    before = len(p)
+    kw = {}
+    for name, f in fields.items():
+        key = f"predicted.{name}"
+        if name not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                p.append(f"{key}: missing, expected a number")
+            continue
+        v = value[name]
+        if name in ("breakdown", "memory_breakdown_gib"):
+            if not isinstance(v, dict) or not all(_is_number(x) for x in v.values()):
+                p.add(key, v, "an object of name: number")
+            kw[name] = v
+        elif not _is_number(v):
+            p.add(key, v, "a number")
+        else:
+            kw[name] = float(v)
+    return Figures(**kw) if len(p) == before else None
+
+
+def _version(p: _Problems, value):
+    from .plan import PLAN_VERSION
+
+    if value != PLAN_VERSION or not _is_int(value):
+        p.add("version", value, f"{PLAN_VERSION} (this smplan reads plan version {PLAN_VERSION})")
+    return None
+
+
+def check_plan_dict(data, source: str = "plan") -> dict:
+    """Plan keyword arguments from a plan's JSON object; raise PlanError listing every problem."""
+    from .plan import DTYPES, RECOMPUTE, SCHEDULES, Plan
+
+    p = _Problems()
+    if not isinstance(data, dict):
+        p.add("the plan", data, "one JSON object; make one with `smplan plan -o plan.json`")
+        raise _error(source, p)
+    fields = [f.name for f in dataclasses.fields(Plan)]
+    _unknown(p, "", data, fields + list(DERIVED))
+    for key in REQUIRED:
+        if key not in data:
+            p.append(f"{key}: missing; a plan file must give it")
+    check = {
+        "model": _text,
+        "hw": _text,
+        "nodes": lambda p, k, v: _whole(p, k, v, 1),
+        "dp": lambda p, k, v: _whole(p, k, v, 1),
+        "tp": lambda p, k, v: _whole(p, k, v, 1),
+        "pp": lambda p, k, v: _whole(p, k, v, 1),
+        "micro_batch": lambda p, k, v: _whole(p, k, v, 1),
+        "global_batch": lambda p, k, v: _whole(p, k, v, 1),
+        "virtual_stages": lambda p, k, v: _whole(p, k, v, 1),
+        "schedule": lambda p, k, v: _choice(p, k, v, SCHEDULES),
+        "zero": lambda p, k, v: _choice(p, k, v, (0, 1, 2, 3)),
+        "sequence_parallel": _boolean,
+        "overlap_dp": _boolean,
+        "dtype": lambda p, k, v: _choice(p, k, v, DTYPES),
+        "stages": lambda p, k, v: _stages(p, v),
+        "model_args": lambda p, k, v: _scalars(p, k, v, allow_null=True),
+        "seq_len": lambda p, k, v: None if v is None else _whole(p, k, v, 1),
+        "hw_overrides": lambda p, k, v: _scalars(p, k, v, allow_null=False),
+        "predicted": lambda p, k, v: _figures(p, v),
+        "version": lambda p, k, v: _version(p, v),
+        "recompute": lambda p, k, v: _choice(p, k, v, RECOMPUTE),
+        "num_microbatches": lambda p, k, v: _whole(p, k, v, 1),
+        "stage_blocks": lambda p, k, v: v,
+    }
+    kwargs = {}
+    for key, value in data.items():
+        if key in check:
+            parsed = check[key](p, key, value)
+            if key in fields and key != "version":
+                kwargs[key] = parsed
+    if p:
+        raise _error(source, p)
+    return kwargs
+
+
+def check_derived(plan, data: dict, source: str = "plan") -> None:
+    """The derived keys a plan file gives must agree with the plan they describe."""
+    p = _Problems()
+    derived = plan.to_dict()
+    for key, expected in (("recompute", derived["recompute"]), ("num_microbatches", derived["num_microbatches"])):
+        if key in data and data[key] != expected:
+            p.add(key, data[key], f"{json.dumps(expected)} (derived from the plan; drop the key or fix the plan)")
+    if "stage_blocks" in data and data["stage_blocks"] != derived["stage_blocks"]:
+        p.add("stage_blocks", data["stage_blocks"], f"{json.dumps(derived['stage_blocks'])} (derived from stages; drop it)")
+    if p:
+        raise _error(source, p)
+
+
+def _error(source: str, problems: list[str]):
+    from .plan import PlanError
+
+    if len(problems) == 1:
+        return PlanError(f"{source}: {problems[0]}; fix it or {REGENERATE}")
+    lines = "\n  ".join(problems)
+    return PlanError(f"{source} has {len(problems)} problems; fix them or {REGENERATE}:\n  {lines}")
