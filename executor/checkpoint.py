@@ -111,8 +111,57 @@ def load_train_state(chunks, optimizers, path: Path) -> None:
                                  options=StateDictOptions(flatten_optimizer_state_dict=True))
 
 
-def save(root: str | Path, step: int, chunks, optimizers, meta: dict, rank: int, barrier) -> Path:
-    """Collective: every rank calls it. Returns the published folder."""
+def rng_state(device) -> dict:
+    """This rank's random generators: torch's CPU one, the device's, Python's and numpy's
+    (when loaded). Dropout draws from them, and differs per rank (TP shards, pipeline
+    stages), so every rank keeps its own."""
+    import random
+    import sys
+
+    import torch
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    if "numpy" in sys.modules:
+        state["numpy"] = sys.modules["numpy"].random.get_state()
+    return state
+
+
+def set_rng_state(state: dict, device) -> None:
+    import random
+
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+    if "numpy" in state:
+        import numpy
+
+        numpy.random.set_state(state["numpy"])
+
+
+def rank_state_file(path: Path, rank: int) -> Path:
+    return Path(path) / f"rank-{rank}.pt"
+
+
+def load_rank_state(path: Path, rank: int) -> dict | None:
+    """What `save` kept of this rank alone (RNG states); None for a checkpoint without it."""
+    import torch
+
+    file = rank_state_file(path, rank)
+    return torch.load(file, weights_only=False) if file.is_file() else None
+
+
+def save(root: str | Path, step: int, chunks, optimizers, meta: dict, rank: int, barrier,
+         rank_state: dict | None = None) -> Path:
+    """Collective: every rank calls it. Returns the published folder.
+
+    `rank_state` is this rank's own (its RNG states differ from every other rank's, so DCP,
+    which keeps one copy of a replicated key, cannot hold it): one file per rank."""
+    import torch
     import torch.distributed.checkpoint as dcp
 
     root = Path(root)
@@ -122,6 +171,14 @@ def save(root: str | Path, step: int, chunks, optimizers, meta: dict, rank: int,
         shutil.rmtree(tmp, ignore_errors=True)  # left by a crash mid-save
     barrier()
     dcp.save(train_state(chunks, optimizers), checkpoint_id=str(tmp))
+    if rank_state is not None:
+        file = rank_state_file(tmp, rank)
+        torch.save(rank_state, file)
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     barrier()
     if rank == 0:
         (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=2) + "\n")

@@ -190,6 +190,12 @@ class Trainer:
         step, path = found
         checkpoint.load_train_state(self.parts.chunks, self.optimizers, path)
         self.data.skip(step)
+        own = checkpoint.load_rank_state(path, self.rank)
+        if own is not None:  # after skip: a data stream may draw from the generators too
+            checkpoint.set_rng_state(own["rng"], self.device)
+        elif self.rank == 0:
+            print(f"[smplan] {path} holds no per-rank RNG state; dropout will not repeat bit for bit",
+                  flush=True)
         if self.rank == 0:
             print(f"[smplan] resumed from {path} (step {step})", flush=True)
         return step
@@ -197,7 +203,7 @@ class Trainer:
     def _save(self, step: int) -> None:
         meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref}
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
-                        self.rank, dist.barrier)
+                        self.rank, dist.barrier, rank_state={"rng": checkpoint.rng_state(self.device)})
 
     def _tensorboard(self, start: int):
         from .tensorboard_log import TensorBoardLog
