@@ -6,6 +6,7 @@ ValueError line (exit code 2 on the CLI).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,21 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     return plan, model_file
 
 
+def check_options(opts: ExecuteOptions) -> None:
+    """What a rank would otherwise choke on after the launch, refused before it."""
+    for name, value in (("--lr", opts.lr), ("clip", opts.clip)):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise PlanMismatchError(f"{name} must be a finite number greater than 0, got {value}")
+    if not 0 <= opts.seed < 2**63:  # torch.manual_seed's range (a signed 64-bit generator seed)
+        raise PlanMismatchError(f"--seed must be between 0 and 2**63-1, got {opts.seed}")
+    if opts.rdzv_endpoint is not None:
+        host, _, port = opts.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise PlanMismatchError(f"--rdzv-endpoint must be HOST:PORT (port 1-65535), got {opts.rdzv_endpoint!r}")
+
+
 def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
+    check_options(opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
     if opts.steps < 1:
         raise PlanMismatchError(f"--steps must be at least 1, got {opts.steps}")

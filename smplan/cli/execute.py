@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
 import click
 
 from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
+from smplan.executor.run import check_options
 
 from .options import echo_json, json_option, model_args_from, model_args_option
 
@@ -58,15 +63,18 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-N.jsonl (every rank's step
     time, wait, phases and memory), summary.json and, with --tensorboard, tensorboard/.
     """
-    plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
-                                    nproc_per_node=nproc_per_node, nnodes=nnodes)
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                           max_restarts=max_restarts, launcher=launcher, out=out, fail_at_step=fail_at_step,
                           force_resume=force_resume, seed=seed, lr=lr, tensorboard=tensorboard,
                           grad_norms_every=grad_norms_every, slow_rank=slow_rank)
+    check_options(opts)  # before the model file is even loaded
+    plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
+                                    nproc_per_node=nproc_per_node, nnodes=nnodes)
     try:
-        result = run_plan(plan, model_file, opts)
+        # --json: stdout carries the one JSON object, so the ranks' per-step lines go to stderr
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():
+            result = run_plan(plan, model_file, opts)
     except LaunchError as err:
         raise click.ClickException(str(err)) from None
     if result.sbatch is not None:
@@ -96,3 +104,17 @@ def _echo_summary(summary: dict) -> None:
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Point file descriptor 1 at stderr: the worker processes inherit it from the agent."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -8,6 +8,7 @@ from smplan.simulator.failures import ReliabilityError
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, plan_reliability
 
+from .checks import FiniteFloat
 from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
 from .table import format_table
 
@@ -30,8 +31,12 @@ def _interval(value: str) -> float | None:
 @click.option("--plan", "plan_text", default=None, metavar="KEYS", help="Inline plan for a MODEL.")
 @model_args_option
 @click.option("--seq-len", type=click.IntRange(min=1), default=None)
-@click.option("--days", type=float, default=None, help="Failure-free training days the run needs.")
-@click.option("--tokens", type=float, default=None, help="Tokens to train on (e.g. 3e11).")
+# At most 10 years of failure-free training, and 1e15 tokens (64x the 15.6T of Llama 3, Meta 2024):
+# beyond either the failure simulation only overflows.
+@click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None,
+              help="Failure-free training days the run needs (at most 3650).")
+@click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None,
+              help="Tokens to train on (e.g. 3e11; at most 1e15).")
 @click.option("--checkpoint-interval", "interval", default="auto", show_default=True, metavar="auto|MIN",
               help="Minutes of training between checkpoints; auto takes the sweep's best.")
 @click.option("--mtbf-hours", type=float, default=None, help="Per-GPU MTBF (default: the hardware profile's).")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from smplan.simulator import DP_PATTERNS, simulate_plan
@@ -9,6 +11,8 @@ from smplan.simulator.gantt import write_gantt
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.trace import write_trace
 
+from .checks import check_output_file, image_suffixes
+from .main import UserError
 from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
 from .table import format_table
 
@@ -20,12 +24,14 @@ from .table import format_table
 @model_args_option
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (model builder's seq_len).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace-event JSON of the step.")
-@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), default=None, help="Write a Gantt chart PNG of the step.")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a Gantt chart of the step; the suffix picks the format (.png, .svg, .pdf, ...).")
+@click.option("--force", is_flag=True, help="Overwrite an existing --trace or --gantt file.")
 @click.option("--no-contention", is_flag=True, help="Every transfer takes its cost-model time (equals the closed form).")
 @click.option("--dp-pattern", type=click.Choice(DP_PATTERNS), default="allreduce", show_default=True, help="What-if: parameter servers (ps) instead of all-reduce.")
 @click.option("--ps-servers", type=click.IntRange(min=1), default=None, help="Parameter-server nodes for --dp-pattern ps (default: one per node).")
 @json_option
-def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_path, gantt_path, no_contention, dp_pattern, ps_servers, as_json):
+def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_path, gantt_path, force, no_contention, dp_pattern, ps_servers, as_json):
     """Simulate one step of PLAN.json, or of MODEL with --hw and --plan.
 
     \b
@@ -33,6 +39,13 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
       smplan simulate examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 \\
           --plan "tp=8,pp=16,dp=8,mbs=1,gbs=768,recompute=full"
     """
+    check_output_file(trace_path, "--trace", force)
+    check_output_file(gantt_path, "--gantt", force, suffixes=image_suffixes() if gantt_path else None)
+    if trace_path and gantt_path and Path(trace_path).resolve() == Path(gantt_path).resolve():
+        raise UserError("--trace and --gantt name the same file; give two paths")
+    if ps_servers is not None and dp_pattern != "ps":
+        raise UserError(f"--ps-servers applies to --dp-pattern ps only (this run uses {dp_pattern}); "
+                        "add --dp-pattern ps or drop --ps-servers")
     plan, profile, cluster = resolve_target(
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
     )
@@ -62,9 +75,9 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
         ["samples/s", f.samples_per_s],
         ["model TFLOP/s per GPU", f.model_tflops_per_gpu],
         ["hardware TFLOP/s per GPU", f.hardware_tflops_per_gpu],
-        ["MFU", f.mfu],
+        ["MFU", f"{f.mfu:.1%}"],
         ["peak memory (GiB)", f.peak_memory_gib],
-        ["bubble fraction", f.bubble_fraction],
+        ["bubble", f"{f.bubble_fraction:.1%}"],
         ["$ per step", f.usd_per_step],
     ]
     if result.closed_form_step_time_s:
@@ -73,10 +86,13 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, v / f.step_time_s] for k, v in f.breakdown.items()]))
-    click.echo("\nper-stage utilisation (fraction of the step)")
-    keys = ("compute", "recompute", "send", "dp_comm", "optimizer", "idle")
-    click.echo(format_table(["stage", "node"] + list(keys),
-                            [[r["stage"], r["node"]] + [r[k] for k in keys] for r in result.stage_utilisation]))
+    click.echo("\nper-stage time, % of the step: compute + optimizer + idle = 100% (recompute is part of compute);\n"
+               "send and DP busy are the links' own streams, overlapping the compute")
+    click.echo(format_table(
+        ["stage", "node", "compute", "(recompute)", "optimizer", "idle", "send busy", "DP busy"],
+        [[r["stage"], r["node"]] + [f"{100 * r[k]:.1f}%" for k in ("compute", "recompute", "optimizer", "idle",
+                                                                   "send", "dp_comm")]
+         for r in result.stage_utilisation]))
     if not result.fits_memory:
         click.echo(f"\nwarning: the fullest GPU needs {f.peak_memory_gib:.1f} GiB but {result.memory_capacity_gib:.1f} GiB "
                    f"is usable on {cluster.gpu.name}; this plan would run out of memory. Add recompute=full or "

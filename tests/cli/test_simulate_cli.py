@@ -40,7 +40,7 @@ def test_simulate_plan_file_table(cli_runner, tmp_path):
     plan.save(path)
     result = cli_runner.invoke(cli, ["simulate", str(path)])
     assert result.exit_code == 0, result.output
-    assert "step time" in result.output and "per-stage utilisation" in result.output
+    assert "step time" in result.output and "per-stage time, % of the step" in result.output
     off = cli_runner.invoke(cli, ["simulate", str(path), "--no-contention", "--json"])
     data = json.loads(off.output)
     assert data["contention"] is False
