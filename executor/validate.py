@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from smplan.planner.feasibility import pipeline_fill_problem
 from smplan.planner.plan import Plan
 from torch import nn
 
@@ -60,11 +61,9 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
             f"the plan needs dp*tp*pp={plan.dp}*{plan.tp}*{plan.pp}={plan.world_size} processes but "
             f"{world_size} were asked for; set --nproc-per-node x --nnodes = {plan.world_size}"
         )
-    if plan.pp > 1 and plan.schedule != "interleaved" and plan.num_microbatches < plan.pp:
-        raise PlanMismatchError(
-            f"{plan.num_microbatches} micro-batches cannot fill {plan.pp} pipeline stages; "
-            f"use gbs >= {plan.pp * plan.dp * plan.micro_batch}"
-        )
+    fill = pipeline_fill_problem(plan.pp, plan.schedule, plan.num_microbatches, plan.dp, plan.micro_batch)
+    if fill:  # the planner's rule too (smplan.planner.feasibility), so it never offers such a plan
+        raise PlanMismatchError(fill)
     if plan.tp > 1:
         _check_tp(plan, model_file, meta, layout, ref)
     batch = model_file.hook("batch")

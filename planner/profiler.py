@@ -21,6 +21,7 @@ first input when that input is an integer (token) tensor of two or more dims, el
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from . import profile_cache
 from .model_file import file_digest, load_model_file
@@ -41,6 +42,7 @@ def profile_model(
     seq_len: int | None = None,
     dtype: str = "bf16",
     cache: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> ModelProfile:
     """Profile `path/to/model.py[:builder]` built with `args` (and `seq_len`, if given).
 
@@ -57,6 +59,8 @@ def profile_model(
         hit = profile_cache.load(key)
         if hit is not None:
             return dataclasses.replace(hit, model=ref)
+    if progress:  # profiling imports torch and traces a block: seconds of silence otherwise
+        progress(f"profiling {ref} on the meta device ({dtype}; cached for the next run) ...")
     from .profiler_run import run_profile  # imports torch: only when there is work to do
 
     profile = run_profile(ref, load_model_file(ref), args, seq_len, dtype)

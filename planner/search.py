@@ -29,11 +29,12 @@ from smplan.hwprofiles import Cluster
 from .bounds import compute_lower_bound, lower_bound, mesh_key_of
 from .cost_model import CostModel
 from .explain import nearest_feasible_change
+from .feasibility import default_dtype
 from .ilp import solve_partition
 from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
 from .plan import Plan, PlanError, Stage
-from .search_space import Candidate, enumerate_candidates, validate_constraints
+from .search_space import Candidate, enumerate_candidates, validate_constraints, why_no_candidates
 
 
 class NoFeasiblePlan(PlanError):
@@ -53,7 +54,8 @@ def plan_search(profile: ModelProfile, cluster: Cluster, **constraints) -> list[
     """The best plans for `profile` on `cluster`, best first, each with `.predicted` Figures.
 
     Constraints: global_batch, fix (dict of plan fields or inline text "tp=8,pp=2"),
-    objective ("time" | "cost"), top (K), max_nodes, overlap_dp, dtype, progress (callable).
+    objective ("time" | "cost"), top (K), max_nodes (search 1..max_nodes nodes; min_nodes
+    raises the low end), overlap_dp, dtype, progress (callable).
     """
     return search(profile, cluster, **constraints).plans
 
@@ -67,6 +69,7 @@ def search(
     objective: str = "time",
     top: int = 5,
     max_nodes: int | None = None,
+    min_nodes: int | None = None,
     overlap_dp: bool | None = None,
     dtype: str | None = None,
     progress: Callable[[str], None] | None = None,
@@ -75,14 +78,14 @@ def search(
     t0 = time.perf_counter()
     if objective not in ("time", "cost"):
         raise PlanError(f"objective must be 'time' or 'cost', got {objective!r}")
-    fixed = validate_constraints(profile, cluster, fix, global_batch, max_nodes, overlap_dp, dtype)
+    fixed = validate_constraints(profile, cluster, fix, global_batch, max_nodes, overlap_dp, dtype, min_nodes)
     gbs = fixed["global_batch"]
     cm = CostModel(profile, cluster)
     cap = capacity_bytes(cluster)
     result = SearchResult(plans=[])
     scale = (lambda c: c.world) if objective == "cost" else (lambda c: 1.0)
     heap: list[tuple[float, int, int, Candidate]] = []
-    for i, cand in enumerate(enumerate_candidates(profile, cluster, fixed, max_nodes)):
+    for i, cand in enumerate(enumerate_candidates(profile, cluster, fixed, max_nodes, min_nodes)):
         result.candidates += 1
         heap.append((compute_lower_bound(cm, cand) * scale(cand), i, 0, cand))
     heapq.heapify(heap)
@@ -118,6 +121,8 @@ def search(
             best[mesh] = (value, plan)
     result.plans = [p for _, p in sorted(best.values(), key=lambda vp: vp[0])][:top]
     result.seconds = time.perf_counter() - t0
+    if not result.plans and not result.candidates:  # no shape meets the fixed keys and the batch
+        raise NoFeasiblePlan(why_no_candidates(profile, cluster, fixed, max_nodes, min_nodes))
     if not result.plans:
         raise NoFeasiblePlan(nearest_feasible_change(profile, cluster, fixed, result, max_nodes))
     return result
@@ -185,14 +190,19 @@ def plan_model(
     *,
     model_args: dict | None = None,
     seq_len: int | None = None,
-    dtype: str = "bf16",
+    dtype: str | None = None,
     **constraints,
 ) -> SearchResult:
-    """Profile the model file `ref` and search its plans (what `smplan plan` runs)."""
+    """Profile the model file `ref` and search its plans (what `smplan plan` runs).
+
+    dtype None: the GPU's default (`feasibility.default_dtype`: bf16, or fp16 on GPUs without
+    a bf16 peak such as V100). `progress` (callable) also hears when profiling starts.
+    """
     from .profiler import profile_model
 
-    profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype)
-    constraints.setdefault("dtype", dtype)
+    dtype = dtype or default_dtype(cluster.gpu.peak_tflops)
+    profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype, progress=constraints.get("progress"))
+    constraints["dtype"] = constraints.get("dtype") or dtype
     result = search(profile, cluster, model_ref=ref, **constraints)
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]

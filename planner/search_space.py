@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
 
+from .feasibility import pipeline_fill_problem
 from .model_profile import ModelProfile
 from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
 
@@ -55,9 +56,13 @@ def validate_constraints(
     max_nodes: int | None,
     overlap_dp: bool | None,
     dtype: str | None,
+    min_nodes: int | None = None,
 ) -> dict:
     """Fixed plan fields, checked against the model and the cluster (errors name the fix)."""
     fixed = dict(parse_inline(fix) if isinstance(fix, str) else (fix or {}))
+    if min_nodes is not None and max_nodes is not None and min_nodes > max_nodes:
+        raise PlanError(f"--nodes {min_nodes} is more than --max-nodes {max_nodes}; --nodes is the fewest nodes "
+                        f"to search, so give --nodes <= {max_nodes} or a larger --max-nodes")
     if global_batch is not None:
         if "global_batch" in fixed and fixed["global_batch"] != global_batch:
             raise PlanError(f"--global-batch {global_batch} contradicts --fix gbs={fixed['global_batch']}; give one")
@@ -107,8 +112,19 @@ def validate_constraints(
     sched = fixed.get("schedule")
     if sched is not None and sched not in SCHEDULES:
         raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {sched!r}")
-    if fixed.get("virtual_stages", 1) > 1 and sched not in (None, "interleaved"):
-        raise PlanError(f"v={fixed['virtual_stages']} needs schedule=interleaved; drop v or set schedule=interleaved")
+    v = fixed.get("virtual_stages")
+    if v is not None and v > 1:
+        if sched not in (None, "interleaved"):
+            raise PlanError(f"v={v} needs schedule=interleaved, but schedule={sched} is fixed; "
+                            "drop v or fix schedule=interleaved")
+        sched = fixed["schedule"] = "interleaved"  # v > 1 chunks per stage is what interleaving means
+        if pp is not None and pp * v > L:
+            raise PlanError(f"pp*v={pp * v} model chunks exceed the model's {L} blocks (each chunk needs one); "
+                            f"use v<={max(L // pp, 1)} or a smaller pp")
+        if v > L // 2:
+            raise PlanError(f"v={v} needs pp*v <= the model's {L} blocks with pp >= 2; use v<={max(L // 2, 1)}")
+    if v == 1 and sched == "interleaved":
+        raise PlanError("the interleaved schedule needs v >= 2 model chunks per stage; drop v=1 or use schedule=1f1b")
     if sched == "interleaved" and pp == 1:
         raise PlanError("the interleaved schedule needs pp >= 2; use schedule=1f1b or fix pp>=2")
     rec = fixed.get("recompute")
@@ -123,20 +139,35 @@ def validate_constraints(
     return fixed
 
 
-def world_sizes(cluster: Cluster, fixed: dict, max_nodes: int | None) -> list[int]:
+def world_sizes(cluster: Cluster, fixed: dict, max_nodes: int | None, min_nodes: int | None = None) -> list[int]:
+    """GPU counts to search: the cluster's, or min_nodes (default 1) .. max_nodes nodes (every
+    count up to 16, then powers of two, and max_nodes itself)."""
     gpn = cluster.gpus_per_node
     if not max_nodes:
         return [cluster.num_gpus]
-    counts = [k for k in range(1, max_nodes + 1) if k <= 16 or (k & (k - 1)) == 0 or k == max_nodes]
+    low = min_nodes or 1
+    counts = [k for k in range(low, max_nodes + 1) if k <= 16 or (k & (k - 1)) == 0 or k in (low, max_nodes)]
     return [k * gpn for k in counts]
 
 
-def enumerate_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int | None) -> Iterator[Candidate]:
+def enumerate_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int | None,
+                         min_nodes: int | None = None) -> Iterator[Candidate]:
+    return _walk(profile, cluster, fixed, max_nodes, min_nodes, None)
+
+
+def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int | None, min_nodes: int | None,
+          reasons: list | None) -> Iterator[Candidate]:
+    """Every candidate; with `reasons` a list, also what ruled out each mesh that had none
+    (kind, sort key, detail), for `why_no_candidates`."""
+    def reject(kind: str, key, detail) -> None:
+        if reasons is not None:
+            reasons.append((kind, key, detail))
+
     L, heads, gpn = profile.num_blocks, profile.num_heads, cluster.gpus_per_node
     gbs = fixed["global_batch"]
     rec = fixed.get("recompute")
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
-    for world in world_sizes(cluster, fixed, max_nodes):
+    for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
             t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and (not heads or heads % t == 0)))
         ]
@@ -148,7 +179,11 @@ def enumerate_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, m
                 if world % (tp * pp):
                     continue
                 dp = world // (tp * pp)
-                if fixed.get("dp", dp) != dp or gbs % dp:
+                if fixed.get("dp", dp) != dp:
+                    reject("shape", 0, (world, tp, pp, dp))
+                    continue
+                if gbs % dp:
+                    reject("batch", 0, dp)
                     continue
                 per_replica = gbs // dp
                 mbss = [fixed["micro_batch"]] if "micro_batch" in fixed else [
@@ -156,9 +191,15 @@ def enumerate_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, m
                 ]
                 for mbs in mbss:
                     if per_replica % mbs:
+                        reject("batch", 0, dp)
                         continue
                     m = per_replica // mbs
-                    for schedule, v in _schedules(fixed, pp, m, L):
+                    schedules = _schedules(fixed, pp, m, L)
+                    if not schedules:
+                        sched = fixed.get("schedule") or "1f1b"
+                        why = pipeline_fill_problem(pp, sched, m, dp, mbs)
+                        reject("fill", pp * dp * mbs, why or f"no schedule runs pp={pp} with {m} micro-batches")
+                    for schedule, v in schedules:
                         sps = [fixed["sequence_parallel"]] if "sequence_parallel" in fixed else [tp > 1]
                         zeros = [fixed["zero"]] if "zero" in fixed else ([0] if dp == 1 else [1, 2, 3])
                         for sp in sps:
@@ -169,15 +210,43 @@ def enumerate_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, m
 
 
 def _schedules(fixed: dict, pp: int, m: int, L: int) -> list[tuple[str, int]]:
+    """The (schedule, v) pairs that can run `m` micro-batches on `pp` stages (feasibility rule)."""
     sched = fixed.get("schedule")
+    v_fixed = fixed.get("virtual_stages")
     out = []
-    if sched in (None, "1f1b"):
-        out.append(("1f1b", 1))
-    if sched == "gpipe":
-        out.append(("gpipe", 1))
-    if sched in (None, "interleaved") and pp >= 2 and m % pp == 0:
-        vs = [fixed["virtual_stages"]] if "virtual_stages" in fixed else range(2, min(L // pp, MAX_VIRTUAL_STAGES) + 1)
-        out += [("interleaved", v) for v in vs if pp * v <= L]
-    if pp == 1 and sched in (None, "1f1b", "gpipe") and not out:
-        out.append(("1f1b", 1))
+    for name in ("1f1b", "gpipe"):  # GPipe only when asked (module docstring of search.py)
+        if (sched == name or (sched is None and name == "1f1b")) and v_fixed in (None, 1):
+            if not pipeline_fill_problem(pp, name, m, 1, 1):
+                out.append((name, 1))
+    if sched in (None, "interleaved") and pp >= 2 and v_fixed != 1:
+        if not pipeline_fill_problem(pp, "interleaved", m, 1, 1):
+            vs = [v_fixed] if v_fixed else range(2, min(L // pp, MAX_VIRTUAL_STAGES) + 1)
+            out += [("interleaved", v) for v in vs if pp * v <= L]
     return out
+
+
+def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int | None,
+                      min_nodes: int | None = None) -> str:
+    """One line: why no mesh shape meets the fixed keys and the global batch (not memory)."""
+    reasons: list = []
+    for _ in _walk(profile, cluster, fixed, max_nodes, min_nodes, reasons):
+        return "candidates exist"  # not reached by search(), which calls this only when there are none
+    gbs = fixed["global_batch"]
+    fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
+    if fills:
+        return fills[0][2]
+    dps = sorted({r[2] for r in reasons if r[0] == "batch"})
+    if dps:
+        mbs = fixed.get("micro_batch")
+        if mbs:
+            ok = sorted({b for dp in dps if gbs % dp == 0 for b in _divisors(gbs // dp) if b <= MAX_MICRO_BATCH})
+            choose = f"choose mbs dividing gbs/dp (mbs in {{{', '.join(map(str, ok))}}})" if ok else "choose another mbs"
+            multiple = mbs * dps[0]
+            return (f"gbs={gbs} is not a multiple of mbs*dp for any dp (mbs={mbs}, dp in {{{', '.join(map(str, dps))}}}); "
+                    f"{choose} or --global-batch {-(-gbs // multiple) * multiple}")
+        return (f"global batch {gbs} is not divisible by any dp this cluster allows (dp in {{{', '.join(map(str, dps))}}}); "
+                f"use --global-batch {-(-gbs // dps[0]) * dps[0]}")
+    fixed_shape = ", ".join(f"{k}={fixed[k]}" for k in ("dp", "tp", "pp") if k in fixed)
+    gpus = ", ".join(str(w) for w in world_sizes(cluster, fixed, max_nodes, min_nodes))
+    return (f"no mesh of {gpus} GPUs has {fixed_shape or 'the fixed keys'}; change a degree, "
+            "--nodes or --max-nodes")

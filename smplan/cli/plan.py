@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from smplan.hwprofiles import parse_override
 from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
 
@@ -24,13 +25,14 @@ from .table import format_table
 @click.argument("model", metavar="MODEL")
 @hw_options()
 @click.option("--max-nodes", type=click.IntRange(min=1), default=None,
-              help="Search every node count up to N (instead of exactly --nodes).")
+              help="Search node counts from --nodes (default 1) up to N, instead of exactly --nodes.")
 @model_args_option
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
+              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
-              help="Fix a plan key (inline plan keys: tp, pp, dp, mbs, zero, recompute, schedule, v, sp, overlap_dp). Repeatable.")
+              help="Fix a plan key (inline plan keys: tp, pp, dp, mbs, zero, recompute, schedule, v, sp, overlap_dp; v>1 implies schedule=interleaved). Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the best plan (JSON).")
@@ -57,26 +59,28 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     result = plan_model(
         model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,
         global_batch=global_batch, fix=",".join(fix) or None, objective=objective, top=top, max_nodes=max_nodes,
-        progress=lambda msg: click.echo(msg, err=True),
+        min_nodes=nodes if max_nodes else None, progress=lambda msg: click.echo(msg, err=True),
     )
     plans = result.plans
     if output:
-        plans[0].replace(hw_overrides=dict(kv.split("=", 1) for kv in hw_set)).save(output)
+        # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
+        plans[0].replace(hw=_hw_ref(hw), hw_overrides=dict(parse_override(kv) for kv in hw_set)).save(output)
     if as_json:
         echo_json({"plans": [_plan_json(p) for p in plans],
                    "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds}})
         return
     cap = cluster.gpu.memory_gib
-    headers = ["#", "dp", "tp", "pp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
+    headers = ["#", "nodes", "dp", "tp", "pp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
                "mem GiB", "$/1M tok"]
     rows = [
-        [i + 1, p.dp, p.tp, p.pp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
+        [i + 1, p.nodes, p.dp, p.tp, p.pp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
          p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{p.predicted.peak_memory_gib:.1f}/{cap:g}",
          _usd_per_million(p)]
         for i, p in enumerate(plans)
     ]
-    click.echo(f"{model} on {cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name}), global batch "
-               f"{plans[0].global_batch}, objective {objective}")
+    where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}" if max_nodes
+             else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name})")
+    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}, objective {objective}")
     click.echo(format_table(headers, rows))
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s")
     if show_explain:
@@ -84,6 +88,11 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
             click.echo(f"  {line}")
     if output:
         click.echo(f"wrote {output}")
+
+
+def _hw_ref(hw: str) -> str:
+    path = Path(hw)
+    return str(path.resolve()) if path.suffix == ".toml" or path.exists() else hw
 
 
 def _recompute(p) -> str:
