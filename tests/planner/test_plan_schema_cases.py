@@ -1,0 +1,188 @@
+"""The plan file schema: every bad plan is a PlanError naming the key, the value and what is
+expected, one line per problem; unknown and duplicate keys are rejected; good plans round-trip."""
+
+import json
+
+import pytest
+from smplan.planner import Plan, PlanError, Stage, parse_inline, parse_model_args
+from smplan.planner.model_file import ModelFileError
+
+GOOD = {"model": "examples/gpt.py:tiny", "hw": "a100x8", "nodes": 1, "dp": 2, "tp": 2, "pp": 2,
+        "micro_batch": 1, "global_batch": 8}
+
+
+FIGURES = {"step_time_s": 1.0, "tokens_per_s": 2.0, "samples_per_s": 3.0, "model_tflops_per_gpu": 4.0,
+           "hardware_tflops_per_gpu": 5.0, "mfu": 0.5, "peak_memory_gib": 6.0, "bubble_fraction": 0.1}
+
+
+def _plan(**changes):
+    data = {**GOOD, **changes}
+    return {k: v for k, v in data.items() if v is not _DROP}
+
+
+_DROP = object()
+
+# (changes to GOOD, text every message must hold)
+BAD = [
+    ({"model": None}, "model: got null, expected non-empty text"),
+    ({"model": ""}, "model: got \"\""),
+    ({"hw": 123}, "hw: got 123, expected non-empty text"),
+    ({"hw": ["a100x8"]}, "hw: got [\"a100x8\"] (a list)"),
+    ({"dp": "2"}, "dp: got \"2\" (text), expected a whole number >= 1"),
+    ({"dp": 2.0}, "dp: got 2.0, expected a whole number"),
+    ({"dp": True}, "dp: got true (a boolean)"),
+    ({"dp": 0}, "dp: got 0, expected a whole number >= 1"),
+    ({"tp": -1}, "tp: got -1"),
+    ({"nodes": {}}, "nodes: got {} (an object)"),
+    ({"global_batch": "8"}, "global_batch: got \"8\""),
+    ({"micro_batch": None}, "micro_batch: got null"),
+    ({"overlap_dp": {}}, "overlap_dp: got {} (an object), expected true or false"),
+    ({"overlap_dp": "no"}, "overlap_dp: got \"no\" (text), expected true or false"),
+    ({"overlap_dp": 2}, "overlap_dp: got 2, expected true or false (or 0 / 1)"),
+    ({"sequence_parallel": "yes"}, "sequence_parallel: got \"yes\""),
+    ({"schedule": "zb"}, "schedule: got \"zb\" (text), expected one of \"gpipe\", \"1f1b\", \"interleaved\""),
+    ({"schedule": 1}, "schedule: got 1"),
+    ({"zero": "1"}, "zero: got \"1\" (text), expected one of 0, 1, 2, 3"),
+    ({"zero": 4}, "zero: got 4"),
+    ({"zero": 1.0}, "zero: got 1.0"),
+    ({"dtype": "fp8"}, "dtype: got \"fp8\""),
+    ({"virtual_stages": "2"}, "virtual_stages: got \"2\""),
+    ({"seq_len": 0}, "seq_len: got 0"),
+    ({"seq_len": "16"}, "seq_len: got \"16\""),
+    ({"model_args": []}, "model_args: got [] (a list), expected an object"),
+    ({"model_args": {"layers": [4]}}, "model_args.layers: got [4] (a list)"),
+    ({"hw_overrides": "x=1"}, "hw_overrides: got \"x=1\" (text), expected an object"),
+    ({"hw_overrides": {"inter_node.bandwidth_gbps": None}}, "hw_overrides.inter_node.bandwidth_gbps: got null"),
+    ({"stages": {}}, "stages: got {} (an object), expected a list"),
+    ({"stages": [1]}, "stages[0]: got 1, expected an object"),
+    ({"stages": [{"first_block": 0}]}, "stages[0].last_block: missing"),
+    ({"stages": [{"first_block": "0", "last_block": 4}]}, "stages[0].first_block: got \"0\" (text)"),
+    ({"stages": [{"first_block": 0, "last_block": 4, "recompute": "most"}]}, "stages[0].recompute: got \"most\""),
+    ({"stages": [{"first_block": 0, "last_block": 4, "recomput": "full"}]},
+     "stages[0].recomput: unknown key; did you mean 'recompute'?"),
+    ({"predicted": {k: v for k, v in FIGURES.items() if k != "tokens_per_s"}}, "predicted.tokens_per_s: missing, expected a number"),
+    ({"predicted": {**FIGURES, "breakdown": {"compute": "1"}}}, "predicted.breakdown: got"),
+    ({"predicted": []}, "predicted: got [] (a list), expected an object of predicted figures, or null"),
+    ({"predicted": {**FIGURES, "step_time_s": "1"}}, "predicted.step_time_s: got \"1\" (text), expected a number"),
+    ({"version": 2}, "version: got 2, expected 1"),
+    ({"version": "1"}, "version: got \"1\" (text)"),
+    ({"zeroo": 1}, "zeroo: unknown key; did you mean 'zero'?"),
+    ({"overlap": True}, "overlap: unknown key; did you mean 'overlap_dp'?"),
+    ({"qqq": 1}, "qqq: unknown key; known keys: model, hw"),
+    ({"dp": _DROP}, "dp: missing; a plan file must give it"),
+    ({"model": _DROP}, "model: missing"),
+    ({"global_batch": _DROP}, "global_batch: missing"),
+    ({"num_microbatches": 3}, "num_microbatches: got 3, expected 4 (derived from the plan"),
+    ({"recompute": "full"}, "recompute: got \"full\" (text), expected \"none\" (derived"),
+    ({"stage_blocks": [[0, 4]]}, "stage_blocks: got [[0, 4]] (a list)"),
+]
+
+
+@pytest.mark.parametrize(("changes", "needle"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_plan_is_one_line_naming_key_value_and_expected(changes, needle):
+    with pytest.raises(PlanError) as info:
+        Plan.from_dict(_plan(**changes), source="plan file 'p.json'")
+    message = str(info.value)
+    assert needle in message
+    assert "\n" not in message and message.startswith("plan file 'p.json': ")
+
+
+def test_every_problem_is_listed_one_line_each():
+    data = _plan(dp=_DROP, hw=123, overlap_dp="no", zeroo=1, tp="2")
+    with pytest.raises(PlanError) as info:
+        Plan.from_dict(data, source="plan file 'p.json'")
+    head, *problems = str(info.value).splitlines()
+    assert head.startswith("plan file 'p.json' has 5 problems") and "smplan plan -o" in head
+    assert len(problems) == 5 and all(line.startswith("  ") for line in problems)
+    for key in ("dp:", "hw:", "overlap_dp:", "zeroo:", "tp:"):
+        assert sum(line.strip().startswith(key) for line in problems) == 1, key
+
+
+def test_not_an_object():
+    for data in ([], "plan", None, 3):
+        with pytest.raises(PlanError, match="expected one JSON object"):
+            Plan.from_dict(data)
+
+
+def test_a_structurally_wrong_plan_names_the_file():
+    with pytest.raises(PlanError, match=r"^plan file 'p.json': global batch 7 is not divisible"):
+        Plan.from_dict(_plan(global_batch=7), source="plan file 'p.json'")
+
+
+def test_booleans_take_json_booleans_or_0_1():
+    assert Plan.from_dict(_plan(overlap_dp=0)).overlap_dp is False
+    assert Plan.from_dict(_plan(overlap_dp=True, sequence_parallel=1)).sequence_parallel is True
+
+
+def test_plan_round_trips_through_json(tmp_path):
+    from smplan.planner import Figures
+
+    plan = Plan(model="examples/gpt.py:tiny", hw="a100x8", nodes=1, dp=1, tp=2, pp=2, micro_batch=1, global_batch=8,
+                schedule="interleaved", virtual_stages=2, zero=1, sequence_parallel=True, overlap_dp=False,
+                dtype="fp16", stages=(Stage(0, 1, "full", 1), Stage(1, 2), Stage(2, 3), Stage(3, 4, "selective")),
+                model_args={"layers": 4, "dropout": 0.0, "attention": "sdpa", "learned_positions": True},
+                seq_len=16, hw_overrides={"inter_node.bandwidth_gbps": 50, "gpu.name": "x"},
+                predicted=Figures(1.0, 2.0, 3.0, 4.0, 5.0, 0.5, 6.0, 0.1, {"compute": 0.5}, 0.01, {"weights": 1.0}))
+    path = tmp_path / "p.json"
+    plan.save(path)
+    assert Plan.load(path) == plan
+
+
+def test_load_rejects_a_duplicate_key(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"model": "m", "hw": "a100x8", "nodes": 1, "dp": 1, "dp": 2}')
+    with pytest.raises(PlanError, match=r"p.json'?: key 'dp' is given twice; keep one"):
+        Plan.load(path)
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (None, "does not exist"),
+    ("{", "is not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "nests too deeply"),
+    (b"\xff\xfe", "cannot read plan file"),
+])
+def test_load_unreadable(tmp_path, content, needle):
+    path = tmp_path / "p.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(PlanError, match=needle):
+        Plan.load(path)
+
+
+def test_load_a_folder(tmp_path):
+    with pytest.raises(PlanError, match="is a folder"):
+        Plan.load(tmp_path)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("tp=2,tp=4", "plan key tp is given twice"),
+    ("mbs=1,micro_batch=2", "plan key mbs (as micro_batch) is given twice"),
+    ("gbs=8,dp=2,global_batch=8", "plan key gbs (as global_batch) is given twice"),
+    ("v=2,virtual_stages=2", "given twice"),
+    ("tpp=2", "did you mean tp?"),
+])
+def test_inline_duplicates_and_typos(text, needle):
+    with pytest.raises(PlanError) as info:
+        parse_inline(text)
+    assert needle in str(info.value)
+
+
+def test_inline_keeps_its_defaults():
+    from smplan.planner import plan_from_inline
+
+    plan = plan_from_inline("tp=2", model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=4)
+    assert (plan.dp, plan.pp, plan.micro_batch, plan.global_batch) == (4, 1, 1, 4)
+
+
+def test_duplicate_model_arg():
+    with pytest.raises(ModelFileError, match="--arg layers is given twice"):
+        parse_model_args(["layers=2", "hidden=32", "layers=3"])
+    assert parse_model_args(["layers=2", "hidden=32"]) == {"layers": 2, "hidden": 32}
+
+
+def test_saved_plan_is_plain_json(tmp_path):
+    plan = Plan.from_dict(_plan(hw_overrides={"inter_node.bandwidth_gbps": 50}))
+    plan.save(tmp_path / "p.json")
+    assert json.loads((tmp_path / "p.json").read_text())["hw_overrides"] == {"inter_node.bandwidth_gbps": 50}
