@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
+
 from smplan.cli.main import cli
+from tests.conftest import EXAMPLES
 
 TINY = "examples/gpt.py:tiny"
 
@@ -73,3 +76,148 @@ def test_model_too_big_names_nearest_change(cli_runner):
     assert result.exit_code == 2, result.output
     lines = _lines(result.output)
     assert len(lines) == 1 and "smallest change" in lines[0] and "--nodes" in lines[0]
+
+
+# --- every plan the CLI writes loads back and simulates --------------------------------
+
+def _simulates(cli_runner, path):
+    from smplan.planner import Plan
+
+    plan = Plan.load(path)
+    result = cli_runner.invoke(cli, ["simulate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plan"] == json.loads(json.dumps(plan.to_dict()))
+    return plan
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["--hw-set", "inter_node.bandwidth_gbps=50", "--hw-set", "efficiency.memory_reserve_gib=4.5"],
+    ["--hw-set", "gpu.name=MyGPU", "--hw-set", "intra_node.latency_us=3"],
+    ["--nodes", "1", "--max-nodes", "2", "--global-batch", "16"],
+    ["--nodes", "2"],
+    ["--fix", "pp=2", "--fix", "v=2", "--global-batch", "16"],
+    ["--fix", "pp=2,schedule=gpipe", "--global-batch", "8"],
+    ["--fix", "tp=2,sp=1,zero=3,recompute=full,overlap_dp=0", "--dtype", "fp16"],
+    ["--arg", "layers=2", "--arg", "hidden=64", "--seq-len", "8"],
+    ["--hw", "v100x8"],
+])
+def test_plan_output_round_trips(cli_runner, tmp_path, extra):
+    out = tmp_path / "plan.json"
+    args = ["plan", TINY, *([] if "--hw" in extra else ["--hw", "a100x8"]), *extra, "-o", str(out)]
+    result = cli_runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    plan = _simulates(cli_runner, out)
+    for item in extra:
+        if item.startswith("inter_node.bandwidth_gbps"):
+            assert plan.hw_overrides["inter_node.bandwidth_gbps"] == 50  # a number, not the text '50'
+        if item.startswith("efficiency.memory_reserve_gib"):
+            assert plan.hw_overrides["efficiency.memory_reserve_gib"] == 4.5
+        if item == "v100x8":
+            assert plan.dtype == "fp16"
+
+
+def test_plan_output_with_a_profile_path_simulates_from_elsewhere(cli_runner, tmp_path, monkeypatch):
+    from smplan.hwprofiles.loader import PROFILE_DIR
+
+    hw = tmp_path / "mine.toml"
+    hw.write_text((PROFILE_DIR / "a100x8.toml").read_text())
+    out = tmp_path / "plan.json"
+    model = str(EXAMPLES / "gpt.py") + ":tiny"
+    assert cli_runner.invoke(cli, ["plan", model, "--hw", str(hw), "-o", str(out)]).exit_code == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert _simulates(cli_runner, out).hw == str(hw.resolve())
+
+
+def test_whatif_point_plans_round_trip(cli_runner, tmp_path):
+    out = tmp_path / "wf"
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--jobs", "1", "--seeds", "2", "--vary", "nodes=1,2",
+                                     "--vary", "inter_node.bandwidth_gbps=25,50", "--hw-set", "intra_node.latency_us=3",
+                                     "--tokens", "1e8", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    points = json.loads((out / "points.json").read_text())["points"]
+    assert len(points) == 4
+    for i, point in enumerate(points):
+        path = tmp_path / f"point{i}.json"
+        path.write_text(json.dumps(point["plan"]))
+        plan = _simulates(cli_runner, path)
+        assert all(not isinstance(v, str) for v in plan.hw_overrides.values()), plan.hw_overrides
+
+
+def test_calibration_and_run_config_plans_round_trip(cli_runner, tmp_path):
+    from smplan.executor.config import RunConfig
+    from smplan.planner import profile_model
+
+    from smplan.calibrate import plans as calibration
+
+    profile = profile_model(TINY)
+    for i, choice in enumerate(calibration.choose(4, profile, 3, global_batch=8)):
+        plan = calibration.to_plan(choice, profile, model=TINY, model_args={}, hw="a100x8", global_batch=8,
+                                   gpus_per_node=4, dtype="fp32")
+        path = tmp_path / f"cal{i}.json"
+        plan.save(path)
+        assert _simulates(cli_runner, path) == plan
+        config = RunConfig(plan=plan.to_dict(), model_ref=TINY, out_dir=str(tmp_path))
+        config.save(tmp_path / "run_config.json")
+        assert RunConfig.load(tmp_path / "run_config.json").plan_obj() == plan
+
+
+# --- plan's own options -----------------------------------------------------------------
+
+def test_nodes_with_max_nodes_is_the_minimum(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "2", "--max-nodes", "4",
+                                     "--top", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    plans = [p["plan"] for p in json.loads(result.stdout)["plans"]]
+    assert plans and all(2 <= p["nodes"] <= 4 for p in plans)
+    table = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "2", "--max-nodes", "4"])
+    assert "nodes" in table.output.splitlines()[1] and "2..4 nodes" in table.output
+    bad = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "8", "--max-nodes", "4"])
+    assert bad.exit_code == 2 and _lines(bad.output) == [
+        "error: --nodes 8 is more than --max-nodes 4; --nodes is the fewest nodes to search, "
+        "so give --nodes <= 4 or a larger --max-nodes"]
+
+
+def test_v100_plans_in_fp16_by_default(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "v100x8", "--json"])
+    assert result.exit_code == 0, result.output
+    assert {p["plan"]["dtype"] for p in json.loads(result.stdout)["plans"]} == {"fp16"}
+    bf16 = cli_runner.invoke(cli, ["plan", TINY, "--hw", "v100x8", "--dtype", "bf16"])
+    assert bf16.exit_code == 2 and "no bf16 peak" in bf16.output
+
+
+def test_empty_profile_cache_says_it_is_profiling(cli_runner):
+    first = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--json"])
+    assert first.exit_code == 0
+    assert f"profiling {TINY} on the meta device" in first.stderr
+    json.loads(first.stdout)
+    again = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--json"])
+    assert "profiling" not in again.stderr  # cached
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--fix", "tp=2", "--fix", "tp=4"], "plan key tp is given twice"),
+    (["--fix", "tp=2,tp=4"], "plan key tp is given twice"),
+    (["--fix", "mbs=2", "--fix", "micro_batch=2"], "plan key mbs (as micro_batch) is given twice"),
+    (["--arg", "layers=2", "--arg", "layers=3"], "--arg layers is given twice"),
+    (["--fix", "v=2", "--fix", "schedule=1f1b"], "v=2 needs schedule=interleaved"),
+    (["--fix", "v=4", "--fix", "pp=2"], "pp*v=8 model chunks exceed the model's 4 blocks"),
+    (["--fix", "mbs=3"], "gbs=8 is not a multiple of mbs*dp for any dp"),
+    (["--fix", "pp=4", "--global-batch", "2"], "2 micro-batches cannot fill 4 pipeline stages"),
+    (["--fix", "tpp=2"], "did you mean tp?"),
+])
+def test_bad_fixed_keys_one_line(cli_runner, extra, needle):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", *extra])
+    assert result.exit_code == 2, result.output
+    lines = _lines(result.output)
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], result.output
+    assert "GiB" not in lines[0]
+
+
+def test_fix_v_is_applied(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "v=2", "--global-batch", "16", "--json"])
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.stdout)["plans"]
+    assert plans and all(p["schedule"] == "interleaved" and p["virtual_stages"] == 2 for p in plans)
