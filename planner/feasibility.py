@@ -21,7 +21,9 @@ def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int
     m, per = num_microbatches, dp * micro_batch
     if m < pp:
         fix = f"use gbs >= {pp * per} (a multiple of dp*mbs={per})"
-        smaller = [b for b in range(micro_batch - 1, 0, -1) if (m * micro_batch) % b == 0 and m * micro_batch // b >= pp]
+        samples = m * micro_batch  # per replica
+        smaller = [b for b in range(micro_batch - 1, 0, -1) if samples % b == 0 and samples // b >= pp
+                   and (schedule != "interleaved" or (samples // b) % pp == 0)]
         if smaller:
             fix += f", mbs={smaller[0]}"
         return f"{m} micro-batches cannot fill {pp} pipeline stages; {fix} or a smaller pp"
