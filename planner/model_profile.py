@@ -69,6 +69,9 @@ class BlockProfile:
     elementwise_fusible_bytes_per_sample: float = 0.0
     matmuls: tuple[MatmulShape, ...] = ()
     tp_collectives: tuple[TPCollective, ...] = ()
+    # Parameters one token uses (routed experts: top_k / num_experts of them); None in
+    # profiles made before this field existed, read as `params`.
+    params_active: int | None = None
 
     @property
     def saved_bytes_per_sample(self) -> float:
@@ -115,6 +118,12 @@ class ModelProfile:
         return sum(p.params for p in self.parts)
 
     @property
+    def params_active(self) -> int:
+        """Parameters one token uses; the embedding table counts in full, as Mixtral's,
+        Qwen3's and DeepSeek-V3's published active counts do."""
+        return sum(p.params if p.params_active is None else p.params_active for p in self.parts)
+
+    @property
     def forward_flops_per_sample(self) -> float:
         return sum(p.forward_flops_per_sample for p in self.parts)
 
@@ -131,6 +140,7 @@ class ModelProfile:
         data = dataclasses.asdict(self)
         data.update(
             params=self.params,
+            params_active=self.params_active,
             num_blocks=self.num_blocks,
             train_flops_per_sample=self.train_flops_per_sample,
             forward_flops_per_sample=self.forward_flops_per_sample,

@@ -62,10 +62,11 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         for b in blocks[1:]:
             b.__dict__.pop("forward", None)
 
-    params_of = _params_by_part(model, container, run, blocks, parts)
+    params_of, active_of = _params_by_part(model, container, run, blocks, parts)
     pre, post, block = [], [], None
     for stats in parts.ordered():
         bp = _block_profile(stats, params_of.get(stats.name, 0), samples)
+        bp = dataclasses.replace(bp, params_active=round(active_of.get(stats.name, 0)))
         if stats.kind == "block":
             block = bp
         elif bp.params or bp.forward_flops_per_sample or bp.saved_bytes_per_sample or stats.name == "loss":
@@ -274,16 +275,20 @@ def _call(model: nn.Module, inputs, mf: ModelFile):
 
 # -- assembling -------------------------------------------------------------------------------
 
-def _params_by_part(model, container, run, blocks, parts: _Parts) -> dict[str, int]:
-    """Parameters per part; shared ones count once, for the first part that owns them."""
+def _params_by_part(model, container, run, blocks, parts: _Parts) -> tuple[dict[str, int], dict[str, float]]:
+    """(parameters, parameters one token uses) per part; shared ones count once, for the
+    first part that owns them."""
     seen: set[int] = set()
     out: dict[str, int] = {}
+    active: dict[str, float] = {}
+    used = _expert_fractions(model)
 
     def count(name: str, params) -> None:
         for p in params:
             if id(p) not in seen:
                 seen.add(id(p))
                 out[name] = out.get(name, 0) + p.numel()
+                active[name] = active.get(name, 0.0) + p.numel() * used.get(id(p), 1.0)
 
     if blocks:
         count("block", blocks[0].parameters())
@@ -295,6 +300,18 @@ def _params_by_part(model, container, run, blocks, parts: _Parts) -> dict[str, i
     rest = [p for p in model.parameters() if id(p) not in seen]
     if rest:
         count(parts.get("forward", "pre").name, rest)
+    return out, active
+
+
+def _expert_fractions(model: nn.Module) -> dict[int, float]:
+    """id(parameter) -> the fraction one token uses: top_k / num_experts for the parameters of
+    a module with both integer attributes (a bank of routed experts), else absent (all)."""
+    out: dict[int, float] = {}
+    for module in model.modules():
+        experts, top_k = getattr(module, "num_experts", None), getattr(module, "top_k", None)
+        if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
+            for p in module.parameters():
+                out[id(p)] = min(out.get(id(p), 1.0), top_k / experts)
     return out
 
 

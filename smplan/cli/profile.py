@@ -56,6 +56,9 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
     per_token = result.train_flops_per_sample / result.tokens_per_sample
     click.echo("")
     click.echo(f"params:                    {result.params:,} ({result.params / 1e9:.3g} B)")
+    if result.params_active != result.params:
+        click.echo(f"params active per token:   {result.params_active:,} ({result.params_active / 1e9:.3g} B; "
+                   "routed experts count top_k / num_experts)")
     click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
     click.echo(f"train FLOPs per token:     {per_token:.4g}")
     if not result.has_tp_plan:
