@@ -86,7 +86,7 @@ def test_profile_cli_prints_active_params(cli_runner):
     result = cli_runner.invoke(cli, ["profile", f"{MOE}:tiny"])
     assert result.exit_code == 0, result.output
     assert "params active per token:   47,776" in result.output and "dense" in result.output
-    data = json.loads(cli_runner.invoke(cli, ["profile", f"{MOE}:tiny", "--json"]).output)
+    data = json.loads(cli_runner.invoke(cli, ["profile", f"{MOE}:tiny", "--json"]).stdout)
     assert data["params_active"] == 47776 and data["params"] == 66208
     dense = cli_runner.invoke(cli, ["profile", str(EXAMPLES / "gpt.py")])
     assert dense.exit_code == 0 and "params active" not in dense.output
@@ -95,7 +95,7 @@ def test_profile_cli_prints_active_params(cli_runner):
 def test_plan_cli_plans_tiny(cli_runner):
     result = cli_runner.invoke(cli, ["plan", f"{MOE}:tiny", "--hw", "a100x8", "--json"])
     assert result.exit_code == 0, result.output
-    plans = json.loads(result.output)["plans"]
+    plans = json.loads(result.stdout)["plans"]  # progress lines go to stderr
     assert plans and all(p["dp"] * p["tp"] * p["pp"] == 8 and p["step_time_s"] > 0 for p in plans)
     assert {p["tp"] for p in plans} <= {1, 2}  # tp divides tiny's kv_heads=2
     assert all(p["stage_blocks"][-1][-1] == 3 for p in plans)  # the 3 MoE blocks; the dense one is pre
