@@ -13,6 +13,7 @@ Llama layout (rotary embeddings are left out: they have no weights and little wo
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -193,6 +194,10 @@ def _preset(defaults: dict):
     def builder(**overrides) -> GPT:
         return model(**{**defaults, **overrides})
 
+    # model()'s parameters with this preset's defaults, so that tools see which arguments exist
+    sig = inspect.signature(model)
+    builder.__signature__ = sig.replace(
+        parameters=[q.replace(default=defaults.get(q.name, q.default)) for q in sig.parameters.values()])
     return builder
 
 

@@ -38,6 +38,7 @@ that is `Experts`, so the router and shared experts count in full.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -360,6 +361,10 @@ def _preset(defaults: dict):
     def builder(**overrides) -> MoE:
         return model(**{**defaults, **overrides})
 
+    # model()'s parameters with this preset's defaults, so that tools see which arguments exist
+    sig = inspect.signature(model)
+    builder.__signature__ = sig.replace(
+        parameters=[q.replace(default=defaults.get(q.name, q.default)) for q in sig.parameters.values()])
     return builder
 
 

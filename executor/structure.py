@@ -35,6 +35,8 @@ def find_layout(model: nn.Module) -> Layout:
                 best_name, best_len = name, len(module)
     if best_name is None:
         raise ValueError(f"{type(model).__name__} has no nn.ModuleList/nn.Sequential of identical blocks")
+    if best_name == "":  # the model itself is the stack of blocks (an nn.Sequential)
+        return Layout("", best_len, (), ())
     top = best_name.split(".")[0]
     names = [n for n, _ in model.named_children()]
     idx = names.index(top)

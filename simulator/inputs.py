@@ -7,6 +7,7 @@ from pathlib import Path
 
 from smplan.hwprofiles import load_cluster, parse_override
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
+from smplan.planner.feasibility import default_dtype
 
 
 def resolve_target(
@@ -35,7 +36,8 @@ def resolve_target(
         raise PlanError('a model needs --plan "tp=..,pp=..,dp=..,mbs=..,gbs=.." (omitted keys take defaults)')
     keys = parse_inline(plan_text)
     cluster = load_cluster(hw, nodes=nodes, overrides=list(hw_set))
-    profile = profile_model(target, model_args or {}, seq_len, keys.get("dtype", "bf16"))
+    keys.setdefault("dtype", default_dtype(cluster.gpu.peak_tflops))  # as `plan` does: fp16 on a V100
+    profile = profile_model(target, model_args or {}, seq_len, keys["dtype"])
     plan = plan_from_inline(
         keys,
         model=target,

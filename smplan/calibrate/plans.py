@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smplan.planner.feasibility import pipeline_fill_problem
 from smplan.planner.model_profile import ModelProfile
 from smplan.planner.plan import Plan, PlanError, even_stages
 
@@ -56,7 +57,9 @@ def candidates(nproc: int, profile: ModelProfile, global_batch: int,
     out = []
     for dp, tp, pp in meshes(nproc, profile):
         for mbs in MICRO_BATCHES:
-            if global_batch % (dp * mbs) or global_batch // (dp * mbs) < pp:
+            if global_batch % (dp * mbs):
+                continue
+            if pipeline_fill_problem(pp, "1f1b", global_batch // (dp * mbs), dp, mbs):
                 continue
             for kind in RECOMPUTE_ORDER:
                 if kind in recompute:

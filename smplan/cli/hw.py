@@ -8,6 +8,7 @@ import click
 
 from smplan.hwprofiles import bundled_profiles, load_cluster
 
+from .main import UserError
 from .options import echo_json, hw_options, json_option
 from .table import format_table
 
@@ -30,7 +31,7 @@ def list_profiles(as_json: bool) -> None:
             c.name,
             f"{c.gpus_per_node}x {c.gpu.name}",
             c.gpu.memory_gib,
-            c.gpu.peak_tflops.bf16,
+            c.gpu.peak_tflops.bf16 or "-",  # V100 has no bf16 units
             c.intra_node.bandwidth_gbps,
             c.inter_node.bandwidth_gbps,
             c.cost.usd_per_gpu_hour,
@@ -48,7 +49,9 @@ def list_profiles(as_json: bool) -> None:
 @json_option
 def show(name: str, hw: str | None, nodes: int | None, hw_set: tuple[str, ...], as_json: bool) -> None:
     """Every value of one profile (with --nodes / --hw-set applied)."""
-    cluster = load_cluster(hw or name, nodes=nodes, overrides=list(hw_set))
+    if hw is not None and hw != name:
+        raise UserError(f"hw show got two profiles, {name} and --hw {hw}; give one: smplan hw show {hw}")
+    cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set))
     data = cluster.to_dict()
     if as_json:
         data["num_gpus"] = cluster.num_gpus

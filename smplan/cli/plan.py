@@ -10,6 +10,7 @@ from smplan.hwprofiles import parse_override
 from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
 
+from .checks import check_output_file
 from .options import (
     cluster_from,
     echo_json,
@@ -53,8 +54,7 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     context, NCCL buffers, fragmentation). For more headroom, raise it, e.g.
     --hw-set efficiency.memory_reserve_gib=8.
     """
-    if output and Path(output).exists() and not force:
-        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    check_output_file(output, "-o/--output", force)
     cluster = cluster_from(hw, max_nodes or nodes, hw_set)
     result = plan_model(
         model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,

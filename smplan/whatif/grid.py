@@ -12,10 +12,11 @@ A KEY is one of (checked in this order):
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass, field
 
-from smplan.hwprofiles import settable_keys
+from smplan.hwprofiles import HardwareProfileError, load_cluster, settable_keys
 from smplan.hwprofiles.loader import parse_scalar
 from smplan.planner.plan import INLINE_KEYS
 
@@ -65,7 +66,7 @@ def parse_vary(item: str, builder_accepts=None) -> Vary:
     if not texts:
         raise VaryError(f"--vary {key}= lists no values; give at least one, e.g. {key}=1,2")
     kind, target = classify(key, builder_accepts)
-    values = tuple(t if kind == "hw" else _value(key, kind, t) for t in texts)
+    values = tuple(_hw_value(t) if kind == "hw" else _value(key, kind, t) for t in texts)
     if len(set(values)) != len(values):
         raise VaryError(f"--vary {key} lists a value twice: {raw}")
     return Vary(key, kind, target, values)
@@ -88,11 +89,24 @@ def classify(key: str, builder_accepts=None) -> tuple[str, str]:
         return "arg", key[4:]
     if builder_accepts is not None and builder_accepts(key):
         return "arg", key
+    known = [*SPECIAL, *PLAN_KEYS, *settable_keys()]
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
     raise VaryError(
-        f"--vary key {key!r} is unknown; use nodes, hw, global_batch, seq_len, checkpoint_interval_min, "
+        f"--vary key {key!r} is unknown; {hint}use nodes, hw, global_batch, seq_len, checkpoint_interval_min, "
         f"a plan key ({', '.join(sorted(PLAN_KEYS))}), a hardware key (smplan hw show NAME), or arg.NAME "
         "for a model argument"
     )
+
+
+def _hw_value(text: str) -> str:
+    """A profile name or .toml path, loaded now so that a typo is an error, not an
+    "infeasible" point in the report."""
+    try:
+        load_cluster(text)
+    except HardwareProfileError as err:
+        raise VaryError(f"--vary hw: {err}") from None
+    return text
 
 
 def _value(key: str, kind: str, text: str):

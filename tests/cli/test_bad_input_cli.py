@@ -54,3 +54,53 @@ def test_execute_refuses_a_bad_learning_rate_before_launch(cli_runner, tmp_path,
     assert result.exit_code == 2
     assert "--lr" in _error_line(result)
     assert not (tmp_path / "run").exists()
+
+
+def test_plan_output_into_a_missing_folder(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(tmp_path / "missing" / "p.json")])
+    assert result.exit_code == 2
+    assert "does not exist" in _error_line(result)
+
+
+def test_hw_show_refuses_two_profiles(cli_runner):
+    result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw", "h100x8"])
+    assert result.exit_code == 2
+    assert "two profiles" in _error_line(result)
+    same = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw", "a100x8"])
+    assert same.exit_code == 0 and same.output.startswith("a100x8")
+
+
+def test_hw_list_shows_a_missing_peak_as_a_dash(cli_runner):
+    result = cli_runner.invoke(cli, ["hw", "list"])
+    v100 = next(line for line in result.output.splitlines() if line.startswith("v100x8"))
+    assert " - " in v100
+
+
+@pytest.mark.parametrize("vary, says", [
+    ("hw=a100x8,zz", "unknown hardware profile 'zz'; use one of a100-40gx8, a100x8"),
+    ("nodez=1,2", "did you mean nodes?"),
+    ("layerz=1,2", "--vary key 'layerz' is unknown"),  # a preset's builder takes **overrides
+])
+def test_whatif_unknown_vary_values_name_the_valid_ones(cli_runner, tmp_path, vary, says):
+    out = tmp_path / "report"
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--vary", vary, "-o", str(out)])
+    assert result.exit_code == 2
+    assert says in _error_line(result)
+    assert not out.exists()
+
+
+def test_execute_of_a_model_without_data_is_refused_before_launch(cli_runner, tmp_path):
+    model = tmp_path / "seq.py"  # the model itself is the stack of blocks; no batch() or data()
+    model.write_text("from torch import nn\n\n\ndef model():\n    return nn.Sequential(*[nn.Linear(8, 8) for _ in range(4)])\n")
+    result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=2", "--model", str(model), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "defines neither batch(" in _error_line(result)
+    assert not (tmp_path / "run").exists()
+
+
+def test_simulate_of_a_model_on_v100_defaults_to_fp16(cli_runner):
+    import json
+
+    result = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "v100x8", "--plan", "dp=8,mbs=1,gbs=8", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plan"]["dtype"] == "fp16"
