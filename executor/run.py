@@ -141,7 +141,7 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
     if not (ckpt_dir and checkpoint.latest(ckpt_dir)):
         raise PlanMismatchError(
             f"{out} already holds a run ({len(steps)} steps) and no checkpoint to resume it from; "
-            "pass another --out, or delete that folder to start over")
+            "pass another -o/--output, or delete that folder to start over")
     (out / "summary.json").unlink(missing_ok=True)
     for rank, file in rank_files(out).items():
         if rank >= world:

@@ -35,10 +35,10 @@ def check_nproc(nproc: int) -> None:
     import torch
 
     if nproc < 1:
-        raise ProbeError(f"--nproc must be at least 1, got {nproc}")
+        raise ProbeError(f"--nproc-per-node must be at least 1, got {nproc}")
     if torch.cuda.is_available() and nproc > torch.cuda.device_count():
         count = torch.cuda.device_count()
-        raise ProbeError(f"--nproc {nproc} needs {nproc} GPUs but this machine has {count}; use --nproc {count} or fewer")
+        raise ProbeError(f"--nproc-per-node {nproc} needs {nproc} GPUs but this machine has {count}; use --nproc-per-node {count} or fewer")
 
 
 def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce") -> tuple[float, float]:
@@ -184,12 +184,12 @@ def collect(procs, q, expected: int, timeout_s: float, what: str, progress=None)
                 if dead:
                     raise ProbeError(
                         f"{what}: worker {procs.index(dead[0])} of {len(procs)} exited with code "
-                        f"{dead[0].exitcode} (out of memory?); run again with fewer processes (--nproc) or on an "
+                        f"{dead[0].exitcode} (out of memory?); run again with fewer processes (--nproc-per-node) or on an "
                         "idle machine") from None
                 if time.monotonic() > deadline:
                     raise ProbeError(
                         f"{what}: no result from {len(procs)} processes within {timeout_s:.0f} s (a worker hung); "
-                        "run again with fewer processes (--nproc) or on an idle machine") from None
+                        "run again with fewer processes (--nproc-per-node) or on an idle machine") from None
                 continue
             if kind == "done":
                 done.append(value)

@@ -76,7 +76,7 @@ def choose(nproc: int, profile: ModelProfile, k: int, global_batch: int = 8,
     if not pool:
         raise PlanError(
             f"no plan of {nproc} processes fits a global batch of {global_batch}; "
-            f"use a global batch that is a multiple of {nproc} (--gbs)"
+            f"use a global batch that is a multiple of {nproc} (--global-batch)"
         )
     if k > len(pool):
         raise PlanError(f"only {len(pool)} different plans exist for {nproc} processes; use --plans {len(pool)} or fewer")
@@ -122,7 +122,7 @@ def parse_choice(text: str) -> PlanChoice:
     if unsupported:
         raise PlanError(
             f"--plan {text}: calibration does not take {', '.join(unsupported)}; use only "
-            f"{', '.join(CHOICE_KEYS.values())} (the global batch is --gbs; plans run 1F1B, ZeRO-0, no sp)"
+            f"{', '.join(CHOICE_KEYS.values())} (the global batch is --global-batch; plans run 1F1B, ZeRO-0, no sp)"
         )
     return PlanChoice(keys.get("dp", 1), keys.get("tp", 1), keys.get("pp", 1), keys.get("micro_batch", 1),
                       keys.get("recompute", "none"))

@@ -158,7 +158,7 @@ def check_options(opts: CalibrateOptions) -> None:
     if opts.steps < 2:
         raise PlanError(f"--steps must be at least 2 (the first step is warm-up and not timed), got {opts.steps}")
     if opts.nproc < 1:
-        raise PlanError(f"--nproc must be at least 1, got {opts.nproc}")
+        raise PlanError(f"--nproc-per-node must be at least 1, got {opts.nproc}")
     if opts.rounds < 1:
         raise PlanError(f"--rounds must be at least 1, got {opts.rounds}")
     if opts.output and not opts.check:
@@ -174,8 +174,8 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
     out = []
     for c in picked:
         if c.dp * c.tp * c.pp != opts.nproc:
-            raise PlanError(f"--plan {c.label} needs dp*tp*pp={c.dp * c.tp * c.pp} processes but --nproc is "
-                            f"{opts.nproc}; change the plan or --nproc")
+            raise PlanError(f"--plan {c.label} needs dp*tp*pp={c.dp * c.tp * c.pp} processes but --nproc-per-node is "
+                            f"{opts.nproc}; change the plan or --nproc-per-node")
         plan = plan_choice.to_plan(c, profile, model=model, model_args=model_args, hw=hw,
                                    global_batch=opts.global_batch, gpus_per_node=opts.nproc, dtype=dtype)
         out.append((c.label, plan))

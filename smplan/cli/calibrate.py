@@ -7,7 +7,7 @@ import click
 from smplan.calibrate import CalibrateOptions
 from smplan.calibrate import calibrate as run_calibration
 
-from .options import echo_json, json_option, model_args_from, model_args_option
+from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 from .table import format_table
 
 
@@ -26,8 +26,8 @@ from .table import format_table
               help="Steps per plan; the first is warm-up, the fastest of the rest is the measurement.")
 @click.option("--rounds", type=int, default=1, show_default=True,
               help="Run the list of plans this many times and keep each plan's fastest (busy machines).")
-@click.option("--nproc", type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
-@click.option("--gbs", "global_batch", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
+@click.option("--global-batch", "--gbs", "global_batch", cls=OneSpelling, old_names=("--gbs",), type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch of every plan (samples per step).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the calibrated profile here (a TOML that --hw PATH loads).")

@@ -13,7 +13,7 @@ from smplan.executor import execute as run_plan
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
 from smplan.executor.run import check_options
 
-from .options import echo_json, json_option, model_args_from, model_args_option
+from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 
 
 @click.command()
@@ -24,7 +24,8 @@ from .options import echo_json, json_option, model_args_from, model_args_option
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Optimizer steps.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
               help="Processes per node (default: dp*tp*pp / nnodes).")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes the run spans (torchrun --nnodes); more than 1 needs --rdzv-endpoint.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
               help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set).")
@@ -33,12 +34,14 @@ from .options import echo_json, json_option, model_args_from, model_args_option
 @click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan (DCP reshards it).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Restarts torchrun's agent allows after a worker fails.")
-@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True)
-@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+@click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="local: start torchrun here; slurm: write an sbatch script into the run directory instead.")
+@click.option("-o", "--output", "--out", "out", cls=OneSpelling, old_names=("--out",), default=None, type=click.Path(file_okay=False),
               help="Run directory: metrics.jsonl, ranks/, summary.json, tensorboard/ (default runs/execute-...); "
                    "an existing one is only continued from its checkpoint.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the initial weights and the data; the same seed gives the same run for any layout.")
+@click.option("--lr", type=float, default=1e-3, show_default=True, help="AdamW learning rate (constant).")
 @click.option("--tensorboard", is_flag=True,
               help="Also write TensorBoard event files to RUN_DIR/tensorboard (needs smplan[monitor]).")
 @click.option("--grad-norms-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="K",

@@ -9,7 +9,7 @@ import click
 from smplan.hwprofiles import bundled_profiles, load_cluster
 
 from .main import UserError
-from .options import echo_json, hw_options, json_option
+from .options import OneSpelling, echo_json, hw_options, json_option
 from .table import format_table
 
 
@@ -76,7 +76,7 @@ def _flatten(values: dict, prefix: str = ""):
 
 @hw.command("probe")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the profile TOML here.")
-@click.option("--nproc", type=click.IntRange(min=1, max=64), default=2, show_default=True,
+@click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=click.IntRange(min=1, max=64), default=2, show_default=True,
               help="Local processes for the collective measurements (gloo on CPU, nccl on GPU).")
 @click.option("--name", default="local", show_default=True, help="Profile name written into the file.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
@@ -86,13 +86,13 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
 
     Measures GEMM FLOP/s by dtype over square sizes 64..1024 (fitted to the efficiency
     curve P*d/(d+h)), memory bandwidth (a large copy), and all-reduce / all-gather /
-    send-recv time over message sizes across --nproc local processes (gloo on CPU, nccl
+    send-recv time over message sizes across --nproc-per-node local processes (gloo on CPU, nccl
     on GPU), fitted to ring alpha-beta costs. On CPU each process is one "GPU" with
     OMP_NUM_THREADS threads (default 1), as in `smplan execute`. Takes ~10 s.
 
     \b
     Example:
-      smplan hw probe -o myhw.toml --nproc 2
+      smplan hw probe -o myhw.toml --nproc-per-node 2
       smplan calibrate examples/gpt.py --hw myhw.toml -o calibrated.toml
       smplan plan examples/gpt.py:tiny --hw calibrated.toml
     """

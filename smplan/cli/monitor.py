@@ -7,14 +7,15 @@ import sys
 
 import click
 
+from .checks import FiniteFloat
 from .options import echo_json, json_option
 
 THRESHOLD_OPTIONS = [
-    click.option("--straggler-pct", type=click.FloatRange(min=0), default=20.0, show_default=True, metavar="X",
+    click.option("--straggler-pct", type=FiniteFloat(allow_zero=True, max_value=1000), default=20.0, show_default=True, metavar="X",
                  help="A rank whose own step time is more than X% above the median rank's..."),
     click.option("--straggler-steps", type=click.IntRange(min=1), default=3, show_default=True, metavar="N",
                  help="...for N consecutive steps is reported as a straggler."),
-    click.option("--memory-pct", type=click.FloatRange(min=0), default=10.0, show_default=True, metavar="Y",
+    click.option("--memory-pct", type=FiniteFloat(allow_zero=True, max_value=1000), default=10.0, show_default=True, metavar="Y",
                  help="Warn when a rank's peak memory is more than Y% above the plan's predicted peak (GPU runs)."),
 ]
 
@@ -28,7 +29,7 @@ def threshold_options(fn):
 @click.command()
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("--follow", is_flag=True, help="Redraw every --interval seconds until the run finishes (Ctrl-C stops).")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, help="Seconds between redraws.")
+@click.option("--interval", type=FiniteFloat(max_value=3600), default=2.0, show_default=True, help="Seconds between redraws.")
 @threshold_options
 @json_option
 def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pct, as_json):
@@ -37,7 +38,7 @@ def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pc
     for stragglers and memory above the prediction. Works on a finished run too.
 
     \b
-    RUN_DIR is the --out folder of `smplan execute`. A rank's own step time is the step
+    RUN_DIR is the -o/--output folder of `smplan execute`. A rank's own step time is the step
     less its wait for the slowest rank at the step-end synchronisation.
       smplan monitor runs/demo
       smplan monitor runs/demo --follow                 # while it trains

@@ -66,3 +66,19 @@ def _json_default(obj):
     if isinstance(obj, set | tuple):
         return list(obj)
     raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+class OneSpelling(click.Option):
+    """An option that also accepts its old spellings (`old_names`) but shows only the
+    current one in --help, so that each option has one name across verbs."""
+
+    def __init__(self, *args, old_names: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.old_names = tuple(old_names)
+
+    def get_help_record(self, ctx):
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.old_names]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown

@@ -34,7 +34,8 @@ from .table import format_table
               help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
               help="Fix a plan key (inline plan keys: tp, pp, dp, mbs, zero, recompute, schedule, v, sp, overlap_dp; v>1 implies schedule=interleaved). Repeatable, each key once.")
-@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True)
+@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
+              help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the best plan (JSON).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")

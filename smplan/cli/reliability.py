@@ -9,7 +9,14 @@ from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, plan_reliability
 
 from .checks import FiniteFloat
-from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
+from .options import (
+    OneSpelling,
+    echo_json,
+    hw_options,
+    json_option,
+    model_args_from,
+    model_args_option,
+)
 from .table import format_table
 
 
@@ -19,9 +26,9 @@ def _interval(value: str) -> float | None:
     try:
         minutes = float(value)
     except ValueError:
-        raise ReliabilityError(f"--checkpoint-interval must be 'auto' or minutes, got {value!r}") from None
+        raise ReliabilityError(f"--checkpoint-interval-min must be 'auto' or minutes, got {value!r}") from None
     if minutes <= 0:
-        raise ReliabilityError(f"--checkpoint-interval must be greater than 0 minutes, got {value}")
+        raise ReliabilityError(f"--checkpoint-interval-min must be greater than 0 minutes, got {value}")
     return minutes
 
 
@@ -30,24 +37,26 @@ def _interval(value: str) -> float | None:
 @hw_options(required=False)
 @click.option("--plan", "plan_text", default=None, metavar="KEYS", help="Inline plan for a MODEL.")
 @model_args_option
-@click.option("--seq-len", type=click.IntRange(min=1), default=None)
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample; builder argument).")
 # At most 10 years of failure-free training, and 1e15 tokens (64x the 15.6T of Llama 3, Meta 2024):
 # beyond either the failure simulation only overflows.
 @click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None,
               help="Failure-free training days the run needs (at most 3650).")
 @click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None,
               help="Tokens to train on (e.g. 3e11; at most 1e15).")
-@click.option("--checkpoint-interval", "interval", default="auto", show_default=True, metavar="auto|MIN",
+@click.option("--checkpoint-interval-min", "--checkpoint-interval", "interval", cls=OneSpelling,
+              old_names=("--checkpoint-interval",), default="auto", show_default=True, metavar="auto|MIN",
               help="Minutes of training between checkpoints; auto takes the sweep's best.")
-@click.option("--mtbf-hours", type=float, default=None, help="Per-GPU MTBF (default: the hardware profile's).")
-@click.option("--restart-minutes", type=float, default=None, help="Detection + restart (default: the profile's).")
-@click.option("--checkpoint-minutes", type=float, default=None,
+@click.option("--mtbf-hours", type=FiniteFloat(), default=None, help="Per-GPU MTBF (default: the hardware profile's).")
+@click.option("--restart-minutes", type=FiniteFloat(allow_zero=True), default=None, help="Detection + restart (default: the profile's).")
+@click.option("--checkpoint-minutes", type=FiniteFloat(allow_zero=True), default=None,
               help="Checkpoint write time (default: checkpoint bytes / storage bandwidth).")
 @click.option("--async-checkpoint", is_flag=True, help="Training blocks only for the GPU->host snapshot.")
 @click.option("--spares", type=click.IntRange(min=0), default=None, help="Hot spare nodes (default: never short).")
-@click.option("--repair-hours", type=float, default=24.0, show_default=True, help="Time a failed node is out (with --spares).")
-@click.option("--weibull-shape", type=float, default=None, help="Weibull GPU lifetimes with this shape (default exponential).")
-@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--repair-hours", type=FiniteFloat(), default=24.0, show_default=True, help="Time a failed node is out (with --spares).")
+@click.option("--weibull-shape", type=FiniteFloat(), default=None, help="Weibull GPU lifetimes with this shape (default exponential).")
+@click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Failure-simulation runs (different random failure times); the report gives mean and spread.")
 @json_option
 def reliability(target, hw, nodes, hw_set, plan_text, model_args, seq_len, days, tokens, interval, mtbf_hours,
                 restart_minutes, checkpoint_minutes, async_checkpoint, spares, repair_hours, weibull_shape, seeds, as_json):
@@ -55,7 +64,7 @@ def reliability(target, hw, nodes, hw_set, plan_text, model_args, seq_len, days,
 
     \b
       smplan reliability plan.json --tokens 3e11
-      smplan reliability plan.json --days 30 --checkpoint-interval 60 --spares 4 --json
+      smplan reliability plan.json --days 30 --checkpoint-interval-min 60 --spares 4 --json
     """
     if (days is None) == (tokens is None):
         raise ReliabilityError("give exactly one of --days D or --tokens T")

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .checks import FiniteFloat
 from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
 from .table import format_table
 
@@ -18,14 +19,14 @@ from .table import format_table
               help="Sweep KEY over values: nodes, hw, global_batch, seq_len, checkpoint_interval_min, a plan "
                    "key (tp, pp, mbs, recompute...), a hardware key (inter_node.bandwidth_gbps...), or "
                    "arg.NAME. Repeatable: the points are every combination.")
-@click.option("--tokens", type=float, default=None, help="Train this many tokens (e.g. 1e12): time, cost, goodput.")
-@click.option("--days", type=float, default=None, help="Train for this many days: tokens, cost, goodput.")
+@click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None, help="Train this many tokens (e.g. 1e12): time, cost, goodput.")
+@click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None, help="Train for this many days: tokens, cost, goodput.")
 @model_args_option
 @click.option("--plan", "plan", default=None, metavar="INLINE",
               help='Use this plan at every point instead of re-planning, e.g. "tp=8,pp=4,recompute=full".')
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
-@click.option("--checkpoint-interval-min", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--checkpoint-interval-min", type=FiniteFloat(), default=None,
               help="Checkpoint interval in minutes (default: the Young/Daly optimum per point).")
 @click.option("--seeds", type=click.IntRange(min=1), default=30, show_default=True,
               help="Failure-simulation seeds per point.")

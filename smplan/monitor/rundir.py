@@ -57,9 +57,9 @@ def load_run(run_dir: str | Path) -> RunData:
     directory is missing or holds no step yet."""
     path = Path(run_dir)
     if not path.exists():
-        raise RunDirError(f"run directory {path} does not exist; pass the --out folder of `smplan execute`")
+        raise RunDirError(f"run directory {path} does not exist; pass the -o/--output folder of `smplan execute`")
     if not path.is_dir():
-        raise RunDirError(f"{path} is a file, not a run directory; pass the --out folder of `smplan execute`")
+        raise RunDirError(f"{path} is a file, not a run directory; pass the -o/--output folder of `smplan execute`")
     records, bad = read_jsonl(path / METRICS)
     skipped = [f"{METRICS}:{n}" for n in bad]
     ranks: dict[int, list[dict]] = {}
@@ -71,6 +71,6 @@ def load_run(run_dir: str | Path) -> RunData:
     if not records:
         what = "an empty metrics.jsonl" if (path / METRICS).exists() else "no metrics.jsonl"
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
-                          "or pass the --out folder of `smplan execute`")
+                          "or pass the -o/--output folder of `smplan execute`")
     return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / "run_config.json"),
                    summary=_read_json(path / "summary.json"), skipped=skipped)

@@ -104,3 +104,28 @@ def test_simulate_of_a_model_on_v100_defaults_to_fp16(cli_runner):
     result = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "v100x8", "--plan", "dp=8,mbs=1,gbs=8", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["plan"]["dtype"] == "fp16"
+
+
+@pytest.mark.parametrize("args", [["--mtbf-hours", "nan"], ["--restart-minutes", "-1"], ["--checkpoint-minutes", "inf"],
+                                  ["--repair-hours", "nan"], ["--weibull-shape", "inf"]])
+def test_reliability_refuses_non_finite_failure_settings(cli_runner, args):
+    result = cli_runner.invoke(cli, ["reliability", TINY, "--hw", "a100x8", "--plan", "dp=2,mbs=1,gbs=8", "--days", "1",
+                                     *args])
+    assert result.exit_code == 2
+    assert args[0] in _error_line(result)
+
+
+@pytest.mark.parametrize("args", [["--tokens", "inf"], ["--days", "nan"], ["--checkpoint-interval-min", "inf"],
+                                  ["--tokens", "1e30"]])
+def test_whatif_refuses_non_finite_amounts(cli_runner, tmp_path, args):
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--vary", "nodes=1,2", *args,
+                                     "-o", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    assert args[0] in _error_line(result)
+
+
+@pytest.mark.parametrize("args", [["--interval", "inf"], ["--straggler-pct", "nan"]])
+def test_monitor_refuses_non_finite_settings(cli_runner, tmp_path, args):
+    result = cli_runner.invoke(cli, ["monitor", str(tmp_path), *args])
+    assert result.exit_code == 2
+    assert args[0] in _error_line(result)

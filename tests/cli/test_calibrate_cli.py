@@ -77,7 +77,7 @@ def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
     out = tmp_path / "cal.toml"
     start = time.perf_counter()
     result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "2", "--steps", "2",
-                                     "--nproc", "2", "--gbs", "4", "-o", str(out),
+                                     "--nproc-per-node", "2", "--global-batch", "4", "-o", str(out),
                                      "--runs-dir", str(tmp_path / "runs"), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -128,7 +128,7 @@ def test_every_run_failing_is_one_line(cli_runner, probed, tmp_path, monkeypatch
 def test_explicit_plan_of_the_wrong_size_is_refused_before_any_run(cli_runner, probed):
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--nproc", "2",
                                                     "--plan", "dp=2", "--plan", "dp=4,mbs=1"]))
-    assert "--plan dp=4" in line and "--nproc is 2" in line
+    assert "--plan dp=4" in line and "--nproc-per-node is 2" in line
 
 
 def test_plan_keys_calibration_cannot_honour_are_one_line(cli_runner, probed):

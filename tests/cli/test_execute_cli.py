@@ -104,5 +104,5 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
     result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another --out" in lines[0]
+    assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another -o/--output" in lines[0]
     assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()

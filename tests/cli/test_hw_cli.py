@@ -72,9 +72,9 @@ def test_hw_show_user_toml_with_nodes_and_hw_set(cli_runner, tmp_path):
     data = json.loads(result.output)
     assert data["name"] == "mine" and data["nodes"] == 4 and data["num_gpus"] == 32
     assert data["inter_node"]["bandwidth_gbps"] == 25.0
-    # --hw PATH takes precedence over the positional name
+    # a name and a different --hw are two profiles: refused rather than one silently winning
     result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw", str(path), "--json"])
-    assert result.exit_code == 0 and json.loads(result.output)["name"] == "mine"
+    assert result.exit_code == 2 and "two profiles" in result.output
 
 
 def _bad_file(tmp_path, old, new):

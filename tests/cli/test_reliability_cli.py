@@ -22,7 +22,7 @@ def test_reliability_json(cli_runner):
 
 
 def test_reliability_table_tokens_and_options(cli_runner):
-    result = cli_runner.invoke(cli, BASE + ["--tokens", "1e10", "--checkpoint-interval", "30", "--mtbf-hours", "20000",
+    result = cli_runner.invoke(cli, BASE + ["--tokens", "1e10", "--checkpoint-interval-min", "30", "--mtbf-hours", "20000",
                                             "--restart-minutes", "5", "--async-checkpoint", "--spares", "8",
                                             "--weibull-shape", "1.2", "--seeds", "10"])
     assert result.exit_code == 0, result.output
@@ -35,8 +35,8 @@ def test_reliability_table_tokens_and_options(cli_runner):
         [],  # neither --days nor --tokens
         ["--days", "1", "--tokens", "5"],
         ["--days", "-1"],
-        ["--days", "1", "--checkpoint-interval", "soon"],
-        ["--days", "1", "--checkpoint-interval", "0"],
+        ["--days", "1", "--checkpoint-interval-min", "soon"],
+        ["--days", "1", "--checkpoint-interval-min", "0"],
         ["--days", "1", "--mtbf-hours", "0"],
         ["--days", "1", "--weibull-shape", "100"],
     ],

@@ -156,7 +156,7 @@ def test_a_dead_worker_is_a_value_error_that_says_what_to_try(monkeypatch, which
         else:
             measure_collectives(2, (1024,))
     assert isinstance(err.value, ValueError)
-    assert "exited with code 1" in str(err.value) and "--nproc" in str(err.value)
+    assert "exited with code 1" in str(err.value) and "--nproc-per-node" in str(err.value)
 
 
 def test_more_processes_than_gpus_is_one_line_before_probing(cli_runner, monkeypatch):
@@ -166,7 +166,7 @@ def test_more_processes_than_gpus_is_one_line_before_probing(cli_runner, monkeyp
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr("smplan.hwprofiles.probe.probe", lambda **kw: pytest.fail("probed despite too many processes"))
     line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "--nproc", "4"]))
-    assert "--nproc 4" in line and "has 2" in line and "--nproc 2" in line
+    assert "--nproc-per-node 4" in line and "has 2" in line and "--nproc-per-node 2" in line
 
 
 def _fake_probe(**kwargs):

@@ -1,0 +1,55 @@
+"""Conventions every verb keeps: every option explains itself, one spelling per option."""
+
+import click
+import pytest
+
+from smplan.cli.main import cli
+from smplan.cli.options import OneSpelling
+
+
+def _commands(group: click.Group, prefix=()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+COMMANDS = dict(_commands(cli))
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_option_has_help(path):
+    missing = [p.opts[0] for p in COMMANDS[path].params
+               if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
+    assert not missing, f"smplan {' '.join(path)}: options without help: {missing}"
+
+
+# The spelling kept for each concept across verbs, and the ones it replaced.
+SPELLINGS = {"--global-batch": "--gbs", "--checkpoint-interval-min": "--checkpoint-interval",
+             "--output": "--out", "--nproc-per-node": "--nproc"}
+
+
+def test_one_spelling_per_option_across_verbs():
+    shown = {o for command in COMMANDS.values() for p in command.params if isinstance(p, click.Option)
+             for o in p.opts if not (isinstance(p, OneSpelling) and o in p.old_names)}
+    for kept, old in SPELLINGS.items():
+        assert old not in shown, f"{old} is still shown; it is spelled {kept}"
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_old_spellings_work_but_are_not_in_help(cli_runner, path):
+    help_text = cli_runner.invoke(cli, [*path, "--help"]).output
+    for p in COMMANDS[path].params:
+        if isinstance(p, OneSpelling):
+            for old in p.old_names:
+                assert f"{old} " not in help_text.replace(",", " ") and f"{old}\n" not in help_text
+
+
+def test_an_old_spelling_still_parses(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["reliability", "examples/gpt.py:tiny", "--hw", "a100x8", "--plan",
+                                     "dp=8,mbs=1,gbs=8", "--days", "1", "--checkpoint-interval", "30",
+                                     "--seeds", "2", "--json"])
+    assert result.exit_code == 0, result.output
