@@ -1,5 +1,6 @@
 """Hardware profiles, their loader and validation, and the hardware performance model."""
 
+from .calibrated import uncalibrated_warning
 from .cluster import Cluster, Efficiency, Gpu, HardwareProfileError, Link, PeakTflops, settable_keys
 from .loader import bundled_profiles, load_cluster, parse_override
 from .perf import (
@@ -18,6 +19,7 @@ from .perf import (
 from .topology import GroupSpan, ParallelLayout
 
 __all__ = [
+    "uncalibrated_warning",
     "ALGORITHMS",
     "COLLECTIVES",
     "DTYPE_BYTES",

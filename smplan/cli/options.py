@@ -82,3 +82,13 @@ class OneSpelling(click.Option):
             return super().get_help_record(ctx)
         finally:
             self.opts = shown
+
+
+def warn_if_uncalibrated(*profiles: str | None) -> None:
+    """Say on stderr when a profile (name or path) has never been calibrated."""
+    from smplan.hwprofiles import uncalibrated_warning
+
+    for name in dict.fromkeys(p for p in profiles if p):
+        note = uncalibrated_warning(name)
+        if note:
+            click.echo(note, err=True)

@@ -18,6 +18,7 @@ from .options import (
     json_option,
     model_args_from,
     model_args_option,
+    warn_if_uncalibrated,
 )
 from .table import format_table
 
@@ -57,6 +58,7 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     """
     check_output_file(output, "-o/--output", force)
     cluster = cluster_from(hw, max_nodes or nodes, hw_set)
+    warn_if_uncalibrated(hw)
     result = plan_model(
         model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,
         global_batch=global_batch, fix=",".join(fix) or None, objective=objective, top=top, max_nodes=max_nodes,

@@ -8,7 +8,7 @@ from smplan.planner import profile_model
 from smplan.planner.profiler import DTYPES
 
 from .options import echo_json, json_option, model_args_from, model_args_option
-from .table import format_table
+from .table import format_table, human_count
 
 MIB = 2**20
 
@@ -55,9 +55,9 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
     click.echo(format_table(headers, rows, align="lrrrrrl"))
     per_token = result.train_flops_per_sample / result.tokens_per_sample
     click.echo("")
-    click.echo(f"params:                    {result.params:,} ({result.params / 1e9:.3g} B)")
+    click.echo(f"params:                    {result.params:,} ({human_count(result.params)})")
     if result.params_active != result.params:
-        click.echo(f"params active per token:   {result.params_active:,} ({result.params_active / 1e9:.3g} B; "
+        click.echo(f"params active per token:   {result.params_active:,} ({human_count(result.params_active)}; "
                    "routed experts count top_k / num_experts)")
     click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
     click.echo(f"train FLOPs per token:     {per_token:.4g}")

@@ -16,6 +16,7 @@ from .options import (
     json_option,
     model_args_from,
     model_args_option,
+    warn_if_uncalibrated,
 )
 from .table import format_table
 
@@ -72,6 +73,7 @@ def reliability(target, hw, nodes, hw_set, plan_text, model_args, seq_len, days,
     plan, profile, cluster = resolve_target(
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
     )
+    warn_if_uncalibrated(hw or plan.hw)
     result = plan_reliability(
         plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
         restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,

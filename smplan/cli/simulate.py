@@ -13,7 +13,14 @@ from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
 from .main import UserError
-from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
+from .options import (
+    echo_json,
+    hw_options,
+    json_option,
+    model_args_from,
+    model_args_option,
+    warn_if_uncalibrated,
+)
 from .table import format_table
 
 
@@ -49,6 +56,7 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
     plan, profile, cluster = resolve_target(
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
     )
+    warn_if_uncalibrated(hw or plan.hw)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
     nodes_of = [row["node"] for row in result.stage_utilisation]
     if trace_path:

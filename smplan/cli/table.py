@@ -21,7 +21,17 @@ def format_table(headers: list[str], rows: list[list[object]], align: str | None
     return "\n".join(out)
 
 
+def human_count(n: float) -> str:
+    """55488 -> "55.5 thousand", 1.75e11 -> "175 billion": a count, never read as bytes."""
+    for scale, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million"), (1e3, "thousand")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {word}"
+    return f"{n:g}"
+
+
 def _cell(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
     if isinstance(value, float):
         if value == 0:
             return "0"

@@ -8,7 +8,14 @@ import sys
 import click
 
 from .checks import FiniteFloat
-from .options import echo_json, hw_options, json_option, model_args_from, model_args_option
+from .options import (
+    echo_json,
+    hw_options,
+    json_option,
+    model_args_from,
+    model_args_option,
+    warn_if_uncalibrated,
+)
 from .table import format_table
 
 
@@ -68,6 +75,7 @@ def whatif(model, hw, nodes, hw_set, varies, tokens, days, model_args, plan, glo
         checkpoint_interval_min=checkpoint_interval_min, seeds=seeds, sensitivity_delta=delta,
         command=shlex.join(["smplan", *sys.argv[1:]]) if sys.argv and "whatif" in sys.argv else None,
     )
+    warn_if_uncalibrated(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values))
     record = run_whatif(q, jobs=jobs, progress=ProgressBar())
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:

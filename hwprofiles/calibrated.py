@@ -1,0 +1,26 @@
+"""Whether a hardware profile's efficiency factors were ever fitted to this hardware.
+
+Bundled profiles carry factors fitted on published runs (DESIGN.md, "Accuracy"). A
+profile from `smplan hw probe`, or one written by hand, has no `[efficiency]` table until
+`smplan calibrate` writes one, so it runs on the defaults fitted on A100 clusters: a probed
+CPU profile predicted 5.9x too fast that way (issue 14). Such a profile gets a warning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .loader import PROFILE_DIR, read_profile
+
+
+def uncalibrated_warning(name_or_path: str) -> str | None:
+    """A one-line warning for a profile that was never calibrated, else None."""
+    data = read_profile(name_or_path)
+    path = Path(name_or_path)
+    is_file = path.suffix == ".toml" or path.exists()  # read_profile's rule for a path vs a name
+    bundled = not is_file or path.resolve().parent == PROFILE_DIR.resolve()
+    if bundled or "efficiency" in data:
+        return None
+    return (f"warning: {name_or_path} has never been calibrated (no [efficiency] table), so predictions use "
+            f"factors fitted on A100 clusters and may be far off; run `smplan calibrate MODEL --hw {name_or_path} "
+            "-o calibrated.toml` first")
