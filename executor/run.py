@@ -148,9 +148,13 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
             file.unlink()
 
 
-def execute(plan: Plan, model_file, opts: ExecuteOptions) -> ExecuteResult:
+def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
+    """Validate, then launch; `progress(line)` hears what happens during the silent start-up."""
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    if progress and opts.launcher == "local":
+        progress(f"starting {nproc} processes ({plan.world_size} in all) for {opts.steps} steps; "
+                 f"run directory {cfg.out_dir}; the first step comes after process start-up and model build")
     if opts.launcher == "slurm":
         script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,
                               max_restarts=opts.max_restarts)

@@ -77,7 +77,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     try:
         # --json: stdout carries the one JSON object, so the ranks' per-step lines go to stderr
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
-            result = run_plan(plan, model_file, opts)
+            result = run_plan(plan, model_file, opts, progress=lambda line: click.echo(line, err=True))
     except LaunchError as err:
         raise click.ClickException(str(err)) from None
     if result.sbatch is not None:

@@ -77,6 +77,7 @@ def whatif(model, hw, nodes, hw_set, varies, tokens, days, model_args, plan, glo
     )
     warn_if_uncalibrated(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values))
     record = run_whatif(q, jobs=jobs, progress=ProgressBar())
+    click.echo(f"writing the report and its charts to {out_dir}/ ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:
         echo_json(record)

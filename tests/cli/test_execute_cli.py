@@ -106,3 +106,17 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another -o/--output" in lines[0]
     assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()
+
+
+def test_json_mode_prints_one_object_and_progress_goes_to_stderr(tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    proc = subprocess.run([shutil.which("smplan") or "smplan", "execute", "dp=2,mbs=1,gbs=2", "--model", GPT,
+                           "--steps", "2", "-o", str(out), "--json"],
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
+                                                                           "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(proc.stdout)  # exactly one object
+    assert record["run_dir"] == str(out.resolve())
+    assert "starting 2 processes" in proc.stderr and "step 2/2" in proc.stderr

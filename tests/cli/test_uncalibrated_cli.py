@@ -1,7 +1,8 @@
 """A profile never calibrated (no [efficiency] table, not bundled) is planned on with a warning."""
 
-from smplan.cli.main import cli
 from smplan.hwprofiles.loader import PROFILE_DIR
+
+from smplan.cli.main import cli
 
 TINY = "examples/gpt.py:tiny"
 
