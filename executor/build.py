@@ -13,6 +13,8 @@ import torch
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
 
+from smplan.model.structure import Layout, blocks_of, cut_chunk, find_layout, owned_blocks
+
 from .mesh import ParallelDims
 from .parallelize import (
     apply_ddp,
@@ -23,7 +25,6 @@ from .parallelize import (
     materialize,
 )
 from .pipeline import build_pipeline, chunks_of_rank
-from .structure import Layout, blocks_of, cut_chunk, find_layout, owned_blocks
 
 
 @dataclass
@@ -64,8 +65,9 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         blocks = [m for _, m in owned_blocks(chunk, layout)]
         if dims.tp_enabled:
             apply_tp(blocks, dims["tp"], model_file.hook("tp_plan"), plan.sequence_parallel)
-        indices = [i for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
-        apply_recompute(blocks_of(chunk, layout), indices, spec.recompute)
+        names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
+        if names:
+            apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
         blocks = [m for _, m in owned_blocks(chunk, layout)]  # now the wrapped ones
         use_ddp = False
         if dims.dp_enabled:

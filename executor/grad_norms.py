@@ -15,17 +15,22 @@ import torch.distributed as dist
 _WRAPPERS = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
 
 
-def block_index(param_name: str, blocks_fqn: str) -> int | None:
-    """The block a parameter belongs to, e.g. ("module.blocks.2._checkpoint_wrapped_module.w",
-    "blocks") -> 2; None for parameters outside the repeated blocks (embedding, head)."""
+def block_index(param_name: str, layout) -> int | None:
+    """The block a parameter belongs to, e.g. "module.blocks.2._checkpoint_wrapped_module.w"
+    -> 2 for blocks named blocks.0, blocks.1, ... in `layout` (smplan.model.Layout); None for
+    parameters outside the repeated blocks (embedding, head)."""
     parts = [p for p in param_name.split(".") if p not in _WRAPPERS]
     if parts and parts[0] == "module":  # DDP's prefix
         parts = parts[1:]
-    want = blocks_fqn.split(".")
-    n = len(want)
-    if parts[:n] == want and len(parts) > n and parts[n].isdigit():
-        return int(parts[n])
-    return None
+    depth = len(layout.container.split(".")) if layout.container else 0
+    if layout.container is None or len(parts) <= depth + 1:
+        return None
+    if layout.container and ".".join(parts[:depth]) != layout.container:
+        return None
+    try:
+        return layout.block_names.index(parts[depth])
+    except ValueError:
+        return None
 
 
 def by_layout(grads) -> dict:
@@ -53,8 +58,7 @@ def squared_norm(groups: dict, device: torch.device) -> torch.Tensor:
     return total
 
 
-def block_grad_norms(chunks, blocks_fqn: str, num_blocks: int, device: torch.device,
-                     pp_group=None) -> list[float]:
+def block_grad_norms(chunks, layout, device: torch.device, pp_group=None) -> list[float]:
     """2-norm of each block's full gradient (same list on every rank).
 
     Sharded (DTensor) gradients are normed per layout group and reduced to full values, as
@@ -65,10 +69,10 @@ def block_grad_norms(chunks, blocks_fqn: str, num_blocks: int, device: torch.dev
     per_block: dict[int, list] = defaultdict(list)
     for chunk in chunks:
         for name, p in chunk.named_parameters():
-            index = block_index(name, blocks_fqn)
+            index = block_index(name, layout)
             if p.grad is not None and index is not None:
                 per_block[index].append(p.grad)
-    squares = torch.zeros(num_blocks, device=device)
+    squares = torch.zeros(layout.num_blocks, device=device)
     for index in sorted(per_block):
         squares[index] += squared_norm(by_layout(per_block[index]), device)
     if pp_group is not None:

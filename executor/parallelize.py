@@ -71,8 +71,8 @@ def _sequence_parallel_boundary(first: nn.Module, last: nn.Module, tp_mesh, seq_
     last.register_forward_hook(gather)
 
 
-def apply_recompute(container: nn.Module, indices: list[int], mode: str) -> None:
-    """Wrap blocks `indices` of `container` in checkpoint_wrapper.
+def apply_recompute(container: nn.Module, names: list[str], mode: str) -> None:
+    """Wrap the blocks `names` (children of `container`) in checkpoint_wrapper.
 
     full: the whole block is recomputed in backward (only its input is kept).
     selective: op-level selective activation checkpointing with the policy above.
@@ -84,8 +84,8 @@ def apply_recompute(container: nn.Module, indices: list[int], mode: str) -> None
         return
     if mode not in ("full", "selective"):
         raise ValueError(f"recompute must be none, selective or full, got {mode!r}")
-    for i in indices:
-        block = container._modules[str(i)]
+    for name in names:
+        block = container._modules[name]
         if mode == "full":
             wrapped = checkpoint_wrapper(block, preserve_rng_state=True)
         else:
@@ -94,7 +94,7 @@ def apply_recompute(container: nn.Module, indices: list[int], mode: str) -> None
                 preserve_rng_state=True,
                 context_fn=partial(create_selective_checkpoint_contexts, _selective_policy),
             )
-        container._modules[str(i)] = wrapped
+        container._modules[name] = wrapped
 
 
 def apply_fsdp(model: nn.Module, blocks: list[nn.Module], dp_mesh, reshard_after_forward: bool,

@@ -14,11 +14,12 @@ from pathlib import Path
 from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import Plan, parse_inline, plan_from_inline
 
+from smplan.model.structure import find_layout
+
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
 from .metrics import rank_files, read_metrics
-from .structure import find_layout
 from .validate import PlanMismatchError, validate_plan
 
 

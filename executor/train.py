@@ -133,8 +133,7 @@ class Trainer:
         out = {}
         every = self.cfg.grad_norms_every
         if every and (step % every == 0 or step == 1):
-            out["block_grad_norms"] = block_grad_norms(self.parts.chunks, self.layout.blocks_fqn,
-                                                       self.layout.num_blocks, self.device, pp_group)
+            out["block_grad_norms"] = block_grad_norms(self.parts.chunks, self.layout, self.device, pp_group)
             timer.mark("block_grad_norms")
         params = list(self.parts.parameters())
         norm = clip_grad_norm_(params, self.cfg.clip, pp_group)

@@ -10,7 +10,8 @@ from smplan.planner.feasibility import pipeline_fill_problem
 from smplan.planner.plan import Plan
 from torch import nn
 
-from .structure import Layout, blocks_of, find_layout
+from smplan.model import pipeline_problem
+from smplan.model.structure import Layout, find_layout, owned_blocks
 
 
 class PlanMismatchError(ValueError):
@@ -38,11 +39,11 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
     """Raise PlanMismatchError unless `plan` can run `model_file` on `world_size` processes."""
     ref = model_file.path.name
     meta = model_file.build(plan.model_args, device="meta")
-    try:
-        layout = find_layout(meta)
-    except ValueError as err:
-        raise PlanMismatchError(f"{ref}: {err}; pipeline stages need a list of repeated blocks") from None
+    layout = find_layout(meta)
     n = layout.num_blocks
+    if n == 0 and (plan.pp > 1 or plan.virtual_stages > 1):
+        raise PlanMismatchError(f"{ref} has no repeated blocks (an nn.ModuleList/nn.Sequential of identical "
+                                "modules), so it cannot be cut into pipeline stages; use pp=1")
     chunks = plan.num_model_chunks
     if plan.stages:
         end = plan.stages[-1].last_block
@@ -79,6 +80,10 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
                 f"sequence parallelism splits the sequence ({inputs.shape[1] if inputs.dim() > 1 else 1}) "
                 f"over tp={plan.tp}, which does not divide it; use sp=0 or a tp in {{{_divisors(inputs.shape[1])}}}"
             )
+    if plan.pp > 1 and batch is not None:  # the planner's rule (smplan.model.capabilities) too
+        problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x))
+        if problem:
+            raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     return Checked(layout=layout, tokens_per_sample=tokens)
@@ -98,7 +103,10 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     tp_plan = model_file.hook("tp_plan")
-    block = next(m for m in blocks_of(meta, layout) if m is not None)
+    owned = owned_blocks(meta, layout)
+    if not owned:
+        raise PlanMismatchError(f"tp={tp}: {ref} has no repeated blocks for its tp_plan(block); use tp=1")
+    block = owned[0][1]
     takes_sp = "sequence_parallel" in inspect.signature(tp_plan).parameters
     if plan.sequence_parallel and not takes_sp:
         raise PlanMismatchError(f"{ref}'s tp_plan(block) takes no sequence_parallel argument; use sp=0")

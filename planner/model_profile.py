@@ -103,6 +103,8 @@ class ModelProfile:
     post: tuple[BlockProfile, ...] = ()  # parts after them (final norm, head, loss)
     has_tp_plan: bool = False
     num_heads: int = 0  # attention heads per block (0 when not a transformer); tp must divide it
+    # dimension ("pp", ...) -> why this model cannot run it (smplan.model.capabilities)
+    unsupported: dict = field(default_factory=dict)
     file_sha256: str = ""
 
     @property

@@ -12,9 +12,11 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
+from smplan.model import find_layout, pipeline_problem
+from smplan.model.structure import find_blocks, qualname, siblings
+
 from .model_file import ModelFile, ModelFileError
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
-from .profiler_blocks import find_blocks, qualname, siblings
 from .profiler_trace import GPUKernels, PartStats, Tracer, storage_key, tensor_bytes
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -62,6 +64,7 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         for b in blocks[1:]:
             b.__dict__.pop("forward", None)
 
+    pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
     params_of, active_of = _params_by_part(model, container, run, blocks, parts)
     pre, post, block = [], [], None
     for stats in parts.ordered():
@@ -87,6 +90,7 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         has_tp_plan=bool(tp_modules),
         num_heads=_num_heads(model),
         file_sha256=mf.sha256,
+        unsupported={"pp": pp_problem} if pp_problem else {},
     )
 
 

@@ -48,6 +48,7 @@ class SearchResult:
     candidates: int = 0
     solved: int = 0
     seconds: float = 0.0
+    unsupported: dict = field(default_factory=dict)  # dimension -> why the model cannot run it
 
 
 def plan_search(profile: ModelProfile, cluster: Cluster, **constraints) -> list[Plan]:
@@ -204,6 +205,7 @@ def plan_model(
     profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype, progress=constraints.get("progress"))
     constraints["dtype"] = constraints.get("dtype") or dtype
     result = search(profile, cluster, model_ref=ref, **constraints)
+    result.unsupported = dict(profile.unsupported)
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
     return result

@@ -91,6 +91,8 @@ def validate_constraints(
             ok = max(t for t in _divisors(gpn) if heads % t == 0 and t <= tp)
             raise PlanError(f"tp={tp} does not divide the model's {heads} attention heads; use tp={ok}")
     pp = fixed.get("pp")
+    if pp is not None and pp > 1 and "pp" in profile.unsupported:
+        raise PlanError(f"pp={pp}: {profile.unsupported['pp']}; use pp=1")
     if pp is not None and pp > L:
         raise PlanError(f"pp={pp} exceeds the model's {L} blocks (each stage needs one); use pp<={L}")
     degrees = [fixed.get(k) for k in ("dp", "tp", "pp")]
@@ -174,7 +176,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
         for tp in tps:
             if world % tp:
                 continue
-            pps = [fixed["pp"]] if "pp" in fixed else [p for p in range(1, L + 1) if world % (tp * p) == 0]
+            max_pp = 1 if "pp" in profile.unsupported else L  # the model cannot be cut (capabilities)
+            pps = [fixed["pp"]] if "pp" in fixed else [p for p in range(1, max_pp + 1) if world % (tp * p) == 0]
             for pp in pps:
                 if world % (tp * pp):
                     continue

@@ -89,6 +89,8 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     if show_explain:
         for line in explain(plans, result.rejected):
             click.echo(f"  {line}")
+        for dim, why in result.unsupported.items():
+            click.echo(f"  {dim} not offered: {why}")
     if output:
         click.echo(f"wrote {output}")
 

@@ -61,6 +61,8 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
                    "routed experts count top_k / num_experts)")
     click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
     click.echo(f"train FLOPs per token:     {per_token:.4g}")
+    for dim, why in result.unsupported.items():
+        click.echo(f"{dim} will not be offered: {why}")
     if not result.has_tp_plan:
         click.echo("no tp_plan in the model file: tensor parallelism will not be offered")
     elif result.num_heads:

@@ -17,9 +17,9 @@ from smplan.executor.checkpoint import (
 from smplan.executor.data import BatchSource
 from smplan.executor.metrics import summarize
 from smplan.executor.pipeline import chunks_of_rank
-from smplan.executor.structure import cut_chunk, find_layout, owned_blocks
 from smplan.planner import load_model_file
 
+from smplan.model.structure import cut_chunk, find_layout, owned_blocks
 from tests.conftest import EXAMPLES
 
 GPT = f"{EXAMPLES / 'gpt.py'}:tiny"
@@ -32,10 +32,10 @@ def gpt_file():
 
 def test_layout_of_the_examples(gpt_file):
     layout = find_layout(gpt_file.build({}, device="meta"))
-    assert (layout.blocks_fqn, layout.num_blocks, layout.before, layout.after) == ("blocks", 4, ("embed",), ("head",))
+    assert (layout.container, layout.num_blocks, layout.before, layout.after) == ("blocks", 4, ("embed",), ("head",))
     for name in ("mlp.py", "cnn.py"):
         lay = find_layout(load_model_file(str(EXAMPLES / name)).build({}, device="meta"))
-        assert lay.blocks_fqn == "blocks" and lay.before == ("embed",) and lay.after == ("head",)
+        assert lay.container == "blocks" and lay.before == ("embed",) and lay.after == ("head",)
 
 
 def test_chunks_keep_parameter_names(gpt_file):

@@ -11,7 +11,6 @@ import torch
 from smplan.executor.config import parse_slow_rank
 from smplan.executor.grad_norms import block_grad_norms, block_index
 from smplan.executor.metrics import MetricsWriter, rank_file
-from smplan.executor.structure import find_layout
 from smplan.executor.tensorboard_log import (
     BLOCK_NORMS_TAG,
     MEASURED_TAG,
@@ -21,6 +20,8 @@ from smplan.executor.tensorboard_log import (
 from smplan.executor.timing import PhaseTimer
 from smplan.planner.model_file import load_model_file
 
+from smplan.model import Layout
+from smplan.model.structure import find_layout
 from tests.conftest import EXAMPLES
 
 
@@ -30,9 +31,12 @@ from tests.conftest import EXAMPLES
     ("transformer.h.11._fsdp_wrapped_module.ln.bias", "transformer.h", 11),
     ("embed.weight", "blocks", None),
     ("head.blocks_norm.weight", "blocks", None),
+    ("encoder.layers.encoder_layer_1.mlp.0.weight", "encoder.layers", 1),  # torchvision ViT names
+    ("1.weight", "", 1),  # the model itself is the nn.Sequential of blocks
 ])
 def test_block_index(name, fqn, index):
-    assert block_index(name, fqn) == index
+    names = tuple(f"encoder_layer_{i}" for i in range(3)) if "encoder" in fqn else tuple(str(i) for i in range(12))
+    assert block_index(name, Layout(fqn, names, (), ())) == index
 
 
 def test_block_norms_add_up_to_the_global_norm():
@@ -42,9 +46,9 @@ def test_block_norms_add_up_to_the_global_norm():
     x, y = model_file.hook("batch")(2, model=model, seed=0)
     torch.nn.functional.cross_entropy(model(x).flatten(0, -2), y.flatten()).backward()
     layout = find_layout(model)
-    norms = block_grad_norms([model], layout.blocks_fqn, layout.num_blocks, torch.device("cpu"))
+    norms = block_grad_norms([model], layout, torch.device("cpu"))
     assert len(norms) == layout.num_blocks and all(n > 0 for n in norms)
-    in_blocks = [p.grad for n, p in model.named_parameters() if block_index(n, layout.blocks_fqn) is not None]
+    in_blocks = [p.grad for n, p in model.named_parameters() if block_index(n, layout) is not None]
     total = torch.nn.utils.get_total_norm(in_blocks, 2.0).item()
     assert math.sqrt(sum(n * n for n in norms)) == pytest.approx(total, rel=1e-5)
 

@@ -1,0 +1,8 @@
+"""Model intake shared by the planner and the executor: where a model's repeated blocks
+are (`structure`), and which parallel dimensions its file and modules can run
+(`capabilities`). One rule on both sides, so the planner offers only what runs."""
+
+from .capabilities import pipeline_problem
+from .structure import Layout, find_layout
+
+__all__ = ["Layout", "find_layout", "pipeline_problem"]

@@ -1,0 +1,41 @@
+"""Which parallel dimensions a model can run, decided once for the planner and the executor.
+
+A dimension the executor would reject is never offered by the planner: the profiler
+records the reason here (`ModelProfile.unsupported`), the search leaves the dimension out,
+`plan --explain` and `profile` print the reason, and `execute` refuses with the same line.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .structure import Layout, cut_chunk
+
+
+def pipeline_problem(model: nn.Module, layout: Layout, inputs, call) -> str | None:
+    """Why `model` cannot be cut into pipeline stages, or None.
+
+    A pipeline stage holds some blocks and sets the others (and the embedding or head of
+    the other stages) to None, so the model's forward must skip missing layers, as
+    examples/gpt.py does and Hugging Face, torchvision and timm forwards do not. Checked
+    for real: the first and last one-block chunks run on the meta device (`call(chunk,
+    inputs)`, no memory), the second on the first one's output.
+    """
+    name = type(model).__name__
+    if layout.num_blocks < 2:
+        return f"{name} has {layout.num_blocks} repeated block(s); pipeline stages need at least 2"
+    n = layout.num_blocks
+    first = cut_chunk(model, layout, 0, 1, is_first=True, is_last=False)
+    last = cut_chunk(model, layout, n - 1, n, is_first=False, is_last=True)
+    try:
+        with torch.no_grad():
+            hidden = call(first, inputs)
+            if not isinstance(hidden, torch.Tensor):
+                return (f"{name}.forward returns {type(hidden).__name__} from a stage without its head; "
+                        "pipeline stages pass one tensor on")
+            call(last, hidden)
+    except Exception as err:  # any failure means the stage cannot run; say which
+        first_line = (str(err).strip().splitlines() or [""])[0][:120]
+        return f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: {first_line})"
+    return None

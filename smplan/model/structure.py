@@ -1,0 +1,152 @@
+"""Where a model's repeated blocks are, and the non-repeated parts around them.
+
+The blocks are the run of structurally identical children of one nn.ModuleList /
+nn.Sequential that holds the most parameters (ties: the longer run), so a MoE whose first
+layers are dense, or a ViT whose encoder layers are named "encoder_layer_N", is read the
+same way by the profiler (`find_blocks`, `siblings`) and the executor (`Layout`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from torch import nn
+
+
+def _signature(module: nn.Module) -> tuple:
+    return (
+        tuple((n, type(m).__module__, type(m).__qualname__) for n, m in module.named_modules()),
+        tuple((n, tuple(p.shape), p.dtype) for n, p in module.named_parameters()),
+        tuple((n, tuple(b.shape), b.dtype) for n, b in module.named_buffers()),
+    )
+
+
+def find_blocks(model: nn.Module) -> tuple[nn.Module | None, list[str]]:
+    """(container, child names) of the run of identical modules holding the most parameters."""
+    best, best_score = (None, []), (0, 0)
+    for _, container in model.named_modules():
+        if not isinstance(container, nn.ModuleList | nn.Sequential):
+            continue
+        run, last = [], None
+        for name, child in list(container.named_children()) + [(None, None)]:
+            sig = _signature(child) if child is not None else None
+            if sig is not None and sig == last:
+                run.append(name)
+                continue
+            if run:
+                per_block = sum(p.numel() for p in container.get_submodule(run[0]).parameters())
+                score = (per_block * len(run), len(run))
+                if score > best_score:
+                    best, best_score = (container, list(run)), score
+            run, last = ([name], sig) if child is not None else ([], None)
+    return best
+
+
+def qualname(model: nn.Module, target: nn.Module | None) -> str:
+    for name, m in model.named_modules():
+        if m is target:
+            return name
+    return ""
+
+
+def siblings(model: nn.Module, container: nn.Module | None, run: list[str]) -> dict[str, nn.Module]:
+    """The modules next to the path root -> container, and the container's other children."""
+    if container is None:
+        return dict(model.named_children())
+    path = qualname(model, container)
+    out: dict[str, nn.Module] = {}
+    prefix, module = "", model
+    for step in (path.split(".") if path else []) + [None]:
+        for name, child in module.named_children():
+            if step is None and name in run or name == step:
+                continue
+            out[f"{prefix}{name}"] = child
+        if step is None:
+            break
+        prefix, module = f"{prefix}{step}.", getattr(module, step)
+    return out
+
+
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The model's repeated blocks and the parts around them, as module names.
+
+    `container` is the fqn of the nn.ModuleList / nn.Sequential holding the blocks ("" when
+    the model itself is that stack), None when the model has no repeated blocks (a ResNet):
+    then it runs as one piece, with data parallelism only. `block_names` are the
+    container's children that are the blocks, in order; they need not be integers
+    (torchvision's "encoder_layer_0"). `before` / `after` are the fqns of the parts that
+    run before the blocks (the first pipeline stage holds them) and after them (the last).
+    """
+
+    container: str | None
+    block_names: tuple[str, ...]
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_names)
+
+    def block_fqn(self, index: int) -> str:
+        name = self.block_names[index]
+        return f"{self.container}.{name}" if self.container else name
+
+
+def find_layout(model: nn.Module) -> Layout:
+    """The one rule the profiler and the executor share (`find_blocks`), as names."""
+    container, run = find_blocks(model)
+    if container is None:
+        return Layout(None, (), (), ())
+    path = qualname(model, container)
+    before, after_by_level = [], []
+    prefix, module = "", model
+    for step in (path.split(".") if path else []):
+        names = [n for n, _ in module.named_children()]
+        i = names.index(step)
+        before += [f"{prefix}{n}" for n in names[:i]]
+        after_by_level.append([f"{prefix}{n}" for n in names[i + 1:]])
+        prefix, module = f"{prefix}{step}.", getattr(module, step)
+    names = [n for n, _ in container.named_children()]
+    first, last = names.index(run[0]), names.index(run[-1])
+    before += [f"{prefix}{n}" for n in names[:first]]
+    after_by_level.append([f"{prefix}{n}" for n in names[last + 1:]])
+    after = [fqn for level in reversed(after_by_level) for fqn in level]  # innermost runs first
+    return Layout(path, tuple(run), tuple(before), tuple(after))
+
+
+def _clear(model: nn.Module, fqn: str) -> None:
+    parent, _, name = fqn.rpartition(".")
+    model.get_submodule(parent)._modules[name] = None
+
+
+def cut_chunk(model: nn.Module, layout: Layout, first: int, last: int, is_first: bool, is_last: bool) -> nn.Module:
+    """A copy of `model` holding blocks [first, last) (the others None, names kept, so
+    parameter names, and with them checkpoints, are the same under any stage split), the
+    parts before the blocks only if `is_first` and those after them only if `is_last`."""
+    chunk = copy.deepcopy(model)
+    for i in range(layout.num_blocks):
+        if not first <= i < last:
+            _clear(chunk, layout.block_fqn(i))
+    for fqn in () if is_first else layout.before:
+        _clear(chunk, fqn)
+    for fqn in () if is_last else layout.after:
+        _clear(chunk, fqn)
+    return chunk
+
+
+def blocks_of(model: nn.Module, layout: Layout) -> nn.Module | None:
+    """The container of the blocks (None for a model without repeated blocks)."""
+    return None if layout.container is None else model.get_submodule(layout.container)
+
+
+def owned_blocks(chunk: nn.Module, layout: Layout) -> list[tuple[int, nn.Module]]:
+    """(index, module) of the blocks this chunk holds, in order."""
+    container = blocks_of(chunk, layout)
+    if container is None:
+        return []
+    return [(i, container._modules[name]) for i, name in enumerate(layout.block_names)
+            if container._modules[name] is not None]

@@ -1,0 +1,61 @@
+"""The one structure rule the profiler and the executor share (smplan.model)."""
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+from smplan.model import find_layout
+from smplan.model.structure import cut_chunk, owned_blocks
+from tests.model.resnet_like import ResNet
+
+
+def _meta(build):
+    with torch.device("meta"):
+        return build()
+
+
+class _Vit(nn.Module):  # torchvision's ViT names its encoder layers "encoder_layer_N"
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Linear(4, 8)
+        self.encoder = nn.Module()
+        self.encoder.layers = nn.Sequential(OrderedDict((f"encoder_layer_{i}", nn.Linear(8, 8)) for i in range(3)))
+        self.encoder.ln = nn.LayerNorm(8)
+        self.heads = nn.Linear(8, 2)
+
+
+def test_resnet_blocks_are_the_identical_run_with_the_most_parameters():
+    layout = find_layout(_meta(ResNet))
+    assert (layout.container, layout.block_names) == ("layer2", ("1", "2"))
+    assert layout.before == ("conv1", "bn1", "layer1", "layer2.0") and layout.after == ("fc",)
+
+
+def test_block_names_need_not_be_integers():
+    layout = find_layout(_meta(_Vit))
+    assert layout.container == "encoder.layers" and layout.num_blocks == 3
+    assert layout.block_fqn(2) == "encoder.layers.encoder_layer_2"
+    assert layout.before == ("patch",) and layout.after == ("encoder.ln", "heads")
+    chunk = cut_chunk(_meta(_Vit), layout, 1, 3, is_first=False, is_last=True)
+    assert [i for i, _ in owned_blocks(chunk, layout)] == [1, 2] and chunk.patch is None and chunk.heads is not None
+
+
+def test_dense_first_layers_in_the_same_list_belong_to_the_first_stage():
+    class Moe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(8, 8), *(nn.Bilinear(8, 8, 8) for _ in range(3))])
+
+    layout = find_layout(_meta(Moe))
+    assert layout.block_names == ("1", "2", "3") and layout.before == ("layers.0",) and layout.after == ()
+
+
+def test_a_model_that_is_itself_the_stack_of_blocks():
+    layout = find_layout(_meta(lambda: nn.Sequential(*(nn.Linear(4, 4) for _ in range(3)))))
+    assert (layout.container, layout.num_blocks, layout.before, layout.after) == ("", 3, (), ())
+
+
+def test_a_model_without_repeated_modules_has_no_blocks():
+    layout = find_layout(_meta(lambda: nn.Linear(4, 4)))
+    assert layout.container is None and layout.num_blocks == 0
+    assert owned_blocks(nn.Linear(4, 4), layout) == []
