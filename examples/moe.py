@@ -421,3 +421,15 @@ def tp_plan(block: Block) -> dict:
         plan.update({f"{name}.gate": ColwiseParallel(), f"{name}.fc1": ColwiseParallel(),
                      f"{name}.fc2": RowwiseParallel()})
     return plan
+
+
+def tp_plan_outer(model: MoE) -> dict:
+    """The vocab-parallel embedding and head around the blocks (Shoeybi et al. 2019 section 3),
+    by module path from the root; the logits stay sharded into the loss (loss_parallel)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {
+        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "head.out": ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1), use_local_output=False),
+    }
