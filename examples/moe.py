@@ -31,6 +31,11 @@ slice per rank) instead of re-homing E modules, and the [E, capacity, hidden] di
 buffer splits along dim 0 into equal all_to_all chunks, one per ep rank, with no
 per-expert bookkeeping. The expert compute stays one GEMM per weight, not E small ones.
 
+Tensor parallelism: `tp_plan(block)` shards attention and the shared experts,
+`tp_plan_outer(model)` the embedding and the head (vocab-parallel, logits sharded into the
+loss under loss_parallel); the dense blocks, the routed experts and the final norm stay
+replicated. Neither takes sequence_parallel, so sp=0.
+
 `params_active` (smplan profile): a module with integer attributes `num_experts` and
 `top_k` is a bank of routed experts, of which each token uses top_k / num_experts; here
 that is `Experts`, so the router and shared experts count in full.

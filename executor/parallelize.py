@@ -1,5 +1,6 @@
 """One small function per parallelism, applied in torchtitan's order by `build.py`:
-TP (with sequence parallelism), activation recomputation, data parallelism (FSDP2 for
+TP of the whole model (blocks, and the embedding / head from the model file's
+tp_plan_outer, with sequence parallelism), activation recomputation, data parallelism (FSDP2 for
 ZeRO 1-3, DDP or FSDP2-`replicate` for ZeRO 0), then materialisation.
 
 Each takes the module(s), a mesh and primitives, never the whole plan.
