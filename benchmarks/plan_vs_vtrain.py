@@ -28,12 +28,12 @@ from published import (  # noqa: E402
     PublishedFileError,
     global_overrides,
     mape,
-    measured_profile,
     megatron_rows,
     megatron_table2_rows,
     nodes_for,
     plan_for,
     read_vtrain_csv,
+    row_profile,
     usage_error,
     vtrain_rows,
 )
@@ -50,7 +50,7 @@ def predict(row: dict, overrides: dict | None = None) -> float:
     over = dict(row["hw_set"])
     over.update(overrides or {})
     cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=over)
-    return estimate(plan_for(row, cluster.nodes), measured_profile(row), cluster).step_time_s
+    return estimate(plan_for(row, cluster.nodes), row_profile(row), cluster).step_time_s
 
 
 def rank_by_model(name: str, rows: list[dict], overrides: dict | None, verbose: bool) -> tuple[dict, list[float]]:

@@ -12,15 +12,16 @@ Settings per the folder's README (nothing here is fitted per row):
 - Megatron-LM SC21 Table 2: the same for PTD-P rows (tp=8, pp = model_parallel_size / 8);
   ZeRO-3 rows are DeepSpeed ZeRO-3 with tp = model_parallel_size, pp=1, the table's
   micro-batch, full recompute, gradients reduce-scattered per micro-batch.
-Both measured frameworks shard the output layer and the cross-entropy over the tp ranks
-(Megatron's vocab-parallel head, Shoeybi et al. 2019 section 3); examples/gpt.py's tp_plan
-covers the blocks only, so `measured_profile` marks the head tp-sharded.
+Both measured frameworks shard the embedding, the output layer and the cross-entropy over
+the tp ranks (Megatron's vocab-parallel layers, Shoeybi et al. 2019 section 3), as
+examples/gpt.py's tp_plan_outer does; each row's profile is the one `smplan profile` /
+`smplan simulate` make of examples/gpt.py at the row's shape (`profile_model`), unpatched.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
+import functools
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -36,29 +37,22 @@ GPT = str(ROOT / "examples" / "gpt.py")
 VTRAIN_HW = {"inter_node.bandwidth_gbps": 12.5}  # 800 Gb/s per 8-GPU node = 100 Gb/s per GPU
 # Shapes of Table 2's models (Narayanan et al. 2021, Table 1 rows of the same size).
 TABLE2_SHAPES = {174.6: dict(heads=96, hidden=12288, layers=96), 529.6: dict(heads=128, hidden=20480, layers=105)}
-_PROFILES: dict[tuple, object] = {}
 
 
-def measured_profile(row: dict):
-    """The example GPT at the row's shape, with Megatron's vocab-parallel head (see above)."""
-    key = (row["hidden"], row["heads"], row["layers"], row["seq"], row["vocab"], row["dtype"])
-    if key not in _PROFILES:
-        args = dict(layers=row["layers"], hidden=row["hidden"], heads=row["heads"], seq_len=row["seq"],
-                    vocab=row["vocab"])
-        prof = profile_model(GPT, args, dtype=row["dtype"])
-        post = tuple(
-            dataclasses.replace(
-                part,
-                matmuls=tuple(dataclasses.replace(mm, tp_dim=mm.tp_dim or "n") for mm in part.matmuls),
-                elementwise_tp_sharded_fraction=1.0,
-                saved_bytes_tp_sharded_per_sample=part.saved_bytes_tp_sharded_per_sample
-                + part.saved_bytes_replicated_per_sample,
-                saved_bytes_replicated_per_sample=0.0,
-            )
-            for part in prof.post
-        )
-        _PROFILES[key] = dataclasses.replace(prof, post=post)
-    return _PROFILES[key]
+def model_args(row: dict) -> dict:
+    """The row's shape as examples/gpt.py builder arguments (`--arg` of the CLI)."""
+    return dict(layers=row["layers"], hidden=row["hidden"], heads=row["heads"], seq_len=row["seq"], vocab=row["vocab"])
+
+
+@functools.cache
+def _profile(args: tuple, dtype: str):
+    return profile_model(GPT, dict(args), dtype=dtype)
+
+
+def row_profile(row: dict):
+    """`smplan.planner.profile_model` of examples/gpt.py at the row's shape and dtype (what the
+    CLI builds for `smplan simulate examples/gpt.py --arg ...`), once per shape."""
+    return _profile(tuple(sorted(model_args(row).items())), row["dtype"])
 
 
 def plan_for(row: dict, nodes: int) -> Plan:

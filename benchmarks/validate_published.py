@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import (  # noqa: E402
     global_overrides,
-    measured_profile,
     megatron_rows,
     megatron_table2_rows,
     nodes_for,
     plan_for,
+    row_profile,
     usage_error,
     vtrain_rows,
 )
@@ -42,7 +42,7 @@ def simulate_row(row: dict, global_set: dict, contention: bool) -> tuple[float, 
     overrides = dict(row["hw_set"])
     overrides.update(global_set)
     cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=overrides)
-    result = simulate_plan(plan_for(row, cluster.nodes), measured_profile(row), cluster, contention, record_events=False)
+    result = simulate_plan(plan_for(row, cluster.nodes), row_profile(row), cluster, contention, record_events=False)
     return result.step_time_s, result.closed_form_step_time_s or float("nan")
 
 

@@ -9,6 +9,16 @@ fused QKV projection, explicit softmax attention with dropout (Korthikanti et al
 count activations for exactly this), 4h GeLU MLP. `attention="sdpa"` switches to fused
 scaled-dot-product attention; `mlp="swiglu"`, `norm="rmsnorm"` and `kv_heads` give the
 Llama layout (rotary embeddings are left out: they have no weights and little work).
+
+Tensor parallelism covers the whole model, as Megatron-LM and torchtitan's
+parallelize_llama do: `tp_plan(block, sequence_parallel)` shards each block (Shoeybi et
+al. 2019 section 3; Korthikanti et al. 2022 for sequence parallelism) and
+`tp_plan_outer(model, sequence_parallel)` the parts around them: a vocab-parallel token
+embedding, the final norm on sequence shards under SP, and a vocab-parallel head whose
+logits stay sharded (a DTensor) into the loss, which the executor runs under
+`loss_parallel()` so that no rank holds full-vocabulary logits. Learned position
+embeddings stay replicated (s x h weights): they are added to the all-reduced token
+embedding, and under SP the sum is then split along the sequence (no communication).
 """
 
 from __future__ import annotations
@@ -260,4 +270,35 @@ def tp_plan(block: Block, sequence_parallel: bool = False) -> dict:
     }
     if block.mlp.gate is not None:
         plan["mlp.gate"] = ColwiseParallel()
+    return plan
+
+
+def tp_plan_outer(model: GPT, sequence_parallel: bool = False) -> dict:
+    """Tensor parallelism of the parts around the blocks, by module path from the root
+    (torchtitan's parallelize_llama; Megatron's vocab-parallel embedding and output layer,
+    Shoeybi et al. 2019 section 3). Entries under a part a pipeline stage lacks are skipped."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    sp = sequence_parallel
+    positions = model.config.learned_positions
+    plan = {
+        # Vocab-parallel lookup: each rank holds vocab / tp rows; all-reduce (reduce-scatter
+        # straight into sequence shards under SP when nothing is added to it).
+        "embed.tokens": RowwiseParallel(input_layouts=Replicate(),
+                                        output_layouts=Shard(1) if sp and not positions else Replicate()),
+        # Vocab-parallel head: logits sharded over the vocabulary, kept as a DTensor for loss_parallel.
+        "head.out": ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(), output_layouts=Shard(-1),
+                                    use_local_output=False),
+    }
+    if sp:
+        plan["head.norm"] = SequenceParallel()
+        if positions:  # token + position embeddings are replicated: split them along the sequence
+            plan["embed.dropout"] = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),),
+                                                       use_local_output=True)
     return plan

@@ -31,6 +31,11 @@ slice per rank) instead of re-homing E modules, and the [E, capacity, hidden] di
 buffer splits along dim 0 into equal all_to_all chunks, one per ep rank, with no
 per-expert bookkeeping. The expert compute stays one GEMM per weight, not E small ones.
 
+Tensor parallelism: `tp_plan(block)` shards attention and the shared experts,
+`tp_plan_outer(model)` the embedding and the head (vocab-parallel, logits sharded into the
+loss under loss_parallel); the dense blocks, the routed experts and the final norm stay
+replicated. Neither takes sequence_parallel, so sp=0.
+
 `params_active` (smplan profile): a module with integer attributes `num_experts` and
 `top_k` is a bank of routed experts, of which each token uses top_k / num_experts; here
 that is `Experts`, so the router and shared experts count in full.
@@ -426,3 +431,15 @@ def tp_plan(block: Block) -> dict:
         plan.update({f"{name}.gate": ColwiseParallel(), f"{name}.fc1": ColwiseParallel(),
                      f"{name}.fc2": RowwiseParallel()})
     return plan
+
+
+def tp_plan_outer(model: MoE) -> dict:
+    """The vocab-parallel embedding and head around the blocks (Shoeybi et al. 2019 section 3),
+    by module path from the root; the logits stay sharded into the loss (loss_parallel)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {
+        "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+        "head.out": ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1), use_local_output=False),
+    }

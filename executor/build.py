@@ -22,7 +22,9 @@ from .parallelize import (
     apply_recompute,
     apply_replicate,
     apply_tp,
+    call_tp_plan,
     materialize,
+    shards_logits,
 )
 from .pipeline import build_pipeline, chunks_of_rank
 
@@ -34,6 +36,7 @@ class ModelParts:
     schedule: object | None  # a pipelining schedule when pp > 1
     reference: nn.Module = field(repr=False)  # the meta-built full model (for batch hooks)
     layout: Layout | None = field(default=None, repr=False)  # find_layout(reference)
+    loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
 
     def parameters(self):
         for chunk in self.chunks:
@@ -64,7 +67,8 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                           is_first=sid == 0, is_last=sid == len(stages) - 1)
         blocks = [m for _, m in owned_blocks(chunk, layout)]
         if dims.tp_enabled:
-            apply_tp(blocks, dims["tp"], model_file.hook("tp_plan"), plan.sequence_parallel)
+            apply_tp(chunk, blocks, dims["tp"], model_file.hook("tp_plan"), model_file.hook("tp_plan_outer"),
+                     plan.sequence_parallel)
         names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
         if names:
             apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
@@ -87,4 +91,11 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     if dims.pp_enabled:
         schedule = build_pipeline(chunks, stage_ids, len(stages), dims["pp"], device, plan.schedule,
                                   plan.num_microbatches, loss_fn)
-    return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout)
+    return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout,
+                      loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel))
+
+
+def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:
+    """Whether the model file's outer TP plan leaves the logits sharded over the vocabulary."""
+    outer = model_file.hook("tp_plan_outer")
+    return outer is not None and shards_logits(call_tp_plan(outer, meta, sequence_parallel, "tp_plan_outer"))

@@ -1,5 +1,6 @@
 """One small function per parallelism, applied in torchtitan's order by `build.py`:
-TP (with sequence parallelism), activation recomputation, data parallelism (FSDP2 for
+TP of the whole model (blocks, and the embedding / head from the model file's
+tp_plan_outer, with sequence parallelism), activation recomputation, data parallelism (FSDP2 for
 ZeRO 1-3, DDP or FSDP2-`replicate` for ZeRO 0), then materialisation.
 
 Each takes the module(s), a mesh and primitives, never the whole plan.
@@ -7,6 +8,7 @@ Each takes the module(s), a mesh and primitives, never the whole plan.
 
 from __future__ import annotations
 
+import fnmatch
 import inspect
 from functools import partial
 
@@ -40,35 +42,48 @@ def _selective_policy(ctx, op, *args, **kwargs):
     return CheckpointPolicy.PREFER_RECOMPUTE if _attention_core(op, args) else CheckpointPolicy.MUST_SAVE
 
 
-def apply_tp(blocks: list[nn.Module], tp_mesh, tp_plan, sequence_parallel: bool = False) -> None:
-    """Megatron TP on every block with the model file's `tp_plan(block, sequence_parallel)`."""
+def call_tp_plan(fn, module: nn.Module, sequence_parallel: bool, name: str = "tp_plan") -> dict:
+    """`fn(module, sequence_parallel=...)`, or `fn(module)` for a plan without SP."""
+    takes_sp = "sequence_parallel" in inspect.signature(fn).parameters
+    if sequence_parallel and not takes_sp:
+        raise ValueError(f"the model file's {name}() has no sequence_parallel argument; set sp=0")
+    return fn(module, sequence_parallel=sequence_parallel) if takes_sp else fn(module)
+
+
+def present_styles(module: nn.Module, styles: dict) -> dict:
+    """The entries of a model-level plan that name a module of `module` (fnmatch patterns);
+    those under a part this pipeline chunk lacks (None) are dropped."""
+    names = [n for n, _ in module.named_modules() if n]
+    return {key: style for key, style in styles.items() if any(fnmatch.fnmatchcase(n, key) for n in names)}
+
+
+def shards_logits(styles: dict) -> bool:
+    """Whether a model-level plan leaves a column-parallel output as a DTensor (a
+    vocab-parallel head whose logits go sharded into the loss: run it under loss_parallel)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    return any(isinstance(s, ColwiseParallel) and not s.use_local_output for s in styles.values())
+
+
+def apply_tp(chunk: nn.Module, blocks: list[nn.Module], tp_mesh, tp_plan, outer_plan=None,
+             sequence_parallel: bool = False) -> None:
+    """Megatron TP on the whole chunk: every block with the model file's
+    `tp_plan(block, sequence_parallel)`, the parts around them (embedding, final norm, head)
+    with `tp_plan_outer(model, sequence_parallel)` (entries the chunk lacks skipped).
+
+    Under SP the outer plan hands the first block sequence shards and gathers them before
+    the head, so a model without one cannot run SP (the blocks would see full sequences)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
-    takes_sp = "sequence_parallel" in inspect.signature(tp_plan).parameters
-    if sequence_parallel and not takes_sp:
-        raise ValueError("the model file's tp_plan(block) has no sequence_parallel argument; set sp=0")
+    if sequence_parallel and outer_plan is None:
+        raise ValueError("sequence parallelism needs the model file's tp_plan_outer(model, sequence_parallel) "
+                         "to shard the sequence around the blocks; set sp=0 or define it")
     for block in blocks:
-        layout = tp_plan(block, sequence_parallel=sequence_parallel) if takes_sp else tp_plan(block)
-        parallelize_module(block, tp_mesh, layout)
-    if sequence_parallel and blocks:
-        _sequence_parallel_boundary(blocks[0], blocks[-1], tp_mesh)
-
-
-def _sequence_parallel_boundary(first: nn.Module, last: nn.Module, tp_mesh, seq_dim: int = 1) -> None:
-    """Blocks under SP take and give sequence shards; the parts around them (embedding,
-    head, pipeline sends) stay replicated. Slice on the way in, all-gather on the way out,
-    through DTensor so autograd inserts the matching collectives in backward."""
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-
-    def scatter(_module, args):
-        x = DTensor.from_local(args[0], tp_mesh, [Replicate()], run_check=False)
-        return (x.redistribute(tp_mesh, [Shard(seq_dim)]).to_local(), *args[1:])
-
-    def gather(_module, _args, out):
-        return DTensor.from_local(out, tp_mesh, [Shard(seq_dim)], run_check=False).full_tensor()
-
-    first.register_forward_pre_hook(scatter)
-    last.register_forward_hook(gather)
+        parallelize_module(block, tp_mesh, call_tp_plan(tp_plan, block, sequence_parallel))
+    if outer_plan is not None:
+        styles = present_styles(chunk, call_tp_plan(outer_plan, chunk, sequence_parallel, "tp_plan_outer"))
+        if styles:
+            parallelize_module(chunk, tp_mesh, styles)
 
 
 def apply_recompute(container: nn.Module, names: list[str], mode: str) -> None:

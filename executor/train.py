@@ -68,12 +68,15 @@ class Trainer:
         self.dims = ParallelDims(self.plan.pp, self.plan.dp, self.plan.tp, dist.get_world_size(),
                                  gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         self.dims.build_mesh(self.device.type)
-        self.loss_fn = self.model_file.hook("loss") or (lambda out, y: F.cross_entropy(out.float(), y))
+        self.loss_fn = plain_loss(self.model_file.hook("loss") or (lambda out, y: F.cross_entropy(out.float(), y)))
         amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16")
         dtype = torch.bfloat16 if self.plan.dtype == "bf16" else torch.float16
         self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
         self.compute_dtype = self.plan.dtype if amp else "fp32"
         self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn)
+        # A vocab-parallel head hands the loss sharded logits (a DTensor): cross-entropy
+        # and its backward then reduce over the tp ranks instead of gathering the vocabulary.
+        self.loss_context = _loss_parallel if self.parts.loss_parallel else contextlib.nullcontext
         self.optimizers = [
             torch.optim.AdamW(chunk.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
             for chunk in self.parts.chunks
@@ -103,7 +106,7 @@ class Trainer:
         model, n = self.parts.chunks[0], len(micro)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(micro):
-            with _grad_sync(model, i == n - 1):
+            with _grad_sync(model, i == n - 1), self.loss_context():
                 with self.autocast():
                     loss = self.loss_fn(model(x.to(self.device)), y.to(self.device))
                 timer.mark("forward")
@@ -119,7 +122,7 @@ class Trainer:
         losses: list[torch.Tensor] = []
         if last:
             kwargs = {"target": torch.cat([y for _, y in micro]).to(self.device), "losses": losses}
-        with self.autocast():
+        with self.autocast(), self.loss_context():
             self.parts.schedule.step(*args, **kwargs)
         if last:
             return torch.stack([loss.detach().float() for loss in losses]).mean()
@@ -260,6 +263,24 @@ class Trainer:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def plain_loss(loss_fn):
+    """`loss_fn` returning a plain tensor: under loss_parallel the loss is a replicated
+    DTensor, whose local value is the loss (its backward still runs through DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    def fn(outputs, targets):
+        loss = loss_fn(outputs, targets)
+        return loss.to_local() if isinstance(loss, DTensor) else loss
+
+    return fn
+
+
+def _loss_parallel():
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel()
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ naming the value, the limit and the nearest fix."""
 
 from __future__ import annotations
 
+import fnmatch
 import inspect
 from dataclasses import dataclass
 
@@ -12,6 +13,8 @@ from torch import nn
 
 from smplan.model import pipeline_problem
 from smplan.model.structure import Layout, find_layout, owned_blocks
+
+from .parallelize import call_tp_plan
 
 
 class PlanMismatchError(ValueError):
@@ -100,8 +103,6 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
                 f"tp={tp} does not divide the model's {value} {name.replace('_', ' ')}; "
                 f"use tp in {{{_divisors(value)}}}"
             )
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
     tp_plan = model_file.hook("tp_plan")
     owned = owned_blocks(meta, layout)
     if not owned:
@@ -111,13 +112,39 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
     if plan.sequence_parallel and not takes_sp:
         raise PlanMismatchError(f"{ref}'s tp_plan(block) takes no sequence_parallel argument; use sp=0")
     styles = tp_plan(block, sequence_parallel=plan.sequence_parallel) if takes_sp else tp_plan(block)
-    for fqn, style in styles.items():
-        module = block.get_submodule(fqn)
-        if not isinstance(module, nn.Linear):
-            continue
-        dim = module.out_features if isinstance(style, ColwiseParallel) else (
-            module.in_features if isinstance(style, RowwiseParallel) else None)
+    _check_divides(styles, block, tp, f"{ref}'s blocks")
+    outer = model_file.hook("tp_plan_outer")
+    if outer is None:
+        if plan.sequence_parallel:
+            raise PlanMismatchError(f"sequence parallelism needs {ref} to define tp_plan_outer(model, sequence_parallel) "
+                                    "(the sequence split around the blocks); use sp=0")
+        return
+    if plan.sequence_parallel and "sequence_parallel" not in inspect.signature(outer).parameters:
+        raise PlanMismatchError(f"{ref}'s tp_plan_outer(model) takes no sequence_parallel argument; use sp=0")
+    outer_styles = call_tp_plan(outer, meta, plan.sequence_parallel, "tp_plan_outer")
+    names = [n for n, _ in meta.named_modules() if n]
+    for key in outer_styles:
+        if not any(fnmatch.fnmatchcase(n, key) for n in names):
+            raise PlanMismatchError(f"{ref}'s tp_plan_outer() names {key!r}, which is no module of the model; "
+                                    "use a module path from the root such as 'head.out'")
+    _check_divides(outer_styles, meta, tp, ref)
+
+
+def _check_divides(styles: dict, root: nn.Module, tp: int, where: str) -> None:
+    """Every column-/row-parallel linear or embedding of `styles` splits evenly over tp."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    for fqn, module in root.named_modules():
+        style = next((st for key, st in styles.items() if fnmatch.fnmatchcase(fqn, key)), None) if fqn else None
+        if isinstance(module, nn.Linear):
+            dim = module.out_features if isinstance(style, ColwiseParallel) else (
+                module.in_features if isinstance(style, RowwiseParallel) else None)
+        elif isinstance(module, nn.Embedding):  # rowwise: the vocabulary; colwise: the width
+            dim = module.num_embeddings if isinstance(style, RowwiseParallel) else (
+                module.embedding_dim if isinstance(style, ColwiseParallel) else None)
+        else:
+            dim = None
         if dim is not None and dim % tp:
             raise PlanMismatchError(
-                f"tp={tp} does not divide {fqn} ({dim} features) of {ref}'s blocks; use tp in {{{_divisors(dim)}}}"
+                f"tp={tp} does not divide {fqn} ({dim} features) of {where}; use tp in {{{_divisors(dim)}}}"
             )

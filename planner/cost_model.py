@@ -35,6 +35,7 @@ from smplan.hwprofiles.perf import (
 from smplan.hwprofiles.topology import ParallelLayout
 
 from .costs import PlanCosts, StageCosts
+from .feasibility import SP_UNSUPPORTED
 from .memory_model import (
     ChunkMemory,
     capacity_bytes,
@@ -141,7 +142,7 @@ class CostModel:
             # ZeRO-2/3 per micro-batch: reduce-scatter the part's gradients in backward;
             # ZeRO-3 also all-gathers its parameters in forward and again in backward.
             dp_span = layout.span("dp")
-            size = part.params / tp * state_bytes_per_param(dtype)[0]
+            size = part.params_per_gpu(tp) * state_bytes_per_param(dtype)[0]
             rs = single_nic_collective_time_s("reduce_scatter", size, dp_span, self.cluster)
             ag = single_nic_collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
             zc = (ag, ag + rs, overlap)
@@ -164,8 +165,8 @@ class CostModel:
         send_s = p2p_time_s(send_bytes, crosses, cl) if send_bytes else 0.0
         # DP: gradient bytes of the chunk's local parameters, once per step.
         gbytes = state_bytes_per_param(key.dtype)[1]
-        p0 = sum(p.params for p in parts) / key.tp
-        pb = block.params / key.tp
+        p0 = sum(p.params_per_gpu(key.tp) for p in parts)
+        pb = block.params_per_gpu(key.tp)
         dp_span = layout.span("dp")
 
         def dp_time(local_params: float) -> float:
@@ -290,6 +291,8 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         raise PlanError(f"tp={plan.tp} does not divide the model's {profile.num_heads} attention heads; pick a divisor")
     if plan.tp > 1 and not profile.has_tp_plan:
         raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
+    if plan.tp > 1 and plan.sequence_parallel and profile.supports_sequence_parallel is False:
+        raise PlanError(SP_UNSUPPORTED)
     if plan.num_model_chunks > profile.num_blocks:
         raise PlanError(
             f"pp*v={plan.num_model_chunks} stages need at least that many blocks but the model has "

@@ -6,6 +6,11 @@ Each rule returns None or one line naming the value, the limit and a change that
 
 from __future__ import annotations
 
+# The executor's sequence parallelism: blocks take sequence shards and the parts around them
+# split and gather the sequence (executor/parallelize.py apply_tp), so it needs both plans.
+SP_UNSUPPORTED = ("sequence parallelism needs the model file's tp_plan(block, sequence_parallel) and "
+                  "tp_plan_outer(model, sequence_parallel) (the sequence split around the blocks); use sp=0")
+
 
 def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int, micro_batch: int) -> str | None:
     """Why `num_microbatches` per replica cannot drive a `pp`-stage pipeline, or None.

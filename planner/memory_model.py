@@ -14,7 +14,11 @@ Sources:
   pp - stage of them (stage 0 holds pp), GPipe all m, the interleaved schedule
   ((pp - d - 1)·2 + (v - 1)·pp + 1) model-chunk micro-batches on device d (Megatron-LM's
   warm-up count; Narayanan et al. 2021, section 2.2.2: 1 + (p-1)/(pv) of 1F1B's memory).
-- Buffers: the logits and their gradient on the last stage; under full recomputation the
+- Parameters per GPU: the tp-sharded ones / tp, the replicated ones whole (as the profile
+  says: `BlockProfile.params_per_gpu`; an embedding or head the model file's TP plan does
+  not shard is held whole by every tp rank).
+- Buffers: the logits and their gradient on the last stage (/ tp only when the head is
+  vocab-parallel); under full recomputation the
   re-materialised activations of one block during its backward; under ZeRO-3 two blocks'
   gathered parameters (the one in use and the prefetched next).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
@@ -118,22 +122,23 @@ def chunk_memory(
     """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
     block = profile.blocks[0]
-    p0 = sum(p.params for p in parts) / tp
+    # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard) whole
+    p0 = sum(p.params_per_gpu(tp) for p in parts)
     w0, g0, o0 = model_state_bytes(p0, dtype, zero, dp)
-    wb, gb, ob = model_state_bytes(block.params / tp, dtype, zero, dp)
+    wb, gb, ob = model_state_bytes(block.params_per_gpu(tp), dtype, zero, dp)
     b = micro_batch
     act0 = flight * b * sum(part_saved_bytes(p, tp, sp) for p in parts)
     act_blk = flight * b * part_saved_bytes(block, tp, sp)
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute) if recompute != "none" else act_blk
     buffers = 0.0
     if last:
-        # logits and their gradient while the loss runs (vocab-parallel: / tp)
-        buffers += 2.0 * b * sum(p.output_bytes_per_sample for p in profile.post) / tp
+        # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel)
+        buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post)
     if device_first_chunk:
         if recompute == "full":
             buffers += b * part_saved_bytes(block, tp, sp)
         if zero >= 3:
-            buffers += 2.0 * block.params / tp * state_bytes_per_param(dtype)[0]
+            buffers += 2.0 * block.params_per_gpu(tp) * state_bytes_per_param(dtype)[0]
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve)
 

@@ -1,8 +1,10 @@
 """The model file contract: `path/to/file.py[:builder]` with keyword arguments.
 
 A model file defines a builder (default name `model`) returning an `nn.Module`, and may
-define `batch(micro_batch_size, model=None, seed=0)`, `loss(outputs, targets)` and
-`tp_plan(block, sequence_parallel=False)`. Every way this can go wrong ends in one
+define `batch(micro_batch_size, model=None, seed=0)`, `loss(outputs, targets)`,
+`tp_plan(block, sequence_parallel=False)` (one repeated block) and
+`tp_plan_outer(model, sequence_parallel=False)` (the parts around the blocks; DESIGN.md
+"The model file"). Every way this can go wrong ends in one
 ModelFileError line naming the file, the problem and the fix.
 """
 
@@ -43,7 +45,7 @@ class ModelFile:
         return callable(getattr(self.module, "tp_plan", None))
 
     def hook(self, name: str):
-        """The optional function `name` of the file (batch, loss, tp_plan, data) or None."""
+        """The optional function `name` of the file (batch, loss, tp_plan, tp_plan_outer, data) or None."""
         fn = getattr(self.module, name, None)
         return fn if callable(fn) else None
 
@@ -161,7 +163,7 @@ def load_model_file(ref: str) -> ModelFile:
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                       and getattr(v, "__module__", None) == name and not isinstance(v, type)
-                      and n not in ("batch", "loss", "tp_plan", "data")]
+                      and n not in ("batch", "loss", "tp_plan", "tp_plan_outer", "data")]
         hint = f"; functions there: {', '.join(candidates)}" if candidates else ""
         raise ModelFileError(
             f"{path}: no builder function {builder_name!r}; define def {builder_name}(**args) -> nn.Module "

@@ -72,6 +72,23 @@ class BlockProfile:
     # Parameters one token uses (routed experts: top_k / num_experts of them); None in
     # profiles made before this field existed, read as `params`.
     params_active: int | None = None
+    # Of `params`: those the model file's TP plans split over the tp ranks (column- and
+    # row-parallel weights, column-parallel biases); the rest is replicated on every rank.
+    # None in profiles made before this field existed, read as all of them.
+    params_tp_sharded: int | None = None
+    # Whether the output leaves this part split over the tp ranks (a vocab-parallel head's
+    # logits); None in profiles made before this field existed, read as True.
+    output_tp_sharded: bool | None = None
+
+    def params_per_gpu(self, tp: int = 1) -> float:
+        """Parameters one tp rank holds: the tp-sharded ones / tp, the replicated ones whole."""
+        sharded = self.params if self.params_tp_sharded is None else self.params_tp_sharded
+        return sharded / tp + (self.params - sharded)
+
+    def output_bytes_per_gpu(self, tp: int = 1) -> float:
+        """Bytes of this part's output per sample on one tp rank."""
+        sharded = True if self.output_tp_sharded is None else self.output_tp_sharded
+        return self.output_bytes_per_sample / (tp if sharded else 1)
 
     @property
     def saved_bytes_per_sample(self) -> float:
@@ -102,6 +119,9 @@ class ModelProfile:
     blocks: tuple[BlockProfile, ...] = ()  # the repeated blocks, in order
     post: tuple[BlockProfile, ...] = ()  # parts after them (final norm, head, loss)
     has_tp_plan: bool = False
+    # The model file's TP plans take sequence_parallel and tp_plan_outer splits the sequence
+    # around the blocks (what the executor needs for sp=1); None in older profiles: allowed.
+    supports_sequence_parallel: bool | None = None
     num_heads: int = 0  # attention heads per block (0 when not a transformer); tp must divide it
     # dimension ("pp", ...) -> why this model cannot run it (smplan.model.capabilities)
     unsupported: dict = field(default_factory=dict)

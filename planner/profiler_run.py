@@ -40,10 +40,11 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
     container, run = find_blocks(model)
     blocks = [container.get_submodule(n) for n in run]
     tp_modules = _tp_modules(mf, blocks[0]) if blocks else {}
+    outer_modules = _tp_outer_modules(mf, model, container, run) if tp_modules else {}
     excluded = {storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     tracer = Tracer(profile_seq, excluded)
     parts = _Parts(tracer)
-    handles = _install_hooks(model, container, run, blocks, tp_modules, parts, tracer)
+    handles = _install_hooks(model, container, run, blocks, {**tp_modules, **outer_modules}, parts, tracer)
     try:
         with torch.enable_grad(), GPUKernels(), tracer, \
                 torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
@@ -65,11 +66,13 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
             b.__dict__.pop("forward", None)
 
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
-    params_of, active_of = _params_by_part(model, container, run, blocks, parts)
+    sharded = _sharded_params({**tp_modules, **outer_modules})
+    params_of, active_of, sharded_of = _params_by_part(model, container, run, blocks, parts, sharded)
     pre, post, block = [], [], None
     for stats in parts.ordered():
         bp = _block_profile(stats, params_of.get(stats.name, 0), samples)
-        bp = dataclasses.replace(bp, params_active=round(active_of.get(stats.name, 0)))
+        bp = dataclasses.replace(bp, params_active=round(active_of.get(stats.name, 0)),
+                                 params_tp_sharded=sharded_of.get(stats.name, 0))
         if stats.kind == "block":
             block = bp
         elif bp.params or bp.forward_flops_per_sample or bp.saved_bytes_per_sample or stats.name == "loss":
@@ -88,6 +91,8 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         blocks=block_profiles,
         post=tuple(post),
         has_tp_plan=bool(tp_modules),
+        supports_sequence_parallel=bool(tp_modules) and profile_seq > 0 and _takes_sp(mf, "tp_plan")
+        and _takes_sp(mf, "tp_plan_outer"),
         num_heads=_num_heads(model),
         file_sha256=mf.sha256,
         unsupported={"pp": pp_problem} if pp_problem else {},
@@ -144,6 +149,8 @@ def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tra
             tracer.keep(output)
             if parts.current is not None:
                 parts.current.output_bytes = tensor_bytes(output)
+                leaves = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor)]
+                parts.current.output_sharded = bool(leaves) and all(tracer.is_sharded(t) for t in leaves)
                 parts.current.calls += 1
             if first_block:
                 parts.phase = "post"
@@ -213,24 +220,67 @@ def _tp_modules(mf: ModelFile, block: nn.Module) -> dict[str, tuple[nn.Module, s
     if fn is None:
         return {}
     try:
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+        import torch.distributed.tensor.parallel  # noqa: F401
     except ImportError:  # a torch built without distributed: profile without TP
         return {}
     plan = _user_call(mf, "tp_plan", fn, block)
     if not isinstance(plan, dict):
         raise ModelFileError(f"{mf.path}: tp_plan() returned {type(plan).__name__}; return a dict "
                              "{submodule name: ColwiseParallel() | RowwiseParallel() | ...}")
-    named = dict(block.named_modules())
+    named = {n: m for n, m in block.named_modules() if n}
+    return _styled(mf, "tp_plan", plan, named, "submodule of the block")
+
+
+def _styled(mf: ModelFile, hook: str, plan: dict, named: dict, what: str) -> dict[str, tuple[nn.Module, str]]:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
     out = {}
     for pattern, style in plan.items():
         kind = "col" if isinstance(style, ColwiseParallel) else "row" if isinstance(style, RowwiseParallel) else None
-        matches = [n for n in named if n and fnmatch.fnmatchcase(n, pattern)]
+        matches = [n for n in named if fnmatch.fnmatchcase(n, pattern)]
         if not matches:
-            raise ModelFileError(f"{mf.path}: tp_plan() names {pattern!r}, which is no submodule of the block; "
-                                 f"use one of {', '.join(n for n in named if n)}")
+            raise ModelFileError(f"{mf.path}: {hook}() names {pattern!r}, which is no {what}; "
+                                 f"use one of {', '.join(named)}")
         if kind is not None:
             out.update({n: (named[n], kind) for n in matches})
     return out
+
+
+def _sharded_params(modules: dict[str, tuple[nn.Module, str]]) -> set[int]:
+    """ids of the parameters TP splits: the weight of every column- or row-parallel module,
+    the bias of column-parallel ones (a row-parallel bias is added after the all-reduce)."""
+    out: set[int] = set()
+    for module, kind in modules.values():
+        for name in ("weight", "bias") if kind == "col" else ("weight",):
+            p = getattr(module, name, None)
+            if isinstance(p, torch.Tensor):
+                out.add(id(p))
+    return out
+
+
+def _takes_sp(mf: ModelFile, hook: str) -> bool:
+    fn = mf.hook(hook)
+    try:
+        return fn is not None and "sequence_parallel" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _tp_outer_modules(mf: ModelFile, model: nn.Module, container, run) -> dict[str, tuple[nn.Module, str]]:
+    """{path from the root: (module, "col" | "row")} of the parts around the blocks, from the
+    file's tp_plan_outer(model) (the same plan the executor applies; absent: replicated)."""
+    fn = mf.hook("tp_plan_outer")
+    if fn is None:
+        return {}
+    plan = _user_call(mf, "tp_plan_outer", fn, model)
+    if not isinstance(plan, dict):
+        raise ModelFileError(f"{mf.path}: tp_plan_outer() returned {type(plan).__name__}; return a dict "
+                             "{module path from the root: ColwiseParallel() | RowwiseParallel() | ...}")
+    prefix = qualname(model, container)
+    in_blocks = tuple(f"{prefix}.{n}" if prefix else n for n in run)
+    named = {n: m for n, m in model.named_modules()
+             if n and not any(n == b or n.startswith(b + ".") for b in in_blocks)}
+    return _styled(mf, "tp_plan_outer", plan, named, "module of the model outside the blocks")
 
 
 # -- running user code -------------------------------------------------------------------------
@@ -279,12 +329,14 @@ def _call(model: nn.Module, inputs, mf: ModelFile):
 
 # -- assembling -------------------------------------------------------------------------------
 
-def _params_by_part(model, container, run, blocks, parts: _Parts) -> tuple[dict[str, int], dict[str, float]]:
-    """(parameters, parameters one token uses) per part; shared ones count once, for the
-    first part that owns them."""
+def _params_by_part(model, container, run, blocks, parts: _Parts, sharded: set[int]
+                    ) -> tuple[dict[str, int], dict[str, float], dict[str, int]]:
+    """(parameters, parameters one token uses, tp-sharded parameters) per part; shared ones
+    count once, for the first part that owns them."""
     seen: set[int] = set()
     out: dict[str, int] = {}
     active: dict[str, float] = {}
+    split: dict[str, int] = {}
     used = _expert_fractions(model)
 
     def count(name: str, params) -> None:
@@ -293,6 +345,8 @@ def _params_by_part(model, container, run, blocks, parts: _Parts) -> tuple[dict[
                 seen.add(id(p))
                 out[name] = out.get(name, 0) + p.numel()
                 active[name] = active.get(name, 0.0) + p.numel() * used.get(id(p), 1.0)
+                if id(p) in sharded:
+                    split[name] = split.get(name, 0) + p.numel()
 
     if blocks:
         count("block", blocks[0].parameters())
@@ -304,7 +358,7 @@ def _params_by_part(model, container, run, blocks, parts: _Parts) -> tuple[dict[
     rest = [p for p in model.parameters() if id(p) not in seen]
     if rest:
         count(parts.get("forward", "pre").name, rest)
-    return out, active
+    return out, active, split
 
 
 def _expert_fractions(model: nn.Module) -> dict[int, float]:
@@ -335,6 +389,7 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         saved_bytes_replicated_per_sample=stats.saved["replicated"] * per,
         saved_bytes_attention_core_per_sample=stats.saved["attention_core"] * per,
         output_bytes_per_sample=stats.output_bytes * per,
+        output_tp_sharded=stats.output_sharded,
         input_bytes_per_sample=(stats.input_bytes or 0.0) * per,
         elementwise_bytes_per_sample=ew * per,
         elementwise_tp_sharded_fraction=stats.elementwise_sharded_bytes / ew if ew else 0.0,

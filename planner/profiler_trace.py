@@ -63,6 +63,7 @@ class PartStats:
     saved_keys: set = field(default_factory=set)
     input_bytes: float | None = None  # of the first call
     output_bytes: float = 0.0  # of the last call
+    output_sharded: bool = False  # the last call's output is split over the tp ranks (tp-sharded tag)
     elementwise_bytes: float = 0.0
     elementwise_sharded_bytes: float = 0.0
     fusible_bytes: float = 0.0  # of elementwise_bytes: what vertical fusion keeps on chip

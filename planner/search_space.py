@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
 
-from .feasibility import pipeline_fill_problem
+from .feasibility import SP_UNSUPPORTED, pipeline_fill_problem
 from .model_profile import ModelProfile
 from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
 
@@ -138,6 +138,8 @@ def validate_constraints(
         raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {fixed['dtype']!r}")
     if fixed.get("sequence_parallel") and tp == 1:
         raise PlanError("sequence parallelism needs tp > 1; drop sp=1 or fix tp>1")
+    if fixed.get("sequence_parallel") and profile.supports_sequence_parallel is False:
+        raise PlanError(SP_UNSUPPORTED)
     return fixed
 
 
@@ -203,7 +205,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                         why = pipeline_fill_problem(pp, sched, m, dp, mbs)
                         reject("fill", pp * dp * mbs, why or f"no schedule runs pp={pp} with {m} micro-batches")
                     for schedule, v in schedules:
-                        sps = [fixed["sequence_parallel"]] if "sequence_parallel" in fixed else [tp > 1]
+                        sp_ok = profile.supports_sequence_parallel is not False
+                        sps = [fixed["sequence_parallel"]] if "sequence_parallel" in fixed else [tp > 1 and sp_ok]
                         zeros = [fixed["zero"]] if "zero" in fixed else ([0] if dp == 1 else [1, 2, 3])
                         for sp in sps:
                             for zero in zeros:

@@ -69,3 +69,31 @@ def test_validate_published_rejects_a_wrong_hw_set_before_any_row():
     assert result.returncode == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown hardware key 'nope'" in lines[0]
+
+
+def test_the_cli_gives_the_benchmark_figure_of_a_row(tmp_path, cli_runner):
+    # The benchmarks profile examples/gpt.py through the public API, unpatched, so
+    # `smplan simulate` of a row's model and plan is the benchmark's figure for that row.
+    import json
+
+    from published import nodes_for, plan_for, row_profile
+    from smplan.hwprofiles import load_cluster
+    from smplan.simulator import simulate_plan
+
+    from smplan.cli.main import cli
+
+    path = tmp_path / "runs.csv"
+    path.write_text(f"{REPO_HEADER}\n3.6,64,512,8,3072,32,30,2048,4,16,1,4634.4\n")
+    (row,) = read_vtrain_csv(path)
+    cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=row["hw_set"])
+    bench = simulate_plan(plan_for(row, cluster.nodes), row_profile(row), cluster, True, record_events=False)
+    args = [f"--arg={k}={row[k]}" for k in ("layers", "hidden", "heads", "vocab")] + [f"--arg=seq_len={row['seq']}"]
+    spec = (f"tp={row['tp']},pp={row['pp']},dp={row['dp']},mbs={row['mbs']},gbs={row['gbs']},recompute=full,"
+            "schedule=1f1b,zero=0,sp=0,overlap_dp=0,dtype=fp16")
+    result = cli_runner.invoke(cli, ["simulate", str(ROOT / "examples" / "gpt.py"), "--hw", "a100x8", "--nodes",
+                                     str(cluster.nodes), "--hw-set", "inter_node.bandwidth_gbps=12.5", "--plan", spec,
+                                     "--json", *args])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout)
+    assert figures.get("figures", figures)["step_time_s"] == pytest.approx(bench.step_time_s, rel=1e-9)
+    assert any(m.tp_dim == "n" for m in row_profile(row).post[0].matmuls)  # the head is vocab-parallel

@@ -17,6 +17,10 @@ PLANS = {
     # beyond the table: sequence parallelism; interleaved schedule + op-level SAC + ZeRO-2
     "tp2-sp": "tp=2,sp=1,mbs=1,gbs=4",
     "pp2-dp2-interleaved-selective-zero2": "pp=2,dp=2,zero=2,schedule=interleaved,v=2,recompute=selective,mbs=1,gbs=4",
+    # whole-model TP (vocab-parallel embedding and head, loss_parallel): middle stages send
+    # sequence shards under SP, and ZeRO's FSDP2 sees no view outputs
+    "pp2-tp2-sp": "pp=2,tp=2,sp=1,mbs=1,gbs=4",
+    "dp2-tp2-zero1-sp": "dp=2,tp=2,zero=1,sp=1,mbs=1,gbs=4",
 }
 
 
@@ -30,3 +34,5 @@ def test_plan_matches_single_process(name, reference, tmp_path):
         assert rec["loss"] == pytest.approx(ref["loss"], rel=1e-4), (name, rec["step"])
         assert rec["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-4), (name, rec["step"])
     assert (tmp_path / "summary.json").exists()
+    # FSDP2 warns when a wrapped module returns a view (the old SP gather's full_tensor())
+    assert "returned a view tensor" not in result.stdout, name

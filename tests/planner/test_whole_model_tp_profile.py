@@ -1,0 +1,76 @@
+"""The profiler reads the model file's tp_plan_outer (the plan the executor applies) for the
+parts around the blocks: a vocab-parallel head counts tp-sharded, a model without the outer
+plan keeps its embedding and head replicated, and the memory model follows the profile."""
+
+from __future__ import annotations
+
+import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.planner import PlanError, profile_model
+from smplan.planner.memory_model import chunk_memory
+
+from tests.conftest import EXAMPLES
+
+GPT = str(EXAMPLES / "gpt.py")
+ARGS = {"layers": 2, "hidden": 128, "heads": 4, "seq_len": 64, "vocab": 512}
+
+
+@pytest.fixture(scope="module")
+def replicated_gpt(tmp_path_factory):
+    """examples/gpt.py without tp_plan_outer: only the blocks are tensor-parallel."""
+    path = tmp_path_factory.mktemp("blocks_only") / "gpt_blocks_only.py"
+    source = (EXAMPLES / "gpt.py").read_text()
+    path.write_text(source[: source.index("def tp_plan_outer(")])
+    return str(path)
+
+
+def test_vocab_parallel_head_and_embedding_from_the_plan():
+    s, h, v = ARGS["seq_len"], ARGS["hidden"], ARGS["vocab"]
+    p = profile_model(GPT, ARGS, cache=False)
+    embed, (head, loss) = p.pre[0], p.post
+    assert [(m.m, m.n, m.k, m.tp_dim) for m in head.matmuls] == [(s, v, h, "n")]
+    assert head.output_tp_sharded and not embed.output_tp_sharded and not p.blocks[0].output_tp_sharded
+    # the loss reads the sharded logits: its saved softmax and its element-wise work are / tp
+    assert loss.saved_bytes_tp_sharded_per_sample >= 4 * s * v and loss.elementwise_tp_sharded_fraction == 1.0
+    # the final norm runs replicated without SP (Megatron): its saved input stays replicated
+    assert head.saved_bytes_replicated_per_sample > 0 and head.elementwise_tp_sharded_fraction == 0.0
+    assert [c.module for c in head.tp_collectives] == ["head.out"]
+    assert [(c.module, c.phase) for c in embed.tp_collectives] == [("embed.tokens", "forward")]
+    assert head.params_tp_sharded == v * h and embed.params_tp_sharded == v * h  # norm, positions replicated
+    assert p.supports_sequence_parallel
+
+
+def test_without_the_outer_plan_the_head_stays_replicated(replicated_gpt):
+    v = ARGS["vocab"]
+    p = profile_model(replicated_gpt, ARGS, cache=False)
+    embed, (head, loss) = p.pre[0], p.post
+    assert p.has_tp_plan and not p.supports_sequence_parallel
+    assert all(m.tp_dim is None for m in head.matmuls) and not head.tp_collectives and not embed.tp_collectives
+    assert head.params_tp_sharded == 0 == embed.params_tp_sharded and not head.output_tp_sharded
+    assert loss.saved_bytes_tp_sharded_per_sample == 0 and loss.elementwise_tp_sharded_fraction == 0.0
+    # the memory model keeps the replicated embedding and head (and their logits) whole on every rank
+    sharded = profile_model(GPT, ARGS, cache=False)
+    cl = load_cluster("a100x8")
+    kw = dict(dp=1, sp=False, zero=0, micro_batch=1, flight=1.0, recompute="none", first=True, last=True,
+              device_first_chunk=True, dtype="bf16")
+    whole, split = chunk_memory(p, cl, tp=4, **kw), chunk_memory(sharded, cl, tp=4, **kw)
+    assert whole.weights0 == pytest.approx(2.0 * (embed.params + head.params))
+    assert split.weights0 == pytest.approx(2.0 * (embed.params + head.params - 2 * v * ARGS["hidden"] * 3 / 4))
+    assert whole.buffers - split.buffers == pytest.approx(2.0 * head.output_bytes_per_sample * 3 / 4)
+    assert chunk_memory(p, cl, tp=1, **kw).weights0 == pytest.approx(whole.weights0)
+
+
+def test_sequence_parallel_is_not_offered_without_the_outer_plan(replicated_gpt):
+    from smplan.planner import estimate, plan_search
+    from smplan.planner.plan import Plan
+
+    p = profile_model(replicated_gpt, ARGS, cache=False)
+    cl = load_cluster("a100x8")
+    plans = plan_search(p, cl, global_batch=8, fix="tp=2", top=5)
+    assert plans and not any(q.sequence_parallel for q in plans)
+    with pytest.raises(PlanError, match="tp_plan_outer"):
+        plan_search(p, cl, global_batch=8, fix="tp=2,sp=1", top=1)
+    plan = Plan(model=replicated_gpt, hw="a100x8", nodes=1, dp=1, tp=2, pp=1, micro_batch=1, global_batch=8,
+                sequence_parallel=True)
+    with pytest.raises(PlanError, match="tp_plan_outer"):
+        estimate(plan, p, cl)
