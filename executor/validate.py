@@ -11,7 +11,7 @@ from smplan.planner.feasibility import pipeline_fill_problem
 from smplan.planner.plan import Plan
 from torch import nn
 
-from smplan.model import pipeline_problem
+from smplan.model import pipeline_problem, tensor_parallel_problem
 from smplan.model.structure import Layout, find_layout, owned_blocks
 
 from .parallelize import call_tp_plan
@@ -112,6 +112,7 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
     if plan.sequence_parallel and not takes_sp:
         raise PlanMismatchError(f"{ref}'s tp_plan(block) takes no sequence_parallel argument; use sp=0")
     styles = tp_plan(block, sequence_parallel=plan.sequence_parallel) if takes_sp else tp_plan(block)
+    _check_module_types(styles, block, tp, "tp_plan")
     _check_divides(styles, block, tp, f"{ref}'s blocks")
     outer = model_file.hook("tp_plan_outer")
     if outer is None:
@@ -127,7 +128,19 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
         if not any(fnmatch.fnmatchcase(n, key) for n in names):
             raise PlanMismatchError(f"{ref}'s tp_plan_outer() names {key!r}, which is no module of the model; "
                                     "use a module path from the root such as 'head.out'")
+    _check_module_types(outer_styles, meta, tp, "tp_plan_outer")
     _check_divides(outer_styles, meta, tp, ref)
+
+
+def _check_module_types(styles: dict, root: nn.Module, tp: int, hook: str) -> None:
+    """The planner's rule (smplan.model.capabilities): torch's styles shard Linear/Embedding only."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    styled = {fqn: m for fqn, m in root.named_modules() if fqn and any(
+        fnmatch.fnmatchcase(fqn, key) and isinstance(st, ColwiseParallel | RowwiseParallel) for key, st in styles.items())}
+    problem = tensor_parallel_problem(styled, hook)
+    if problem:
+        raise PlanMismatchError(f"tp={tp}: {problem}; use tp=1")
 
 
 def _check_divides(styles: dict, root: nn.Module, tp: int, where: str) -> None:

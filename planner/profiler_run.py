@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
-from smplan.model import find_layout, pipeline_problem
+from smplan.model import find_layout, pipeline_problem, tensor_parallel_problem
 from smplan.model.structure import find_blocks, qualname, siblings
 
 from .model_file import ModelFile, ModelFileError
@@ -65,6 +65,8 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         for b in blocks[1:]:
             b.__dict__.pop("forward", None)
 
+    tp_problem = (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
+                  or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer"))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
     sharded = _sharded_params({**tp_modules, **outer_modules})
     params_of, active_of, sharded_of = _params_by_part(model, container, run, blocks, parts, sharded)
@@ -95,7 +97,7 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         and _takes_sp(mf, "tp_plan_outer"),
         num_heads=_num_heads(model),
         file_sha256=mf.sha256,
-        unsupported={"pp": pp_problem} if pp_problem else {},
+        unsupported={dim: why for dim, why in (("tp", tp_problem), ("pp", pp_problem)) if why},
     )
 
 

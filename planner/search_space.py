@@ -85,6 +85,8 @@ def validate_constraints(
         if tp > gpn or gpn % tp:
             ok = max(t for t in _divisors(gpn) if t <= tp)
             raise PlanError(f"tp={tp} must divide the {gpn} GPUs of a node (tensor parallelism stays inside a node); use tp={ok}")
+        if tp > 1 and "tp" in profile.unsupported:
+            raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
         if tp > 1 and not profile.has_tp_plan:
             raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         if tp > 1 and heads and heads % tp:
@@ -173,7 +175,7 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
-            t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and (not heads or heads % t == 0)))
+            t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
         ]
         for tp in tps:
             if world % tp:

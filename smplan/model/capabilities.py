@@ -39,3 +39,19 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call) -> str | No
         first_line = (str(err).strip().splitlines() or [""])[0][:120]
         return f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: {first_line})"
     return None
+
+
+# torch.distributed.tensor.parallel's ColwiseParallel / RowwiseParallel shard nn.Linear and
+# nn.Embedding only (torch 2.x style.py: "currently only support nn.Linear and nn.Embedding");
+# GPT-2's Conv1D, for one, fails at launch.
+TP_MODULE_TYPES = (nn.Linear, nn.Embedding)
+
+
+def tensor_parallel_problem(styled: dict[str, nn.Module], hook: str = "tp_plan") -> str | None:
+    """Why the modules a TP plan shards column- or row-wise (`styled`: name -> module)
+    cannot be sharded by torch's styles, or None."""
+    for name, module in styled.items():
+        if not isinstance(module, TP_MODULE_TYPES):
+            return (f"{hook}() shards {name}, a {type(module).__name__}; torch's ColwiseParallel/RowwiseParallel "
+                    "take nn.Linear or nn.Embedding only")
+    return None

@@ -40,3 +40,19 @@ def test_a_resnet_trains_data_parallel(tmp_path, plan):
     assert result.returncode == 0, result.stdout[-3000:]
     losses = [r["loss"] for r in metrics(tmp_path / "run")]
     assert len(losses) == 3 and all(loss == loss for loss in losses)
+
+
+CONV1D = str(Path(__file__).with_name("conv1d_gpt.py"))
+
+
+def test_tensor_parallelism_is_off_for_modules_torch_cannot_shard(cli_runner, tmp_path):
+    why = profile_model(CONV1D, cache=False).unsupported["tp"]
+    assert why.startswith("tp_plan() shards c_fc, a Conv1D")
+    planned = cli_runner.invoke(cli, ["plan", CONV1D, "--hw", "a100x8", "--top", "20", "--json"])
+    assert planned.exit_code == 0, planned.output
+    assert {p["tp"] for p in json.loads(planned.stdout)["plans"]} == {1}
+    fixed = cli_runner.invoke(cli, ["plan", CONV1D, "--hw", "a100x8", "--fix", "tp=2"])
+    assert fixed.exit_code == 2 and "tp=2: tp_plan() shards c_fc, a Conv1D" in fixed.output
+    run = cli_runner.invoke(cli, ["execute", "tp=2,mbs=1,gbs=2", "--model", CONV1D, "-o", str(tmp_path / "r")])
+    assert run.exit_code == 2 and "tp=2: tp_plan() shards c_fc, a Conv1D" in run.output
+    assert not (tmp_path / "r").exists()
