@@ -48,6 +48,11 @@ class GPTConfig:
     learned_positions: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "seq_len", "vocab"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         self.ffn = self.ffn or 4 * self.hidden
         self.kv_heads = self.kv_heads or self.heads
         if self.hidden % self.heads:

@@ -83,6 +83,9 @@ class MoEConfig:
     norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "seq_len", "vocab", "experts", "top_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         self.head_dim = self.head_dim or self.hidden // self.heads
         self.dense_ffn = self.dense_ffn or self.moe_ffn
         if self.attention not in ("gqa", "mla"):
