@@ -71,3 +71,21 @@ def _wait_gone(text: str, within_s: float = 10.0) -> list[int]:
 
 def metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def checkpoint_state(step_dir: Path, tmp_path: Path) -> dict:
+    """A DCP checkpoint folder as one flat {dotted key: value} dict (for bit-for-bit checks)."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    path = tmp_path / f"{step_dir.parent.parent.name}-{step_dir.name}.pt"
+    dcp_to_torch_save(str(step_dir), str(path))
+    return dict(_flatten(torch.load(path, weights_only=False)))
+
+
+def _flatten(obj, prefix=""):
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _flatten(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), obj

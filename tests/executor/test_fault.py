@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.executor.runs import metrics, run_execute
+from tests.executor.runs import checkpoint_state, metrics, run_execute
 
 PLAN = "dp=2,zero=1,mbs=1,gbs=4"  # FSDP2: sharded parameters and optimizer state
 ARGS = ("--steps", "6", "--checkpoint-every", "2")
-
-
-def _final_state(out, tmp_path, name):
-    path = tmp_path / f"{name}.pt"
-    dcp_to_torch_save(str(out / "checkpoints" / "step-6"), str(path))
-    return torch.load(path, weights_only=False)
-
-
-def _flatten(obj, prefix=""):
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _flatten(value, f"{prefix}{key}.")
-    else:
-        yield prefix.rstrip("."), obj
 
 
 def test_sigkill_restart_resumes_bit_identical(tmp_path):
@@ -36,7 +21,8 @@ def test_sigkill_restart_resumes_bit_identical(tmp_path):
     assert "SIGKILL rank 1 at step 3" in result.stdout
     assert "resumed from" in result.stdout and "step-2" in result.stdout
     assert [r["step"] for r in metrics(faulty)] == [1, 2, 3, 4, 5, 6]
-    a, b = dict(_flatten(_final_state(clean, tmp_path, "a"))), dict(_flatten(_final_state(faulty, tmp_path, "b")))
+    a = checkpoint_state(clean / "checkpoints" / "step-6", tmp_path)
+    b = checkpoint_state(faulty / "checkpoints" / "step-6", tmp_path)
     assert a.keys() == b.keys() and any(k.startswith("model.") for k in a)
     for key in a:
         if isinstance(a[key], torch.Tensor):

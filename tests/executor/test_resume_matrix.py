@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.executor.runs import metrics, run_execute
+from tests.executor.runs import checkpoint_state, metrics, run_execute
 
 ARGS = ("--steps", "4", "--checkpoint-every", "2", "--arg", "dropout=0.1")
 # (plan, processes); world size at most 4 (2 cores). Slow ones: 4 processes.
@@ -28,20 +27,6 @@ COMBINATIONS = [
 ]
 
 
-def _final_state(out, tmp_path, name):
-    path = tmp_path / f"{name}.pt"
-    dcp_to_torch_save(str(out / "checkpoints" / "step-4"), str(path))
-    return dict(_flatten(torch.load(path, weights_only=False)))
-
-
-def _flatten(obj, prefix=""):
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _flatten(value, f"{prefix}{key}.")
-    else:
-        yield prefix.rstrip("."), obj
-
-
 @pytest.mark.parametrize("plan", COMBINATIONS)
 def test_sigkill_and_restart_is_bit_identical(tmp_path, plan):
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"
@@ -53,7 +38,8 @@ def test_sigkill_and_restart_is_bit_identical(tmp_path, plan):
     for output in (first.stdout, second.stdout):
         assert "view tensor" not in output, "FSDP2 warned that an in-place op may skip its all-gather"
     assert [r["loss"] for r in metrics(clean)] == [r["loss"] for r in metrics(faulty)]
-    a, b = _final_state(clean, tmp_path, "a"), _final_state(faulty, tmp_path, "b")
+    a = checkpoint_state(clean / "checkpoints" / "step-4", tmp_path)
+    b = checkpoint_state(faulty / "checkpoints" / "step-4", tmp_path)
     assert a.keys() == b.keys() and any(k.startswith("model.") for k in a)
     for key in a:
         if isinstance(a[key], torch.Tensor):
