@@ -139,7 +139,8 @@ def initial_module(reference: nn.Module, fqn: str, seed: int, hook=None) -> nn.M
         else:
             module.reset_parameters()
     for name, p in module._parameters.items():
-        if p is not None and p.is_floating_point() and torch.isnan(p).any():
+        # max propagates NaN and, unlike isnan(p).any(), allocates no tensor of p's size
+        if p is not None and p.is_floating_point() and p.numel() and p.max().isnan():
             raise MaterializeError(
                 f"{type(reference).__name__} {fqn or '(root)'}: initialisation left parameter {name!r} unset; "
                 f"set it in {type(reference).__name__}.reset_parameters() or in the model file's "
@@ -147,17 +148,37 @@ def initial_module(reference: nn.Module, fqn: str, seed: int, hook=None) -> nn.M
     return module
 
 
+def _local_view(full: torch.Tensor, mesh, placements) -> torch.Tensor | None:
+    """This rank's part of `full` as a view (DTensor's torch.chunk split per Shard mesh
+    dimension), or None for placements it does not cover (strided or partial)."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    coord = mesh.get_coordinate()
+    view = full
+    for i, placement in enumerate(placements):
+        if isinstance(placement, Replicate):
+            continue
+        if type(placement) is not Shard:
+            return None
+        pieces = torch.chunk(view, mesh.size(i), dim=placement.dim)
+        view = pieces[coord[i]] if coord[i] < len(pieces) else view.narrow(placement.dim, 0, 0)
+    return view
+
+
 def _fill(target: torch.Tensor, full: torch.Tensor) -> None:
     """Copy this rank's part of `full` into `target` (a DTensor shard or a plain tensor)."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     full = full.to(device=target.device, dtype=target.dtype)
-    if isinstance(target, DTensor):
-        # src_data_rank=None: every rank slices its own copy (no communication).
-        shard = distribute_tensor(full, target.device_mesh, target.placements, src_data_rank=None)
-        target.to_local().copy_(shard.to_local())
-    else:
+    if not isinstance(target, DTensor):
         target.copy_(full)
+        return
+    local = target.to_local()
+    view = _local_view(full, target.device_mesh, target.placements)
+    if view is None or view.shape != local.shape:
+        # src_data_rank=None: every rank slices its own copy (no communication).
+        view = distribute_tensor(full, target.device_mesh, target.placements, src_data_rank=None).to_local()
+    local.copy_(view)
 
 
 def materialize(chunk: nn.Module, reference: nn.Module, device, seed: int, init_hook=None) -> None:

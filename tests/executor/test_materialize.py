@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 HERE = Path(__file__).resolve()
+GPT_TINY = f"{HERE.parents[2] / 'examples' / 'gpt.py'}:tiny"
 STEPS, BATCH, SEQ, LR = 3, 4, 8, 1e-2
 
 
@@ -279,6 +280,39 @@ def test_tied_weights_under_data_parallel(spec, tmp_path):
     try:
         while not ctx.join(timeout=1):
             assert time.monotonic() < deadline, f"{spec}: workers ran past 120 s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+
+
+def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
+    from smplan.executor.build import full_initial_state
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        _, model_file, parts = _parts(spec, GPT_TINY, world)
+        expected = full_initial_state(model_file, {}, 7)
+        seen = 0
+        for chunk in parts.chunks:
+            for name, tensor in chunk.state_dict().items():  # DTensor shards gathered
+                assert torch.equal(_full(tensor), expected[name]), f"{spec}: initial {name} differs"
+                seen += 1
+        assert seen > 0
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("spec", ["tp=2,dp=2,zero=3,mbs=1,gbs=2", "pp=2,tp=2,mbs=1,gbs=2"])
+def test_every_layout_starts_from_the_single_process_weights(spec, tmp_path):
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(_init_worker, args=(4, spec, str(tmp_path / "init")), nprocs=4,
+                             start_method="spawn", join=False)
+    deadline = time.monotonic() + 180
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, f"{spec}: workers ran past 180 s"
     finally:
         for p in ctx.processes:
             if p.is_alive():
