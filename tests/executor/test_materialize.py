@@ -317,3 +317,38 @@ def test_every_layout_starts_from_the_single_process_weights(spec, tmp_path):
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
+
+
+HOOKED = '''
+import torch
+from torch import nn
+
+CALLS = []
+
+
+def init_weights(module):
+    CALLS.append(type(module).__name__)
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(module.bias)
+    else:
+        module.reset_parameters()
+
+
+def model():
+    return nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.Linear(64, 8))
+'''
+
+
+def test_init_weights_hook_replaces_reset_parameters(tmp_path):
+    from smplan.executor.build import full_initial_state
+    from smplan.planner import load_model_file
+
+    path = tmp_path / "hooked.py"
+    path.write_text(HOOKED)
+    mf = load_model_file(str(path))
+    state = full_initial_state(mf, {}, seed=3)
+    assert mf.module.CALLS == ["Linear", "LayerNorm", "Linear"]  # once per module that owns parameters
+    assert abs(state["0.weight"].std().item() - 0.02) < 0.002 and not state["2.bias"].any()
+    assert torch.equal(state["1.weight"], torch.ones(64))
+    assert torch.equal(full_initial_state(mf, {}, seed=3)["0.weight"], state["0.weight"])
