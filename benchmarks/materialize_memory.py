@@ -11,6 +11,18 @@ peak resident set size (getrusage ru_maxrss). Target (issue 15): sharded/single 
   the peak is what materialisation costs on top of the interpreter.
 - train: `smplan execute --steps N`; the peak includes gradients, AdamW state and
   FSDP's all-gathered parameters (ranks/rank-N.jsonl, peak_memory_gib).
+
+Measured (2 shared CPU cores, torch 2.13, GiB; interpreter + torch + gloo = 0.30 per rank):
+                         build: sharded / single    train (2 steps): sharded / single
+  whole model per rank   2.41 / 2.44 (0.99)         5.12 / 5.63 (0.91)
+  per-module (this)      1.35 / 1.88 (0.72)         5.15 / 5.70 (0.90)
+The build peak is now 0.30 + this rank's shards (0.52: tp does not split the vocabulary,
+so embedding and head are only halved by FSDP) + the largest module's full copy (the
+0.49 GiB embedding). Training peaks are not set by materialisation: one process peaks in
+its first AdamW step (states + foreach temporaries); the sharded ranks peak in backward,
+when FSDP's root unit holds embedding + head all-gathered (0.98 GiB, twice with gloo's
+staging) and their unsharded gradients. Sharding embed and head as units of their own
+measured 3.84 GiB (0.67); vocabulary-parallel TP would halve them again.
 """
 
 from __future__ import annotations
