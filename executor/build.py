@@ -1,7 +1,8 @@
 """Turn a Plan into this rank's parallelised model chunks, in torchtitan's order:
 
 build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) ->
-recomputation -> FSDP2 / replicate -> materialise from the seeded full model -> DDP ->
+recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
+(materialize.py) -> DDP ->
 pipeline schedule.
 """
 
@@ -15,6 +16,7 @@ from torch import nn
 
 from smplan.model.structure import Layout, blocks_of, cut_chunk, find_layout, owned_blocks
 
+from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
 from .parallelize import (
     apply_ddp,
@@ -23,7 +25,6 @@ from .parallelize import (
     apply_replicate,
     apply_tp,
     call_tp_plan,
-    materialize,
     shards_logits,
 )
 from .pipeline import build_pipeline, chunks_of_rank
@@ -44,9 +45,10 @@ class ModelParts:
 
 
 def full_initial_state(model_file, model_args: dict, seed: int) -> dict[str, torch.Tensor]:
-    """The weights a single-process run of this seed starts from."""
-    torch.manual_seed(seed)
-    return model_file.build(model_args, device="cpu").state_dict()
+    """The weights a single-process run of this seed starts from (full size, on CPU)."""
+    model = build_meta(model_file, model_args, seed)
+    materialize(model, build_meta(model_file, model_args, seed), "cpu", seed, model_file.hook(INIT_HOOK))
+    return model.state_dict()
 
 
 def plan_stages(plan: Plan, num_blocks: int):
@@ -55,10 +57,9 @@ def plan_stages(plan: Plan, num_blocks: int):
 
 def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.device, seed: int,
                       loss_fn, mp_policy=None) -> ModelParts:
-    meta = model_file.build(plan.model_args, device="meta")
+    meta = build_meta(model_file, plan.model_args, seed)  # parameters on meta, buffers real
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
-    full_state = full_initial_state(model_file, plan.model_args, seed)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
     chunks = []
     for sid in stage_ids:
@@ -83,7 +84,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                 apply_replicate(chunk, blocks, dims["dp"], mp_policy=mp_policy)
             else:
                 use_ddp = True
-        materialize(chunk, full_state, device)
+        materialize(chunk, meta, device, seed, model_file.hook(INIT_HOOK))
         if use_ddp:
             chunk = apply_ddp(chunk, dims["dp"])
         chunks.append(chunk)

@@ -1,7 +1,7 @@
 """One small function per parallelism, applied in torchtitan's order by `build.py`:
 TP of the whole model (blocks, and the embedding / head from the model file's
 tp_plan_outer, with sequence parallelism), activation recomputation, data parallelism (FSDP2 for
-ZeRO 1-3, DDP or FSDP2-`replicate` for ZeRO 0), then materialisation.
+ZeRO 1-3, DDP or FSDP2-`replicate` for ZeRO 0); materialisation is `materialize.py`'s.
 
 Each takes the module(s), a mesh and primitives, never the whole plan.
 """
@@ -148,19 +148,3 @@ def apply_ddp(model: nn.Module, dp_mesh, bucket_cap_mb: float = 25.0) -> nn.Modu
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=bucket_cap_mb,
     )
-
-
-def materialize(model: nn.Module, full_state: dict[str, torch.Tensor], device) -> None:
-    """Allocate a meta-built, parallelised module on `device` and fill it from the state
-    dict of the full single-process model, each rank keeping only its shard, so that every
-    plan starts from bit-identical weights."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    model.to_empty(device=device)
-    local = {}
-    for name, current in model.state_dict().items():
-        full = full_state[name].to(device=device, dtype=current.dtype)
-        if isinstance(current, DTensor):
-            full = distribute_tensor(full, current.device_mesh, current.placements, src_data_rank=None)
-        local[name] = full
-    model.load_state_dict(local, strict=True)

@@ -45,7 +45,7 @@ class ModelFile:
         return callable(getattr(self.module, "tp_plan", None))
 
     def hook(self, name: str):
-        """The optional function `name` of the file (batch, loss, tp_plan, tp_plan_outer, data) or None."""
+        """The optional function `name` of the file (batch, loss, tp_plan, tp_plan_outer, data, init_weights) or None."""
         fn = getattr(self.module, name, None)
         return fn if callable(fn) else None
 
@@ -163,7 +163,7 @@ def load_model_file(ref: str) -> ModelFile:
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                       and getattr(v, "__module__", None) == name and not isinstance(v, type)
-                      and n not in ("batch", "loss", "tp_plan", "tp_plan_outer", "data")]
+                      and n not in ("batch", "loss", "tp_plan", "tp_plan_outer", "data", "init_weights")]
         hint = f"; functions there: {', '.join(candidates)}" if candidates else ""
         raise ModelFileError(
             f"{path}: no builder function {builder_name!r}; define def {builder_name}(**args) -> nn.Module "
