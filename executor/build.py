@@ -14,7 +14,14 @@ import torch
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
 
-from smplan.model.structure import Layout, blocks_of, cut_chunk, find_layout, owned_blocks
+from smplan.model.structure import (
+    Layout,
+    blocks_of,
+    cut_chunk,
+    find_layout,
+    owned_blocks,
+    present_parts,
+)
 
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
@@ -77,7 +84,8 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         use_ddp = False
         if dims.dp_enabled:
             if plan.zero > 0:
-                apply_fsdp(chunk, blocks, dims["dp"], reshard_after_forward=plan.zero == 3, mp_policy=mp_policy)
+                apply_fsdp(chunk, blocks, dims["dp"], reshard_after_forward=plan.zero == 3, mp_policy=mp_policy,
+                           parts=present_parts(chunk, layout, "after"))
             elif dims.tp_enabled or dims.pp_enabled:
                 # DDP takes no DTensor parameters, and its reducer breaks when a pipeline
                 # schedule runs several forwards before the first backward.

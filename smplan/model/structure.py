@@ -143,6 +143,22 @@ def blocks_of(model: nn.Module, layout: Layout) -> nn.Module | None:
     return None if layout.container is None else model.get_submodule(layout.container)
 
 
+def present_parts(chunk: nn.Module, layout: Layout, which: str = "both") -> list[nn.Module]:
+    """The parts before ("before"), after ("after") or around ("both") the blocks that this
+    chunk holds (not None)."""
+    out = []
+    fqns = {"before": layout.before, "after": layout.after, "both": (*layout.before, *layout.after)}[which]
+    for fqn in fqns:
+        parent, _, name = fqn.rpartition(".")
+        try:
+            module = chunk.get_submodule(parent)._modules.get(name)
+        except AttributeError:  # the parent itself was cut away
+            module = None
+        if module is not None:
+            out.append(module)
+    return out
+
+
 def owned_blocks(chunk: nn.Module, layout: Layout) -> list[tuple[int, nn.Module]]:
     """(index, module) of the blocks this chunk holds, in order."""
     container = blocks_of(chunk, layout)
