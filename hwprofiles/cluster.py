@@ -225,20 +225,36 @@ def _build(cls, data, prefix: str, source: str):
         raise HardwareProfileError(f"{source}: {err}") from None
 
 
+# Far above any real hardware value (the largest bundled one is 50,000 h of GPU MTBF); keeps
+# every float() and product of profile values finite.
+MAX_NUMBER = 1e15
+
+
 def _coerce(value, typ, key: str, source: str):
     if typ is str:
         if not isinstance(value, str):
-            raise HardwareProfileError(f"{source}: {key!r} must be text, got {value!r}")
+            raise HardwareProfileError(f"{source}: {key!r} must be text, got {_shown(value)}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise HardwareProfileError(
-            f"{source}: {key!r} must be a number ({_unit_hint(key)}), got {value!r}"
+            f"{source}: {key!r} must be a number ({_unit_hint(key)}), got {_shown(value)}"
+        )
+    if not abs(value) <= MAX_NUMBER:  # False for NaN too; a huge int compares exactly, without float()
+        raise HardwareProfileError(
+            f"{source}: {key!r} must be a finite number of at most {MAX_NUMBER:g} ({_unit_hint(key)}), "
+            f"got {_shown(value)}"
         )
     if typ is int:
         if float(value) != int(value):
             raise HardwareProfileError(f"{source}: {key!r} must be a whole number, got {value!r}")
         return int(value)
     return float(value)
+
+
+def _shown(value) -> str:
+    """A value for a one-line message: repr, cut to 40 characters."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"a {value.bit_length()}-bit number"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _unit_hint(key: str) -> str:

@@ -93,9 +93,9 @@ def test_every_problem_is_listed_one_line_each():
         Plan.from_dict(data, source="plan file 'p.json'")
     head, *problems = str(info.value).splitlines()
     assert head.startswith("plan file 'p.json' has 5 problems") and "smplan plan -o" in head
-    assert len(problems) == 5 and all(line.startswith("  ") for line in problems)
+    assert len(problems) == 5 and all(line.startswith("  - ") for line in problems)
     for key in ("dp:", "hw:", "overlap_dp:", "zeroo:", "tp:"):
-        assert sum(line.strip().startswith(key) for line in problems) == 1, key
+        assert sum(line[4:].startswith(key) for line in problems) == 1, key
 
 
 def test_not_an_object():
