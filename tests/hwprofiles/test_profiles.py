@@ -188,3 +188,23 @@ def test_missing_file_and_unknown_name():
     with pytest.raises(HardwareProfileError) as err:
         load_cluster("h900x8")
     assert "unknown hardware profile 'h900x8'" in _one_line(err)
+
+
+# Regressions found by tests/fuzz/test_hw_toml_fuzz.py and test_plan_json_fuzz.py (an
+# OverflowError or ValueError traceback, or NaN accepted as a latency, before the fix).
+@pytest.mark.parametrize("value", ["1" * 5000, "nan", "inf", "-inf", "1e16", "9" * 30])
+def test_a_number_no_profile_can_use(tmp_path, value):
+    path = tmp_path / "bad.toml"
+    path.write_text(_profile_text(**{"latency_us = 6.0": f"latency_us = {value}"}))
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster(str(path))
+    assert ("over 4300 digits" if len(value) > 1000 else "'inter_node.latency_us' must be a finite number") \
+        in _one_line(err)
+
+
+@pytest.mark.parametrize("value", [10**400, float("nan"), 1e300])
+def test_an_override_no_profile_can_use(value):
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("a100x8", overrides={"inter_node.bandwidth_gbps": value})
+    assert "must be a finite number of at most 1e+15 (GB/s)" in _one_line(err)
+    assert len(_one_line(err)) < 300
