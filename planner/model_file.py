@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -91,7 +92,9 @@ class ModelFile:
         try:
             if dtype is not None:
                 torch.set_default_dtype(dtype)
-            with torch.device(device) if device else _nullcontext():
+            with torch.device(device) if device else _nullcontext(), warnings.catch_warnings():
+                # torch.nn.init's notice for a size-0 weight (e.g. vocab=0): noise before the one-line result
+                warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
                 built = self.builder(**args)
         except TypeError as err:
             raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) failed: {first_line(err)}; check the --arg values") from None

@@ -13,6 +13,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from smplan.hwprofiles import settable_keys
 from smplan.planner import Figures, Plan, Stage
 
 from smplan.cli.main import cli
@@ -145,6 +146,36 @@ def test_broken_plan_text_exits_cleanly(folder, data):
     else:
         content = data.draw(st.sampled_from(["", " ", "null", "[]", "{}", "0", '"plan"', "true"]), label="json")
     assert_clean_exit(_simulate(folder, content))
+
+
+SMALL = st.sampled_from([-1, 0, 1, 2, 3, 4, 8, 16, 64])
+NUMBERS = st.one_of(SMALL, st.sampled_from([0.0, 1e-300, 1e-9, 0.5, 1.0, 1.5, 1e15, 1e16, float("nan"), float("inf")]))
+# Values of the right kind, often valid: these get past the schema into the cost model and the simulator.
+NEAR_VALID = {
+    "nodes": SMALL, "dp": SMALL, "tp": SMALL, "pp": SMALL, "micro_batch": SMALL, "global_batch": SMALL,
+    "virtual_stages": SMALL, "zero": SMALL, "seq_len": st.one_of(st.none(), SMALL),
+    "schedule": st.sampled_from(["gpipe", "1f1b", "interleaved"]), "dtype": st.sampled_from(["bf16", "fp16", "fp32"]),
+    "hw": st.sampled_from(["a100x8", "v100x8", "h100x8", "l40sx8", "mi300xx8"]),
+    "sequence_parallel": st.booleans(), "overlap_dp": st.booleans(),
+    "model_args": st.dictionaries(st.sampled_from(["layers", "hidden", "heads", "vocab", "ffn", "kv_heads", "dropout",
+                                                   "seq_len", "learned_positions"]), SMALL, max_size=2),
+    "hw_overrides": st.dictionaries(st.sampled_from(settable_keys()), NUMBERS, max_size=2),
+    "stages": st.lists(st.fixed_dictionaries({"first_block": SMALL, "last_block": SMALL},
+                                             optional={"recompute": st.sampled_from(["none", "selective", "full"]),
+                                                       "recompute_blocks": SMALL}), max_size=4),
+}
+
+
+@SETTINGS
+@given(data=st.data())
+def test_near_valid_plan_exits_cleanly(folder, data):
+    doc = copy.deepcopy(data.draw(st.sampled_from(BASES), label="base"))
+    for key in data.draw(st.lists(st.sampled_from(sorted(NEAR_VALID)), min_size=1, max_size=3, unique=True),
+                         label="keys"):
+        doc[key] = data.draw(NEAR_VALID[key], label=key)
+    for derived in ("recompute", "num_microbatches", "stage_blocks"):
+        doc.pop(derived, None)
+    assert_clean_exit(_simulate(folder, json.dumps(doc, allow_nan=True)))
 
 
 def test_valid_bases_simulate(folder):
