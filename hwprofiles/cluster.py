@@ -225,9 +225,11 @@ def _build(cls, data, prefix: str, source: str):
         raise HardwareProfileError(f"{source}: {err}") from None
 
 
-# Far above any real hardware value (the largest bundled one is 50,000 h of GPU MTBF); keeps
-# every float() and product of profile values finite.
+# Far beyond any real hardware value but 0 (bundled ones: from latencies of a few us and
+# efficiencies near 1 to 50,000 h of GPU MTBF): keeps every float() and every product or
+# quotient of profile values finite and non-zero.
 MAX_NUMBER = 1e15
+MIN_NUMBER = 1e-9
 
 
 def _coerce(value, typ, key: str, source: str):
@@ -239,10 +241,11 @@ def _coerce(value, typ, key: str, source: str):
         raise HardwareProfileError(
             f"{source}: {key!r} must be a number ({_unit_hint(key)}), got {_shown(value)}"
         )
-    if not abs(value) <= MAX_NUMBER:  # False for NaN too; a huge int compares exactly, without float()
+    # `not <=` is True for NaN too; a huge int compares exactly, without float()
+    if not abs(value) <= MAX_NUMBER or 0 < abs(value) < MIN_NUMBER:
         raise HardwareProfileError(
-            f"{source}: {key!r} must be a finite number of at most {MAX_NUMBER:g} ({_unit_hint(key)}), "
-            f"got {_shown(value)}"
+            f"{source}: {key!r} must be 0 or a finite number from {MIN_NUMBER:g} to {MAX_NUMBER:g} in size "
+            f"({_unit_hint(key)}), got {_shown(value)}"
         )
     if typ is int:
         if float(value) != int(value):
