@@ -1,7 +1,8 @@
 """Fuzz `smplan hw show PATH`: the bundled a100x8 profile with keys dropped, unknown keys and
 tables added, values of the wrong type (text, booleans, NaN, infinities, huge or negative
 numbers, arrays, tables, dates), and raw-text damage (truncation, duplicate keys, junk,
-bad bytes). Every file must end in exit 0 or exit 2 with one `error: ` line, never a traceback."""
+bad bytes); and near-valid numbers run through `smplan simulate` and `reliability`. Every
+file must end in exit 0 or exit 2 with one `error: ` line, never a traceback."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from smplan.hwprofiles import settable_keys
 from smplan.hwprofiles.loader import PROFILE_DIR
 
 from smplan.cli.main import cli
+from tests.conftest import EXAMPLES
 from tests.fuzz.checks import assert_clean_exit
 
 if sys.version_info >= (3, 11):
@@ -24,6 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+TINY = f"{EXAMPLES / 'gpt.py'}:tiny"
 TEXT = (PROFILE_DIR / "a100x8.toml").read_text()
 BASE = tomllib.loads(TEXT)
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
@@ -180,3 +184,30 @@ def test_broken_profile_text_exits_cleanly(folder, data):
     else:
         content = data.draw(st.sampled_from(["", " ", "\n", "#", "a = 1", "[gpu]"]), label="toml")
     assert_clean_exit(_show(folder, content))
+
+
+NEAR_VALID = st.sampled_from([0, 1, 2, 3, 7, 1e-300, 1e-9, 1e-3, 0.5, 0.999, 1.0, 1e15, 10**15, 1e16])
+NUMERIC_KEYS = [k for k in settable_keys() if k not in ("name", "description", "gpu.name", "cost.source")]
+PLANS = ["dp=2,tp=2,pp=2,mbs=1,gbs=8", "pp=4,mbs=1,gbs=8,schedule=interleaved", "dp=8", "dp=2,zero=3",
+         "pp=2,recompute=full"]
+
+
+@SETTINGS
+@given(data=st.data())
+def test_near_valid_profile_simulates_cleanly(folder, data):
+    """Numbers of the right kind, often valid, so the profile reaches the performance model,
+    the step simulation and the failure simulation."""
+    doc = copy.deepcopy(BASE)
+    for key in data.draw(st.lists(st.sampled_from(NUMERIC_KEYS), min_size=1, max_size=3, unique=True), label="keys"):
+        *tables, name = key.split(".")
+        node = doc
+        for table in tables:
+            node = node.setdefault(table, {})
+        node[name] = data.draw(NEAR_VALID, label=key)
+    path = folder / "near.toml"
+    path.write_text(to_toml(doc))
+    command = data.draw(st.sampled_from(["simulate", "reliability"]), label="command")
+    args = [command, TINY, "--hw", str(path), "--plan", data.draw(st.sampled_from(PLANS), label="plan")]
+    from click.testing import CliRunner
+
+    assert_clean_exit(CliRunner().invoke(cli, args + (["--days", "1"] if command == "reliability" else [])))
