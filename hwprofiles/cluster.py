@@ -225,20 +225,39 @@ def _build(cls, data, prefix: str, source: str):
         raise HardwareProfileError(f"{source}: {err}") from None
 
 
+# Far beyond any real hardware value but 0 (bundled ones: from latencies of a few us and
+# efficiencies near 1 to 50,000 h of GPU MTBF): keeps every float() and every product or
+# quotient of profile values finite and non-zero.
+MAX_NUMBER = 1e15
+MIN_NUMBER = 1e-9
+
+
 def _coerce(value, typ, key: str, source: str):
     if typ is str:
         if not isinstance(value, str):
-            raise HardwareProfileError(f"{source}: {key!r} must be text, got {value!r}")
+            raise HardwareProfileError(f"{source}: {key!r} must be text, got {_shown(value)}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise HardwareProfileError(
-            f"{source}: {key!r} must be a number ({_unit_hint(key)}), got {value!r}"
+            f"{source}: {key!r} must be a number ({_unit_hint(key)}), got {_shown(value)}"
+        )
+    # `not <=` is True for NaN too; a huge int compares exactly, without float()
+    if not abs(value) <= MAX_NUMBER or 0 < abs(value) < MIN_NUMBER:
+        raise HardwareProfileError(
+            f"{source}: {key!r} must be 0 or a finite number from {MIN_NUMBER:g} to {MAX_NUMBER:g} in size "
+            f"({_unit_hint(key)}), got {_shown(value)}"
         )
     if typ is int:
         if float(value) != int(value):
             raise HardwareProfileError(f"{source}: {key!r} must be a whole number, got {value!r}")
         return int(value)
     return float(value)
+
+
+def _shown(value) -> str:
+    """A value for a one-line message: repr, cut to 40 characters."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"a {value.bit_length()}-bit number"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _unit_hint(key: str) -> str:

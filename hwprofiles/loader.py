@@ -37,6 +37,9 @@ def read_profile(name_or_path: str) -> dict:
         raise HardwareProfileError(f"hardware file {str(path)!r} is not valid TOML: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise HardwareProfileError(f"cannot read hardware file {str(path)!r}: {err}") from None
+    except ValueError:  # int() refuses literals over sys.get_int_max_str_digits() (4300) digits
+        raise HardwareProfileError(f"hardware file {str(path)!r} has a number over {sys.get_int_max_str_digits()} "
+                                   "digits long; no profile value is that large, fix it") from None
 
 
 def parse_override(text: str) -> tuple[str, object]:

@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import sys
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -91,16 +92,18 @@ class ModelFile:
         try:
             if dtype is not None:
                 torch.set_default_dtype(dtype)
-            with torch.device(device) if device else _nullcontext():
+            with torch.device(device) if device else _nullcontext(), warnings.catch_warnings():
+                # torch.nn.init's notice for a size-0 weight (e.g. vocab=0): noise before the one-line result
+                warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
                 built = self.builder(**args)
         except TypeError as err:
-            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) failed: {err}; check the --arg values") from None
+            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) failed: {first_line(err)}; check the --arg values") from None
         except (ValueError, AssertionError) as err:
-            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) rejected its arguments: {err}") from None
+            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) rejected its arguments: {first_line(err)}") from None
         except Exception as err:  # noqa: BLE001 - any crash in user code becomes one line
             where = traceback.extract_tb(err.__traceback__)[-1]
             raise ModelFileError(
-                f"{self.path}: {self.builder_name}() raised {type(err).__name__}: {err} "
+                f"{self.path}: {self.builder_name}() raised {type(err).__name__}: {first_line(err)} "
                 f"(line {where.lineno} of {Path(where.filename).name})"
             ) from None
         finally:
@@ -111,6 +114,12 @@ class ModelFile:
                 "return the model"
             )
         return built
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message: torch's C++ errors append a stack trace."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 class _nullcontext:
@@ -158,7 +167,7 @@ def load_model_file(ref: str) -> ModelFile:
         sys.modules.pop(name, None)
         where = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path.resolve()]
         line = f" on line {where[-1].lineno}" if where else ""
-        raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {err}; fix the file") from None
+        raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
     builder = getattr(module, builder_name, None)
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")

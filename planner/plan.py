@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +165,9 @@ class Plan:
             raise PlanError(f"plan file {str(path)!r}: {err}") from None
         except json.JSONDecodeError as err:
             raise PlanError(f"plan file {str(path)!r} is not valid JSON ({err}); regenerate it with `smplan plan`") from None
+        except ValueError:  # int() refuses literals over sys.get_int_max_str_digits() (4300) digits
+            raise PlanError(f"plan file {str(path)!r} has a number over {sys.get_int_max_str_digits()} digits "
+                            "long; no plan value is that large, regenerate it with `smplan plan`") from None
         except RecursionError:
             raise PlanError(f"plan file {str(path)!r} nests too deeply; regenerate it with `smplan plan`") from None
         return Plan.from_dict(data, source=f"plan file {str(path)!r}")

@@ -14,9 +14,13 @@ import dataclasses
 import difflib
 import json
 import math
+import sys
 
 REQUIRED = ("model", "hw", "nodes", "dp", "tp", "pp", "micro_batch", "global_batch")
 DERIVED = ("recompute", "num_microbatches", "stage_blocks")
+# Llama 4 Scout (Meta, 2025) has the longest published context, 10M tokens; a longer seq_len
+# is a typo, and the profiler's example batch (seq_len tokens) would take its memory for real.
+MAX_SEQ_LEN = 2**24
 REGENERATE = "regenerate the plan with `smplan plan -o plan.json`"
 
 
@@ -36,17 +40,24 @@ def _given(value) -> str:
     return f"{text} ({kind})" if kind and value is not None else text
 
 
+def _name(key: str) -> str:
+    """A key as a message shows it: quoted (JSON escapes) when it is empty, has control
+    characters or line breaks, or starts or ends with spaces, so every problem stays one line."""
+    return key if key and key.isprintable() and key.strip() == key else json.dumps(key)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    # abs() <= the largest float is False for NaN and infinities, and compares a huge int exactly
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
 
-def _whole(p: _Problems, key: str, value, minimum: int):
-    if not _is_int(value) or value < minimum:
-        p.add(key, value, f"a whole number >= {minimum}")
+def _whole(p: _Problems, key: str, value, minimum: int, maximum: int | None = None):
+    if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
+        p.add(key, value, f"a whole number >= {minimum}" + (f" and <= {maximum}" if maximum is not None else ""))
         return None
     return value
 
@@ -81,7 +92,7 @@ def _scalars(p: _Problems, key: str, value, allow_null: bool):
     ok = (str, int, float, bool) + ((type(None),) if allow_null else ())
     for k, v in value.items():
         if not isinstance(v, ok) or (isinstance(v, float) and not math.isfinite(v)):
-            p.add(f"{key}.{k}", v, "a number, true/false or text")
+            p.add(f"{key}.{_name(k)}", v, "a number, true/false or text")
     return dict(value)
 
 
@@ -91,7 +102,7 @@ def _unknown(p: _Problems, where: str, data: dict, known) -> None:
             continue
         near = difflib.get_close_matches(str(key), list(known), n=1)
         hint = f"did you mean {near[0]!r}?" if near else f"known keys: {', '.join(known)}"
-        p.append(f"{where}{key}: unknown key; {hint}")
+        p.append(f"{where}{_name(key)}: unknown key; {hint}")
 
 
 def _stages(p: _Problems, value):
@@ -193,7 +204,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "dtype": lambda p, k, v: _choice(p, k, v, DTYPES),
         "stages": lambda p, k, v: _stages(p, v),
         "model_args": lambda p, k, v: _scalars(p, k, v, allow_null=True),
-        "seq_len": lambda p, k, v: None if v is None else _whole(p, k, v, 1),
+        "seq_len": lambda p, k, v: None if v is None else _whole(p, k, v, 1, MAX_SEQ_LEN),
         "hw_overrides": lambda p, k, v: _scalars(p, k, v, allow_null=False),
         "predicted": lambda p, k, v: _figures(p, v),
         "version": lambda p, k, v: _version(p, v),
@@ -230,5 +241,5 @@ def _error(source: str, problems: list[str]):
 
     if len(problems) == 1:
         return PlanError(f"{source}: {problems[0]}; fix it or {REGENERATE}")
-    lines = "\n  ".join(problems)
-    return PlanError(f"{source} has {len(problems)} problems; fix them or {REGENERATE}:\n  {lines}")
+    lines = "".join(f"\n  - {problem}" for problem in problems)
+    return PlanError(f"{source} has {len(problems)} problems; fix them or {REGENERATE}:{lines}")

@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from smplan.model import find_layout, pipeline_problem, tensor_parallel_problem
 from smplan.model.structure import find_blocks, qualname, siblings
 
-from .model_file import ModelFile, ModelFileError
+from .model_file import ModelFile, ModelFileError, first_line
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
 from .profiler_trace import GPUKernels, PartStats, Tracer, storage_key, tensor_bytes
 
@@ -297,7 +297,7 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
         line = f" (line {frames[-1].lineno} of {mf.path.name})" if frames else ""
         hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes" \
             if what == "forward" else ""
-        raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {err}{line}{hint}") from None
+        raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
 
 
 def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):

@@ -14,6 +14,9 @@ from . import figures as fig
 from .step import RawStep, SimEvent, StepSimulation
 
 DP_PATTERNS = ("allreduce", "ps")
+# Micro-batch passes (micro-batches x pipeline chunks) one step simulation takes: each costs
+# ~25 us of wall time and ~0.4 kB (2e5 took 5 s on one core), so this is about half a minute.
+MAX_SIMULATED_PASSES = 2**20
 
 
 class SimulationError(ValueError):
@@ -82,6 +85,14 @@ def simulate_step(
     if layout.pp != costs.pp:
         raise SimulationError(
             f"layout pp={layout.pp} but the costs are for pp={costs.pp}; build both from one plan"
+        )
+    chunks = costs.pp * costs.virtual_stages
+    passes = costs.num_microbatches * chunks
+    if passes > MAX_SIMULATED_PASSES:
+        raise SimulationError(
+            f"{costs.num_microbatches:,} micro-batches per step through {chunks} pipeline "
+            f"chunk{'s' if chunks > 1 else ''} are {passes:,} passes; the step simulation takes at most "
+            f"{MAX_SIMULATED_PASSES:,}: raise mbs or dp, or lower gbs"
         )
     if dp_pattern not in DP_PATTERNS:
         raise SimulationError(

@@ -30,7 +30,10 @@ def daly_expected_time(work: float, tau: float, delta: float, restart: float, mt
     Exponential failures that may also strike during a restart (which then starts over),
     every segment of tau compute followed by a checkpoint of delta.
     """
-    return mtbf * math.exp(restart / mtbf) * math.expm1((tau + delta) / mtbf) * work / tau
+    try:
+        return mtbf * math.exp(restart / mtbf) * math.expm1((tau + delta) / mtbf) * work / tau
+    except OverflowError:  # e^{R/M} past the largest float: failures far faster than restarts
+        return math.inf
 
 
 def job_mtbf(gpu_mtbf: float, num_gpus: int) -> float:

@@ -27,6 +27,10 @@ import numpy as np
 
 from .daly import daly_expected_time, daly_interval, job_mtbf, young_interval
 
+# Failures drawn per seed (8 bytes each, times every checkpoint interval swept): the 30-day
+# 16,384-GPU benchmark (benchmarks/sim_speed.py) draws ~350, so this leaves 300x headroom.
+MAX_FAILURES_PER_SEED = 100_000
+
 
 class ReliabilityError(ValueError):
     """A run description that cannot be simulated; the message says what to change."""
@@ -120,6 +124,13 @@ def failure_times(
     spec: RunSpec, seeds: int, horizon_s: float, rng: np.random.Generator
 ) -> np.ndarray:
     """(seeds, K) sorted failure times before `horizon_s`, padded with +inf."""
+    expected = horizon_s / spec.job_mtbf_s  # failures per seed, about the same under Weibull renewals
+    if expected > MAX_FAILURES_PER_SEED:
+        raise ReliabilityError(
+            f"the run does not finish: the job fails every {spec.job_mtbf_s:.3g} s on average, about "
+            f"{expected:.3g} failures before it could finish; raise --mtbf-hours "
+            "(reliability.gpu_mtbf_hours), shorten --restart-minutes or use fewer GPUs"
+        )
     shape = spec.weibull_shape
     if shape is None or shape == 1.0:
         rate_mean = spec.job_mtbf_s

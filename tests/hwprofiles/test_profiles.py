@@ -188,3 +188,25 @@ def test_missing_file_and_unknown_name():
     with pytest.raises(HardwareProfileError) as err:
         load_cluster("h900x8")
     assert "unknown hardware profile 'h900x8'" in _one_line(err)
+
+
+# Regressions found by tests/fuzz/test_hw_toml_fuzz.py and test_plan_json_fuzz.py (an
+# OverflowError or ValueError traceback, or NaN accepted as a latency, before the fix).
+@pytest.mark.parametrize("value", ["1" * 5000, "nan", "inf", "-inf", "1e16", "9" * 30, "1e-300", "-1e-10"])
+def test_a_number_no_profile_can_use(tmp_path, value):
+    path = tmp_path / "bad.toml"
+    path.write_text(_profile_text(**{"latency_us = 6.0": f"latency_us = {value}"}))
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster(str(path))
+    assert ("over 4300 digits" if len(value) > 1000 else "'inter_node.latency_us' must be 0 or a finite number") \
+        in _one_line(err)
+
+
+@pytest.mark.parametrize("value", [10**400, float("nan"), 1e300, 1e-300])
+def test_an_override_no_profile_can_use(value):
+    # 1e-300 GB/s (with 1e-300 efficiencies) underflowed to a ZeroDivisionError in the perf model
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("a100x8", overrides={"inter_node.bandwidth_gbps": value})
+    assert "must be 0 or a finite number from 1e-09 to 1e+15 in size (GB/s)" in _one_line(err)
+    assert len(_one_line(err)) < 300
+    assert load_cluster("a100x8", overrides={"inter_node.latency_us": 0}).inter_node.latency_us == 0

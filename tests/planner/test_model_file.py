@@ -78,3 +78,26 @@ def test_parse_model_args():
     assert parse_model_args(["a=1", "b=0.5", "c=true", "d=sdpa"]) == {"a": 1, "b": 0.5, "c": True, "d": "sdpa"}
     with pytest.raises(ModelFileError, match="key=value"):
         parse_model_args(["layers"])
+
+
+def test_a_torch_error_keeps_its_first_line_only(tmp_path):
+    # Found by tests/fuzz/test_plan_json_fuzz.py: torch's C++ errors (here, a size past int64)
+    # append a stack trace, which made the message dozens of lines.
+    path = tmp_path / "big.py"
+    path.write_text(GOOD_TAIL + "def model(width: int = 4):\n    return nn.Linear(4, width)\n")
+    with pytest.raises(ModelFileError) as info:
+        profile_model(str(path), {"width": 10**30}, cache=False)
+    message = str(info.value)
+    assert "\n" not in message and "model(width=" in message
+
+
+def test_a_zero_size_weight_builds_without_torch_notice(tmp_path):
+    # Found by tests/fuzz/test_plan_json_fuzz.py (model_args vocab=0): torch.nn.init's notice
+    # printed two stray lines above the one-line error.
+    import warnings
+
+    path = tmp_path / "zero.py"
+    path.write_text(GOOD_TAIL + "def model(width: int = 4):\n    return nn.Linear(4, width)\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_model_file(str(path)).build({"width": 0}).weight.numel() == 0

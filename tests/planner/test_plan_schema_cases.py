@@ -93,9 +93,9 @@ def test_every_problem_is_listed_one_line_each():
         Plan.from_dict(data, source="plan file 'p.json'")
     head, *problems = str(info.value).splitlines()
     assert head.startswith("plan file 'p.json' has 5 problems") and "smplan plan -o" in head
-    assert len(problems) == 5 and all(line.startswith("  ") for line in problems)
+    assert len(problems) == 5 and all(line.startswith("  - ") for line in problems)
     for key in ("dp:", "hw:", "overlap_dp:", "zeroo:", "tp:"):
-        assert sum(line.strip().startswith(key) for line in problems) == 1, key
+        assert sum(line[4:].startswith(key) for line in problems) == 1, key
 
 
 def test_not_an_object():
@@ -186,3 +186,34 @@ def test_saved_plan_is_plain_json(tmp_path):
     plan = Plan.from_dict(_plan(hw_overrides={"inter_node.bandwidth_gbps": 50}))
     plan.save(tmp_path / "p.json")
     assert json.loads((tmp_path / "p.json").read_text())["hw_overrides"] == {"inter_node.bandwidth_gbps": 50}
+
+
+# Regressions found by tests/fuzz/test_plan_json_fuzz.py: each crashed (a traceback, exit 1)
+# or broke the one-line-per-problem format before its fix.
+def test_load_a_number_over_4300_digits(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(GOOD).replace('"dp": 2', '"dp": ' + "1" * 5000))
+    with pytest.raises(PlanError, match=r"has a number over 4300 digits long") as info:
+        Plan.load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_huge_int_predicted_figure_is_a_problem_not_an_overflow():
+    with pytest.raises(PlanError, match=r"predicted.step_time_s: got 1000000000.*, expected a number"):
+        Plan.from_dict(_plan(predicted={**FIGURES, "step_time_s": 10**400}))
+
+
+@pytest.mark.parametrize("key", ["a\nb", "", " dp", "\x00", "tab\there"])
+def test_an_odd_unknown_key_is_quoted_on_its_line(key):
+    with pytest.raises(PlanError) as info:
+        Plan.from_dict(_plan(**{key: 1, "model_args": {key: [1]}}), source="plan file 'p.json'")
+    head, *problems = str(info.value).splitlines()
+    assert len(problems) == 2 and all(line.startswith("  - ") for line in problems), str(info.value)
+    assert problems[0].startswith(f"  - {json.dumps(key)}: unknown key")
+    assert problems[1].startswith(f"  - model_args.{json.dumps(key)}: got [1]")
+
+
+def test_seq_len_has_an_upper_bound():
+    assert Plan.from_dict(_plan(seq_len=2**24)).seq_len == 2**24
+    with pytest.raises(PlanError, match=r"seq_len: got 16777217, expected a whole number >= 1 and <= 16777216"):
+        Plan.from_dict(_plan(seq_len=2**24 + 1))

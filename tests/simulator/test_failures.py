@@ -83,3 +83,13 @@ def test_bad_specs():
     spec = RunSpec(work_s=1, num_gpus=1, gpu_mtbf_hours=1, restart_s=0, checkpoint_s=0)
     with pytest.raises(ReliabilityError):
         simulate_sweep(spec, [0.0])
+
+
+@pytest.mark.parametrize("mtbf_hours", [1e-9, 0.01])
+def test_failures_far_faster_than_restarts_are_refused(mtbf_hours):
+    # Found fuzzing hardware profiles into `smplan reliability`: a 1e-9 h GPU MTBF overflowed
+    # math.exp (OverflowError), 0.01 h drew ~7e6 failures per seed (GBs of memory).
+    spec = RunSpec(work_s=86400.0, num_gpus=8, gpu_mtbf_hours=mtbf_hours, restart_s=15 * MIN, checkpoint_s=MIN)
+    with pytest.raises(ReliabilityError, match=r"the run does not finish: the job fails every .* failures before"):
+        analyse_run(spec, seeds=10)
+    assert daly_expected_time(86400.0, 600.0, MIN, 15 * MIN, mtbf_hours * 3600 / 8) > 1e9

@@ -195,3 +195,12 @@ def test_gantt_png_is_written(tmp_path):
     path = write_gantt(tmp_path / "step.png", r.events, r.step_time_s)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 5000
+
+
+def test_too_many_micro_batches_are_refused_not_simulated():
+    # Found while fuzzing plan files: gbs=2**40 ran for hours and took GBs (one event per pass).
+    from smplan.simulator.api import MAX_SIMULATED_PASSES
+
+    assert simulate_step(uniform_costs(pp=2, m=8), layout(2), cluster()).step_time_s > 0
+    with pytest.raises(SimulationError, match=r"2,097,152 passes; the step simulation takes at most 1,048,576"):
+        simulate_step(uniform_costs(pp=2, m=MAX_SIMULATED_PASSES), layout(2), cluster())
