@@ -13,16 +13,18 @@ peak resident set size (getrusage ru_maxrss). Target (issue 15): sharded/single 
   FSDP's all-gathered parameters (ranks/rank-N.jsonl, peak_memory_gib).
 
 Measured (2 shared CPU cores, torch 2.13, GiB; interpreter + torch + gloo = 0.30 per rank):
-                         build: sharded / single    train (2 steps): sharded / single
-  whole model per rank   2.41 / 2.44 (0.99)         5.12 / 5.63 (0.91)
-  per-module (this)      1.35 / 1.88 (0.72)         5.15 / 5.70 (0.90)
-The build peak is now 0.30 + this rank's shards (0.52: tp does not split the vocabulary,
-so embedding and head are only halved by FSDP) + the largest module's full copy (the
-0.49 GiB embedding). Training peaks are not set by materialisation: one process peaks in
-its first AdamW step (states + foreach temporaries); the sharded ranks peak in backward,
-when FSDP's root unit holds embedding + head all-gathered (0.98 GiB, twice with gloo's
-staging) and their unsharded gradients. Sharding embed and head as units of their own
-measured 3.84 GiB (0.67); vocabulary-parallel TP would halve them again.
+                               build: sharded / single    train (2 steps): sharded / single
+  whole model per rank         2.41 / 2.44 (0.99)         5.12 / 5.63 (0.91)
+  per-module materialisation   1.35 / 1.88 (0.72)         5.15 / 5.70 (0.90)
+  + vocab-parallel TP, head    1.72 / 1.88 (0.92)         2.61 / 5.68 (0.46)
+    as its own FSDP unit
+The training peak is the one that matters and it is now under the target: one process
+peaks in its first AdamW step (states + foreach temporaries); a sharded rank used to peak
+in backward, when FSDP's root unit held embedding + head all-gathered with their full
+gradients. With the vocabulary split over tp (tp_plan_outer) and the head a unit of its
+own, that is gone. The build peak (0.30 + shards + the largest module's full-size copy,
+the 0.49 GiB embedding, plus the DTensor redistribution of the vocab-parallel shards) stays
+below the training peak.
 """
 
 from __future__ import annotations
