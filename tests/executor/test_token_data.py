@@ -1,6 +1,8 @@
 """Token data from disk: memory-mapped shards, the same global batch for every layout,
 bad files refused before launch, and a real 2-process run on a learnable stream."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -154,26 +156,52 @@ def test_execute_refuses_bad_data_and_recipes_before_launch(cli_runner, tmp_path
     assert not (tmp_path / "run").exists()
 
 
-def test_two_processes_learn_a_token_stream_with_warmup_and_cosine(tmp_path):
-    write_bin(tmp_path / "train.bin", pattern(200 * (SEQ + 1)))
-    write_bin(tmp_path / "val.bin", (pattern(40 * (SEQ + 1)) + 7) % 64)  # same rule, another phase
-    out, steps = tmp_path / "run", 10
-    result = run_execute("dp=2,mbs=2,gbs=8", out, "--steps", str(steps), "--data", str(tmp_path / "train.bin"),
-                         "--val-data", str(tmp_path / "val.bin"), "--eval-every", "4", "--eval-batches", "2",
-                         "--lr", "3e-3", "--lr-schedule", "cosine", "--warmup-steps", "3", "--min-lr", "1e-4",
-                         "--weight-decay", "0.1", "--adam-betas", "0.9,0.95", "--checkpoint-every", "5",
-                         timeout=180)
+STEPS = 10
+RUN_ARGS = ("--steps", str(STEPS), "--eval-every", "4", "--eval-batches", "2", "--lr", "3e-3", "--lr-schedule",
+            "cosine", "--warmup-steps", "3", "--min-lr", "1e-4", "--weight-decay", "0.1", "--adam-betas", "0.9,0.95",
+            "--checkpoint-every", "5")
+
+
+def write_streams(folder):
+    write_bin(folder / "train.bin", pattern(200 * (SEQ + 1)))
+    write_bin(folder / "val.bin", (pattern(40 * (SEQ + 1)) + 7) % 64)  # the same rule, another phase
+    return ("--data", str(folder / "train.bin"), "--val-data", str(folder / "val.bin"))
+
+
+@pytest.fixture(scope="module")
+def stream_run(tmp_path_factory):
+    """dp=2 on a learnable stream: warmup + cosine, validation every 4 steps."""
+    folder = tmp_path_factory.mktemp("stream")
+    out = folder / "run"
+    result = run_execute("dp=2,mbs=2,gbs=8", out, *write_streams(folder), *RUN_ARGS, timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
-    records = metrics(out)
-    recipe = Recipe(lr=3e-3, schedule="cosine", total_steps=steps, warmup_steps=3, min_lr=1e-4)
-    assert [r["lr"] for r in records] == pytest.approx([lr_at(k, recipe) for k in range(1, steps + 1)])
+    return out, metrics(out)
+
+
+def test_two_processes_learn_a_token_stream_with_warmup_and_cosine(stream_run):
+    out, records = stream_run
+    recipe = Recipe(lr=3e-3, schedule="cosine", total_steps=STEPS, warmup_steps=3, min_lr=1e-4)
+    assert [r["lr"] for r in records] == pytest.approx([lr_at(k, recipe) for k in range(1, STEPS + 1)])
     assert max(r["lr"] for r in records) == pytest.approx(3e-3) and records[-1]["lr"] == pytest.approx(1e-4)
     losses = [r["loss"] for r in records]
     assert losses[-1] < losses[0] - 0.5, losses
     val = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
     assert sorted(val) == [4, 8, 10] and val[10] < val[4], val  # every 4 steps and the last
-    import json
-
     meta = json.loads((out / "checkpoints" / "step-10" / "smplan.json").read_text())
     assert meta["data"]["sequences_consumed"] == 80 and meta["data"]["sequences_per_epoch"] == 200
     assert meta["recipe"]["schedule"] == "cosine" and meta["recipe"]["betas"] == [0.9, 0.95]
+
+
+def test_a_pipeline_killed_and_resumed_sees_the_same_data_and_schedule(stream_run, tmp_path):
+    """pp=2 (forward-only schedule for validation), SIGKILLed at step 7 and resumed from the
+    step-5 checkpoint: losses, lrs and validation losses are dp=2's uninterrupted ones."""
+    out = tmp_path / "run"
+    result = run_execute("pp=2,mbs=2,gbs=8", out, *write_streams(tmp_path), *RUN_ARGS, "--max-restarts", "1",
+                         env={"SMPLAN_FAIL_AT_STEP": "7"}, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "at step 7" in result.stdout and "resumed from" in result.stdout
+    ref, got = stream_run[1], metrics(out)
+    assert [r["step"] for r in got] == list(range(1, STEPS + 1))
+    for key in ("loss", "lr", "val_loss"):
+        mine, theirs = [r.get(key, -1.0) for r in got], [r.get(key, -1.0) for r in ref]
+        assert mine == pytest.approx(theirs, rel=1e-5), key
