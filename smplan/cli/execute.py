@@ -139,6 +139,8 @@ def _echo_summary(summary: dict) -> None:
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")
+    if "final_val_loss" in measured:
+        click.echo(f"  final val loss {measured['final_val_loss']:.6f}")
 
 
 @contextlib.contextmanager
