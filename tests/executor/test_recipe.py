@@ -119,3 +119,15 @@ def test_apply_sets_lr_betas_and_decay_and_the_step_decays_only_matrices():
     assert torch.allclose(after["fc.weight"], before["fc.weight"] * (1 - 0.2 * 0.5))
     assert torch.equal(after["norm.weight"], before["norm.weight"])
     assert torch.equal(after["fc.bias"], before["fc.bias"])
+
+
+def test_grad_clip_zero_only_measures_the_norm():
+    from smplan.executor.train import clip_grad_norm_
+
+    params = [nn.Parameter(torch.zeros(3)), nn.Parameter(torch.zeros(2, 2))]
+    params[0].grad, params[1].grad = torch.full((3,), 2.0), torch.full((2, 2), 2.0)  # norm sqrt(7*4)
+    assert clip_grad_norm_(params, 0.0).item() == pytest.approx(math.sqrt(28))
+    assert torch.equal(params[0].grad, torch.full((3,), 2.0))
+    clip_grad_norm_(params, 1.0)
+    total = torch.sqrt(sum((p.grad ** 2).sum() for p in params))
+    assert total.item() == pytest.approx(1.0, rel=1e-4)
