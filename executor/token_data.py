@@ -161,9 +161,10 @@ def check_stream(stream: TokenStream, seq_len: int, global_batch: int, vocab: in
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or (vocab is not None and high >= vocab):
             bad = low if low < 0 else high
+            allowed = f"the model's vocabulary [0, {vocab})" if vocab is not None else "token ids >= 0"
             raise TokenDataError(
-                f"{stream.label} {stream.path}: token id {bad} ({where}) is outside the model's vocabulary "
-                f"[0, {vocab}); check --data-dtype or the tokenizer the data was written with")
+                f"{stream.label} {stream.path}: token id {bad} ({where}) is outside {allowed}; "
+                "check --data-dtype or the tokenizer the data was written with")
     return seqs
 
 
