@@ -10,6 +10,8 @@ from pathlib import Path
 
 from smplan.planner.plan import Plan
 
+from .recipe import DEFAULT_DECAY_FRACTION, Recipe
+
 FAIL_ENV = "SMPLAN_FAIL_AT_STEP"  # test hook: SIGKILL one rank at the start of this step
 FAIL_RANK_ENV = "SMPLAN_FAIL_RANK"
 SLOW_ENV = "SMPLAN_SLOW_RANK"  # test hook: "RANK:SECONDS", that rank sleeps this long every step
@@ -35,6 +37,25 @@ class RunConfig:
     tensorboard: bool = False  # RUN_DIR/tensorboard event files (rank 0)
     grad_norms_every: int = 10  # per-block gradient norms every K steps; 0: never
     slow_rank: str | None = None  # test hook, see SLOW_ENV
+    # the training recipe (executor/recipe.py); lr, weight_decay and clip above are its base values
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    min_lr: float = 0.0
+    decay_fraction: float = DEFAULT_DECAY_FRACTION
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    # token data from disk (executor/token_data.py); None: the model file's batch()/data()
+    data: str | None = None
+    data_dtype: str = "uint16"
+    val_data: str | None = None
+    eval_every: int = 0  # 0: no validation
+    eval_batches: int = 4
+    data_seq_len: int | None = None  # resolved before launch: plan.seq_len or the model's batch()
+    vocab: int | None = None
+
+    def recipe(self) -> Recipe:
+        return Recipe(lr=self.lr, schedule=self.lr_schedule, total_steps=self.steps, warmup_steps=self.warmup_steps,
+                      min_lr=self.min_lr, decay_fraction=self.decay_fraction, weight_decay=self.weight_decay,
+                      betas=tuple(self.adam_betas), grad_clip=self.clip)
 
     def plan_obj(self) -> Plan:
         return Plan.from_dict(self.plan)

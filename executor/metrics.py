@@ -99,7 +99,9 @@ def progress(record: dict, steps: int) -> None:
     print(
         f"step {record['step']}/{steps}  loss {record['loss']:.4f}  "
         f"{record['step_time_s'] * 1e3:.1f} ms/step  {record['tokens_per_s']:,.0f} tok/s  "
-        f"grad-norm {record['grad_norm']:.3f}  mem {record['peak_memory_gib']:.2f} GiB",
+        f"grad-norm {record['grad_norm']:.3f}  mem {record['peak_memory_gib']:.2f} GiB"
+        + (f"  lr {record['lr']:.3g}" if "lr" in record else "")
+        + (f"  val-loss {record['val_loss']:.4f}" if "val_loss" in record else ""),
         file=sys.stdout,
         flush=True,
     )
@@ -118,6 +120,9 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
     measured = {k: statistics.median(r[k] for r in steady) for k in MEASURED} if steady else {}
     if records:
         measured["final_loss"] = records[-1]["loss"]
+        val = [r["val_loss"] for r in records if "val_loss" in r]
+        if val:
+            measured["final_val_loss"] = val[-1]
     summary = {
         "steps": len(records),
         "device": device,

@@ -6,7 +6,6 @@ ValueError line (exit code 2 on the CLI).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,8 @@ from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
 from .metrics import rank_files, read_metrics
+from .recipe import DEFAULT_DECAY_FRACTION, Recipe
+from .token_data import TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, validate_plan
 
 
@@ -42,6 +43,24 @@ class ExecuteOptions:
     tensorboard: bool = False
     grad_norms_every: int = 10
     slow_rank: str | None = None  # test hook "RANK:SECONDS" (config.SLOW_ENV)
+    # training recipe (executor/recipe.py); clip is --grad-clip (0: off)
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    min_lr: float = 0.0
+    decay_fraction: float = DEFAULT_DECAY_FRACTION
+    weight_decay: float = 0.01
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    # token data from disk (executor/token_data.py)
+    data: str | None = None
+    data_dtype: str = "uint16"
+    val_data: str | None = None
+    eval_every: int = 0
+    eval_batches: int = 4
+
+    def recipe(self) -> Recipe:
+        return Recipe(lr=self.lr, schedule=self.lr_schedule, total_steps=self.steps, warmup_steps=self.warmup_steps,
+                      min_lr=self.min_lr, decay_fraction=self.decay_fraction, weight_decay=self.weight_decay,
+                      betas=tuple(self.adam_betas), grad_clip=self.clip)
 
 
 @dataclass
@@ -75,15 +94,40 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
 
 def check_options(opts: ExecuteOptions) -> None:
     """What a rank would otherwise choke on after the launch, refused before it."""
-    for name, value in (("--lr", opts.lr), ("clip", opts.clip)):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise PlanMismatchError(f"{name} must be a finite number greater than 0, got {value}")
+    opts.recipe().check()
+    _check_data_options(opts)
     if not 0 <= opts.seed < 2**63:  # torch.manual_seed's range (a signed 64-bit generator seed)
         raise PlanMismatchError(f"--seed must be between 0 and 2**63-1, got {opts.seed}")
     if opts.rdzv_endpoint is not None:
         host, _, port = opts.rdzv_endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise PlanMismatchError(f"--rdzv-endpoint must be HOST:PORT (port 1-65535), got {opts.rdzv_endpoint!r}")
+
+
+def _check_data_options(opts: ExecuteOptions) -> None:
+    """The cheap part of the data checks (files exist, sizes fit the dtype), before any model is loaded."""
+    if opts.eval_every < 0 or opts.eval_batches < 1:
+        raise PlanMismatchError(f"--eval-every must be >= 0 and --eval-batches >= 1, got {opts.eval_every} and {opts.eval_batches}")
+    if opts.val_data and not opts.data:
+        raise PlanMismatchError("--val-data needs --data (validation batches are cut the same way)")
+    if opts.eval_every and not opts.val_data:
+        raise PlanMismatchError("--eval-every needs --val-data PATH")
+    if opts.val_data and not opts.eval_every:
+        raise PlanMismatchError("--val-data needs --eval-every N (validate every N steps)")
+    for label, path in (("--data", opts.data), ("--val-data", opts.val_data)):
+        if path:
+            TokenStream(path, opts.data_dtype, label)
+
+
+def _resolve_data(plan: Plan, model_file, opts: ExecuteOptions, batch_tokens: int) -> tuple[int | None, int | None]:
+    """(seq_len, vocab) of a --data run, after checking both streams against them."""
+    if not opts.data:
+        return None, None
+    seq_len, vocab = resolve_shape(plan, model_file, batch_tokens)
+    for label, path in (("--data", opts.data), ("--val-data", opts.val_data)):
+        if path:
+            open_checked(path, opts.data_dtype, label, seq_len, plan.global_batch, vocab)
+    return seq_len, vocab
 
 
 def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
@@ -95,7 +139,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--launcher must be local or slurm, got {opts.launcher!r}")
     if opts.nnodes > 1 and opts.launcher == "local" and not opts.rdzv_endpoint:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
-    validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
+    checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
+    seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     fp = fingerprint(plan, model_file.sha256)
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
     ckpt_dir = opts.checkpoint_dir or (str(out / "checkpoints") if opts.checkpoint_every else None)
@@ -129,6 +174,19 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         tensorboard=opts.tensorboard,
         grad_norms_every=opts.grad_norms_every,
         slow_rank=opts.slow_rank,
+        lr_schedule=opts.lr_schedule,
+        warmup_steps=opts.warmup_steps,
+        min_lr=opts.min_lr,
+        decay_fraction=opts.decay_fraction,
+        weight_decay=opts.weight_decay,
+        adam_betas=tuple(opts.adam_betas),
+        data=str(Path(opts.data).resolve()) if opts.data else None,
+        data_dtype=opts.data_dtype,
+        val_data=str(Path(opts.val_data).resolve()) if opts.val_data else None,
+        eval_every=opts.eval_every,
+        eval_batches=opts.eval_batches,
+        data_seq_len=seq_len,
+        vocab=vocab,
     )
 
 

@@ -13,6 +13,7 @@ MEASURED_TAG = "step_time_s/measured"
 PREDICTED_TAG = "step_time_s/predicted"
 BLOCK_NORMS_TAG = "grad_norm/blocks"
 SCALARS = ("loss", "grad_norm", "tokens_per_s", "peak_memory_gib")
+OPTIONAL_SCALARS = ("lr", "val_loss")  # lr on every step; val_loss on --eval-every steps
 
 
 class TensorBoardMissingError(ValueError):
@@ -44,6 +45,9 @@ class TensorBoardLog:
         step = record["step"]
         for key in SCALARS:
             self.writer.add_scalar(key, record[key], step)
+        for key in OPTIONAL_SCALARS:
+            if key in record:
+                self.writer.add_scalar(key, record[key], step)
         self.writer.add_scalar(MEASURED_TAG, record["step_time_s"], step)
         if self.predicted_step_time_s:
             self.writer.add_scalar(PREDICTED_TAG, self.predicted_step_time_s, step)

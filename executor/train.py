@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from smplan.planner.model_file import load_model_file
 
-from . import checkpoint
+from . import checkpoint, recipe, token_data
 from .build import build_model_parts
 from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig, parse_slow_rank
 from .data import BatchSource
@@ -32,7 +32,7 @@ from .timing import PhaseTimer
 
 
 def clip_grad_norm_(params, max_norm: float, pp_group=None) -> torch.Tensor:
-    """Global 2-norm over the full parameters, then clip (torchtitan's recipe).
+    """Global 2-norm over the full parameters, then clip (torchtitan's recipe); max_norm 0: only the norm.
 
     DTensor gradients (TP / FSDP shards) are grouped by mesh and placement, normed per
     group and reduced to full values; pipeline stages add their squares over pp.
@@ -43,6 +43,8 @@ def clip_grad_norm_(params, max_norm: float, pp_group=None) -> torch.Tensor:
     if pp_group is not None:
         dist.all_reduce(total_sq, group=pp_group)
     total = total_sq.sqrt()
+    if max_norm <= 0:
+        return total
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for group in groups.values():
         torch._foreach_mul_(group, coef.to(group[0].dtype))
@@ -77,15 +79,30 @@ class Trainer:
         # A vocab-parallel head hands the loss sharded logits (a DTensor): cross-entropy
         # and its backward then reduce over the tp ranks instead of gathering the vocabulary.
         self.loss_context = _loss_parallel if self.parts.loss_parallel else contextlib.nullcontext
-        self.optimizers = [
-            torch.optim.AdamW(chunk.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-            for chunk in self.parts.chunks
-        ]
-        self.data = BatchSource(self.model_file, self.parts.reference, self.plan.micro_batch,
-                                self.plan.num_microbatches, self.dims.coord("dp"), self.plan.dp, cfg.seed)
+        self.recipe = cfg.recipe()
+        self.optimizers, self.decayed = [], []
+        for chunk in self.parts.chunks:  # two groups: no weight decay on norms, biases, 1-D tensors
+            groups, decayed = recipe.param_groups(chunk, cfg.weight_decay)
+            self.optimizers.append(torch.optim.AdamW(groups, lr=cfg.lr, betas=self.recipe.betas))
+            self.decayed.append(decayed)
+        self.data, self.val_data = self._data_sources()
         self.tokens_per_sample = None
         self.layout = self.parts.layout
         self.slow = parse_slow_rank(cfg.slow_rank)
+
+    def _data_sources(self):
+        """The model file's batches, or --data's token stream (and --val-data's)."""
+        plan, cfg = self.plan, self.cfg
+        if not cfg.data:
+            return BatchSource(self.model_file, self.parts.reference, plan.micro_batch,
+                               plan.num_microbatches, self.dims.coord("dp"), plan.dp, cfg.seed), None
+
+        def source(path):
+            seqs = token_data.Sequences(token_data.TokenStream(path, cfg.data_dtype), cfg.data_seq_len)
+            return token_data.TokenBatchSource(seqs, plan.micro_batch, plan.num_microbatches,
+                                               self.dims.coord("dp"), plan.global_batch)
+
+        return source(cfg.data), (source(cfg.val_data) if cfg.val_data else None)
 
     # -- one step ---------------------------------------------------------------------------
     def _forward_backward(self, step: int, timer: PhaseTimer) -> torch.Tensor:
@@ -115,7 +132,7 @@ class Trainer:
             total += loss.detach().float()
         return total / n
 
-    def _pipeline_step(self, micro) -> torch.Tensor:
+    def _pipeline_step(self, micro, forward_only: bool = False) -> torch.Tensor:
         first, last = self.dims.is_first_stage, self.dims.is_last_stage
         args = (torch.cat([x for x, _ in micro]).to(self.device),) if first else ()
         kwargs = {}
@@ -123,7 +140,7 @@ class Trainer:
         if last:
             kwargs = {"target": torch.cat([y for _, y in micro]).to(self.device), "losses": losses}
         with self.autocast(), self.loss_context():
-            self.parts.schedule.step(*args, **kwargs)
+            (self.parts.schedule.eval if forward_only else self.parts.schedule.step)(*args, **kwargs)
         if last:
             return torch.stack([loss.detach().float() for loss in losses]).mean()
         return torch.zeros((), device=self.device)
@@ -139,9 +156,10 @@ class Trainer:
             out["block_grad_norms"] = block_grad_norms(self.parts.chunks, self.layout, self.device, pp_group)
             timer.mark("block_grad_norms")
         params = list(self.parts.parameters())
-        norm = clip_grad_norm_(params, self.cfg.clip, pp_group)
+        norm = clip_grad_norm_(params, self.recipe.grad_clip, pp_group)
         timer.mark("grad_clip")
-        for opt in self.optimizers:
+        for opt, decayed in zip(self.optimizers, self.decayed, strict=True):
+            out["lr"] = recipe.apply(opt, step, self.recipe, decayed)
             opt.step()
             opt.zero_grad(set_to_none=True)
         timer.mark("optimizer")
@@ -161,6 +179,34 @@ class Trainer:
         out["sync_wait_s"] = time.perf_counter() - t0
         out.update(loss=loss, grad_norm=norm.item(), phases_s=timer.totals_s())
         return out
+
+    def _replica_mean(self, local: torch.Tensor) -> float:
+        """The mean over dp replicas of a per-replica loss (from its last stage, first tp rank)."""
+        owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
+        report = local if owner else torch.zeros_like(local)
+        dist.all_reduce(report)
+        return report.item() / self.plan.dp
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss over the first --eval-batches global batches of --val-data (forward only)."""
+        for chunk in self.parts.chunks:
+            chunk.eval()
+        total = torch.zeros((), device=self.device)
+        try:
+            for k in range(1, self.cfg.eval_batches + 1):
+                micro = self.val_data.microbatches(k)
+                if self.parts.schedule is not None:
+                    total += self._pipeline_step(micro, forward_only=True)
+                    continue
+                model = self.parts.chunks[0]
+                for x, y in micro:
+                    with self.loss_context(), self.autocast():
+                        total += self.loss_fn(model(x.to(self.device)), y.to(self.device)).float() / len(micro)
+        finally:
+            for chunk in self.parts.chunks:
+                chunk.train()
+        return self._replica_mean(total / self.cfg.eval_batches)
 
     # -- the run ----------------------------------------------------------------------------
     def _maybe_fail(self, step: int) -> None:
@@ -203,7 +249,11 @@ class Trainer:
         return step
 
     def _save(self, step: int) -> None:
-        meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref}
+        # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
+        meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref,
+                "recipe": self.recipe.to_dict()}
+        if self.cfg.data:
+            meta["data"] = self.data.position(step)
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
                         self.rank, dist.barrier, rank_state={"rng": checkpoint.rng_state(self.device)})
 
@@ -235,12 +285,16 @@ class Trainer:
                     "step": step, "rank": self.rank, "step_time_s": dt, "sync_wait_s": result["sync_wait_s"],
                     "phases_s": result["phases_s"], "tokens_per_s": tokens_per_step / dt,
                     "peak_memory_gib": own_mem, "peak_memory_source": peak_memory_source(self.device),
-                    "loss": result["loss"], "grad_norm": result["grad_norm"]})
+                    "loss": result["loss"], "grad_norm": result["grad_norm"], "lr": result["lr"]})
+                val_every = self.cfg.eval_every
+                val_loss = self.evaluate() if val_every and (step % val_every == 0 or step == steps) else None
                 if writer is not None:
                     record = {"step": step, "loss": result["loss"], "step_time_s": dt,
                               "tokens_per_s": tokens_per_step / dt, "samples_per_s": self.plan.global_batch / dt,
                               "peak_memory_gib": mem.item(), "grad_norm": result["grad_norm"],
-                              "phases_s": result["phases_s"]}  # rank 0's; every rank's in ranks/
+                              "lr": result["lr"], "phases_s": result["phases_s"]}  # rank 0's; every rank's in ranks/
+                    if val_loss is not None:
+                        record["val_loss"] = val_loss
                     if "block_grad_norms" in result:
                         record["block_grad_norms"] = result["block_grad_norms"]
                     writer.write(record)

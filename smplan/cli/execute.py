@@ -11,6 +11,7 @@ import click
 from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
+from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
@@ -41,7 +42,31 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
                    "an existing one is only continued from its checkpoint.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the initial weights and the data; the same seed gives the same run for any layout.")
-@click.option("--lr", type=float, default=1e-3, show_default=True, help="AdamW learning rate (constant).")
+@click.option("--lr", type=float, default=1e-3, show_default=True,
+              help="AdamW peak learning rate (after warmup; the whole run's with --lr-schedule constant).")
+@click.option("--lr-schedule", type=click.Choice(["constant", "cosine", "wsd"]), default="constant", show_default=True,
+              help="constant; cosine: to --min-lr at the last step; wsd: warmup-stable-decay, linear to "
+                   "--min-lr over the last --decay-fraction of the steps.")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Linear warmup: the lr reaches --lr at this step.")
+@click.option("--min-lr", type=float, default=0.0, show_default=True, help="Final lr of cosine and wsd.")
+@click.option("--decay-fraction", type=float, default=DEFAULT_DECAY_FRACTION, show_default=True,
+              help="wsd: the share of the steps the lr decays over, at the end.")
+@click.option("--weight-decay", type=float, default=0.01, show_default=True,
+              help="AdamW weight decay of weight matrices (norms, biases and 1-D parameters get none).")
+@click.option("--grad-clip", type=float, default=1.0, show_default=True,
+              help="Clip the global gradient norm to this; 0: off (the norm is still recorded).")
+@click.option("--adam-betas", default="0.9,0.999", show_default=True, metavar="B1,B2", help="AdamW betas.")
+@click.option("--data", default=None, metavar="PATH",
+              help="Train on token ids from disk: a flat .bin (nanoGPT/Megatron), a .npy, or a folder of them "
+                   "(sorted, read as one stream); replaces the model file's batch()/data().")
+@click.option("--data-dtype", type=click.Choice(["uint16", "uint32"]), default="uint16", show_default=True,
+              help="Token dtype of .bin files (a .npy carries its own).")
+@click.option("--val-data", default=None, metavar="PATH", help="Validation tokens (same formats as --data).")
+@click.option("--eval-every", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Record val_loss every N steps and at the last step (needs --val-data); 0: never.")
+@click.option("--eval-batches", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Global batches of --val-data averaged into val_loss (always the same ones).")
 @click.option("--tensorboard", is_flag=True,
               help="Also write TensorBoard event files to RUN_DIR/tensorboard (needs smplan[monitor]).")
 @click.option("--grad-norms-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="K",
@@ -52,8 +77,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
-            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, tensorboard, grad_norms_every,
-            fail_at_step, slow_rank, as_json):
+            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, lr_schedule, warmup_steps, min_lr,
+            decay_fraction, weight_decay, grad_clip, adam_betas, data, data_dtype, val_data, eval_every, eval_batches,
+            tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
     """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
 
     \b
@@ -61,6 +87,8 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
       smplan execute "dp=2,mbs=2,gbs=8" --model examples/gpt.py:tiny --checkpoint-every 5
       smplan execute plan.json --launcher slurm --nnodes 4 --nproc-per-node 8
       smplan execute plan.json --tensorboard      # then: smplan monitor RUN_DIR --follow
+      smplan execute plan.json --data train.bin --val-data val.bin --eval-every 50 \\
+          --lr 3e-4 --lr-schedule cosine --warmup-steps 100 --min-lr 3e-5
 
     \b
     RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-N.jsonl (every rank's step
@@ -70,7 +98,11 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                           max_restarts=max_restarts, launcher=launcher, out=out, fail_at_step=fail_at_step,
                           force_resume=force_resume, seed=seed, lr=lr, tensorboard=tensorboard,
-                          grad_norms_every=grad_norms_every, slow_rank=slow_rank)
+                          grad_norms_every=grad_norms_every, slow_rank=slow_rank, clip=grad_clip,
+                          lr_schedule=lr_schedule, warmup_steps=warmup_steps, min_lr=min_lr,
+                          decay_fraction=decay_fraction, weight_decay=weight_decay,
+                          adam_betas=parse_betas(adam_betas), data=data, data_dtype=data_dtype,
+                          val_data=val_data, eval_every=eval_every, eval_batches=eval_batches)
     check_options(opts)  # before the model file is even loaded
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)
@@ -107,6 +139,8 @@ def _echo_summary(summary: dict) -> None:
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")
+    if "final_val_loss" in measured:
+        click.echo(f"  final val loss {measured['final_val_loss']:.6f}")
 
 
 @contextlib.contextmanager

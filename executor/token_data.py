@@ -1,0 +1,209 @@
+"""Token data from disk: flat binaries of token ids, memory-mapped, never read whole.
+
+`--data PATH` is one of
+  - a flat binary of token ids (nanoGPT's train.bin; the .bin of Megatron's indexed
+    dataset, whose .idx is not needed), dtype --data-dtype (uint16 or uint32);
+  - a .npy array (its own integer dtype);
+  - a folder of such files: the .bin/.npy files in it, sorted by name, read as one stream.
+
+The stream is cut into consecutive sequences of seq_len+1 tokens (the last partial one is
+dropped); inputs are the first seq_len tokens, targets the same shifted by one. Step k
+(1-based) trains on sequences (k-1)*G .. k*G-1 (G = global batch), in the order the
+synthetic batches use (executor/data.py): micro-batch i of dp-rank r holds the global
+micro-batch j = r*m + i, i.e. sequences (k-1)*G + j*mbs + b. Every layout (dp, tp, pp,
+micro-batch split) therefore sees the same global batch at the same step.
+
+When the sequences run out the stream wraps around: sequence index s reads sequence
+s mod N of the file (N sequences), in epoch s // N. The position is a function of the step
+alone, so a resumed run neither repeats nor skips data; checkpoints record it anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+SUFFIXES = (".bin", ".npy")
+# How many tokens the vocabulary check reads: the first and last chunk of every shard and
+# evenly spaced windows across the stream (a cheap sample, not a full scan).
+CHECK_CHUNK_TOKENS = 1 << 16
+CHECK_WINDOWS = 64
+CHECK_WINDOW_TOKENS = 1024
+
+
+class TokenDataError(ValueError):
+    """A --data/--val-data file cannot feed this run (one line, exit 2 on the CLI)."""
+
+
+class TokenStream:
+    """Shards read as one logical array of token ids."""
+
+    def __init__(self, path: str | Path, dtype: str = "uint16", label: str = "--data"):
+        self.path, self.label = Path(path), label
+        if dtype not in DTYPES:
+            raise TokenDataError(f"--data-dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        files = _shard_files(self.path, label)
+        self.files = files
+        self.shards = [_open_shard(f, DTYPES[dtype], label) for f in files]
+        self.starts = np.cumsum([0] + [len(s) for s in self.shards])
+        self.total = int(self.starts[-1])
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Tokens [start, start+count) of the stream as int64 (may span shards)."""
+        out = np.empty(count, dtype=np.int64)
+        pos, filled = start, 0
+        while filled < count:
+            k = int(np.searchsorted(self.starts, pos, side="right")) - 1
+            shard, offset = self.shards[k], pos - int(self.starts[k])
+            take = min(count - filled, len(shard) - offset)
+            out[filled:filled + take] = shard[offset:offset + take]
+            filled, pos = filled + take, pos + take
+        return out
+
+
+def _shard_files(path: Path, label: str) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith("."))
+        if not files:
+            raise TokenDataError(f"{label} {path}: the folder holds no .bin or .npy files")
+        return files
+    if not path.is_file():
+        raise TokenDataError(f"{label} {path}: no such file or folder")
+    return [path]
+
+
+def _open_shard(file: Path, dtype, label: str) -> np.ndarray:
+    if file.suffix == ".npy":
+        try:
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise TokenDataError(f"{label} {file}: not a readable .npy file ({err})") from None
+        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+            raise TokenDataError(f"{label} {file}: a .npy shard must be a 1-D integer array of token ids, "
+                                 f"got shape {array.shape} dtype {array.dtype}")
+    else:
+        size, itemsize = file.stat().st_size, np.dtype(dtype).itemsize
+        if size % itemsize:
+            raise TokenDataError(
+                f"{label} {file}: {size} bytes is not a multiple of {itemsize} ({np.dtype(dtype).name}); "
+                f"pass the --data-dtype it was written with (uint16 or uint32)")
+        array = np.memmap(file, dtype=dtype, mode="r") if size else np.zeros(0, dtype=dtype)
+    if len(array) == 0:
+        raise TokenDataError(f"{label} {file}: the file holds no tokens")
+    return array
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """Consecutive sequences of seq_len+1 tokens of a stream, wrapping around."""
+
+    stream: TokenStream
+    seq_len: int
+
+    @property
+    def count(self) -> int:
+        return self.stream.total // (self.seq_len + 1)
+
+    def get(self, index: int) -> np.ndarray:
+        n = self.seq_len + 1
+        return self.stream.read((index % self.count) * n, n)
+
+    def epoch(self, index: int) -> int:
+        return index // self.count
+
+
+def sequence_indices(step: int, global_batch: int, micro_batch: int, n_micro: int, dp_rank: int) -> list[list[int]]:
+    """The sequence indices of each of dp-rank `dp_rank`'s micro-batches at 1-based `step`."""
+    base = (step - 1) * global_batch
+    first = dp_rank * n_micro  # global micro-batch j = r*m + i, as executor/data.py
+    return [[base + (first + i) * micro_batch + b for b in range(micro_batch)] for i in range(n_micro)]
+
+
+class TokenBatchSource:
+    """BatchSource's interface (skip, microbatches) over a token stream."""
+
+    def __init__(self, sequences: Sequences, micro_batch: int, n_micro: int, dp_rank: int, global_batch: int):
+        self.sequences = sequences
+        self.micro_batch, self.n_micro, self.dp_rank, self.global_batch = micro_batch, n_micro, dp_rank, global_batch
+
+    def skip(self, steps: int) -> None:
+        """Resume: nothing to skip, the position is a function of the step."""
+
+    def microbatches(self, step: int):
+        import torch
+
+        out = []
+        for indices in sequence_indices(step, self.global_batch, self.micro_batch, self.n_micro, self.dp_rank):
+            tokens = torch.from_numpy(np.stack([self.sequences.get(s) for s in indices]))
+            out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+        return out
+
+    def position(self, steps_done: int) -> dict:
+        """Where the data stand after `steps_done` steps (for checkpoint metadata)."""
+        consumed = steps_done * self.global_batch
+        return {"path": str(self.sequences.stream.path), "sequences_consumed": consumed,
+                "sequences_per_epoch": self.sequences.count, "epoch": self.sequences.epoch(consumed),
+                "seq_len": self.sequences.seq_len}
+
+
+def check_stream(stream: TokenStream, seq_len: int, global_batch: int, vocab: int | None) -> Sequences:
+    """Refuse a stream shorter than one global batch, or one with ids outside [0, vocab)."""
+    seqs = Sequences(stream, seq_len)
+    if seqs.count < global_batch:
+        raise TokenDataError(
+            f"{stream.label} {stream.path}: {stream.total} tokens make {seqs.count} sequences of "
+            f"seq_len+1={seq_len + 1}, fewer than one global batch ({global_batch}); "
+            "use more data or a smaller global batch")
+    for where, tokens in _samples(stream):
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or (vocab is not None and high >= vocab):
+            bad = low if low < 0 else high
+            allowed = f"the model's vocabulary [0, {vocab})" if vocab is not None else "token ids >= 0"
+            raise TokenDataError(
+                f"{stream.label} {stream.path}: token id {bad} ({where}) is outside {allowed}; "
+                "check --data-dtype or the tokenizer the data was written with")
+    return seqs
+
+
+def _samples(stream: TokenStream):
+    for file, shard in zip(stream.files, stream.shards, strict=True):
+        yield f"first tokens of {file.name}", np.asarray(shard[:CHECK_CHUNK_TOKENS])
+        yield f"last tokens of {file.name}", np.asarray(shard[-CHECK_CHUNK_TOKENS:])
+    span = max(stream.total - CHECK_WINDOW_TOKENS, 0)
+    for k in range(CHECK_WINDOWS):
+        start = span * k // max(CHECK_WINDOWS - 1, 1)
+        yield f"near token {start}", stream.read(start, min(CHECK_WINDOW_TOKENS, stream.total - start))
+
+
+def model_int(model, *names: str) -> int | None:
+    """An integer from the model's `config` (dataclass or dict), e.g. vocab / vocab_size."""
+    cfg = getattr(model, "config", None)
+    for name in names:
+        value = cfg.get(name) if isinstance(cfg, dict) else getattr(cfg, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def open_checked(path: str, dtype: str, label: str, seq_len: int, global_batch: int, vocab: int | None) -> Sequences:
+    return check_stream(TokenStream(path, dtype, label), seq_len, global_batch, vocab)
+
+
+def resolve_shape(plan, model_file, batch_tokens: int) -> tuple[int, int | None]:
+    """(seq_len, vocab) token data must fit: seq_len from the plan, else the model's batch()
+    (`batch_tokens`, 1 when it has none), else its config; vocab from the config (None: unchecked)."""
+    meta = model_file.build(plan.model_args, device="meta")
+    batch = model_file.hook("batch")
+    if batch is not None:
+        inputs, _ = batch(plan.micro_batch, model=meta, seed=0)
+        if inputs.is_floating_point():
+            raise TokenDataError(f"--data feeds token ids, but {model_file.path.name}'s batch() gives "
+                                 f"floating-point inputs ({inputs.dtype}); drop --data for this model")
+    seq_len = plan.seq_len or (batch_tokens if batch_tokens > 1 else None) or model_int(meta, "seq_len", "max_seq_len")
+    if not seq_len:
+        raise TokenDataError(f"--data needs a sequence length: the plan has no seq_len and {model_file.path.name} "
+                             "gives none (batch() shape or config.seq_len); set seq_len in the plan")
+    return seq_len, model_int(meta, "vocab", "vocab_size")
