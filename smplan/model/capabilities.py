@@ -36,8 +36,11 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call) -> str | No
                         "pipeline stages pass one tensor on")
             call(last, hidden)
     except Exception as err:  # any failure means the stage cannot run; say which
-        first_line = (str(err).strip().splitlines() or [""])[0][:120]
-        return f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: {first_line})"
+        while type(err).__module__.startswith("smplan") and (err.__cause__ or err.__context__):
+            err = err.__cause__ or err.__context__  # the model's own error, not our wrapper of it
+        first_line = (str(err).strip().splitlines() or [""])[0][:100]
+        return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
+                f"{first_line}); skip None layers in forward, as examples/gpt.py does, to allow pp")
     return None
 
 
