@@ -163,7 +163,7 @@ def per_run(rows: Iterable[dict]) -> list[dict]:
     for r in rows:
         runs.setdefault(r["run"], {"row": r, "metrics": {}})["metrics"][r["metric"]] = float(r["value"])
     out = []
-    for run, entry in runs.items():
+    for entry in runs.values():
         row = dict(entry["row"])
         m = entry["metrics"]
         row["_metric"] = next((k for k in ("step_time_s", "tokens_per_s_per_gpu") if k in m), None)
