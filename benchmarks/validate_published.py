@@ -184,6 +184,14 @@ def run_loso(used: dict[str, list[Scored]], pred: Predictor, keys: tuple[str, ..
     bundled = {k: getattr(load_cluster("a100x8", overrides=pred.global_set).efficiency, k) for k in keys}
     print("  bundled factors: " + ", ".join(f"{k}={v:.4g}" for k, v in bundled.items()))
     out = {}
+    t0 = time.perf_counter()
+    everything = fit_factors({n: fit_subset([s.row for s in used[n]]) for n in names}, pred, keys)
+    print("  fitted on all sources: " + ", ".join(f"{k}={v:.4g}" for k, v in everything.items())
+          + f"  ({time.perf_counter() - t0:.0f} s)")
+    in_sample = {n: stats([pred.score(s.row, everything) for s in used[n]]) for n in names}
+    print("    with them (in-sample): " + ", ".join(f"{n} {st['mape']:.1f}% ({st['signed']:+.1f}%)"
+                                                   for n, st in in_sample.items()))
+    out["all"] = dict(factors=everything, in_sample=in_sample)
     for held, train_names in loso_splits(names):
         t0 = time.perf_counter()
         train = {n: fit_subset([s.row for s in used[n]]) for n in train_names}
@@ -257,6 +265,8 @@ def main(argv: list[str] | None = None) -> dict:
     st = stats(everything)
     print(summary_line("all rows", st, sum(v["skipped"] for v in out.values()), ""))
     if args.loso:
+        if sum(bool(s) for s in used.values()) < 2:
+            usage_error("--loso needs at least 2 sources with usable rows; drop --sources or name more")
         out["loso"] = run_loso(used, pred, keys)
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s")
     return out

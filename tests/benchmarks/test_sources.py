@@ -166,3 +166,38 @@ def test_real_folder_maps_every_source_when_present():
         counts[name] = sum(isinstance(r, Mapped) for r in rows)
         assert rows and all(isinstance(r, Mapped | Skipped) for r in rows)
     assert counts["sc21_table1"] == 10 and counts["llm_foundry"] > 100
+
+
+def test_script_prints_one_line_per_source_and_the_loso_table(tmp_path):
+    import csv
+    import subprocess
+
+    def write(name, rows):
+        with open(tmp_path / name, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=HEADER)
+            w.writeheader()
+            for r in rows:
+                w.writerow(dict(r, source="synthetic"))
+
+    small = dict(layers=2, hidden=1024, heads=8, kv_heads=8, ffn=4096, vocab=1024, seq_len=1024, gpus=8, dp=8,
+                 micro_batch=2, global_batch=16)
+    write("torchtitan_docs_performance_2024.csv", [
+        row(run="tt_a", gpu="A100 80GB", recompute="full AC", zero="FSDP2", precision="bf16", value=20000, **small),
+        row(run="tt_b", gpu="A100 80GB", recompute="none", zero="FSDP2", precision="bf16+float8 linears", **small)])
+    write("llm_foundry_mpt_a100.csv", [
+        row(run="lf_a", gpu="A100 40GB", recompute="none", zero="PyTorch FSDP FULL_SHARD", precision="bf16",
+            value=30000, **small)])
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_published.py"), "--validation-dir",
+                          str(tmp_path), "--fast", "--loso", "--sources", "torchtitan,llm_foundry"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    tt = next(line for line in lines if line.startswith("torchtitan"))
+    assert "used    1  skipped    1" in tt and "FP8 1" in tt and "MAPE" in tt
+    assert any(line.startswith("llm_foundry") and "used    1" in line for line in lines)
+    assert any("held out torchtitan" in line for line in lines)
+    assert any("held out llm_foundry" in line for line in lines)
+    one = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_published.py"), "--validation-dir",
+                          str(tmp_path), "--fast", "--loso", "--sources", "torchtitan"],
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 2 and "at least 2 sources" in one.stderr and "Traceback" not in one.stderr
