@@ -1,0 +1,316 @@
+"""Every file of the validation folder as smplan plans: one mapping function per source file.
+
+A mapped row is what a user would get from the CLI: `smplan simulate examples/gpt.py --arg ...
+--hw NAME --plan dp=..,tp=..,...` -- the builder's arguments from the row's model dims, a
+bundled hardware profile, the plan keys the row states. A row the CLI cannot express yet is
+kept as a `Skipped` with one reason (MoE, FP8, cp>1, a GPU without a bundled profile, ...).
+
+Where a source leaves a setting out, the assumption lives in FRAMEWORK_DEFAULTS below (one
+dict per source, each entry citing where it comes from); nothing is set per row and nothing
+is fitted per row or per source. The measured figure becomes a step time by plain
+arithmetic: step_s = global_batch * seq_len / (tokens_per_s_per_gpu * gpus).
+
+The vTrain and Megatron SC21 files keep the reading of benchmarks/published.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from published import (
+    GPT,
+    megatron_rows,
+    megatron_table2_rows,
+    model_args,
+    nodes_for,
+    plan_for,
+    vtrain_rows,
+)
+from smplan.planner import Plan, PlanError, even_stages
+from validation_data import validation_file
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """One published run as a plan the CLI would simulate."""
+
+    source: str
+    run: str
+    plan: Plan
+    model_args: dict  # examples/gpt.py builder arguments (`--arg`)
+    dtype: str
+    hw: str  # bundled hardware profile (`smplan hw list`)
+    nodes: int
+    measured_s: float  # measured step time, seconds
+    hw_set: dict = field(default_factory=dict)  # profile overrides stated by the source (not fitted)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    source: str
+    run: str
+    reason: str  # every reason that applies, joined by "; "
+
+    @property
+    def reasons(self) -> list[str]:
+        return self.reason.split("; ")
+
+
+Row = Mapped | Skipped
+
+# Bundled profile per GPU string of the modern files (`smplan hw list`); others are skipped.
+GPU_PROFILES = {
+    "A100 80GB": "a100x8",
+    "A100 40GB": "a100-40gx8",
+    "H100 (DGX-H100)": "h100x8",
+    # torchtitan's 2024 H100s are 94-95 GB HBM2e lower-TDP parts (its footnote 1); the closest
+    # bundled profile is the SXM5-80GB one, so these rows are predicted somewhat too fast.
+    "H100 (94-95GB HBM2e)": "h100x8",
+    "B200 (DGX-B200)": "b200x8",
+}
+
+# What each source leaves out, in one place. Cited per entry; never a fitted number.
+FRAMEWORK_DEFAULTS = {
+    "megatron_bridge_perf_summary.csv": dict(
+        # Megatron-Bridge perf recipes (src/megatron/bridge/perf_recipes) train with the distributed
+        # optimizer (ZeRO-1) under DDP, sequence parallelism whenever tp > 1, TE fused attention,
+        # no dropout and no recompute for the dense Llama recipes.
+        zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute="none", attention="sdpa", dropout=0.0,
+        gpus_per_node=8,
+    ),
+    "nemo_perf_summary_2407_h100.csv": dict(
+        # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
+        # use_distributed_optimizer true, sequence_parallel true with tp > 1, flash/TE attention,
+        # no activation checkpointing in the perf configs, dropout 0.
+        zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute="none", attention="sdpa", dropout=0.0,
+        gpus_per_node=8,
+    ),
+    "llm_foundry_mpt_a100.csv": dict(
+        # llm-foundry benchmarking README: pure FSDP FULL_SHARD (ZeRO-3), no TP/PP;
+        # mpt-*.yaml: attn_impl triton/flash, GELU 4h MLP, LayerNorm, learned positions (NumParams
+        # matches a seq_len-row table), dropout 0. GPUs per node not stated: MosaicML's A100
+        # nodes are 8-GPU; "1600 Gbps node-node" per node / 8 GPUs = 25 GB/s per GPU.
+        zero=3, sp_when_tp=False, attention="sdpa", mlp="gelu", norm="layernorm", learned_positions=True,
+        dropout=0.0, gpus_per_node=8,
+    ),
+    "torchtitan_docs_performance_2024.csv": dict(
+        # torchtitan docs/performance.md + train_configs: FSDP2 (ZeRO-3), TP with sequence
+        # parallel norms (parallelize_llama), SDPA flash attention, Llama blocks (SwiGLU,
+        # RMSNorm, RoPE), no dropout, no gradient accumulation (micro-batch = local batch =
+        # global batch / dp). Grand Teton / DGX A100 nodes are 8 GPUs.
+        zero=3, sp_when_tp=True, attention="sdpa", mlp="swiglu", norm="rmsnorm", learned_positions=False,
+        dropout=0.0, gpus_per_node=8,
+    ),
+}
+
+# Recompute as the sources name it -> the plan's key; the others are skipped with a reason.
+RECOMPUTE_NAMES = {"": None, "none": "none", "full ac": "full", "full activation checkpointing": "full"}
+RECOMPUTE_UNSUPPORTED = {
+    "selective op ac": "recompute=sac (op-level selective AC): no key yet",
+    "selective layer ac": "layer-selective AC (every k-th layer): no per-layer recompute key in the CLI plan",
+}
+
+
+# ----------------------------------------------------------------- old files (published.py)
+
+
+def _from_published(source: str, rows: list[dict]) -> list[Row]:
+    out: list[Row] = []
+    for i, r in enumerate(rows):
+        nodes = nodes_for(r)
+        out.append(Mapped(source, f"{r['label']}#{i}", plan_for(r, nodes), model_args(r), r["dtype"], "a100x8",
+                          nodes, r["measured_s"], dict(r["hw_set"])))
+    return out
+
+
+def vtrain_multi(folder: Path) -> list[Row]:
+    return _from_published("vtrain_multi_node.csv", vtrain_rows(folder, "vtrain_multi_node.csv"))
+
+
+def vtrain_single(folder: Path) -> list[Row]:
+    return _from_published("vtrain_single_node.csv", vtrain_rows(folder, "vtrain_single_node.csv"))
+
+
+def sc21_table1(folder: Path) -> list[Row]:
+    return _from_published("megatron_sc21_table1.csv", megatron_rows(folder))
+
+
+def sc21_table2(folder: Path) -> list[Row]:
+    return _from_published("megatron_sc21_table2.csv", megatron_table2_rows(folder))
+
+
+# ----------------------------------------------------------------- modern files (shared header)
+
+
+def read_rows(folder: Path, name: str) -> list[dict]:
+    with open(validation_file(folder, name), newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _int(value: str) -> int | None:
+    value = (value or "").strip()
+    return int(float(value)) if value else None
+
+
+def per_run(rows: Iterable[dict]) -> list[dict]:
+    """One row per `run`: its step time if given, else its tokens/s/GPU; `_metric` says which,
+    None when the run has neither (an MFU or TFLOP/s alone needs the source's FLOP count)."""
+    runs: dict[str, dict] = {}
+    for r in rows:
+        runs.setdefault(r["run"], {"row": r, "metrics": {}})["metrics"][r["metric"]] = float(r["value"])
+    out = []
+    for entry in runs.values():
+        row = dict(entry["row"])
+        m = entry["metrics"]
+        row["_metric"] = next((k for k in ("step_time_s", "tokens_per_s_per_gpu") if k in m), None)
+        row["_value"] = m.get(row["_metric"]) if row["_metric"] else None
+        out.append(row)
+    return out
+
+
+def precision_skip(precision: str) -> str | None:
+    p = precision.lower()
+    if "fp4" in p:
+        return "FP4"
+    if "fp8" in p or "float8" in p:
+        return "FP8"
+    if "not stated" in p:
+        return "precision not stated"
+    return None
+
+
+def family(run: str) -> str | None:
+    """Layout of a Megatron-side model from its name: 'llama' (SwiGLU, RMSNorm, RoPE), 'gpt' (GeLU,
+    LayerNorm, learned positions), None for what examples/gpt.py does not build."""
+    name = run.lower()
+    if any(k in name for k in ("llama", "qwen", "mistral")):
+        return "llama"
+    if "gpt3" in name:
+        return "gpt"
+    return None
+
+
+LAYOUTS = {
+    "llama": dict(mlp="swiglu", norm="rmsnorm", learned_positions=False),
+    "gpt": dict(mlp="gelu", norm="layernorm", learned_positions=True),
+}
+
+
+def inter_node_override(interconnect: str, gpus_per_node: int) -> dict:
+    """"1600 Gbps node-node" -> inter_node.bandwidth_gbps per GPU (GB/s), when the source states it."""
+    m = re.search(r"(\d+)\s*Gbps node-node", interconnect or "")
+    return {"inter_node.bandwidth_gbps": int(m.group(1)) / 8 / gpus_per_node} if m else {}
+
+
+def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
+    """One run of a modern file (shared header) -> Mapped or Skipped (first reason that applies)."""
+    d = FRAMEWORK_DEFAULTS[source]
+    run = r["run"]
+
+    def skip(reason: str) -> Skipped:
+        return Skipped(source, run, reason)
+
+    # Every reason that applies, so the summary can say what each missing key would add.
+    hw = GPU_PROFILES.get(r["gpu"].strip())
+    reasons = []
+    if (_int(r["experts"]) or 0) > 1:
+        reasons.append("MoE: no ep key yet")
+    if (_int(r["cp"]) or 1) > 1:
+        reasons.append("cp>1: no cp key yet")
+    if precision_skip(r["precision"]):
+        reasons.append(precision_skip(r["precision"]))
+    if hw is None:
+        reasons.append(f"unknown GPU: no bundled profile for {r['gpu'].split(' (')[0]}")
+    if r["_metric"] is None:
+        reasons.append("no step time or tokens/s (MFU alone)")
+    if reasons:
+        return skip("; ".join(reasons))
+    layout = layout if layout is not None else LAYOUTS.get(family(run) or "")
+    if layout is None:
+        return skip("architecture not built by examples/gpt.py")
+    dims = {k: _int(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")}
+    missing = [k for k, v in dims.items() if v is None]
+    if missing:
+        return skip(f"model dims not given ({missing[0]})")
+    rec_name = r["recompute"].strip().lower()
+    if rec_name in RECOMPUTE_UNSUPPORTED:
+        return skip(RECOMPUTE_UNSUPPORTED[rec_name])
+    if rec_name not in RECOMPUTE_NAMES:
+        return skip(f"recompute {r['recompute']!r} not mapped")
+    recompute = RECOMPUTE_NAMES[rec_name] or d.get("recompute", "none")
+    gpus = _int(r["gpus"])
+    tp, pp = _int(r["tp"]) or 1, _int(r["pp"]) or 1
+    dp = _int(r["dp"]) or gpus // (tp * pp)
+    if dp * tp * pp != gpus:
+        return skip(f"dp*tp*pp = {dp * tp * pp} != {gpus} GPUs")
+    gbs = _int(r["global_batch"])
+    mbs = _int(r["micro_batch"]) or (gbs // dp if gbs else None)  # no gradient accumulation (FRAMEWORK_DEFAULTS)
+    if not gbs or not mbs:
+        return skip("batch size not given")
+    vp = _int(r["vp"]) or 1
+    zero_text = r["zero"].lower()
+    zero = d["zero"] if "zero" in d else (d["zero_fsdp"] if "fsdp>0" in zero_text or "megatron-fsdp" in zero_text
+                                          else d["zero_ddp"])
+    gpn = _int(r["gpus_per_node"]) or d["gpus_per_node"]
+    nodes = max(1, -(-gpus // gpn))
+    seq = dims["seq_len"]
+    if r["_metric"] == "step_time_s":
+        measured = r["_value"]
+    else:
+        measured = gbs * seq / (r["_value"] * gpus)
+    args = dict(layers=dims["layers"], hidden=dims["hidden"], heads=dims["heads"], kv_heads=dims["kv_heads"],
+                ffn=dims["ffn"], vocab=dims["vocab"], seq_len=seq, attention=d["attention"], dropout=d["dropout"],
+                **{k: d.get(k, v) for k, v in layout.items()})
+    try:
+        plan = Plan(model=GPT, hw=hw, nodes=nodes, dp=dp, tp=tp, pp=pp, micro_batch=mbs, global_batch=gbs,
+                    schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
+                    sequence_parallel=bool(d["sp_when_tp"] and tp > 1), overlap_dp=True, dtype="bf16",
+                    stages=even_stages(dims["layers"], pp * vp, recompute))
+    except (PlanError, ValueError) as err:
+        return skip(f"plan rejected: {str(err).split(';')[0]}")
+    return Mapped(source, run, plan, args, "bf16", hw, nodes, measured, inter_node_override(r["interconnect"], gpn))
+
+
+def map_rows(source: str, rows: Iterable[dict], layout: dict | None = None) -> list[Row]:
+    return [map_modern_row(source, r, layout) for r in per_run(rows)]
+
+
+def megatron_bridge(folder: Path) -> list[Row]:
+    name = "megatron_bridge_perf_summary.csv"
+    return map_rows(name, read_rows(folder, name))
+
+
+def nemo_2407(folder: Path) -> list[Row]:
+    name = "nemo_perf_summary_2407_h100.csv"
+    return map_rows(name, read_rows(folder, name))
+
+
+def llm_foundry(folder: Path) -> list[Row]:
+    name = "llm_foundry_mpt_a100.csv"
+    d = FRAMEWORK_DEFAULTS[name]
+    layout = {k: d[k] for k in ("mlp", "norm", "learned_positions")}
+    return map_rows(name, read_rows(folder, name), layout)
+
+
+def torchtitan(folder: Path) -> list[Row]:
+    name = "torchtitan_docs_performance_2024.csv"
+    d = FRAMEWORK_DEFAULTS[name]
+    layout = {k: d[k] for k in ("mlp", "norm", "learned_positions")}
+    return map_rows(name, read_rows(folder, name), layout)
+
+
+# One short name per source, in report order.
+SOURCES: dict[str, Callable[[Path], list[Row]]] = {
+    "vtrain_multi": vtrain_multi,
+    "vtrain_single": vtrain_single,
+    "sc21_table1": sc21_table1,
+    "sc21_table2": sc21_table2,
+    "megatron_bridge": megatron_bridge,
+    "nemo_2407": nemo_2407,
+    "llm_foundry": llm_foundry,
+    "torchtitan": torchtitan,
+}

@@ -1,0 +1,203 @@
+"""benchmarks/sources.py and validate_published.py: each source's rows map to CLI plans (or a
+skip reason) on synthetic rows; the leave-one-source-out split and fit."""
+
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import sources  # noqa: E402
+import validate_published as vp  # noqa: E402
+from sources import FRAMEWORK_DEFAULTS, Mapped, Skipped, map_rows  # noqa: E402
+from validation_data import ValidationDirError, resolve_validation_dir  # noqa: E402
+
+HEADER = ("run,source,gpu,gpus,gpus_per_node,interconnect,layers,hidden,heads,kv_heads,ffn,vocab,seq_len,experts,"
+          "topk,tp,pp,vp,cp,ep,dp,micro_batch,global_batch,recompute,zero,precision,metric,value,unit,note").split(",")
+
+
+def row(**kw) -> dict:
+    base = dict(run="r", gpu="H100 (DGX-H100)", gpus="64", gpus_per_node="8", interconnect="", layers="32",
+                hidden="4096", heads="32", kv_heads="8", ffn="14336", vocab="128256", seq_len="8192", experts="",
+                topk="", tp="1", pp="1", vp="", cp="1", ep="", dp="", micro_batch="1", global_batch="128",
+                recompute="", zero="", precision="BF16", metric="tokens_per_s_per_gpu", value="1000", unit="", note="")
+    base.update({k: str(v) for k, v in kw.items()})
+    assert set(base) == set(HEADER) - {"source"}
+    return base
+
+
+def one(source: str, rows: list[dict], layout=None):
+    (out,) = map_rows(source, rows, layout)
+    return out
+
+
+def test_llm_foundry_row_is_pure_fsdp_with_flash_attention():
+    name = "llm_foundry_mpt_a100.csv"
+    r = row(run="mpt7b", gpu="A100 40GB", gpus=16, gpus_per_node="", layers=32, hidden=4096, heads=32, kv_heads=32,
+            ffn=16384, vocab=50368, seq_len=2048, dp=16, micro_batch=4, global_batch=256, recompute="none",
+            zero="PyTorch FSDP FULL_SHARD", precision="amp_bf16 (MP mode DEFAULT)", value=2000,
+            interconnect="1600 Gbps node-node interconnect (RoCE) (per section title)")
+    mfu = dict(r, metric="mfu", value="0.5")  # the same run's second figure is not a second row
+    d = FRAMEWORK_DEFAULTS[name]
+    m = one(name, [r, mfu], {k: d[k] for k in ("mlp", "norm", "learned_positions")})
+    assert isinstance(m, Mapped)
+    assert (m.hw, m.nodes, m.plan.dp, m.plan.tp, m.plan.zero, m.plan.recompute) == ("a100-40gx8", 2, 16, 1, 3, "none")
+    assert m.model_args["attention"] == "sdpa" and m.model_args["mlp"] == "gelu" and m.model_args["learned_positions"]
+    assert m.measured_s == pytest.approx(256 * 2048 / (2000 * 16))
+    assert m.hw_set == {"inter_node.bandwidth_gbps": 25.0}  # 1600 Gb/s per 8-GPU node
+
+
+def test_torchtitan_rows_full_ac_maps_and_op_sac_is_skipped():
+    name = "torchtitan_docs_performance_2024.csv"
+    d = FRAMEWORK_DEFAULTS[name]
+    layout = {k: d[k] for k in ("mlp", "norm", "learned_positions")}
+    r = row(run="t405", gpu="H100 (94-95GB HBM2e)", gpus=128, gpus_per_node="", layers=126, hidden=16384, heads=128,
+            ffn=53248, tp=8, dp=16, micro_batch="", global_batch=32, recompute="full AC", zero="FSDP2",
+            precision="bf16", value=109)
+    m = one(name, [r], layout)
+    assert isinstance(m, Mapped)
+    p = m.plan
+    assert (p.tp, p.dp, p.micro_batch, p.zero, p.sequence_parallel, p.recompute) == (8, 16, 2, 3, True, "full")
+    assert m.model_args["mlp"] == "swiglu" and m.model_args["norm"] == "rmsnorm" and not m.model_args["learned_positions"]
+    assert m.measured_s == pytest.approx(32 * 8192 / (109 * 128))
+    sac = one(name, [dict(r, run="t2", recompute="selective op AC")], layout)
+    assert isinstance(sac, Skipped) and "sac" in sac.reason
+    fp8 = one(name, [dict(r, run="t3", precision="bf16+float8 linears")], layout)
+    assert isinstance(fp8, Skipped) and fp8.reasons == ["FP8"]
+
+
+def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
+    name = "megatron_bridge_perf_summary.csv"
+    moe = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB200 (DGX-GB200 NVL72)", experts=256, precision="MXFP8",
+                         cp=2, gpus_per_node=4)])
+    assert isinstance(moe, Skipped)
+    assert moe.reasons == ["MoE: no ep key yet", "cp>1: no cp key yet", "FP8",
+                           "unknown GPU: no bundled profile for GB200"]
+    dense = one(name, [row(run="mbridge_LLAMA3_70B", layers=80, hidden=8192, heads=64, ffn=28672, tp=4, pp=4, vp=5,
+                           dp=4, micro_batch=1, global_batch=128,
+                           zero="DDP (FSDP=0; distributed-optimizer use not stated)")])
+    assert isinstance(dense, Mapped)
+    p = dense.plan
+    assert (p.tp, p.pp, p.dp, p.schedule, p.virtual_stages, p.zero, p.sequence_parallel) == (
+        4, 4, 4, "interleaved", 5, 1, True)
+    fsdp = one(name, [row(run="mbridge_LLAMA3_8B", dp=64, zero="Megatron-FSDP (sharding group 64)")])
+    assert isinstance(fsdp, Mapped) and fsdp.plan.zero == 3 and not fsdp.plan.sequence_parallel
+    stated = one(name, [row(run="mbridge_LLAMA3_8B_x", precision="not stated")])
+    assert isinstance(stated, Skipped) and stated.reasons == ["precision not stated"]
+
+
+def test_nemo_rows_skip_what_the_cli_cannot_build():
+    name = "nemo_perf_summary_2407_h100.csv"
+    nemotron = one(name, [row(run="nemo_Nemotron-22B", precision="bf16")])
+    assert isinstance(nemotron, Skipped) and "examples/gpt.py" in nemotron.reason
+    bad = one(name, [row(run="nemo_LLAMA2-7B", dp=7, precision="bf16")])
+    assert isinstance(bad, Skipped) and "!= 64 GPUs" in bad.reason
+    mfu_only = one(name, [row(run="nemo_GPT3-5B", precision="bf16", metric="mfu", value="0.4")])
+    assert isinstance(mfu_only, Skipped) and "MFU" in mfu_only.reason
+    gpt = one(name, [row(run="nemo_GPT3-5B", precision="bf16", heads=32, kv_heads=32, ffn=16384, vocab=50257,
+                         seq_len=2048, metric="step_time_s", value="2.5")])
+    assert isinstance(gpt, Mapped) and gpt.measured_s == 2.5 and gpt.model_args["mlp"] == "gelu"
+
+
+def test_vtrain_and_sc21_files_keep_published_reading(tmp_path):
+    (tmp_path / "vtrain_multi_node.csv").write_text(
+        "params_b,gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,iteration_ms\n"
+        "3.6,64,512,8,3072,32,30,2048,2,32,1,3975.2\n")
+    (tmp_path / "megatron_sc21_table1.csv").write_text(
+        "params_b,heads,hidden,layers,tp,pp,gpus,global_batch,seq_len,vocab,tflops_per_gpu,pct_of_peak\n"
+        "1.7,24,2304,24,1,1,32,512,2048,51200,137,44\n")
+    (m,) = sources.vtrain_multi(tmp_path)
+    assert (m.hw, m.nodes, m.plan.tp, m.plan.dp, m.plan.overlap_dp, round(m.measured_s, 6)) == ("a100x8", 8, 2, 32, False, 3.9752)
+    assert m.hw_set == {"inter_node.bandwidth_gbps": 12.5}
+    (s,) = sources.sc21_table1(tmp_path)
+    assert s.plan.dp == 32 and s.plan.recompute == "full" and s.dtype == "bf16"
+
+
+def test_loso_holds_each_source_out_once():
+    splits = vp.loso_splits(["a", "b", "c"])
+    assert [h for h, _ in splits] == ["a", "b", "c"]
+    for held, train in splits:
+        assert held not in train and sorted(train + [held]) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="at least 2 sources"):
+        vp.loso_splits(["a"])
+
+
+def test_fit_subset_is_an_even_deterministic_stride():
+    rows = list(range(1000))
+    sub = vp.fit_subset(rows, cap=100)
+    assert len(sub) == 100 and sub == vp.fit_subset(rows, cap=100) and sub[:3] == [0, 10, 20]
+    assert vp.fit_subset(rows[:5], cap=100) == rows[:5]
+
+
+def test_loso_fit_recovers_a_known_global_factor():
+    """Rows 'measured' with matmul_max=0.5 on one source: the fit on it finds 0.5 again."""
+    from smplan.planner import Plan, even_stages
+
+    pred = vp.Predictor({}, simulate=False, contention=False)
+    rows = []
+    for i, (hidden, mbs) in enumerate([(2048, 4), (3072, 2), (4096, 1)]):
+        args = dict(layers=2, hidden=hidden, heads=16, seq_len=1024, vocab=1024)
+        plan = Plan(model=sources.GPT, hw="a100x8", nodes=1, dp=1, micro_batch=mbs, global_batch=8 * mbs,
+                    stages=even_stages(2, 1))
+        m = Mapped("s", f"r{i}", plan, args, "bf16", "a100x8", 1, 1.0)
+        rows.append(dataclasses_replace(m, measured_s=pred.closed(m, {"matmul_max": 0.5})))
+    factors = vp.fit_factors({"s": rows}, pred, ("matmul_max",))
+    assert factors["matmul_max"] == pytest.approx(0.5, rel=0.03)
+
+
+def dataclasses_replace(obj, **kw):
+    import dataclasses
+
+    return dataclasses.replace(obj, **kw)
+
+
+def test_real_folder_maps_every_source_when_present():
+    try:
+        folder = resolve_validation_dir(None)
+    except ValidationDirError:
+        pytest.skip("no validation folder here (third-party data, not in the repository)")
+    counts = {}
+    for name, fn in sources.SOURCES.items():
+        try:
+            rows = fn(folder)
+        except ValidationDirError:
+            pytest.skip(f"{name}: file missing from this validation folder")
+        counts[name] = sum(isinstance(r, Mapped) for r in rows)
+        assert rows and all(isinstance(r, Mapped | Skipped) for r in rows)
+    assert counts["sc21_table1"] == 10 and counts["llm_foundry"] > 100
+
+
+def test_script_prints_one_line_per_source_and_the_loso_table(tmp_path):
+    import csv
+    import subprocess
+
+    def write(name, rows):
+        with open(tmp_path / name, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=HEADER)
+            w.writeheader()
+            for r in rows:
+                w.writerow(dict(r, source="synthetic"))
+
+    small = dict(layers=2, hidden=1024, heads=8, kv_heads=8, ffn=4096, vocab=1024, seq_len=1024, gpus=8, dp=8,
+                 micro_batch=2, global_batch=16)
+    write("torchtitan_docs_performance_2024.csv", [
+        row(run="tt_a", gpu="A100 80GB", recompute="full AC", zero="FSDP2", precision="bf16", value=20000, **small),
+        row(run="tt_b", gpu="A100 80GB", recompute="none", zero="FSDP2", precision="bf16+float8 linears", **small)])
+    write("llm_foundry_mpt_a100.csv", [
+        row(run="lf_a", gpu="A100 40GB", recompute="none", zero="PyTorch FSDP FULL_SHARD", precision="bf16",
+            value=30000, **small)])
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_published.py"), "--validation-dir",
+                          str(tmp_path), "--fast", "--loso", "--sources", "torchtitan,llm_foundry"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    tt = next(line for line in lines if line.startswith("torchtitan"))
+    assert "used    1  skipped    1" in tt and "FP8 1" in tt and "MAPE" in tt
+    assert any(line.startswith("llm_foundry") and "used    1" in line for line in lines)
+    assert any("held out torchtitan" in line for line in lines)
+    assert any("held out llm_foundry" in line for line in lines)
+    one = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_published.py"), "--validation-dir",
+                          str(tmp_path), "--fast", "--loso", "--sources", "torchtitan"],
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 2 and "at least 2 sources" in one.stderr and "Traceback" not in one.stderr
