@@ -35,7 +35,7 @@ from smplan.hwprofiles.perf import (
 from smplan.hwprofiles.topology import ParallelLayout
 
 from .costs import PlanCosts, StageCosts
-from .feasibility import SP_UNSUPPORTED
+from .feasibility import SP_UNSUPPORTED, context_parallel_problem, expert_parallel_problem, fp8_problem
 from .memory_model import (
     ChunkMemory,
     capacity_bytes,
@@ -283,7 +283,7 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
     """Checks that need the model and the hardware; each error names the fix."""
     if plan.world_size > cluster.num_gpus:
         raise PlanError(
-            f"dp*tp*pp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "
+            f"dp*tp*pp*cp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "
             f"use --nodes {-(-plan.world_size // cluster.gpus_per_node)} or lower a degree"
         )
     # tp > gpus_per_node is evaluated (its collectives cross nodes) though the search never offers it.
@@ -293,6 +293,11 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
     if plan.tp > 1 and plan.sequence_parallel and profile.supports_sequence_parallel is False:
         raise PlanError(SP_UNSUPPORTED)
+    problem = (expert_parallel_problem(plan.ep, profile.num_experts)
+               or context_parallel_problem(plan.cp, profile.seq_len)
+               or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
+    if problem:
+        raise PlanError(problem)
     if plan.num_model_chunks > profile.num_blocks:
         raise PlanError(
             f"pp*v={plan.num_model_chunks} stages need at least that many blocks but the model has "

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Callable
 
 from . import profile_cache
+from .feasibility import profile_dtype
 from .model_file import file_digest, load_model_file
 from .model_profile import ModelProfile
 
@@ -49,6 +50,7 @@ def profile_model(
     >>> p = profile_model("examples/gpt.py:tiny")
     >>> p.num_blocks, p.params, p.train_flops_per_sample
     """
+    dtype = profile_dtype(dtype)  # an fp8 plan's activations are bf16: profile at bf16
     if dtype not in DTYPES:
         raise ProfileError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     args = dict(args or {})

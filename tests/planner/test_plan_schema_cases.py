@@ -64,7 +64,7 @@ BAD = [
     ({"predicted": {**FIGURES, "breakdown": {"compute": "1"}}}, "predicted.breakdown: got"),
     ({"predicted": []}, "predicted: got [] (a list), expected an object of predicted figures, or null"),
     ({"predicted": {**FIGURES, "step_time_s": "1"}}, "predicted.step_time_s: got \"1\" (text), expected a number"),
-    ({"version": 2}, "version: got 2, expected 1"),
+    ({"version": 3}, "version: got 3, expected 2"),
     ({"version": "1"}, "version: got \"1\" (text)"),
     ({"zeroo": 1}, "zeroo: unknown key; did you mean 'zero'?"),
     ({"overlap": True}, "overlap: unknown key; did you mean 'overlap_dp'?"),
