@@ -35,7 +35,12 @@ from smplan.hwprofiles.perf import (
 from smplan.hwprofiles.topology import ParallelLayout
 
 from .costs import PlanCosts, StageCosts
-from .feasibility import SP_UNSUPPORTED, context_parallel_problem, expert_parallel_problem, fp8_problem
+from .feasibility import (
+    SP_UNSUPPORTED,
+    context_parallel_problem,
+    expert_parallel_problem,
+    fp8_problem,
+)
 from .memory_model import (
     ChunkMemory,
     capacity_bytes,

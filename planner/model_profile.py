@@ -18,7 +18,9 @@ class MatmulShape:
 
     `tp_dim` names the dimension tensor parallelism divides ("n" for a column-parallel
     linear, "k" for a row-parallel one, "batch" for per-head attention matmuls, or None
-    when the GEMM is replicated on every TP rank).
+    when the GEMM is replicated on every TP rank). "expert" marks a routed expert bank's
+    batched GEMM ([experts] x [tokens per expert x hidden]): expert parallelism divides its
+    batch (experts) and gathers the ep ranks' tokens into m.
     """
 
     m: int

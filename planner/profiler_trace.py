@@ -70,6 +70,13 @@ class PartStats:
     matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim) -> count
     collectives: list[TPCollective] = field(default_factory=list)
     calls: int = 0
+    # Mixture of experts: the routed expert bank's size and what its GEMMs and dispatch do.
+    num_experts: int = 0
+    top_k: int = 0
+    expert_flops: float = 0.0  # GEMM FLOPs inside the expert bank
+    dispatch_bytes: float = 0.0  # the expert bank's input: tokens * top_k * hidden * bytes
+    router_flops: float = 0.0
+    kv_bytes: float = 0.0  # K and V read by the attention kernels
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -93,6 +100,8 @@ class Tracer(TorchDispatchMode):
         self.part: PartStats | None = None
         self.sharded: set[int] = set()
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
+        self.in_experts = 0  # > 0 inside a routed expert bank: its GEMMs are tagged "expert"
+        self.in_router = 0  # > 0 inside a router
         self._alive: list = []  # keep storages alive so their keys are never reused
         # Fusion bookkeeping: element-wise outputs whose HBM write a fusing compiler might skip,
         # and the storages something outside an element-wise chain of their part needs.
@@ -126,7 +135,14 @@ class Tracer(TorchDispatchMode):
         if sharded:
             self.tag(out)
         if packet in flop_registry:
-            part.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+            flops = flop_registry[packet](*args, **kwargs, out_val=out)
+            part.flops += flops
+            if self.in_experts and packet in _GEMM_LIKE:
+                part.expert_flops += flops
+            if self.in_router:
+                part.router_flops += flops
+        if packet in _ATTENTION:
+            part.kv_bytes += tensor_bytes((args[1], args[2]))
         if packet in _GEMM_LIKE:
             for shape in _gemm_shapes(packet, args, out):
                 part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
@@ -166,6 +182,8 @@ class Tracer(TorchDispatchMode):
         self.produced.clear()
 
     def _tp_dim(self, packet, sharded: bool) -> str | None:
+        if self.in_experts and packet in (aten.bmm, aten.baddbmm):
+            return "expert"  # [experts, tokens per expert, hidden] GEMMs: expert parallelism splits dim 0
         if self.tp_stack and packet in (aten.mm, aten.addmm):
             return "n" if self.tp_stack[-1] == "col" else "k"
         if sharded and packet not in (aten.mm, aten.addmm):
