@@ -31,15 +31,19 @@ class Candidate:
     recompute_all: bool  # a fixed recompute=...: every block recomputes
     overlap_dp: bool
     dtype: str
+    ep: int = 1
+    cp: int = 1
+    capacity_factor: float = 1.0
 
     @property
     def mesh(self) -> tuple:
-        return (self.world, self.dp, self.tp, self.pp, self.mbs)
+        return (self.world, self.dp, self.tp, self.pp, self.mbs, self.cp, self.ep)
 
     def describe(self) -> str:
         sched = self.schedule + (f" v={self.v}" if self.v > 1 else "")
+        extra = (f" ep={self.ep}" if self.ep > 1 else "") + (f" cp={self.cp}" if self.cp > 1 else "")
         return (
-            f"dp={self.dp} tp={self.tp} pp={self.pp} mbs={self.mbs} {sched} zero={self.zero} "
+            f"dp={self.dp} tp={self.tp} pp={self.pp}{extra} mbs={self.mbs} {sched} zero={self.zero} "
             f"sp={int(self.sp)} recompute={self.kind}"
         )
 
