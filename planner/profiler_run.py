@@ -46,7 +46,7 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
     parts = _Parts(tracer)
     handles = _install_hooks(model, container, run, blocks, {**tp_modules, **outer_modules}, parts, tracer)
     try:
-        with torch.enable_grad(), GPUKernels(), tracer, \
+        with torch.enable_grad(), GPUKernels(tracer), tracer, \
                 torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
             outputs = _call(model, inputs, mf)
             loss_fn = mf.hook("loss")

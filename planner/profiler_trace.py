@@ -141,8 +141,9 @@ class Tracer(TorchDispatchMode):
                 part.expert_flops += flops
             if self.in_router:
                 part.router_flops += flops
-        if packet in _ATTENTION:
-            part.kv_bytes += tensor_bytes((args[1], args[2]))
+        if packet is aten.bmm and self.seq_len and args[0].dim() == 3 and args[0].shape[-2:] == (self.seq_len,) * 2:
+            # unfused attention's probs [., s, s] @ V: K is as large as V (what CP all-gathers)
+            part.kv_bytes += 2 * tensor_bytes(args[1])
         if packet in _GEMM_LIKE:
             for shape in _gemm_shapes(packet, args, out):
                 part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
@@ -241,6 +242,10 @@ class GPUKernels(TorchFunctionMode):
 
     _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
+    def __init__(self, tracer: Tracer | None = None):
+        super().__init__()
+        self.tracer = tracer  # credited with the K and V every attention call reads
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.dropout or func is torch.dropout:
@@ -254,6 +259,8 @@ class GPUKernels(TorchFunctionMode):
         elif func is F.scaled_dot_product_attention:
             bound = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
                      **dict(zip(self._SDPA_ARGS, args, strict=False)), **kwargs}
+            if self.tracer is not None and self.tracer.part is not None:
+                self.tracer.part.kv_bytes += tensor_bytes((bound["key"], bound["value"]))
             fused = _fused_attention(**bound)
             if fused is not None:
                 return fused

@@ -45,7 +45,7 @@ BAD = [
     ({"zero": "1"}, "zero: got \"1\" (text), expected one of 0, 1, 2, 3"),
     ({"zero": 4}, "zero: got 4"),
     ({"zero": 1.0}, "zero: got 1.0"),
-    ({"dtype": "fp8"}, "dtype: got \"fp8\""),
+    ({"dtype": "fp4"}, "dtype: got \"fp4\""),
     ({"virtual_stages": "2"}, "virtual_stages: got \"2\""),
     ({"seq_len": 0}, "seq_len: got 0"),
     ({"seq_len": "16"}, "seq_len: got \"16\""),
