@@ -168,7 +168,8 @@ class CostModel:
 
     def pass_of(self, part: BlockProfile, key: MeshKey) -> PassTimes:
         """Pass times of `part`; they depend on tp, dp, cp, ep, sp, mbs, zero, overlap, dtype only."""
-        zk = key.zero if key.zero >= 2 and key.dp * key.cp > 1 else 0
+        sharded = key.dp * key.cp > 1 or (key.ep > 1 and key.tp * key.cp * key.dp > key.ep)  # a group to shard over
+        zk = key.zero if key.zero >= 2 and sharded else 0
         self._parts[id(part)] = part
         return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype,
                           key.cp, key.ep, key.capacity_factor)
