@@ -88,7 +88,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     # memory: per device, const + slope * n - saved * r <= cap; activations scale with the
     # micro-batches in flight, so each kind of chunk is built once at flight 1.
     common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=cand.zero, micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype,
-                  cp=cand.cp, ep=cand.ep)
+                  cp=cand.cp, ep=cand.ep, capacity_factor=cand.capacity_factor)
     kinds: dict[tuple, tuple[float, ...]] = {}
 
     def terms(first: bool, last: bool, dev_first: bool) -> tuple[float, ...]:

@@ -255,6 +255,7 @@ class CostModel:
             dtype=key.dtype,
             cp=key.cp,
             ep=key.ep,
+            capacity_factor=key.capacity_factor,
         )
         return ChunkModel(
             f0=sum(p.forward_s for p in pts),

@@ -83,8 +83,17 @@ def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
     return float(min(pp - device, m))
 
 
-def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1) -> float:
-    return part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute) / cp
+def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1, ep: int = 1,
+                     capacity_factor: float = 1.0) -> float:
+    """Activation bytes per sample `part` keeps on one GPU: / cp; the routed experts' share
+    times the capacity factor (the busiest expert's buffer; GShard) and / tp under ep > 1
+    (each tp rank routes its own tokens, as the expert compute in pass_model)."""
+    base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute) / cp
+    expert = part.saved_bytes_expert_per_sample
+    if recompute == "full" or not expert:
+        return base
+    held = expert / (tp if sp else 1) / cp  # as saved_bytes_per_gpu counts it: replicated
+    return base - held + expert * capacity_factor / (cp * (tp if (sp or ep > 1) else 1))
 
 
 def split_params(part: BlockProfile, tp: int, ep: int) -> tuple[float, float]:
@@ -170,6 +179,7 @@ def chunk_memory(
     dtype: str,
     cp: int = 1,
     ep: int = 1,
+    capacity_factor: float = 1.0,
 ) -> ChunkMemory:
     """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
@@ -180,16 +190,17 @@ def chunk_memory(
     w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
     wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dtype=dtype)
     b = micro_batch
-    act0 = flight * b * sum(part_saved_bytes(p, tp, sp, cp=cp) for p in parts)
-    act_blk = flight * b * part_saved_bytes(block, tp, sp, cp=cp)
-    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, cp) if recompute != "none" else act_blk
+    moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
+    act0 = flight * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
+    act_blk = flight * b * part_saved_bytes(block, tp, sp, **moe)
+    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
     buffers = 0.0
     if last:
         # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel, / cp)
         buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
     if device_first_chunk:
         if recompute == "full":
-            buffers += b * part_saved_bytes(block, tp, sp, cp=cp)
+            buffers += b * part_saved_bytes(block, tp, sp, **moe)
         if zero >= 3:
             buffers += 2.0 * sum(split_params(block, tp, ep)) * state_bytes_per_param(dtype)[0]
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0

@@ -95,6 +95,9 @@ class BlockProfile:
     all_to_all_bytes_per_sample: float = 0.0
     # K and V tensors the attention kernels read per sample (what context parallelism all-gathers).
     attention_kv_bytes_per_sample: float = 0.0
+    # Of saved_bytes_replicated_per_sample: what the routed experts keep (their GEMM inputs and
+    # activations); it grows with the capacity factor and, under ep > 1, is split over tp.
+    saved_bytes_expert_per_sample: float = 0.0
 
     def params_per_gpu(self, tp: int = 1) -> float:
         """Parameters one tp rank holds: the tp-sharded ones / tp, the replicated ones whole."""

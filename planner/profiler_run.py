@@ -458,6 +458,7 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         router_flops_per_sample=stats.router_flops * per,
         all_to_all_bytes_per_sample=stats.dispatch_bytes * per,
         attention_kv_bytes_per_sample=stats.kv_bytes * per,
+        saved_bytes_expert_per_sample=stats.saved_expert * per,
     )
 
 

@@ -77,6 +77,7 @@ class PartStats:
     dispatch_bytes: float = 0.0  # the expert bank's input: tokens * top_k * hidden * bytes
     router_flops: float = 0.0
     kv_bytes: float = 0.0  # K and V read by the attention kernels
+    saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -204,7 +205,10 @@ class Tracer(TorchDispatchMode):
                     nbytes = t.untyped_storage().nbytes()
                 except (RuntimeError, NotImplementedError):
                     nbytes = t.numel() * t.element_size()
-                part.saved[self._category(t, key)] += nbytes
+                category = self._category(t, key)
+                part.saved[category] += nbytes
+                if self.in_experts and category == "replicated":
+                    part.saved_expert += nbytes
         return t
 
     def _category(self, t: torch.Tensor, key: int) -> str:

@@ -109,3 +109,17 @@ def test_mesh_key_carries_the_new_degrees(moe):
     key = mesh_key(_plan("dp=4,cp=2,ep=8,mbs=1,gbs=4,cf=1.5", moe))
     assert (key.ep, key.cp, key.capacity_factor) == (8, 2, 1.5)
     assert CostModel(moe, load_cluster("h100x8", nodes=1)).pass_of(moe.blocks[0], key).ep_forward_s > 0
+
+
+def test_expert_activations_grow_with_capacity_and_split_over_tp_under_ep(moe):
+    cl = load_cluster("h100x8", nodes=1)
+    block = moe.blocks[0]
+    assert 0 < block.saved_bytes_expert_per_sample < block.saved_bytes_replicated_per_sample
+
+    def act(text):
+        return plan_costs(_plan(text, moe), moe, cl).stages[0].memory.activations_bytes
+
+    expert = moe.num_blocks * block.saved_bytes_expert_per_sample  # one micro-batch in flight (pp=1)
+    assert act("dp=8,ep=8,mbs=1,gbs=8,cf=1.5") - act("dp=8,ep=8,mbs=1,gbs=8") == pytest.approx(0.5 * expert)
+    # tp=2 without sp: experts replicated at ep=1, their tokens split over tp under ep=2
+    assert act("tp=2,dp=4,mbs=1,gbs=4") - act("tp=2,dp=4,ep=2,mbs=1,gbs=4") == pytest.approx(0.5 * expert)
