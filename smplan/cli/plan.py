@@ -31,10 +31,11 @@ from .table import format_table
 @model_args_option
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
-              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
+              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100; "
+                   "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
-              help="Fix a plan key (inline plan keys: tp, pp, dp, mbs, zero, recompute, schedule, v, sp, overlap_dp; v>1 implies schedule=interleaved). Repeatable, each key once.")
+              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf; v>1 implies schedule=interleaved). Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
