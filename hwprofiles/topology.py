@@ -28,6 +28,20 @@ class GroupSpan:
         return self.nodes > 1
 
 
+def strided_span(size: int, stride: int, gpus_per_node: int) -> GroupSpan:
+    """How a group of `size` ranks `stride` apart (consecutive ranks share a node) lies on nodes.
+
+    Also the expert and context-parallel groups, which fold into the (pp, dp, tp) ranks:
+    Megatron-Core orders tp fastest, then cp, then dp (a cp group is `tp` apart, the dense
+    gradient group dp x cp), and the expert grid etp, ep, edp (an ep group is consecutive
+    ranks without etp) (megatron/core/parallel_state.py, RankGenerator orders "tp-cp-ep-dp-pp").
+    """
+    if size < 1 or stride < 1:
+        raise ValueError(f"group size and stride must be at least 1, got {size} and {stride}")
+    per_node = max(1, min(size, gpus_per_node // stride)) if stride < gpus_per_node else 1
+    return GroupSpan(size=size, ranks_per_node=per_node)
+
+
 @dataclass(frozen=True)
 class ParallelLayout:
     pp: int
@@ -87,10 +101,7 @@ class ParallelLayout:
 
     def span(self, dim: str) -> GroupSpan:
         """How a `dim` group lies on nodes (all groups of a dim lie alike)."""
-        size = self.size(dim)
-        stride = self._stride(dim)
-        per_node = max(1, min(size, self.gpus_per_node // stride)) if stride < self.gpus_per_node else 1
-        return GroupSpan(size=size, ranks_per_node=per_node)
+        return strided_span(self.size(dim), self._stride(dim), self.gpus_per_node)
 
     def stage_boundary_crosses_node(self, stage: int) -> bool:
         """Whether the send from pipeline stage `stage` to `stage + 1` leaves the node."""

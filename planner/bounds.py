@@ -31,6 +31,9 @@ def mesh_key_of(cand: Candidate) -> MeshKey:
         overlap_dp=cand.overlap_dp,
         schedule=cand.schedule,
         dtype=cand.dtype,
+        ep=cand.ep,
+        cp=cand.cp,
+        capacity_factor=cand.capacity_factor,
     )
 
 
@@ -76,15 +79,16 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     per_blk = bp.forward_s + bp.backward_s
     rec_blk = bp.backward_with(cand.kind)[1] if cand.kind != "none" else 0.0
     # sends
-    layout = ParallelLayout(pp=p, dp=cand.dp, tp=cand.tp, gpus_per_node=cl.gpus_per_node)
-    send_bytes = block.output_bytes_per_sample * cand.mbs / cand.tp
+    layout = ParallelLayout(pp=p, dp=cand.dp * cand.cp, tp=cand.tp, gpus_per_node=cl.gpus_per_node)
+    send_bytes = block.output_bytes_per_sample * cand.mbs / (cand.tp * cand.cp)
     s_in = p2p_time_s(send_bytes, False, cl) if p > 1 else 0.0
     s_out = p2p_time_s(send_bytes, True, cl) if p > 1 else 0.0
     crosses = [layout.stage_boundary_crosses_node(d) for d in range(p)]
     sends = [(s_out if crosses[c % p] else s_in) for c in range(C - 1)] + [0.0]
     # memory: per device, const + slope * n - saved * r <= cap; activations scale with the
     # micro-batches in flight, so each kind of chunk is built once at flight 1.
-    common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=cand.zero, micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype)
+    common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=cand.zero, micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype,
+                  cp=cand.cp, ep=cand.ep, capacity_factor=cand.capacity_factor)
     kinds: dict[tuple, tuple[float, ...]] = {}
 
     def terms(first: bool, last: bool, dev_first: bool) -> tuple[float, ...]:
@@ -185,7 +189,7 @@ def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) ->
     mids = max(0, p - len(ends))
     mid = cm.chunk(key, 1, cand.kind) if C > 2 else first
     opt = (sum(c.opt0 for c in ends) + first.opt_blk * L) / p
-    if cand.zero >= 3 or cand.dp == 1:
+    if cand.zero >= 3:  # with no gradient group (dp = cp = 1, no experts over edp) dp is 0 below
         return opt
     dp0 = sum(c.dp_s0 for c in ends) + mid.dp_s0 * mids
     dp = (dp0 + first.dp_s_blk * L) / p

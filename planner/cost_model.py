@@ -32,15 +32,21 @@ from smplan.hwprofiles.perf import (
     p2p_time_s,
     single_nic_collective_time_s,
 )
-from smplan.hwprofiles.topology import ParallelLayout
+from smplan.hwprofiles.topology import GroupSpan, ParallelLayout, strided_span
 
 from .costs import PlanCosts, StageCosts
-from .feasibility import SP_UNSUPPORTED
+from .feasibility import (
+    SP_UNSUPPORTED,
+    context_parallel_problem,
+    expert_parallel_problem,
+    fp8_problem,
+)
 from .memory_model import (
     ChunkMemory,
     capacity_bytes,
     chunk_memory,
     in_flight,
+    split_params,
     state_bytes_per_param,
 )
 from .model_profile import BlockProfile, ModelProfile
@@ -78,6 +84,19 @@ class ChunkModel:
     opt_blk: float
     rec_flops_blk: float  # FLOPs per sample re-run per recomputed block
     memory: ChunkMemory
+    # expert all-to-all and exposed context-parallel seconds (inside f/b), per block and fixed
+    epf0: float = 0.0
+    epf_blk: float = 0.0
+    epb0: float = 0.0
+    epb_blk: float = 0.0
+    epr_blk: float = 0.0  # re-run by a fully recomputed block
+    cpf0: float = 0.0
+    cpf_blk: float = 0.0
+    cpb0: float = 0.0
+    cpb_blk: float = 0.0
+    cpr_blk: float = 0.0
+    ep_crosses_node: bool = False
+    cp_crosses_node: bool = False
 
     def stage_costs(self, n: int, r: int) -> StageCosts:
         return StageCosts(
@@ -94,6 +113,12 @@ class ChunkModel:
             dp_overlappable=self.dp_overlappable,
             optimizer_s=self.opt0 + self.opt_blk * n,
             memory=self.memory.breakdown(n, r),
+            ep_comm_forward_s=self.epf0 + self.epf_blk * n,
+            ep_comm_backward_s=self.epb0 + self.epb_blk * n + self.epr_blk * r,
+            cp_comm_forward_s=self.cpf0 + self.cpf_blk * n,
+            cp_comm_backward_s=self.cpb0 + self.cpb_blk * n + self.cpr_blk * r,
+            ep_crosses_node=self.ep_crosses_node,
+            cp_crosses_node=self.cp_crosses_node,
         )
 
 
@@ -112,6 +137,9 @@ class MeshKey:
     overlap_dp: bool
     schedule: str
     dtype: str
+    ep: int = 1
+    cp: int = 1
+    capacity_factor: float = 1.0
 
 
 class CostModel:
@@ -126,27 +154,44 @@ class CostModel:
         self._pass = functools.lru_cache(maxsize=None)(self._pass_uncached)
 
     def _layout(self, key: MeshKey) -> ParallelLayout:
-        return ParallelLayout(pp=key.pp, dp=key.dp, tp=key.tp, gpus_per_node=self.cluster.gpus_per_node)
+        # cp sits between tp and dp in the rank order (Megatron-Core "tp-cp-ep-dp-pp"), so the
+        # (pp, dp x cp, tp) layout gives the stage boundaries and the dense gradient group dp x cp.
+        return ParallelLayout(pp=key.pp, dp=key.dp * key.cp, tp=key.tp, gpus_per_node=self.cluster.gpus_per_node)
+
+    def spans(self, tp: int, dp: int, cp: int, ep: int) -> dict[str, GroupSpan]:
+        """The groups of one pipeline stage: tp, dense gradients (dp x cp), cp, ep and edp."""
+        gpn = self.cluster.gpus_per_node
+        layout = ParallelLayout(pp=1, dp=dp * cp, tp=tp, gpus_per_node=gpn)
+        edp = max(1, tp * cp * dp // ep)
+        return {"tp": layout.span("tp"), "dp": layout.span("dp"), "cp": strided_span(cp, tp, gpn),
+                "ep": strided_span(ep, 1, gpn), "edp": strided_span(edp, ep, gpn)}
 
     def pass_of(self, part: BlockProfile, key: MeshKey) -> PassTimes:
-        """Pass times of `part`; they depend on tp, dp, sp, mbs, zero, overlap, dtype only."""
-        zk = key.zero if key.zero >= 2 and key.dp > 1 else 0
+        """Pass times of `part`; they depend on tp, dp, cp, ep, sp, mbs, zero, overlap, dtype only."""
+        sharded = key.dp * key.cp > 1 or (key.ep > 1 and key.tp * key.cp * key.dp > key.ep)  # a group to shard over
+        zk = key.zero if key.zero >= 2 and sharded else 0
         self._parts[id(part)] = part
-        return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype)
+        return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype,
+                          key.cp, key.ep, key.capacity_factor)
 
-    def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype) -> PassTimes:
+    def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype, cp=1, ep=1, cf=1.0) -> PassTimes:
         part = self._parts[part_id]
-        layout = ParallelLayout(pp=1, dp=dp, tp=tp, gpus_per_node=self.cluster.gpus_per_node)
+        spans = self.spans(tp, dp, cp, ep)
         zc = (0.0, 0.0, overlap)
         if zero >= 2:
             # ZeRO-2/3 per micro-batch: reduce-scatter the part's gradients in backward;
-            # ZeRO-3 also all-gathers its parameters in forward and again in backward.
-            dp_span = layout.span("dp")
-            size = part.params_per_gpu(tp) * state_bytes_per_param(dtype)[0]
-            rs = single_nic_collective_time_s("reduce_scatter", size, dp_span, self.cluster)
-            ag = single_nic_collective_time_s("all_gather", size, dp_span, self.cluster) if zero >= 3 else 0.0
+            # ZeRO-3 also all-gathers its parameters in forward and again in backward
+            # (dense ones over dp x cp, routed experts over edp).
+            w = state_bytes_per_param(dtype)[0]
+            rs = ag = 0.0
+            for params, span in zip(split_params(part, tp, ep), (spans["dp"], spans["edp"]), strict=True):
+                if params and span.size > 1:
+                    rs += single_nic_collective_time_s("reduce_scatter", params * w, span, self.cluster)
+                    if zero >= 3:
+                        ag += single_nic_collective_time_s("all_gather", params * w, span, self.cluster)
             zc = (ag, ag + rs, overlap)
-        return pass_times(part, layout.span("tp"), sp, b, self.cluster, dtype, zc)
+        return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zc, cp_span=spans["cp"],
+                          ep_span=spans["ep"], capacity_factor=cf)
 
     def chunk(self, key: MeshKey, chunk: int, recompute: str) -> ChunkModel:
         """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`."""
@@ -160,31 +205,40 @@ class CostModel:
         bp = self.pass_of(block, key)
         pts = [self.pass_of(p, key) for p in parts]
         b_rec, rec_s, tp_rec = bp.backward_with(recompute)
-        send_bytes = 0.0 if last else block.output_bytes_per_sample * key.micro_batch / key.tp
+        send_bytes = 0.0 if last else block.output_bytes_per_sample * key.micro_batch / (key.tp * key.cp)
         crosses = False if last else layout.stage_boundary_crosses_node(device)
         send_s = p2p_time_s(send_bytes, crosses, cl) if send_bytes else 0.0
         # DP: gradient bytes of the chunk's local parameters, once per step.
         gbytes = state_bytes_per_param(key.dtype)[1]
-        p0 = sum(p.params_per_gpu(key.tp) for p in parts)
-        pb = block.params_per_gpu(key.tp)
-        dp_span = layout.span("dp")
+        split0 = [split_params(p, key.tp, key.ep) for p in parts]
+        d0, e0 = sum(x[0] for x in split0), sum(x[1] for x in split0)
+        db, eb = split_params(block, key.tp, key.ep)
+        spans = self.spans(key.tp, key.dp, key.cp, key.ep)
 
-        def dp_time(local_params: float) -> float:
+        def group_time(local_params: float, span) -> float:
             size = local_params * gbytes
-            if key.dp == 1 or key.zero >= 3:
+            if span.size == 1 or key.zero >= 3 or not local_params:
                 return 0.0
             if key.zero == 0:
-                return collective_time_s("all_reduce", size, dp_span, cl)
-            ag = collective_time_s("all_gather", size, dp_span, cl)
+                return collective_time_s("all_reduce", size, span, cl)
+            ag = collective_time_s("all_gather", size, span, cl)
             if key.zero == 2:
                 return ag  # the reduce-scatters ran inside every backward
-            return collective_time_s("reduce_scatter", size, dp_span, cl) + ag
+            return collective_time_s("reduce_scatter", size, span, cl) + ag
 
-        dp_s0 = dp_time(p0)
-        dp_s_blk = dp_time(p0 + pb) - dp_s0  # exact: ring alpha-beta is affine in bytes
-        dp_bytes_factor = 0.0 if (key.dp == 1) else (2.0 if key.zero == 1 else 1.0) * gbytes
-        opt_share = 1.0 / (key.dp if key.zero >= 1 else 1)
-        opt_t = memory_bound_time_s(OPTIMIZER_BYTES_PER_PARAM * opt_share, cl)  # per local param
+        def dp_time(dense: float, expert: float) -> float:
+            # dense gradients over dp x cp, routed-expert gradients over edp (parallel folding)
+            return group_time(dense, spans["dp"]) + group_time(expert, spans["edp"])
+
+        dp_s0 = dp_time(d0, e0)
+        dp_s_blk = dp_time(d0 + db, e0 + eb) - dp_s0  # exact: ring alpha-beta is affine in bytes
+
+        def bytes_factor(span) -> float:
+            return 0.0 if span.size == 1 else (2.0 if key.zero == 1 else 1.0) * gbytes
+
+        def opt_time(span) -> float:  # per local param
+            share = 1.0 / (span.size if key.zero >= 1 else 1)
+            return memory_bound_time_s(OPTIMIZER_BYTES_PER_PARAM * share, cl)
         mem = chunk_memory(
             prof,
             cl,
@@ -199,6 +253,9 @@ class CostModel:
             last=last,
             device_first_chunk=chunk < key.pp,
             dtype=key.dtype,
+            cp=key.cp,
+            ep=key.ep,
+            capacity_factor=key.capacity_factor,
         )
         return ChunkModel(
             f0=sum(p.forward_s for p in pts),
@@ -214,15 +271,27 @@ class CostModel:
             send_bytes=send_bytes,
             send_s=send_s,
             send_crosses_node=crosses,
-            dp_bytes0=p0 * dp_bytes_factor,
-            dp_bytes_blk=pb * dp_bytes_factor,
+            dp_bytes0=d0 * bytes_factor(spans["dp"]) + e0 * bytes_factor(spans["edp"]),
+            dp_bytes_blk=db * bytes_factor(spans["dp"]) + eb * bytes_factor(spans["edp"]),
             dp_s0=dp_s0,
             dp_s_blk=dp_s_blk,
             dp_overlappable=key.overlap_dp,
-            opt0=opt_t * p0,
-            opt_blk=opt_t * pb,
+            opt0=opt_time(spans["dp"]) * d0 + opt_time(spans["edp"]) * e0,
+            opt_blk=opt_time(spans["dp"]) * db + opt_time(spans["edp"]) * eb,
             rec_flops_blk=bp.recompute_flops[recompute],
             memory=mem,
+            epf0=sum(p.ep_forward_s for p in pts),
+            epf_blk=bp.ep_forward_s,
+            epb0=sum(p.ep_backward_s for p in pts),
+            epb_blk=bp.ep_backward_s,
+            epr_blk=bp.ep_forward_s if recompute == "full" else 0.0,
+            cpf0=sum(p.cp_forward_s for p in pts),
+            cpf_blk=bp.cp_forward_s,
+            cpb0=sum(p.cp_backward_s for p in pts),
+            cpb_blk=bp.cp_backward_s,
+            cpr_blk=bp.cp_forward_s if recompute == "full" else 0.0,
+            ep_crosses_node=spans["ep"].crosses_nodes,
+            cp_crosses_node=spans["cp"].crosses_nodes,
         )
 
     def plan_costs(self, plan: Plan) -> PlanCosts:
@@ -270,6 +339,9 @@ def mesh_key(plan: Plan) -> MeshKey:
         overlap_dp=plan.overlap_dp,
         schedule=plan.schedule,
         dtype=plan.dtype,
+        ep=plan.ep,
+        cp=plan.cp,
+        capacity_factor=plan.capacity_factor,
     )
 
 
@@ -283,7 +355,7 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
     """Checks that need the model and the hardware; each error names the fix."""
     if plan.world_size > cluster.num_gpus:
         raise PlanError(
-            f"dp*tp*pp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "
+            f"dp*tp*pp*cp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "
             f"use --nodes {-(-plan.world_size // cluster.gpus_per_node)} or lower a degree"
         )
     # tp > gpus_per_node is evaluated (its collectives cross nodes) though the search never offers it.
@@ -293,6 +365,11 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
     if plan.tp > 1 and plan.sequence_parallel and profile.supports_sequence_parallel is False:
         raise PlanError(SP_UNSUPPORTED)
+    problem = (expert_parallel_problem(plan.ep, profile.num_experts)
+               or context_parallel_problem(plan.cp, profile.seq_len)
+               or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
+    if problem:
+        raise PlanError(problem)
     if plan.num_model_chunks > profile.num_blocks:
         raise PlanError(
             f"pp*v={plan.num_model_chunks} stages need at least that many blocks but the model has "
@@ -362,16 +439,21 @@ def estimate_from_costs(costs: PlanCosts) -> Figures:
     mine = [st[c] for c in range(crit, len(st), p)]
     busy = m * sum(s.forward_s + s.backward_s for s in mine)
     tp_comm = m * sum(s.tp_comm_forward_s + s.tp_comm_backward_s for s in mine)
+    ep_comm = m * sum(s.ep_comm_forward_s + s.ep_comm_backward_s for s in mine)
+    cp_comm = m * sum(s.cp_comm_forward_s + s.cp_comm_backward_s for s in mine)
     recompute = m * sum(s.recompute_s for s in mine)
     p2p = m * sum(s.send_s + (st[c - 1].send_s if c else 0.0) for c, s in enumerate(st) if c % p == crit)
     breakdown = {
-        "compute": busy - tp_comm - recompute,
+        "compute": busy - tp_comm - ep_comm - cp_comm - recompute,
         "recompute": recompute,
         "tp_comm": tp_comm,
         "pp_p2p": min(p2p, max(0.0, t_pipe - busy)),
         "dp_comm_exposed": tails[crit][0],
         "optimizer": tails[crit][1],
     }
+    if ep_comm or cp_comm:  # keys only where the plan has them, so dense breakdowns stay as they were
+        breakdown["ep_all_to_all"] = ep_comm
+        breakdown["cp_comm_exposed"] = cp_comm
     breakdown["bubble"] = max(0.0, step - sum(breakdown.values()))
     dev_mem = [_device_memory(costs, d) for d in range(p)]
     peak_dev = max(range(p), key=lambda d: dev_mem[d]["total"])

@@ -62,6 +62,14 @@ class StageCosts:
     dp_overlappable: bool = True  # whether it may overlap the last backward (bucketing on)
     optimizer_s: float = 0.0
     memory: MemoryBreakdown | None = None
+    # Of forward_s / backward_s: the expert all-to-alls and the exposed context-parallel K/V
+    # collectives (the simulator puts them on the links of their groups).
+    ep_comm_forward_s: float = 0.0
+    ep_comm_backward_s: float = 0.0
+    cp_comm_forward_s: float = 0.0
+    cp_comm_backward_s: float = 0.0
+    ep_crosses_node: bool = False  # whether the ep group spans nodes (NIC) or not (NVLink)
+    cp_crosses_node: bool = False
 
 
 @dataclass(frozen=True)

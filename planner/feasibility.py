@@ -47,3 +47,73 @@ def default_dtype(peak_tflops) -> str:
         if getattr(peak_tflops, dtype, 0.0) > 0:
             return dtype
     return "fp32"
+
+
+# Largest capacity factor accepted: GShard trains at 2.0 and evaluates up to 4 (Lepikhin et al.
+# 2020, section 3.2); far beyond that every expert would hold most tokens, which is a typo.
+MAX_CAPACITY_FACTOR = 16.0
+
+
+def expert_grid_problem(ep: int, tp: int, cp: int, dp: int) -> str | None:
+    """Why `ep` cannot fold into a stage's tp x cp x dp ranks, or None.
+
+    Megatron-Core's MoE parallel folding (Liu et al. 2025, section 3; megatron/core/parallel_state.py
+    `expert_model_parallel_size`): the expert layers lay their own grid ep x edp over the same
+    tp x cp x dp ranks of a pipeline stage, so ep must divide tp*cp*dp (no expert tensor parallelism).
+    """
+    grid = tp * cp * dp
+    if grid % ep:
+        near = max(d for d in range(1, grid + 1) if grid % d == 0 and d <= ep)
+        return f"ep={ep} must divide tp*cp*dp={grid} (the expert grid ep x edp folds into it); use ep={near}"
+    return None
+
+
+def capacity_factor_problem(capacity_factor) -> str | None:
+    ok = isinstance(capacity_factor, int | float) and not isinstance(capacity_factor, bool)
+    if not ok or not 0 < capacity_factor <= MAX_CAPACITY_FACTOR:
+        return (f"capacity_factor must be a number in (0, {MAX_CAPACITY_FACTOR:g}], got {capacity_factor!r}; "
+                "1.0 is balanced routing")
+    return None
+
+
+def expert_parallel_problem(ep: int, num_experts: int) -> str | None:
+    """Why a model with `num_experts` routed experts per MoE block cannot run `ep`, or None."""
+    if ep <= 1:
+        return None
+    if num_experts <= 0:
+        return (f"ep={ep} needs routed experts, but the model has none (no module with integer num_experts "
+                "and top_k attributes); use ep=1")
+    if num_experts % ep:
+        return f"ep={ep} does not divide the model's {num_experts} experts per MoE block; pick a divisor"
+    return None
+
+
+def context_parallel_problem(cp: int, seq_len: int) -> str | None:
+    """Why sequences of `seq_len` tokens cannot be split over `cp` ranks, or None.
+
+    Megatron-Core's causal load balancing cuts the sequence into 2*cp chunks and gives rank i
+    chunks i and 2cp-1-i (megatron/training/utils.py get_batch_on_this_cp_rank), so 2*cp
+    must divide seq_len.
+    """
+    if cp <= 1:
+        return None
+    if seq_len <= 0:
+        return f"cp={cp} splits the sequence, but the model has none (profile seq_len 0); use cp=1"
+    if seq_len % (2 * cp):
+        return (f"cp={cp} needs seq_len divisible by 2*cp={2 * cp} (causal load balancing), "
+                f"but seq_len is {seq_len}; pick a smaller cp or another --seq-len")
+    return None
+
+
+def fp8_problem(dtype: str, fp8_peak_tflops: float, gpu_name: str = "the GPU") -> str | None:
+    """Why dtype=fp8 cannot run on a GPU whose profile gives `fp8_peak_tflops`, or None."""
+    if dtype == "fp8" and not fp8_peak_tflops > 0:
+        return (f"dtype=fp8 needs FP8 tensor cores, but {gpu_name} has no gpu.peak_tflops.fp8; "
+                "use dtype=bf16 or a GPU with FP8 (H100, B200)")
+    return None
+
+
+def profile_dtype(plan_dtype: str) -> str:
+    """The dtype a plan's model is profiled at: fp8 plans keep activations in bf16
+    (Transformer Engine / torchao float8: only the GEMM inputs are cast to FP8)."""
+    return "bf16" if plan_dtype == "fp8" else plan_dtype

@@ -22,6 +22,19 @@ Sources:
   re-materialised activations of one block during its backward; under ZeRO-3 two blocks'
   gathered parameters (the one in use and the prefetched next).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
+- Context parallelism: activations, the logits buffer and the recompute buffer / cp (each
+  rank keeps its share of the sequence); the dense model states are replicated over cp and
+  ZeRO shards them over dp x cp (Megatron-Core's distributed optimizer uses the data-parallel
+  group with context parallelism).
+- Expert parallelism (ep > 1): a block's routed-expert parameters / ep on each GPU, their
+  states sharded by ZeRO over the expert-data-parallel group edp = tp*cp*dp / ep
+  (Megatron-Core MoE parallel folding, Liu et al. 2025, section 3); ep = 1 keeps them with
+  the dense parameters (replicated on the tp ranks, as the model file's tp_plan does).
+- FP8 (dtype fp8): bf16 weights, grads and the fp32 Adam states as bf16 training, plus the
+  FP8 copy of every weight that Transformer Engine caches for the step's micro-batches
+  (1 B/param; TE `is_first_microbatch`, torchao float8 keeps none but we take the larger),
+  plus the delayed-scaling amax history: 1024 fp32 values for each of the input, weight and
+  gradient of every FP8 GEMM (TE `DelayedScaling(amax_history_len=1024)`).
 """
 
 from __future__ import annotations
@@ -36,9 +49,16 @@ from .model_profile import BlockProfile, ModelProfile
 GIB = 2.0**30
 
 
+# FP8 training's extra weight bytes: the cached FP8 copy (see the module docstring).
+FP8_WEIGHT_COPY_BYTES_PER_PARAM = 1.0
+# TE DelayedScaling: amax_history_len=1024 fp32 entries x (input, weight, grad) per FP8 GEMM.
+FP8_AMAX_BYTES_PER_GEMM = 1024 * 4 * 3
+
+
 def state_bytes_per_param(dtype: str) -> tuple[float, float, float]:
-    """(weights, grads, optimizer) bytes per parameter of Adam training at `dtype`."""
-    if dtype in ("bf16", "fp16"):
+    """(weights, grads, optimizer) bytes per parameter of Adam training at `dtype` (fp8:
+    bf16 weights and grads, fp32 states; the FP8 copies are `fp8_extra_bytes`)."""
+    if dtype in ("bf16", "fp16", "fp8"):
         return 2.0, 2.0, 12.0  # Rajbhandari et al. 2020: fp16 w + g, fp32 master w, m, v
     return 4.0, 4.0, 8.0  # fp32: weights, grads, m, v
 
@@ -63,8 +83,47 @@ def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
     return float(min(pp - device, m))
 
 
-def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none") -> float:
-    return part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute)
+def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1, ep: int = 1,
+                     capacity_factor: float = 1.0) -> float:
+    """Activation bytes per sample `part` keeps on one GPU: / cp; the routed experts' share
+    times the capacity factor (the busiest expert's buffer; GShard) and / tp under ep > 1
+    (each tp rank routes its own tokens, as the expert compute in pass_model)."""
+    base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute) / cp
+    expert = part.saved_bytes_expert_per_sample
+    if recompute == "full" or not expert:
+        return base
+    held = expert / (tp if sp else 1) / cp  # as saved_bytes_per_gpu counts it: replicated
+    return base - held + expert * capacity_factor / (cp * (tp if (sp or ep > 1) else 1))
+
+
+def split_params(part: BlockProfile, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, routed-expert) parameters one GPU holds: expert parallelism takes the routed
+    experts out of the replicated share and divides them by ep; ep = 1 leaves them dense."""
+    local = part.params_per_gpu(tp)
+    if ep <= 1 or not part.params_expert:
+        return local, 0.0
+    return local - part.params_expert, part.params_expert / ep
+
+
+def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str) -> float:
+    """FP8 weight copies and amax histories of `local_params` on one GPU (0 unless fp8)."""
+    if dtype != "fp8":
+        return 0.0
+    gemms = sum(mm.count for mm in part.matmuls if mm.tp_dim != "batch")
+    return local_params * FP8_WEIGHT_COPY_BYTES_PER_PARAM + gemms * FP8_AMAX_BYTES_PER_GEMM
+
+
+def part_state_bytes(part: BlockProfile, *, tp: int, dp: int, cp: int, ep: int, zero: int, dtype: str
+                     ) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes of `part` on one GPU: dense states over dp*cp, expert
+    states over edp = tp*cp*dp/ep, plus FP8 copies (ZeRO-3 shards them with the weights)."""
+    dense, expert = split_params(part, tp, ep)
+    edp = max(1, tp * cp * dp // ep)
+    wd, gd, od = model_state_bytes(dense, dtype, zero, dp * cp)
+    we, ge, oe = model_state_bytes(expert, dtype, zero, edp)
+    fp8 = fp8_extra_bytes(part, dense, dtype) / (dp * cp if zero >= 3 else 1) \
+        + fp8_extra_bytes(part, expert, dtype) * (expert > 0) / (edp if zero >= 3 else 1)
+    return wd + we + fp8, gd + ge, od + oe
 
 
 @dataclass(frozen=True)
@@ -118,27 +177,32 @@ def chunk_memory(
     last: bool,
     device_first_chunk: bool,
     dtype: str,
+    cp: int = 1,
+    ep: int = 1,
+    capacity_factor: float = 1.0,
 ) -> ChunkMemory:
     """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
     block = profile.blocks[0]
-    # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard) whole
-    p0 = sum(p.params_per_gpu(tp) for p in parts)
-    w0, g0, o0 = model_state_bytes(p0, dtype, zero, dp)
-    wb, gb, ob = model_state_bytes(block.params_per_gpu(tp), dtype, zero, dp)
+    # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
+    # whole, routed experts / ep; states sharded by ZeRO over dp*cp (dense) or edp (experts)
+    states = [part_state_bytes(p, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dtype=dtype) for p in parts]
+    w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
+    wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dtype=dtype)
     b = micro_batch
-    act0 = flight * b * sum(part_saved_bytes(p, tp, sp) for p in parts)
-    act_blk = flight * b * part_saved_bytes(block, tp, sp)
-    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute) if recompute != "none" else act_blk
+    moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
+    act0 = flight * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
+    act_blk = flight * b * part_saved_bytes(block, tp, sp, **moe)
+    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
     buffers = 0.0
     if last:
-        # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel)
-        buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post)
+        # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel, / cp)
+        buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
     if device_first_chunk:
         if recompute == "full":
-            buffers += b * part_saved_bytes(block, tp, sp)
+            buffers += b * part_saved_bytes(block, tp, sp, **moe)
         if zero >= 3:
-            buffers += 2.0 * block.params_per_gpu(tp) * state_bytes_per_param(dtype)[0]
+            buffers += 2.0 * sum(split_params(block, tp, ep)) * state_bytes_per_param(dtype)[0]
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve)
 

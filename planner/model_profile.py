@@ -18,7 +18,9 @@ class MatmulShape:
 
     `tp_dim` names the dimension tensor parallelism divides ("n" for a column-parallel
     linear, "k" for a row-parallel one, "batch" for per-head attention matmuls, or None
-    when the GEMM is replicated on every TP rank).
+    when the GEMM is replicated on every TP rank). "expert" marks a routed expert bank's
+    batched GEMM ([experts] x [tokens per expert x hidden]): expert parallelism divides its
+    batch (experts) and gathers the ep ranks' tokens into m.
     """
 
     m: int
@@ -79,6 +81,23 @@ class BlockProfile:
     # Whether the output leaves this part split over the tp ranks (a vocab-parallel head's
     # logits); None in profiles made before this field existed, read as True.
     output_tp_sharded: bool | None = None
+    # Mixture of experts (0 in dense parts and in profiles made before these fields existed):
+    num_experts: int = 0  # routed experts of this part's expert bank
+    top_k: int = 0  # experts each token is routed to
+    params_expert: int = 0  # of `params`: the routed experts' (expert parallelism splits them over ep)
+    # Of forward_flops_per_sample: the routed experts' GEMMs (already top_k / num_experts of a
+    # dense equivalent: each token runs top_k experts) and the router's (linear + top-k).
+    expert_flops_per_sample: float = 0.0
+    router_flops_per_sample: float = 0.0
+    # Bytes one sample sends through the expert-parallel all-to-all, each way: dispatch sends
+    # every token's hidden vector to each of its top_k experts, combine brings them back, so
+    # tokens * hidden * top_k * bytes per element each (Megatron-Core token dispatcher).
+    all_to_all_bytes_per_sample: float = 0.0
+    # K and V tensors the attention kernels read per sample (what context parallelism all-gathers).
+    attention_kv_bytes_per_sample: float = 0.0
+    # Of saved_bytes_replicated_per_sample: what the routed experts keep (their GEMM inputs and
+    # activations); it grows with the capacity factor and, under ep > 1, is split over tp.
+    saved_bytes_expert_per_sample: float = 0.0
 
     def params_per_gpu(self, tp: int = 1) -> float:
         """Parameters one tp rank holds: the tp-sharded ones / tp, the replicated ones whole."""
@@ -148,6 +167,11 @@ class ModelProfile:
     @property
     def forward_flops_per_sample(self) -> float:
         return sum(p.forward_flops_per_sample for p in self.parts)
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE block (0: a dense model); what ep must divide."""
+        return max((p.num_experts for p in self.parts), default=0)
 
     @property
     def train_flops_per_sample(self) -> float:

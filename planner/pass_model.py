@@ -11,6 +11,25 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   sequence parallelism, Korthikanti et al. 2022 section 4.2.2).
 - Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host).
 - ZeRO-2/3 per-micro-batch collectives overlap the pass (max) or add to it.
+- Context parallelism (cp > 1): every GEMM's token rows (m), the element-wise traffic, the
+  TP collectives and the saved activations are / cp; attention keeps its full K/V length
+  (each rank's queries attend to all keys; causal load balancing gives every rank the same
+  share, Megatron-Core's 2*cp chunks). K/V are all-gathered in forward and their gradients
+  reduce-scattered in backward over the cp group; Megatron-Core / Transformer Engine run
+  this as a ring of p2p steps overlapped with the attention of the previous step
+  (TE `AttnFuncWithCPAndKVP2P`; Llama 3, Dubey et al. 2024, section 3.3.2 uses an
+  all-gather of the same bytes): the exposed time is max(0, comm - attention core time).
+- Expert parallelism (ep > 1): the routed experts' batched GEMMs run E/ep experts, each on
+  the tokens of the ep ranks that chose it; tokens are split over tp as well (Megatron-Core
+  runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
+  so one GPU's expert work is the replica's / (tp * cp). Each MoE block all-to-alls its
+  dispatch and combine buffers in forward and again in backward (4 per block), over the ep
+  group's span, not overlapped (Megatron-Core's default alltoall dispatcher). ep = 1 keeps
+  the experts replicated on the tp ranks (as the model file's tp_plan does).
+- capacity_factor multiplies the expert GEMM rows and the all-to-all bytes (the busiest
+  expert sets the pace; GShard, Lepikhin et al. 2020).
+- dtype fp8: linear (and expert) GEMMs at the fp8 peak, attention-core GEMMs and
+  element-wise work at bf16 (Transformer Engine / torchao float8: FP8 linears only).
 """
 
 from __future__ import annotations
@@ -35,6 +54,10 @@ class PassTimes:
     selective_extra_s: float  # added inside backward when the attention core is recomputed
     full_extra_s: float  # added inside backward when the whole forward is re-run
     recompute_flops: dict  # kind -> FLOPs per sample re-run
+    ep_forward_s: float = 0.0  # of forward_s: the expert all-to-alls (dispatch + combine)
+    ep_backward_s: float = 0.0  # of backward_s: the same in backward
+    cp_forward_s: float = 0.0  # of forward_s: the exposed K/V all-gather
+    cp_backward_s: float = 0.0  # of backward_s: the exposed K/V gradient reduce-scatter
 
     def backward_with(self, recompute: str) -> tuple[float, float, float]:
         """(backward seconds, of which recompute, of which TP comm) under `recompute`."""
@@ -45,12 +68,20 @@ class PassTimes:
         return self.backward_s, 0.0, self.tp_backward_s
 
 
-def _gemm_dims(mm, tp: int, b: int) -> tuple[int, int, int, int]:
+def _gemm_dims(mm, tp: int, b: int, cp: int = 1, ep: int = 1, capacity_factor: float = 1.0
+               ) -> tuple[int, int, int, int]:
     m, n, k, batch = mm.m, mm.n, mm.k, mm.batch * mm.count
+    if mm.tp_dim == "expert":
+        # [E, tokens per expert, h]: the micro-batch's tokens (/ cp, / tp when ep folds tp in)
+        # fill the rows; E/ep experts per GPU, each with the tokens of ep ranks.
+        split = cp * (tp if ep > 1 else 1)
+        rows = max(1, round(m * b * ep * capacity_factor / split))
+        return rows, n, k, max(1, mm.count * -(-mm.batch // ep))
     if mm.batch > 1:
         batch *= b  # per-head GEMMs: more sequences -> more independent GEMMs
+        m = max(1, -(-m // cp))  # this rank's queries; keys and values stay whole
     else:
-        m *= b  # linear layers: the micro-batch stacks into the rows
+        m = max(1, -(-m * b // cp))  # linear layers: the micro-batch stacks into the rows
     if mm.tp_dim == "n":
         n = max(1, -(-n // tp))
     elif mm.tp_dim == "k":
@@ -60,7 +91,7 @@ def _gemm_dims(mm, tp: int, b: int) -> tuple[int, int, int, int]:
     return m, n, k, batch
 
 
-def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster) -> float:
+def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: float, cluster: Cluster) -> float:
     total = 0.0
     for c in part.tp_collectives:
         if c.phase != phase:
@@ -74,38 +105,60 @@ def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: 
     return total
 
 
+def _gemm_dtype(mm, dtype: str) -> str:
+    """FP8 runs the linears (and experts) in FP8; attention's per-head GEMMs stay bf16."""
+    if dtype != "fp8":
+        return dtype
+    return "bf16" if mm.tp_dim == "batch" else "fp8"
+
+
 def pass_times(
-    part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str, zero_comm: tuple = (0.0, 0.0, True)
+    part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str,
+    zero_comm: tuple = (0.0, 0.0, True), *, cp_span: GroupSpan | None = None, ep_span: GroupSpan | None = None,
+    capacity_factor: float = 1.0,
 ) -> PassTimes:
     """Seconds of one part's forward and backward passes for a micro-batch of `b`.
 
     `zero_comm` = (forward seconds, backward seconds, overlapped) of the part's ZeRO-2/3
-    per-micro-batch collectives.
+    per-micro-batch collectives; `cp_span` / `ep_span` the context- and expert-parallel groups.
     """
     tp = tp_span.size
+    cp = cp_span.size if cp_span is not None else 1
+    ep = ep_span.size if ep_span is not None else 1
     gemm = core_gemm = 0.0
     for mm in part.matmuls:
-        m, n, k, batch = _gemm_dims(mm, tp, b)
-        t = matmul_time_s(m, n, k, cluster, dtype=dtype, batch=batch)
+        m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
+        t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
         gemm += t
         if mm.tp_dim == "batch":
             core_gemm += t
     frac = part.elementwise_tp_sharded_fraction
-    share = frac / tp + (1.0 - frac) / (tp if sp else 1)
+    share = (frac / tp + (1.0 - frac) / (tp if sp else 1)) / cp
     # The framework's fused kernels keep `elementwise_fusion` of the fusible traffic on chip.
     ew_bytes = part.elementwise_bytes_per_sample - cluster.efficiency.elementwise_fusion * part.elementwise_fusible_bytes_per_sample
     elem = memory_bound_time_s(ew_bytes * b * share, cluster)
-    tp_f = _tp_comm_s(part, "forward", tp_span, sp, b, cluster)
-    tp_b = _tp_comm_s(part, "backward", tp_span, sp, b, cluster)
+    tp_f = _tp_comm_s(part, "forward", tp_span, sp, b / cp, cluster)
+    tp_b = _tp_comm_s(part, "backward", tp_span, sp, b / cp, cluster)
+    ep_f = ep_b = cp_f = cp_b = 0.0
+    if ep > 1 and part.all_to_all_bytes_per_sample:
+        # one GPU's dispatch buffer: its tokens (/ cp, / tp) x hidden x top_k, times the capacity factor
+        a2a = part.all_to_all_bytes_per_sample * b * capacity_factor / (cp * tp)
+        ep_f = ep_b = 2.0 * collective_time_s("all_to_all", a2a, ep_span, cluster)  # dispatch + combine
+    if cp > 1 and part.attention_kv_bytes_per_sample:
+        # all of K and V (the gathered size; heads / tp), gathered forward, gradients reduce-scattered backward
+        kv = part.attention_kv_bytes_per_sample * b / tp
+        cp_f = max(0.0, collective_time_s("all_gather", kv, cp_span, cluster) - core_gemm)
+        cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm)
+    # Like the TP collectives these sit on the critical path (inside the pass).
     host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
     z_f, z_b, overlapped = zero_comm
 
     def busy(compute: float, comm: float) -> float:
         return max(compute, comm) if overlapped else compute + comm
 
-    fwd_gpu = gemm + elem + tp_f
+    fwd_gpu = gemm + elem + tp_f + ep_f + cp_f
     fwd = max(busy(fwd_gpu, z_f), host)
-    bwd_gpu = 2.0 * (gemm + elem) + tp_b
+    bwd_gpu = 2.0 * (gemm + elem) + tp_b + ep_b + cp_b
     bwd = max(busy(bwd_gpu, z_b), host)
     # Full recompute re-runs the forward inside the backward pass, on the parameters that
     # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
@@ -119,4 +172,4 @@ def pass_times(
     sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch")
     flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample}
-    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops)
+    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b)

@@ -14,13 +14,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .feasibility import pipeline_fill_problem
+from .feasibility import capacity_factor_problem, expert_grid_problem, pipeline_fill_problem
 from .plan_schema import check_derived, check_plan_dict
 
-PLAN_VERSION = 1
+# 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read.
+PLAN_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-DTYPES = ("bf16", "fp16", "fp32")
+DTYPES = ("bf16", "fp16", "fp32", "fp8")  # fp8: FP8 linears, bf16 elsewhere
 
 
 class PlanError(ValueError):
@@ -80,6 +82,8 @@ class Plan:
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallel: experts split over ep ranks of the tp*cp*dp grid (MoE parallel folding)
+    cp: int = 1  # context parallel: each sequence split over cp ranks
     micro_batch: int = 1
     global_batch: int = 1
     schedule: str = "1f1b"
@@ -88,6 +92,9 @@ class Plan:
     sequence_parallel: bool = False
     overlap_dp: bool = True
     dtype: str = "bf16"
+    # Busiest expert's load over the balanced one (GShard's capacity factor, Lepikhin et al.
+    # 2020): multiplies expert compute and all-to-all bytes; 1.0 = balanced routing.
+    capacity_factor: float = 1.0
     stages: tuple[Stage, ...] = ()
     model_args: dict = field(default_factory=dict)
     seq_len: int | None = None
@@ -100,7 +107,13 @@ class Plan:
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: the expert grid's other side, ep x edp = tp x cp x dp (Megatron-Core
+        MoE parallel folding, Liu et al. 2025 "MoE Parallel Folding", section 3)."""
+        return self.tp * self.cp * self.dp // self.ep
 
     @property
     def num_microbatches(self) -> int:
@@ -215,8 +228,13 @@ INLINE_KEYS = {
     "zero": "zero",
     "overlap_dp": "overlap_dp",
     "dtype": "dtype",
+    "ep": "ep",
+    "cp": "cp",
+    "cf": "capacity_factor",
+    "capacity_factor": "capacity_factor",
 }
-_INT_FIELDS = {"tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages", "zero"}
+_INT_FIELDS = {"tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages", "zero"}
+_FLOAT_FIELDS = {"capacity_factor"}
 _BOOL_FIELDS = {"sequence_parallel", "overlap_dp"}
 
 
@@ -247,6 +265,11 @@ def _parse_value(name: str, raw: str):
             return int(raw)
         except ValueError:
             raise PlanError(f"plan key {name} must be a whole number, got {raw!r}") from None
+    if name in _FLOAT_FIELDS:
+        try:
+            return float(raw)
+        except ValueError:
+            raise PlanError(f"plan key {name} must be a number, got {raw!r}") from None
     if name in _BOOL_FIELDS:
         if raw.lower() in ("1", "true", "yes", "on"):
             return True
@@ -274,17 +297,18 @@ def plan_from_inline(
     (enough micro-batches to keep the 1F1B bubble near 20%), stages split evenly.
     """
     keys = parse_inline(text) if isinstance(text, str) else dict(text)
-    tp, pp = keys.get("tp", 1), keys.get("pp", 1)
-    for name, value in (("tp", tp), ("pp", pp)):
+    tp, pp, cp = keys.get("tp", 1), keys.get("pp", 1), keys.get("cp", 1)
+    for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
         if value < 1:
             raise PlanError(f"{name} must be at least 1, got {value}")
     world = nodes * gpus_per_node
     if "dp" in keys:
         dp = keys["dp"]
     else:
-        if world % (tp * pp):
-            raise PlanError(f"tp*pp={tp * pp} does not divide the cluster's {world} GPUs; give dp= or change tp/pp")
-        dp = world // (tp * pp)
+        if world % (tp * pp * cp):
+            raise PlanError(f"tp*pp*cp={tp * pp * cp} does not divide the cluster's {world} GPUs; "
+                            "give dp= or change tp/pp/cp")
+        dp = world // (tp * pp * cp)
     mbs = keys.get("micro_batch", 1)
     gbs = keys.get("global_batch", dp * mbs * (4 * pp if pp > 1 else 1))
     schedule = keys.get("schedule", "1f1b")
@@ -292,9 +316,9 @@ def plan_from_inline(
     recompute = keys.pop("recompute", "none")
     if recompute not in RECOMPUTE:
         raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    if dp * tp * pp > world:
+    if dp * tp * pp * cp > world:
         raise PlanError(
-            f"dp*tp*pp={dp * tp * pp} GPUs but the cluster has {world}; lower a degree or add --nodes"
+            f"dp*tp*pp*cp={dp * tp * pp * cp} GPUs but the cluster has {world}; lower a degree or add --nodes"
         )
     return Plan(
         model=model,
@@ -303,6 +327,8 @@ def plan_from_inline(
         dp=dp,
         tp=tp,
         pp=pp,
+        ep=keys.get("ep", 1),
+        cp=cp,
         micro_batch=mbs,
         global_batch=gbs,
         schedule=schedule,
@@ -311,6 +337,7 @@ def plan_from_inline(
         sequence_parallel=keys.get("sequence_parallel", False),
         overlap_dp=keys.get("overlap_dp", True),
         dtype=keys.get("dtype", "bf16"),
+        capacity_factor=keys.get("capacity_factor", 1.0),
         stages=even_stages(num_blocks, pp * v, recompute),
         model_args=dict(model_args or {}),
         seq_len=seq_len,
@@ -320,10 +347,13 @@ def plan_from_inline(
 
 def validate(plan: Plan) -> None:
     """Structural checks that need no model or hardware; each error names the fix."""
-    for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "nodes"):
+    for name in ("dp", "tp", "pp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages", "nodes"):
         value = getattr(plan, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PlanError(f"{name} must be a whole number >= 1, got {value!r}")
+    problem = expert_grid_problem(plan.ep, plan.tp, plan.cp, plan.dp) or capacity_factor_problem(plan.capacity_factor)
+    if problem:
+        raise PlanError(problem)
     if plan.schedule not in SCHEDULES:
         raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {plan.schedule!r}")
     if plan.schedule == "interleaved":

@@ -21,6 +21,8 @@ DERIVED = ("recompute", "num_microbatches", "stage_blocks")
 # Llama 4 Scout (Meta, 2025) has the longest published context, 10M tokens; a longer seq_len
 # is a typo, and the profiler's example batch (seq_len tokens) would take its memory for real.
 MAX_SEQ_LEN = 2**24
+# ep and cp are at most the GPUs of the largest cluster anyone plans; 2**20 (a million GPUs).
+MAX_DEGREE = 2**20
 REGENERATE = "regenerate the plan with `smplan plan -o plan.json`"
 
 
@@ -60,6 +62,15 @@ def _whole(p: _Problems, key: str, value, minimum: int, maximum: int | None = No
         p.add(key, value, f"a whole number >= {minimum}" + (f" and <= {maximum}" if maximum is not None else ""))
         return None
     return value
+
+
+def _capacity(p: _Problems, key: str, value):
+    from .feasibility import MAX_CAPACITY_FACTOR
+
+    if not _is_number(value) or not 0 < value <= MAX_CAPACITY_FACTOR:
+        p.add(key, value, f"a number in (0, {MAX_CAPACITY_FACTOR:g}] (1.0 = balanced routing)")
+        return None
+    return float(value)
 
 
 def _text(p: _Problems, key: str, value):
@@ -167,10 +178,11 @@ def _figures(p: _Problems, value):
 
 
 def _version(p: _Problems, value):
-    from .plan import PLAN_VERSION
+    from .plan import PLAN_VERSION, READABLE_VERSIONS
 
-    if value != PLAN_VERSION or not _is_int(value):
-        p.add("version", value, f"{PLAN_VERSION} (this smplan reads plan version {PLAN_VERSION})")
+    if value not in READABLE_VERSIONS or not _is_int(value):
+        p.add("version", value, f"{PLAN_VERSION} (this smplan reads plan versions "
+              f"{', '.join(map(str, READABLE_VERSIONS))})")
     return None
 
 
@@ -194,6 +206,9 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "dp": lambda p, k, v: _whole(p, k, v, 1),
         "tp": lambda p, k, v: _whole(p, k, v, 1),
         "pp": lambda p, k, v: _whole(p, k, v, 1),
+        "ep": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
+        "cp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
+        "capacity_factor": lambda p, k, v: _capacity(p, k, v),
         "micro_batch": lambda p, k, v: _whole(p, k, v, 1),
         "global_batch": lambda p, k, v: _whole(p, k, v, 1),
         "virtual_stages": lambda p, k, v: _whole(p, k, v, 1),

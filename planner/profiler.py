@@ -24,11 +24,12 @@ import dataclasses
 from collections.abc import Callable
 
 from . import profile_cache
+from .feasibility import profile_dtype
 from .model_file import file_digest, load_model_file
 from .model_profile import ModelProfile
 
 # Bump when the numbers a profile holds change meaning; old cache entries are then ignored.
-PROFILER_VERSION = 4  # 2: elementwise_fusible_bytes_per_sample; 3: tp_plan_outer, params_tp_sharded, output_tp_sharded; 4: unsupported dimensions
+PROFILER_VERSION = 7  # 2: elementwise_fusible_bytes_per_sample; 3: tp_plan_outer, params_tp_sharded, output_tp_sharded; 4: unsupported dimensions; 5: experts (num_experts, top_k, params_expert, expert/router FLOPs, all-to-all bytes), attention K/V bytes; 6: K/V bytes of unfused attention too; 7: saved_bytes_expert_per_sample
 DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -49,6 +50,7 @@ def profile_model(
     >>> p = profile_model("examples/gpt.py:tiny")
     >>> p.num_blocks, p.params, p.train_flops_per_sample
     """
+    dtype = profile_dtype(dtype)  # an fp8 plan's activations are bf16: profile at bf16
     if dtype not in DTYPES:
         raise ProfileError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     args = dict(args or {})

@@ -46,7 +46,7 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
     parts = _Parts(tracer)
     handles = _install_hooks(model, container, run, blocks, {**tp_modules, **outer_modules}, parts, tracer)
     try:
-        with torch.enable_grad(), GPUKernels(), tracer, \
+        with torch.enable_grad(), GPUKernels(tracer), tracer, \
                 torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
             outputs = _call(model, inputs, mf)
             loss_fn = mf.hook("loss")
@@ -69,12 +69,13 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer"))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
     sharded = _sharded_params({**tp_modules, **outer_modules})
-    params_of, active_of, sharded_of = _params_by_part(model, container, run, blocks, parts, sharded)
+    params_of, active_of, sharded_of, expert_of = _params_by_part(model, container, run, blocks, parts, sharded)
     pre, post, block = [], [], None
     for stats in parts.ordered():
         bp = _block_profile(stats, params_of.get(stats.name, 0), samples)
         bp = dataclasses.replace(bp, params_active=round(active_of.get(stats.name, 0)),
-                                 params_tp_sharded=sharded_of.get(stats.name, 0))
+                                 params_tp_sharded=sharded_of.get(stats.name, 0),
+                                 params_expert=expert_of.get(stats.name, 0))
         if stats.kind == "block":
             block = bp
         elif bp.params or bp.forward_flops_per_sample or bp.saved_bytes_per_sample or stats.name == "loss":
@@ -170,6 +171,54 @@ def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tra
         handles.append(_stub_identical_blocks(blocks))
     for mod_name, (module, style) in tp_modules.items():
         handles += _tp_hooks(mod_name, module, style, tracer)
+    handles += _expert_hooks(model, tracer)
+    return handles
+
+
+def _expert_banks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
+    """[(expert bank, its routers)]: a bank is a module with integer `num_experts` and `top_k`
+    (as `_expert_fractions`); its routers are the nn.Linear siblings with num_experts outputs."""
+    out = []
+    for parent in model.modules():
+        for child in parent.children():
+            experts, top_k = getattr(child, "num_experts", None), getattr(child, "top_k", None)
+            if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
+                routers = [m for m in parent.children() if isinstance(m, nn.Linear) and m.out_features == experts]
+                out.append((child, routers))
+    return out
+
+
+def _expert_hooks(model: nn.Module, tracer: Tracer) -> list:
+    """Tag the expert banks' GEMMs and FLOPs, their input (the all-to-all dispatch buffer), and
+    the routers' FLOPs, on the part that is running."""
+    handles = []
+
+    def bank_hooks(bank: nn.Module):
+        def pre(mod, args, kwargs):
+            part = tracer.part
+            if part is not None and not tracer.in_experts:
+                part.num_experts, part.top_k = bank.num_experts, bank.top_k
+                part.dispatch_bytes += tensor_bytes((args, kwargs))
+            tracer.in_experts += 1
+
+        def post(mod, args, kwargs, output):
+            tracer.in_experts -= 1
+
+        return [bank.register_forward_pre_hook(pre, with_kwargs=True), bank.register_forward_hook(post, with_kwargs=True)]
+
+    def router_hooks(router: nn.Module):
+        def pre(mod, args):
+            tracer.in_router += 1
+
+        def post(mod, args, output):
+            tracer.in_router -= 1
+
+        return [router.register_forward_pre_hook(pre), router.register_forward_hook(post)]
+
+    for bank, routers in _expert_banks(model):
+        handles += bank_hooks(bank)
+        for router in routers:
+            handles += router_hooks(router)
     return handles
 
 
@@ -332,13 +381,14 @@ def _call(model: nn.Module, inputs, mf: ModelFile):
 # -- assembling -------------------------------------------------------------------------------
 
 def _params_by_part(model, container, run, blocks, parts: _Parts, sharded: set[int]
-                    ) -> tuple[dict[str, int], dict[str, float], dict[str, int]]:
-    """(parameters, parameters one token uses, tp-sharded parameters) per part; shared ones
+                    ) -> tuple[dict[str, int], dict[str, float], dict[str, int], dict[str, int]]:
+    """(parameters, parameters one token uses, tp-sharded parameters, routed-expert parameters) per part; shared ones
     count once, for the first part that owns them."""
     seen: set[int] = set()
     out: dict[str, int] = {}
     active: dict[str, float] = {}
     split: dict[str, int] = {}
+    expert: dict[str, int] = {}
     used = _expert_fractions(model)
 
     def count(name: str, params) -> None:
@@ -349,6 +399,8 @@ def _params_by_part(model, container, run, blocks, parts: _Parts, sharded: set[i
                 active[name] = active.get(name, 0.0) + p.numel() * used.get(id(p), 1.0)
                 if id(p) in sharded:
                     split[name] = split.get(name, 0) + p.numel()
+                if id(p) in used:
+                    expert[name] = expert.get(name, 0) + p.numel()
 
     if blocks:
         count("block", blocks[0].parameters())
@@ -360,7 +412,7 @@ def _params_by_part(model, container, run, blocks, parts: _Parts, sharded: set[i
     rest = [p for p in model.parameters() if id(p) not in seen]
     if rest:
         count(parts.get("forward", "pre").name, rest)
-    return out, active, split
+    return out, active, split, expert
 
 
 def _expert_fractions(model: nn.Module) -> dict[int, float]:
@@ -400,6 +452,13 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         tp_collectives=tuple(
             TPCollective(c.kind, c.phase, c.bytes_per_sample * per, c.module) for c in stats.collectives
         ),
+        num_experts=stats.num_experts,
+        top_k=stats.top_k,
+        expert_flops_per_sample=stats.expert_flops * per,
+        router_flops_per_sample=stats.router_flops * per,
+        all_to_all_bytes_per_sample=stats.dispatch_bytes * per,
+        attention_kv_bytes_per_sample=stats.kv_bytes * per,
+        saved_bytes_expert_per_sample=stats.saved_expert * per,
     )
 
 

@@ -70,6 +70,14 @@ class PartStats:
     matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim) -> count
     collectives: list[TPCollective] = field(default_factory=list)
     calls: int = 0
+    # Mixture of experts: the routed expert bank's size and what its GEMMs and dispatch do.
+    num_experts: int = 0
+    top_k: int = 0
+    expert_flops: float = 0.0  # GEMM FLOPs inside the expert bank
+    dispatch_bytes: float = 0.0  # the expert bank's input: tokens * top_k * hidden * bytes
+    router_flops: float = 0.0
+    kv_bytes: float = 0.0  # K and V read by the attention kernels
+    saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -93,6 +101,8 @@ class Tracer(TorchDispatchMode):
         self.part: PartStats | None = None
         self.sharded: set[int] = set()
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
+        self.in_experts = 0  # > 0 inside a routed expert bank: its GEMMs are tagged "expert"
+        self.in_router = 0  # > 0 inside a router
         self._alive: list = []  # keep storages alive so their keys are never reused
         # Fusion bookkeeping: element-wise outputs whose HBM write a fusing compiler might skip,
         # and the storages something outside an element-wise chain of their part needs.
@@ -126,7 +136,15 @@ class Tracer(TorchDispatchMode):
         if sharded:
             self.tag(out)
         if packet in flop_registry:
-            part.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+            flops = flop_registry[packet](*args, **kwargs, out_val=out)
+            part.flops += flops
+            if self.in_experts and packet in _GEMM_LIKE:
+                part.expert_flops += flops
+            if self.in_router:
+                part.router_flops += flops
+        if packet is aten.bmm and self.seq_len and args[0].dim() == 3 and args[0].shape[-2:] == (self.seq_len,) * 2:
+            # unfused attention's probs [., s, s] @ V: K is as large as V (what CP all-gathers)
+            part.kv_bytes += 2 * tensor_bytes(args[1])
         if packet in _GEMM_LIKE:
             for shape in _gemm_shapes(packet, args, out):
                 part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
@@ -166,6 +184,8 @@ class Tracer(TorchDispatchMode):
         self.produced.clear()
 
     def _tp_dim(self, packet, sharded: bool) -> str | None:
+        if self.in_experts and packet in (aten.bmm, aten.baddbmm):
+            return "expert"  # [experts, tokens per expert, hidden] GEMMs: expert parallelism splits dim 0
         if self.tp_stack and packet in (aten.mm, aten.addmm):
             return "n" if self.tp_stack[-1] == "col" else "k"
         if sharded and packet not in (aten.mm, aten.addmm):
@@ -185,7 +205,10 @@ class Tracer(TorchDispatchMode):
                     nbytes = t.untyped_storage().nbytes()
                 except (RuntimeError, NotImplementedError):
                     nbytes = t.numel() * t.element_size()
-                part.saved[self._category(t, key)] += nbytes
+                category = self._category(t, key)
+                part.saved[category] += nbytes
+                if self.in_experts and category == "replicated":
+                    part.saved_expert += nbytes
         return t
 
     def _category(self, t: torch.Tensor, key: int) -> str:
@@ -223,6 +246,10 @@ class GPUKernels(TorchFunctionMode):
 
     _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
+    def __init__(self, tracer: Tracer | None = None):
+        super().__init__()
+        self.tracer = tracer  # credited with the K and V every attention call reads
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.dropout or func is torch.dropout:
@@ -236,6 +263,8 @@ class GPUKernels(TorchFunctionMode):
         elif func is F.scaled_dot_product_attention:
             bound = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
                      **dict(zip(self._SDPA_ARGS, args, strict=False)), **kwargs}
+            if self.tracer is not None and self.tracer.part is not None:
+                self.tracer.part.kv_bytes += tensor_bytes((bound["key"], bound["value"]))
             fused = _fused_attention(**bound)
             if fused is not None:
                 return fused

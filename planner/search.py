@@ -1,7 +1,9 @@
 """plan_search: enumerate mesh shapes around the partition ILP, pruned by closed-form bounds.
 
 Outside the ILP: world size (all GPUs, or 1..--max-nodes nodes), tp (inside a node,
-dividing the heads), pp (<= blocks), dp = world / (tp pp) dividing the global batch, the
+dividing the heads), cp (powers of two with 2*cp dividing seq_len, offered from seq_len
+8192 on: below that no published recipe uses it), pp (<= blocks), dp = world / (tp cp pp)
+dividing the global batch, ep (divisors of tp*cp*dp that divide the experts), the
 micro-batch size, the schedule (1F1B; interleaved with v chunks; GPipe only when asked:
 under this cost model it takes 1F1B's time with more memory), the ZeRO stage and the
 recomputation kind. Inside it (smplan.planner.ilp): blocks per stage and recomputed blocks per
@@ -168,6 +170,9 @@ def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_
         dp=cand.dp,
         tp=cand.tp,
         pp=cand.pp,
+        ep=cand.ep,
+        cp=cand.cp,
+        capacity_factor=cand.capacity_factor,
         micro_batch=cand.mbs,
         global_batch=gbs,
         schedule=cand.schedule,

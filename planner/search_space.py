@@ -7,12 +7,24 @@ from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
 
-from .feasibility import SP_UNSUPPORTED, pipeline_fill_problem
+from .feasibility import (
+    SP_UNSUPPORTED,
+    capacity_factor_problem,
+    context_parallel_problem,
+    expert_grid_problem,
+    expert_parallel_problem,
+    fp8_problem,
+    pipeline_fill_problem,
+)
 from .model_profile import ModelProfile
 from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
 
 MAX_MICRO_BATCH = 64  # larger micro-batches gain no GEMM efficiency and only cost memory
 MAX_VIRTUAL_STAGES = 8
+# Context parallelism is offered from this sequence length on (or when fixed): Megatron-Core's
+# and NeMo's long-context recipes start CP at 8K-16K tokens (NeMo "Context Parallelism" docs;
+# Llama 3 adds CP only in its long-context stage, Dubey et al. 2024, section 3.3.2).
+CP_MIN_SEQ_LEN = 8192
 
 
 @dataclass(frozen=True)
@@ -31,15 +43,19 @@ class Candidate:
     recompute_all: bool  # a fixed recompute=...: every block recomputes
     overlap_dp: bool
     dtype: str
+    ep: int = 1
+    cp: int = 1
+    capacity_factor: float = 1.0
 
     @property
     def mesh(self) -> tuple:
-        return (self.world, self.dp, self.tp, self.pp, self.mbs)
+        return (self.world, self.dp, self.tp, self.pp, self.mbs, self.cp, self.ep)
 
     def describe(self) -> str:
         sched = self.schedule + (f" v={self.v}" if self.v > 1 else "")
+        extra = (f" ep={self.ep}" if self.ep > 1 else "") + (f" cp={self.cp}" if self.cp > 1 else "")
         return (
-            f"dp={self.dp} tp={self.tp} pp={self.pp} mbs={self.mbs} {sched} zero={self.zero} "
+            f"dp={self.dp} tp={self.tp} pp={self.pp}{extra} mbs={self.mbs} {sched} zero={self.zero} "
             f"sp={int(self.sp)} recompute={self.kind}"
         )
 
@@ -77,9 +93,15 @@ def validate_constraints(
     world = (max_nodes or cluster.nodes) * gpn
     fixed.setdefault("global_batch", world)
     L, heads = profile.num_blocks, profile.num_heads
-    for name in ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages"):
+    for name in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages"):
         if name in fixed and (not isinstance(fixed[name], int) or fixed[name] < 1):
             raise PlanError(f"{name} must be a whole number >= 1, got {fixed[name]!r}")
+    problem = (expert_parallel_problem(fixed.get("ep", 1), profile.num_experts)
+               or context_parallel_problem(fixed.get("cp", 1), profile.seq_len)
+               or capacity_factor_problem(fixed.get("capacity_factor", 1.0))
+               or fp8_problem(fixed["dtype"], cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
+    if problem:
+        raise PlanError(problem)
     tp = fixed.get("tp")
     if tp is not None:
         if tp > gpn or gpn % tp:
@@ -98,15 +120,19 @@ def validate_constraints(
     if pp is not None and pp > L:
         raise PlanError(f"pp={pp} exceeds the model's {L} blocks (each stage needs one); use pp<={L}")
     degrees = [fixed.get(k) for k in ("dp", "tp", "pp")]
-    product = 1
+    product = fixed.get("cp", 1)
     for dgr in degrees:
         product *= dgr or 1
     if product > world:
         raise PlanError(
-            f"dp*tp*pp={product} GPUs but the cluster has {world}; use --nodes {-(-product // gpn)} or lower a degree"
+            f"dp*tp*pp*cp={product} GPUs but the cluster has {world}; use --nodes {-(-product // gpn)} or lower a degree"
         )
     if all(d is not None for d in degrees) and product != world and not max_nodes:
-        raise PlanError(f"dp*tp*pp={product} must use all {world} GPUs; change a degree or use --max-nodes")
+        raise PlanError(f"dp*tp*pp*cp={product} must use all {world} GPUs; change a degree or use --max-nodes")
+    if "ep" in fixed and all(fixed.get(k) for k in ("dp", "tp")):
+        problem = expert_grid_problem(fixed["ep"], fixed["tp"], fixed.get("cp", 1), fixed["dp"])
+        if problem:
+            raise PlanError(problem)
     gbs = fixed["global_batch"]
     dp, mbs = fixed.get("dp"), fixed.get("micro_batch")
     if dp and gbs % (dp * (mbs or 1)):
@@ -177,20 +203,24 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
         tps = [fixed["tp"]] if "tp" in fixed else [
             t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
         ]
-        for tp in tps:
-            if world % tp:
+        for tp, cp in ((t, c) for t in tps for c in _cps(profile, fixed, world // t if world % t == 0 else 0)):
+            if world % (tp * cp):
                 continue
             max_pp = 1 if "pp" in profile.unsupported else L  # the model cannot be cut (capabilities)
-            pps = [fixed["pp"]] if "pp" in fixed else [p for p in range(1, max_pp + 1) if world % (tp * p) == 0]
+            pps = [fixed["pp"]] if "pp" in fixed else [p for p in range(1, max_pp + 1) if world % (tp * cp * p) == 0]
             for pp in pps:
-                if world % (tp * pp):
+                if world % (tp * cp * pp):
                     continue
-                dp = world // (tp * pp)
+                dp = world // (tp * cp * pp)
                 if fixed.get("dp", dp) != dp:
                     reject("shape", 0, (world, tp, pp, dp))
                     continue
                 if gbs % dp:
                     reject("batch", 0, dp)
+                    continue
+                eps = _eps(profile, fixed, tp * cp * dp)
+                if not eps:
+                    reject("shape", 0, (world, tp, pp, dp))
                     continue
                 per_replica = gbs // dp
                 mbss = [fixed["micro_batch"]] if "micro_batch" in fixed else [
@@ -209,12 +239,41 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                     for schedule, v in schedules:
                         sp_ok = profile.supports_sequence_parallel is not False
                         sps = [fixed["sequence_parallel"]] if "sequence_parallel" in fixed else [tp > 1 and sp_ok]
-                        zeros = [fixed["zero"]] if "zero" in fixed else ([0] if dp == 1 else [1, 2, 3])
-                        for sp in sps:
+                        cf = fixed.get("capacity_factor", 1.0)
+                        for sp, ep in ((s, e) for s in sps for e in eps):
+                            # dense states shard over dp x cp, routed experts' (ep > 1) over
+                            # edp = tp*cp*dp/ep: ZeRO only where one of the groups has ranks
+                            single = dp * cp == 1 and (ep == 1 or ep == tp * cp * dp)
+                            zeros = [fixed["zero"]] if "zero" in fixed else ([0] if single else [1, 2, 3])
                             for zero in zeros:
                                 for kind, all_ in kinds:
-                                    yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1), zero,
-                                                    kind, all_, fixed["overlap_dp"], fixed["dtype"])
+                                    yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),
+                                                    zero, kind, all_, fixed["overlap_dp"], fixed["dtype"],
+                                                    ep, cp, cf)
+
+
+def _cps(profile: ModelProfile, fixed: dict, room: int) -> list[int]:
+    """cp degrees to search: the fixed one, else 1 and (from CP_MIN_SEQ_LEN tokens on) the
+    powers of two with 2*cp dividing seq_len (Megatron-Core's causal load balancing), <= room GPUs."""
+    if "cp" in fixed:
+        return [fixed["cp"]]
+    out, cp = [1], 2
+    if profile.seq_len >= CP_MIN_SEQ_LEN:
+        while cp <= room and profile.seq_len % (2 * cp) == 0:
+            out.append(cp)
+            cp *= 2
+    return out
+
+
+def _eps(profile: ModelProfile, fixed: dict, grid: int) -> list[int]:
+    """ep degrees to search: divisors of the stage's tp*cp*dp ranks (the expert grid folds into
+    them) that divide the experts; 1 for a dense model."""
+    experts = profile.num_experts
+    if "ep" in fixed:
+        return [fixed["ep"]] if grid % fixed["ep"] == 0 else []
+    if not experts:
+        return [1]
+    return [e for e in _divisors(grid) if experts % e == 0]
 
 
 def _schedules(fixed: dict, pp: int, m: int, L: int) -> list[tuple[str, int]]:

@@ -191,7 +191,8 @@ def simulate_plan(
     from smplan.planner.cost_model import plan_costs
 
     costs = plan_costs(plan, profile, cluster)
-    layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)
+    # cp sits between tp and dp in the rank order: stage boundaries and the gradient group are dp x cp
+    layout = ParallelLayout(pp=plan.pp, dp=plan.dp * plan.cp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)
     return simulate_step(
         costs,
         layout,

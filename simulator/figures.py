@@ -35,7 +35,7 @@ def breakdown(raw: RawStep, device: int | None = None) -> dict[str, float]:
     t = raw.devices[d]
     dp_exposed = max(0.0, t.dp_end_s - t.compute_end_s) + t.wait_gather_s
     out = {
-        "compute": t.compute_s - t.recompute_s - t.tp_comm_s,
+        "compute": t.compute_s - t.recompute_s - t.tp_comm_s - t.ep_comm_s - t.cp_comm_s,
         "recompute": t.recompute_s,
         "tp_comm": t.tp_comm_s,
         "pp_p2p": t.wait_comm_s + t.send_wait_s,
@@ -43,6 +43,9 @@ def breakdown(raw: RawStep, device: int | None = None) -> dict[str, float]:
         "optimizer": t.optimizer_s,
         "bubble": t.wait_bubble_s,
     }
+    if t.ep_comm_s or t.cp_comm_s:  # as the closed form: keys only where the plan has them
+        out["ep_all_to_all"] = t.ep_comm_s
+        out["cp_comm_exposed"] = t.cp_comm_s
     # Ranks that finish early idle until the step ends: that is bubble too.
     out["bubble"] += max(0.0, raw.step_time_s - t.end_s)
     return out

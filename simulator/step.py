@@ -7,7 +7,10 @@ all of them: never one process per GPU.
 
 Per micro-batch: forward, backward (its first `recompute_s` is the recomputed forward),
 activation and gradient sends between chunks. TP collectives are inside forward_s /
-backward_s (they sit on the critical path). Per step: the DP gradient collective (or ZeRO
+backward_s (they sit on the critical path); so are the expert all-to-alls and the exposed
+context-parallel collectives, which with contention on run at the end of their pass on the
+rank's NVLink port (group inside a node) or NIC share (group across nodes), sharing them
+with the sends and the DP stream. Per step: the DP gradient collective (or ZeRO
 reduce-scatter, with the parameter all-gather prefetched at the step's start) on the DP
 stream, bucketed and overlapped with each chunk's final backward when the plan overlaps
 it, then the optimizer. With contention on, sends and DP buckets share links
@@ -44,6 +47,8 @@ class DeviceTimes:
     compute_s: float = 0.0  # forward + backward incl. recompute and TP collectives
     recompute_s: float = 0.0
     tp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0  # expert all-to-alls inside the passes
+    cp_comm_s: float = 0.0  # exposed context-parallel K/V collectives inside the passes
     wait_comm_s: float = 0.0  # idle while the awaited activation/gradient was on the wire
     wait_bubble_s: float = 0.0  # idle for any other reason (pipeline fill and drain)
     wait_gather_s: float = 0.0  # idle for a ZeRO parameter all-gather
@@ -132,6 +137,30 @@ class StepSimulation:
     def _dp_links(self, d: int) -> tuple[LinkKey, ...]:
         cls = self.link_class.get("dp", "nic")
         return ((cls, d, "out"), (cls, d, "in"))
+
+    def _group_links(self, d: int, crosses: bool) -> tuple[LinkKey, ...]:
+        """The links an expert all-to-all or a CP collective of rank `d` uses: its NIC share when
+        the group spans nodes, else its NVLink port (all its members move data both ways)."""
+        cls = "nic" if crosses else "nvlink"
+        return ((cls, d, "out"), (cls, d, "in"))
+
+    def _pass(self, d: int, st, forward: bool):
+        """One pass: compute, then its expert all-to-alls and exposed CP collectives on their
+        links (with contention off: the pass's cost-model time exactly)."""
+        if forward:
+            comm = ((st.ep_comm_forward_s, st.ep_crosses_node), (st.cp_comm_forward_s, st.cp_crosses_node))
+            dur = st.forward_s
+        else:
+            comm = ((st.ep_comm_backward_s, st.ep_crosses_node), (st.cp_comm_backward_s, st.cp_crosses_node))
+            dur = st.backward_s
+        on_links = sum(sec for sec, _ in comm)
+        if on_links <= 0 or self.net is None:
+            yield self.env.timeout(dur)
+            return
+        yield self.env.timeout(max(0.0, dur - on_links))
+        for seconds, crosses in comm:
+            if seconds > 0:
+                yield self.net.transfer(self._group_links(d, crosses), seconds)
 
     def _ready_event(self, key: tuple[str, int, int]) -> simpy.Event:
         ev = self._ready.get(key)
@@ -244,13 +273,25 @@ class StepSimulation:
             if task.kind == "F":
                 dur = st.forward_s
                 times.tp_comm_s += st.tp_comm_forward_s
+                times.ep_comm_s += st.ep_comm_forward_s
+                times.cp_comm_s += st.cp_comm_forward_s
             else:
                 dur = st.backward_s
                 times.tp_comm_s += st.tp_comm_backward_s
+                times.ep_comm_s += st.ep_comm_backward_s
+                times.cp_comm_s += st.cp_comm_backward_s
                 times.recompute_s += st.recompute_s
                 if i == last_b[c] and overlap[c] and self.dp_seconds[c] > 0:
                     self._queue_reduce(d, c, start, dur, self.dp_seconds[c] * reduce_fraction)
-            yield env.timeout(dur)
+            yield from self._pass(d, st, task.kind == "F")
+            shared = env.now - start - dur  # > 0 only where its all-to-all / CP links were shared
+            if shared > 0:
+                ep_pass = st.ep_comm_forward_s if task.kind == "F" else st.ep_comm_backward_s
+                if ep_pass > 0:
+                    times.ep_comm_s += shared
+                else:
+                    times.cp_comm_s += shared
+                dur += shared
             times.compute_s += dur
             if self.record:
                 if task.kind == "B" and st.recompute_s > 0:

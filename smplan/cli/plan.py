@@ -31,10 +31,11 @@ from .table import format_table
 @model_args_option
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
-              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
+              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100; "
+                   "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
-              help="Fix a plan key (inline plan keys: tp, pp, dp, mbs, zero, recompute, schedule, v, sp, overlap_dp; v>1 implies schedule=interleaved). Repeatable, each key once.")
+              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf; v>1 implies schedule=interleaved). Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
@@ -73,10 +74,10 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
                    "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds}})
         return
     cap = cluster.gpu.memory_gib
-    headers = ["#", "nodes", "dp", "tp", "pp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
+    headers = ["#", "nodes", "dp", "tp", "pp", "ep", "cp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
                "mem GiB", "$/1M tok"]
     rows = [
-        [i + 1, p.nodes, p.dp, p.tp, p.pp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
+        [i + 1, p.nodes, p.dp, p.tp, p.pp, p.ep, p.cp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
          p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{p.predicted.peak_memory_gib:.1f}/{cap:g}",
          _usd_per_million(p)]
         for i, p in enumerate(plans)
@@ -117,9 +118,10 @@ def _usd_per_million(p) -> float:
 
 def _plan_json(p) -> dict:
     out = {
-        "dp": p.dp, "tp": p.tp, "pp": p.pp, "micro_batch": p.micro_batch, "global_batch": p.global_batch,
+        "dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep, "cp": p.cp, "micro_batch": p.micro_batch, "global_batch": p.global_batch,
         "schedule": p.schedule, "virtual_stages": p.virtual_stages, "zero": p.zero, "recompute": p.recompute,
-        "sequence_parallel": p.sequence_parallel, "overlap_dp": p.overlap_dp,
+        "sequence_parallel": p.sequence_parallel, "overlap_dp": p.overlap_dp, "dtype": p.dtype,
+        "capacity_factor": p.capacity_factor,
         "stage_blocks": [[s.first_block, s.last_block] for s in p.stages],
         "recompute_blocks": [s.num_recomputed for s in p.stages],
         "usd_per_million_tokens": _usd_per_million(p),

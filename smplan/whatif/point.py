@@ -110,7 +110,11 @@ def _plan_dict(plan: Plan) -> dict:
 
 def plan_label(plan: Plan) -> str:
     """Short, human: "tp=8 pp=4 dp=2 mbs=1 gbs=512 recompute=full"."""
-    parts = [f"tp={plan.tp}", f"pp={plan.pp}", f"dp={plan.dp}", f"mbs={plan.micro_batch}", f"gbs={plan.global_batch}"]
+    parts = [f"tp={plan.tp}", f"pp={plan.pp}", f"dp={plan.dp}"]
+    parts += [f"{k}={getattr(plan, k)}" for k in ("ep", "cp") if getattr(plan, k) > 1]
+    parts += [f"mbs={plan.micro_batch}", f"gbs={plan.global_batch}"]
+    if plan.dtype == "fp8":
+        parts.append("fp8")
     if plan.schedule != "1f1b" and plan.pp > 1:
         parts.append(plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
     if plan.zero:
@@ -129,6 +133,9 @@ def plan_inline(plan: Plan) -> str:
     if plan.schedule == "interleaved":
         keys.append(f"v={plan.virtual_stages}")
     keys += [f"sp={int(plan.sequence_parallel)}", f"zero={plan.zero}", f"overlap_dp={int(plan.overlap_dp)}"]
+    keys += [f"{k}={getattr(plan, k)}" for k in ("ep", "cp") if getattr(plan, k) > 1]
+    if plan.capacity_factor != 1.0:
+        keys.append(f"cf={plan.capacity_factor:g}")
     return ",".join(keys)
 
 

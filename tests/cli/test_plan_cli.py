@@ -40,7 +40,7 @@ def test_plan_output_and_no_overwrite(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(out)])
     assert result.exit_code == 0, result.output
     saved = json.loads(out.read_text())
-    assert saved["version"] == 1 and saved["predicted"]["step_time_s"] > 0
+    assert saved["version"] == 2 and saved["predicted"]["step_time_s"] > 0
     again = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(out)])
     assert again.exit_code == 2 and "--force" in again.output
     forced = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(out), "--force"])

@@ -101,3 +101,32 @@ def test_plan_cli_plans_tiny(cli_runner):
     assert all(p["stage_blocks"][-1][-1] == 3 for p in plans)  # the 3 MoE blocks; the dense one is pre
     text = cli_runner.invoke(cli, ["plan", f"{MOE}:tiny", "--hw", "a100x8"])
     assert text.exit_code == 0 and "searched" in text.output
+
+
+def test_expert_fields_of_a_moe_block():
+    """tiny: 16 tokens, hidden 32, 4 experts, top_k 2, expert width 32, one shared expert."""
+    profile = profile_model(f"{MOE}:tiny", cache=False)
+    block = profile.blocks[0]
+    tokens, hidden, top_k, ffn = 16, 32, 2, 32
+    assert (profile.num_experts, block.num_experts, block.top_k) == (4, 4, 2)
+    assert block.params_expert == 4 * 3 * hidden * ffn
+    # expert FLOPs are counted by top_k: each token runs top_k SwiGLU experts (3 GEMMs)
+    assert block.expert_flops_per_sample == tokens * top_k * 3 * 2 * hidden * ffn
+    assert block.router_flops_per_sample == 2 * tokens * hidden * 4
+    # dispatch buffer: tokens x hidden x top_k x 2 bytes (bf16), each way
+    assert block.all_to_all_bytes_per_sample == tokens * hidden * top_k * 2
+    assert sum(m.flops for m in block.matmuls if m.tp_dim == "expert") == block.expert_flops_per_sample
+    assert block.attention_kv_bytes_per_sample > 0
+    assert all(p.num_experts == 0 and p.params_expert == 0 for p in profile.pre + profile.post)
+
+
+def test_dense_models_have_no_expert_fields():
+    profile = profile_model(str(EXAMPLES / "gpt.py") + ":tiny", cache=False)
+    assert profile.num_experts == 0 and profile.blocks[0].all_to_all_bytes_per_sample == 0
+
+
+def test_profile_prints_the_expert_figures(cli_runner):
+    result = cli_runner.invoke(cli, ["profile", f"{MOE}:tiny", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert "4 routed, top_k=2" in result.output and "all-to-all MiB/sample" in result.output
+    assert "router GFLOPs/sample" in result.output

@@ -1,0 +1,125 @@
+"""Cost and memory model of expert parallelism, context parallelism, capacity factor and FP8."""
+
+import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles.perf import collective_time_s
+from smplan.hwprofiles.topology import strided_span
+from smplan.planner import profile_model
+from smplan.planner.cost_model import CostModel, estimate, mesh_key, plan_costs
+from smplan.planner.memory_model import state_bytes_per_param
+from smplan.planner.plan import plan_from_inline
+
+MOE = "examples/moe.py:mixtral_8x7b"
+GPT = "examples/gpt.py:llama3_8b"
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return profile_model(MOE, args={"layers": 4, "experts": 16}, seq_len=1024)
+
+
+def _plan(text, profile, nodes=1, seq_len=None):
+    return plan_from_inline(text, model=profile.model, hw="h100x8", nodes=nodes, gpus_per_node=8,
+                            num_blocks=profile.num_blocks, seq_len=seq_len)
+
+
+def test_expert_states_are_divided_by_ep_and_sharded_over_edp(moe):
+    cl = load_cluster("h100x8", nodes=1)
+    block = moe.blocks[0]
+    w, g, o = state_bytes_per_param("bf16")
+    one = plan_costs(_plan("dp=8,pp=1,mbs=1,gbs=8", moe), moe, cl).stages[0].memory
+    ep = plan_costs(_plan("dp=8,pp=1,ep=8,mbs=1,gbs=8", moe), moe, cl).stages[0].memory
+    # every MoE block holds 7/8 of its experts fewer
+    blocks = moe.num_blocks
+    assert one.weights_bytes - ep.weights_bytes == pytest.approx(blocks * block.params_expert * 7 / 8 * w)
+    z1 = plan_costs(_plan("dp=8,pp=1,ep=4,mbs=1,gbs=8,zero=1", moe), moe, cl).stages[0].memory
+    z0 = plan_costs(_plan("dp=8,pp=1,ep=4,mbs=1,gbs=8,zero=0", moe), moe, cl).stages[0].memory
+    # ZeRO-1 shards the expert optimizer states over edp = 8/4 = 2, the dense ones over dp = 8
+    dense = sum(p.params_per_gpu(1) for p in moe.parts) - blocks * block.params_expert
+    expected = dense * o * (1 - 1 / 8) + blocks * block.params_expert / 4 * o * (1 - 1 / 2)
+    assert z0.optimizer_bytes - z1.optimizer_bytes == pytest.approx(expected)
+
+
+def test_all_to_all_is_four_per_moe_block_over_the_ep_span(moe):
+    cl = load_cluster("h100x8", nodes=2)
+    plan = _plan("dp=16,ep=16,mbs=1,gbs=16", moe, nodes=2)
+    costs = plan_costs(plan, moe, cl).stages[0]
+    block = moe.blocks[0]
+    span = strided_span(16, 1, 8)
+    assert span.crosses_nodes and costs.ep_crosses_node
+    one = collective_time_s("all_to_all", block.all_to_all_bytes_per_sample, span, cl)
+    assert costs.ep_comm_forward_s == pytest.approx(2 * one * moe.num_blocks)
+    assert costs.ep_comm_backward_s == pytest.approx(2 * one * moe.num_blocks)
+    inside = plan_costs(_plan("dp=16,ep=8,mbs=1,gbs=16", moe, nodes=2), moe, cl).stages[0]
+    assert not inside.ep_crosses_node and inside.ep_comm_forward_s < costs.ep_comm_forward_s
+    fig = estimate(plan, moe, cl)
+    assert fig.breakdown["ep_all_to_all"] > 0 and sum(fig.breakdown.values()) == pytest.approx(fig.step_time_s)
+
+
+def test_capacity_factor_scales_expert_work(moe):
+    cl = load_cluster("h100x8", nodes=1)
+    base = plan_costs(_plan("dp=8,ep=8,mbs=1,gbs=8", moe), moe, cl).stages[0]
+    busy = plan_costs(_plan("dp=8,ep=8,mbs=1,gbs=8,cf=2", moe), moe, cl).stages[0]
+    span, block = strided_span(8, 1, 8), moe.blocks[0]
+    expected = 2 * moe.num_blocks * collective_time_s("all_to_all", 2 * block.all_to_all_bytes_per_sample, span, cl)
+    assert busy.ep_comm_forward_s == pytest.approx(expected) and busy.ep_comm_forward_s > base.ep_comm_forward_s
+    assert busy.forward_s - busy.ep_comm_forward_s > base.forward_s - base.ep_comm_forward_s
+
+
+def test_ep_splits_expert_compute_it_no_longer_replicates(moe):
+    cl = load_cluster("h100x8", nodes=1)
+    rep = estimate(_plan("tp=8,dp=1,mbs=1,gbs=8", moe), moe, cl)
+    split = estimate(_plan("tp=8,dp=1,ep=8,mbs=1,gbs=8", moe), moe, cl)
+    assert split.breakdown["compute"] < rep.breakdown["compute"]
+    assert split.peak_memory_gib < rep.peak_memory_gib
+
+
+def test_context_parallel_divides_activations_and_adds_kv_traffic():
+    prof = profile_model(GPT, args={"layers": 4}, seq_len=16384)
+    cl = load_cluster("h100x8", nodes=1)
+    one = plan_costs(_plan("tp=4,dp=2,mbs=1,gbs=2", prof), prof, cl).stages[0]
+    two = plan_costs(_plan("tp=4,cp=2,dp=1,mbs=1,gbs=1", prof), prof, cl).stages[0]
+    assert two.memory.activations_bytes == pytest.approx(one.memory.activations_bytes / 2, rel=1e-6)
+    assert two.forward_s < one.forward_s  # half the tokens per GPU
+    assert not two.cp_crosses_node
+    # ring overlap: the exposed K/V all-gather is at most the collective's time
+    span = strided_span(2, 4, 8)
+    kv = prof.blocks[0].attention_kv_bytes_per_sample / 4
+    assert 0 <= two.cp_comm_forward_s <= prof.num_blocks * collective_time_s("all_gather", kv, span, cl) + 1e-12
+
+
+def test_cp_exposes_kv_traffic_when_attention_is_short():
+    prof = profile_model(GPT, args={"layers": 2}, seq_len=8192)
+    cl = load_cluster("h100x8", nodes=2, overrides=["inter_node.bandwidth_gbps=1"])
+    costs = plan_costs(_plan("tp=1,cp=16,dp=1,mbs=1,gbs=1", prof, nodes=2), prof, cl).stages[0]
+    assert costs.cp_crosses_node and costs.cp_comm_forward_s > 0
+
+
+def test_fp8_runs_linears_at_the_fp8_peak_and_keeps_fp8_weight_copies(moe):
+    cl = load_cluster("h100x8", nodes=1)
+    bf = plan_costs(_plan("dp=8,ep=8,mbs=2,gbs=16", moe), moe, cl).stages[0]
+    f8 = plan_costs(_plan("dp=8,ep=8,mbs=2,gbs=16,dtype=fp8", moe), moe, cl).stages[0]
+    assert f8.forward_s < bf.forward_s
+    extra = f8.memory.weights_bytes - bf.memory.weights_bytes
+    local = bf.memory.weights_bytes / state_bytes_per_param("bf16")[0]
+    assert local * 1.0 <= extra <= local * 1.0 + 10 * 2**20  # 1 B/param FP8 copy + amax histories
+
+
+def test_mesh_key_carries_the_new_degrees(moe):
+    key = mesh_key(_plan("dp=4,cp=2,ep=8,mbs=1,gbs=4,cf=1.5", moe))
+    assert (key.ep, key.cp, key.capacity_factor) == (8, 2, 1.5)
+    assert CostModel(moe, load_cluster("h100x8", nodes=1)).pass_of(moe.blocks[0], key).ep_forward_s > 0
+
+
+def test_expert_activations_grow_with_capacity_and_split_over_tp_under_ep(moe):
+    cl = load_cluster("h100x8", nodes=1)
+    block = moe.blocks[0]
+    assert 0 < block.saved_bytes_expert_per_sample < block.saved_bytes_replicated_per_sample
+
+    def act(text):
+        return plan_costs(_plan(text, moe), moe, cl).stages[0].memory.activations_bytes
+
+    expert = moe.num_blocks * block.saved_bytes_expert_per_sample  # one micro-batch in flight (pp=1)
+    assert act("dp=8,ep=8,mbs=1,gbs=8,cf=1.5") - act("dp=8,ep=8,mbs=1,gbs=8") == pytest.approx(0.5 * expert)
+    # tp=2 without sp: experts replicated at ep=1, their tokens split over tp under ep=2
+    assert act("tp=2,dp=4,mbs=1,gbs=4") - act("tp=2,dp=4,ep=2,mbs=1,gbs=4") == pytest.approx(0.5 * expert)

@@ -1,0 +1,108 @@
+"""The search over ep and cp: bounds stay lower bounds, the ILP stays exact, fixes hold."""
+
+import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.planner import PlanError, plan_search, profile_model
+from smplan.planner.bounds import compute_lower_bound, lower_bound
+from smplan.planner.cost_model import CostModel
+from smplan.planner.memory_model import capacity_bytes
+from smplan.planner.search import _solve
+from smplan.planner.search_space import enumerate_candidates, validate_constraints
+
+from tests.planner.test_search import _compositions
+
+
+def _brute_force(cm, cand, gbs):
+    """Every partition x recompute count, with the candidate's ep and cp (cf. test_search)."""
+    import itertools
+
+    from smplan.planner import Plan, Stage
+    from smplan.planner.cost_model import estimate_from_costs
+
+    best, cap = None, capacity_bytes(cm.cluster)
+    for blocks in _compositions(cm.profile.num_blocks, cand.pp * cand.v):
+        for recs in itertools.product(*[range(0, n + 1) for n in blocks]):
+            stages, start = [], 0
+            for n, r in zip(blocks, recs, strict=True):
+                stages.append(Stage(start, start + n, cand.kind, r))
+                start += n
+            plan = Plan(model="m", hw="h100x8", nodes=cm.cluster.nodes, dp=cand.dp, tp=cand.tp, pp=cand.pp,
+                        ep=cand.ep, cp=cand.cp, micro_batch=cand.mbs, global_batch=gbs, schedule=cand.schedule,
+                        virtual_stages=cand.v, zero=cand.zero, sequence_parallel=cand.sp, stages=tuple(stages))
+            f = estimate_from_costs(cm.plan_costs(plan))
+            if f.peak_memory_gib * 2**30 <= cap * (1 + 1e-9) and (best is None or f.step_time_s < best):
+                best = f.step_time_s
+    return best
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return profile_model("examples/moe.py:mixtral_8x7b", args={"layers": 4, "experts": 16}, seq_len=8192)
+
+
+def test_candidates_offer_ep_and_cp(moe):
+    cluster = load_cluster("h100x8", nodes=2)
+    fixed = validate_constraints(moe, cluster, None, 32, None, None, "bf16")
+    cands = list(enumerate_candidates(moe, cluster, fixed, None))
+    assert {c.ep for c in cands} == {1, 2, 4, 8, 16}
+    assert {c.cp for c in cands} >= {1, 2, 4}
+    assert all((c.tp * c.cp * c.dp) % c.ep == 0 and 16 % c.ep == 0 for c in cands)
+    assert all(c.world == c.tp * c.cp * c.dp * c.pp for c in cands)
+
+
+def test_no_cp_below_8k_tokens_unless_fixed():
+    prof = profile_model("examples/moe.py:tiny", seq_len=64)
+    cluster = load_cluster("h100x8", nodes=1)
+    fixed = validate_constraints(prof, cluster, None, 8, None, None, "bf16")
+    assert {c.cp for c in enumerate_candidates(prof, cluster, fixed, None)} == {1}
+    fixed = validate_constraints(prof, cluster, "cp=2", 8, None, None, "bf16")
+    assert {c.cp for c in enumerate_candidates(prof, cluster, fixed, None)} == {2}
+
+
+def test_bounds_stay_below_the_solved_plans(moe):
+    cluster = load_cluster("h100x8", nodes=2)
+    cm, cap = CostModel(moe, cluster), capacity_bytes(cluster)
+    fixed = validate_constraints(moe, cluster, "mbs=1,zero=1", 32, None, None, "bf16")
+    checked = 0
+    for cand in enumerate_candidates(moe, cluster, fixed, None):
+        if cand.ep == 1 and cand.cp == 1:
+            continue
+        plan = _solve(cm, cand, cap, 32, "m")
+        bound, why, _ = lower_bound(cm, cand, cap)
+        if plan is None:
+            continue
+        assert not why, cand
+        step = plan.predicted.step_time_s
+        assert compute_lower_bound(cm, cand) <= step * (1 + 1e-9), cand
+        assert bound <= step * (1 + 1e-9), cand
+        checked += 1
+    assert checked > 20
+
+
+def test_ilp_equals_brute_force_with_ep_and_cp(moe):
+    cluster = load_cluster("h100x8", nodes=2)
+    cm = CostModel(moe, cluster)
+    fixed = validate_constraints(moe, cluster, "pp=2,ep=4,cp=2,tp=2,mbs=1,zero=1", 32, None, None, "bf16")
+    cand = next(c for c in enumerate_candidates(moe, cluster, fixed, None) if c.kind == "selective")
+    plan = _solve(cm, cand, capacity_bytes(cluster), 32, "m")
+    brute = _brute_force(cm, cand, 32)
+    assert plan.predicted.step_time_s == pytest.approx(brute, rel=1e-6)
+
+
+def test_search_splits_experts_and_fixes_hold(moe):
+    cluster = load_cluster("h100x8", nodes=2)
+    best = plan_search(moe, cluster, global_batch=32, top=1)[0]
+    assert best.ep > 1 and best.predicted.peak_memory_gib <= 80
+    plans = plan_search(moe, cluster, global_batch=32, fix="cp=2,ep=8", top=2)
+    assert all(p.cp == 2 and p.ep == 8 and p.world_size == 16 for p in plans)
+
+
+@pytest.mark.parametrize("fix, says", [
+    ("ep=3", "does not divide the model's 16 experts"),
+    ("cp=3", "2\\*cp=6"),
+    ("dtype=fp8", "FP8 tensor cores"),
+    ("ep=16,tp=1,dp=2,pp=4", "ep=16 must divide tp\\*cp\\*dp=2"),
+])
+def test_bad_fixes_name_the_fix(moe, fix, says):
+    with pytest.raises(PlanError, match=says):
+        plan_search(moe, load_cluster("a100x8" if "fp8" in fix else "h100x8", nodes=1), global_batch=32, fix=fix)
