@@ -85,7 +85,7 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     model_file = load_model_file(model)
     layout = find_layout(model_file.build(model_args or {}, device="meta"))
     keys = parse_inline(plan_arg)
-    world = keys.get("dp", 1) * keys.get("tp", 1) * keys.get("pp", 1)
+    world = keys.get("dp", 1) * keys.get("tp", 1) * keys.get("pp", 1) * keys.get("cp", 1)
     per_node = nproc_per_node or -(-world // nnodes)
     plan = plan_from_inline(keys, model=model, hw="local", nodes=nnodes, gpus_per_node=per_node,
                             num_blocks=layout.num_blocks, model_args=model_args)

@@ -41,6 +41,7 @@ def _config_value(model: nn.Module, name: str):
 def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Checked:
     """Raise PlanMismatchError unless `plan` can run `model_file` on `world_size` processes."""
     ref = model_file.path.name
+    _check_executable(plan)
     meta = model_file.build(plan.model_args, device="meta")
     layout = find_layout(meta)
     n = layout.num_blocks
@@ -90,6 +91,20 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     return Checked(layout=layout, tokens_per_sample=tokens)
+
+
+def _check_executable(plan: Plan) -> None:
+    """What the planner and simulator price but the executor does not run yet (issue 17):
+    refused in one line rather than run as something else."""
+    if plan.ep > 1:
+        raise PlanMismatchError(f"ep={plan.ep}: expert parallelism is planned and simulated but not executed yet; "
+                                "use ep=1 to run (the experts are then replicated over dp)")
+    if plan.cp > 1:
+        raise PlanMismatchError(f"cp={plan.cp}: context parallelism is planned and simulated but not executed yet; "
+                                "use cp=1 to run")
+    if plan.dtype == "fp8":
+        raise PlanMismatchError("dtype=fp8: FP8 linears need a GPU with FP8 units (and torchao); this executor "
+                                "runs bf16, fp16 or fp32: use dtype=bf16")
 
 
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:

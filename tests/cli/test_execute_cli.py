@@ -26,6 +26,8 @@ def _invoke(cli_runner, *args):
         ("dp=2,mbs=1,gbs=4", ("--nproc-per-node", "4"), "needs dp*tp*pp=2*1*1=2 processes but 4"),
         ("pp=2,mbs=1,gbs=1", (), "1 micro-batches cannot fill 2 pipeline stages"),
         ("tp=2,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=15"), "does not divide it"),
+        ("cp=2,mbs=1,gbs=2", (), "cp=2: context parallelism is planned and simulated but not executed yet"),
+        ("dtype=fp8,dp=2,mbs=1,gbs=2", (), "dtype=fp8: FP8 linears need a GPU"),
     ],
 )
 def test_mismatch_is_one_line_exit_2(cli_runner, tmp_path, plan, extra, needle):
@@ -120,3 +122,10 @@ def test_json_mode_prints_one_object_and_progress_goes_to_stderr(tmp_path):
     record = json.loads(proc.stdout)  # exactly one object
     assert record["run_dir"] == str(out.resolve())
     assert "starting 2 processes" in proc.stderr and "step 2/2" in proc.stderr
+
+
+def test_expert_parallelism_is_refused_until_the_executor_runs_it(cli_runner, tmp_path):
+    moe = f"{EXAMPLES / 'moe.py'}:tiny"
+    result = _invoke(cli_runner, "ep=2,dp=2,mbs=1,gbs=2", "--model", moe, "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "ep=2: expert parallelism is planned and simulated" in result.output
+    assert not (tmp_path / "r").exists()
