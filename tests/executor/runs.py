@@ -89,3 +89,15 @@ def _flatten(obj, prefix=""):
             yield from _flatten(value, f"{prefix}{key}.")
     else:
         yield prefix.rstrip("."), obj
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    """Two checkpoint_state dicts hold the same keys and bit-identical values."""
+    import torch
+
+    assert a.keys() == b.keys() and any(k.startswith("model.") for k in a)
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key

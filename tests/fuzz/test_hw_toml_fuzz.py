@@ -20,7 +20,7 @@ from smplan.hwprofiles.loader import PROFILE_DIR
 
 from smplan.cli.main import cli
 from tests.conftest import EXAMPLES
-from tests.fuzz.checks import assert_clean_exit
+from tests.fuzz.checks import assert_clean_exit, mutate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -94,28 +94,8 @@ def to_toml(data: dict, table: str = "") -> str:
     return out
 
 
-def _paths(doc, here=()):
-    yield here
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield from _paths(value, here + (key,))
-
-
 def _mutate(doc, data):
-    for _ in range(data.draw(st.integers(1, 4), label="edits")):
-        path = data.draw(st.sampled_from(list(_paths(doc))), label="path")
-        parent = doc
-        for part in path[:-1]:
-            parent = parent[part]
-        target = parent[path[-1]] if path else doc
-        op = data.draw(st.sampled_from(["drop", "set", "set", "add"]), label="op")
-        if op == "add" and isinstance(target, dict):
-            target[data.draw(KEYS, label="key")] = data.draw(VALUES, label="value")
-        elif op == "drop" and path:
-            del parent[path[-1]]
-        elif path:
-            parent[path[-1]] = data.draw(VALUES, label="value")
-    return doc
+    return mutate(doc, data, KEYS, VALUES)
 
 
 @pytest.fixture(scope="module")

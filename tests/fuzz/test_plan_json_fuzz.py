@@ -18,7 +18,7 @@ from smplan.planner import Figures, Plan, Stage
 
 from smplan.cli.main import cli
 from tests.conftest import EXAMPLES
-from tests.fuzz.checks import assert_clean_exit
+from tests.fuzz.checks import assert_clean_exit, mutate
 
 TINY = f"{EXAMPLES / 'gpt.py'}:tiny"
 FIGURES = Figures(0.015, 8500.0, 530.0, 3.5e-4, 3.5e-4, 1.1e-6, 2.0, 0.0, {"compute": 0.015}, 6e-5,
@@ -55,35 +55,8 @@ KEYS = st.one_of(st.text(max_size=10), st.sampled_from(
      "hidden", "heads", "seq_len", "inter_node.bandwidth_gbps", "gpu.memory_gib", "nodes", "step_time_s", ""]))
 
 
-def _paths(doc, here=()):
-    """Every path (tuple of keys / indices) into the JSON document, the root included."""
-    yield here
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield from _paths(value, here + (key,))
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            yield from _paths(value, here + (i,))
-
-
 def _mutate(doc, data):
-    """Apply 1-4 random edits (drop, set, add a key / item) at random places of `doc`."""
-    for _ in range(data.draw(st.integers(1, 4), label="edits")):
-        path = data.draw(st.sampled_from(list(_paths(doc))), label="path")
-        parent = doc
-        for part in path[:-1]:
-            parent = parent[part]
-        target = parent[path[-1]] if path else doc
-        op = data.draw(st.sampled_from(["drop", "set", "set", "add"]), label="op")
-        if op == "add" and isinstance(target, dict):
-            target[data.draw(KEYS, label="key")] = data.draw(VALUES, label="value")
-        elif op == "add" and isinstance(target, list):
-            target.append(data.draw(VALUES, label="item"))
-        elif op == "drop" and path:
-            del parent[path[-1]]
-        elif path:
-            parent[path[-1]] = data.draw(VALUES, label="value")
-    return doc
+    return mutate(doc, data, KEYS, VALUES)
 
 
 @pytest.fixture(scope="module")
