@@ -7,8 +7,9 @@ Builder `model(...)` and presets (`gpt3_175b`, `gpt3_1t`, `llama3_8b`, `llama3_7
 `llama3_405b`, `tiny`) return a `GPT`. The layout follows Megatron-LM: pre-norm blocks,
 fused QKV projection, explicit softmax attention with dropout (Korthikanti et al. 2022
 count activations for exactly this), 4h GeLU MLP. `attention="sdpa"` switches to fused
-scaled-dot-product attention; `mlp="swiglu"`, `norm="rmsnorm"` and `kv_heads` give the
-Llama layout (rotary embeddings are left out: they have no weights and little work).
+scaled-dot-product attention (flash attention on a GPU), the Llama presets' default;
+`mlp="swiglu"`, `norm="rmsnorm"` and `kv_heads` give the Llama layout (rotary embeddings
+are left out: they have no weights and little work).
 
 Tensor parallelism covers the whole model, as Megatron-LM and torchtitan's
 parallelize_llama do: `tp_plan(block, sequence_parallel)` shards each block (Shoeybi et
@@ -220,8 +221,11 @@ def _preset(defaults: dict):
 gpt3_175b = _preset(dict(layers=96, hidden=12288, heads=96, seq_len=2048, vocab=51200))
 # Narayanan et al. 2021, Table 1 (1T row).
 gpt3_1t = _preset(dict(layers=128, hidden=25600, heads=160, seq_len=2048, vocab=51200))
-# Llama 3 herd of models (Meta 2024), Table 3.
-_LLAMA = dict(mlp="swiglu", norm="rmsnorm", learned_positions=False, dropout=0.0, vocab=128256, seq_len=8192)
+# Llama 3 herd of models (Meta 2024), Table 3. Trained with fused flash attention (the paper's
+# stack, and every 2023+ framework: Megatron-Core, torchtitan), so the presets use sdpa; pass
+# --arg attention=explicit for 2021 Megatron's softmax with s x s scores.
+_LLAMA = dict(mlp="swiglu", norm="rmsnorm", learned_positions=False, dropout=0.0, vocab=128256, seq_len=8192,
+              attention="sdpa")
 llama3_8b = _preset(dict(_LLAMA, layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336))
 llama3_70b = _preset(dict(_LLAMA, layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672))
 llama3_405b = _preset(dict(_LLAMA, layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248))
