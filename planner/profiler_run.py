@@ -23,6 +23,13 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.flo
 
 
 def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype: str) -> ModelProfile:
+    from .hf_model import meta_forward  # transformers' value checks, answered on meta
+
+    with meta_forward(mf):
+        return _run_profile(ref, mf, args, seq_len, dtype)
+
+
+def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype: str) -> ModelProfile:
     if seq_len is not None:
         if not mf.accepts("seq_len"):
             raise ModelFileError(f"{mf.path}: --seq-len given but {mf.builder_name}() takes no seq_len argument; "
