@@ -6,7 +6,8 @@ Three interception layers, each doing one job:
   noise tensor of the input dtype, 2 bytes/element in bf16) and SDPA falls back to the
   math kernel, which upcasts to fp32 and materialises the s x s scores. On CUDA, dropout is
   the fused `native_dropout` (a bool mask, 1 byte/element) and SDPA is flash attention
-  (saves q, k, v, output and the log-sum-exp; no s^2 term). We profile the GPU's behaviour.
+  (saves q, k, v, output and the log-sum-exp; no s^2 term), grouped-query attention
+  (`enable_gqa=True`) included. We profile the GPU's behaviour.
 - `Tracer` (a TorchDispatchMode) sees every aten op: FLOPs from torch.utils.flop_counter's
   registry, GEMM shapes, HBM bytes of the other ops, and the "tp-sharded" tag, which
   flows from the outputs of ColwiseParallel modules through every op that reads a tagged
@@ -243,8 +244,17 @@ class GPUKernels(TorchFunctionMode):
 
 
 def _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    if enable_gqa or query.dim() != 4 or key.shape[1] != query.shape[1]:
+    if query.dim() != 4 or key.dim() != 4:
         return None
+    if key.shape[1] != query.shape[1]:
+        # Grouped-query attention (enable_gqa=True, as transformers calls it): flash attention
+        # reads each kv head for its group of query heads (Dao 2023, FlashAttention-2 section 3;
+        # torch's SDPA flash/cuDNN backends take enable_gqa). The meta kernels take the
+        # un-expanded k and v, so what is saved (q, k, v, out, lse) and counted
+        # (flop_counter.sdpa_flop_count supports GQA) is the GPU's. Only on meta: a real CPU
+        # kernel is not asked to broadcast heads.
+        if not enable_gqa or query.shape[1] % key.shape[1] or query.device.type != "meta":
+            return None
     try:
         if attn_mask is None:
             return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, scale=scale)[0]
