@@ -23,6 +23,7 @@ requested device, the meta device for profiling.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import json
@@ -39,6 +40,7 @@ BUILDER = "hf"
 DEFAULT_SEQ_CAP = 4096
 DEFAULT_SEQ_LEN = 2048  # for configs without max_position_embeddings (GPT-2 era: n_positions)
 SEQ_ARG = "seq_len"
+DEFAULT_INIT_STD = 0.02  # transformers' initializer_range default (LlamaConfig, MistralConfig, Qwen2Config)
 _SEQ_ATTR = "smplan_seq_len"  # where build() leaves the batch length on the config
 
 
@@ -120,6 +122,9 @@ class HFModel:
             return False
 
     def hook(self, name: str):
+        if name == "init_weights":
+            std = self.raw_config.get("initializer_range", DEFAULT_INIT_STD)
+            return functools.partial(init_weights, std=std if isinstance(std, float) else DEFAULT_INIT_STD)
         return HOOKS.get(name)
 
     def config(self, args: dict | None = None):
@@ -265,6 +270,25 @@ def loss(outputs, targets):
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
+def init_weights(module, std: float = DEFAULT_INIT_STD) -> None:
+    """transformers' PreTrainedModel._init_weights for decoder LMs, one module at a time:
+    matrices (Linear, Embedding, expert weights) N(0, initializer_range), biases zero, norm
+    weights one, an Embedding's padding row zero."""
+    import torch
+
+    for name, p in module.named_parameters(recurse=False):
+        if name == "bias" or (p.dim() == 1 and "norm" not in type(module).__name__.lower()):
+            torch.nn.init.zeros_(p)
+        elif p.dim() == 1:
+            torch.nn.init.ones_(p)
+        else:
+            torch.nn.init.normal_(p, mean=0.0, std=std)
+    padding = getattr(module, "padding_idx", None)
+    if isinstance(module, torch.nn.Embedding) and padding is not None:
+        with torch.no_grad():
+            module.weight[padding].zero_()
+
+
 def _config_of(module):
     from transformers import PretrainedConfig
 
@@ -329,4 +353,4 @@ def tp_plan_outer(model) -> dict:
     return plan
 
 
-HOOKS = {"batch": batch, "loss": loss, "tp_plan": tp_plan, "tp_plan_outer": tp_plan_outer}
+HOOKS = {"batch": batch, "loss": loss, "tp_plan": tp_plan, "tp_plan_outer": tp_plan_outer, "init_weights": init_weights}
