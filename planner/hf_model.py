@@ -44,6 +44,11 @@ DEFAULT_INIT_STD = 0.02  # transformers' initializer_range default (LlamaConfig,
 _SEQ_ATTR = "smplan_seq_len"  # where build() leaves the batch length on the config
 
 
+class TPUnsupported(ModelFileError):
+    """The config's tensor-parallel plan uses a style torch's ColwiseParallel/RowwiseParallel
+    cannot express: the profiler records the message as profile.unsupported["tp"]."""
+
+
 def is_hf_ref(ref) -> bool:
     return isinstance(ref, str) and ref.startswith(PREFIX)
 
@@ -313,8 +318,8 @@ def _style(name: str, style: str):
     if style in ("replicate", "replicated_with_grad_allreduce", "isolated"):
         return None  # stays whole on every rank
     if style not in styles:
-        raise ModelFileError(f"the config's base_model_tp_plan shards {name} as {style!r}, which smplan does not map "
-                             f"to torch's styles (it maps {', '.join(styles)}); use tp=1")
+        raise TPUnsupported(f"the config's base_model_tp_plan shards {name} as {style!r}, which smplan does not map "
+                            f"to torch's styles (it maps {', '.join(styles)}); use tp=1")
     return styles[style]()
 
 

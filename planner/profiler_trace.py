@@ -43,7 +43,10 @@ _ATTENTION = {
     aten._scaled_dot_product_cudnn_attention,
     aten._scaled_dot_product_flash_attention_for_cpu,
 }
-_GEMM_LIKE = _MATMULS | _ATTENTION | {aten.convolution, aten._scaled_mm}
+# torch._grouped_mm (transformers >= 5's "grouped_mm" MoE experts): rows sorted by expert,
+# [tokens x top_k, k] x [experts, k, n]; torch's flop_counter has no entry for it.
+_GROUPED_MM = {aten._grouped_mm} if hasattr(aten, "_grouped_mm") else set()
+_GEMM_LIKE = _MATMULS | _ATTENTION | _GROUPED_MM | {aten.convolution, aten._scaled_mm}
 # Ops that move no data: allocation without initialisation and metadata-only reshapes that
 # the schema does not mark as views.
 _NO_TRAFFIC = {
@@ -128,6 +131,8 @@ class Tracer(TorchDispatchMode):
             self.tag(out)
         if packet in flop_registry:
             part.flops += flop_registry[packet](*args, **kwargs, out_val=out)
+        elif packet in _GROUPED_MM:
+            part.flops += sum(2 * m * n * k * b for m, n, k, b in _gemm_shapes(packet, args, out))
         if packet in _GEMM_LIKE:
             for shape in _gemm_shapes(packet, args, out):
                 part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
@@ -212,6 +217,11 @@ def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
         o = out if isinstance(out, torch.Tensor) else out[0]
         pixels = o.numel() // (o.shape[0] * o.shape[1])
         return [(x.shape[0] * pixels, w.shape[0] // groups, w[0].numel(), groups)]
+    if packet in _GROUPED_MM and args[0].dim() == 2 and args[1].dim() == 3:
+        # [rows, k] x [groups, k, n]: one GEMM per expert of rows / groups tokens on average
+        a, b = args[0], args[1]
+        groups = b.shape[0]
+        return [(max(a.shape[0] // groups, 1), b.shape[2], a.shape[1], groups)]
     if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: q k^T, then p v
         q, k = args[0], args[1]
         heads = q.shape[0] * q.shape[1]
