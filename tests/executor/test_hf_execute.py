@@ -83,3 +83,16 @@ def test_pp_is_refused_with_the_reason(llama, tmp_path):
     result = run_execute("pp=2,mbs=1,gbs=4", tmp_path / "run", "--steps", "1", model=llama, timeout=120)
     assert result.returncode == 2, result.stdout[-3000:]
     assert "skip None layers" in result.stdout and "Traceback" not in result.stdout
+
+
+@pytest.mark.slow
+def test_tp2_dp2_on_four_processes(llama, reference, tmp_path):
+    out = tmp_path / "run"
+    result = run_execute("tp=2,dp=2,mbs=1,gbs=4", out, "--steps", str(STEPS), model=llama, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert [r["loss"] for r in metrics(out)] == pytest.approx(reference, rel=1e-4)
+
+
+def test_tp_must_divide_the_kv_heads(llama, tmp_path):
+    result = run_execute("tp=4,mbs=1,gbs=4", tmp_path / "run", "--steps", "1", model=llama, timeout=120)
+    assert result.returncode == 2 and "tp=4 does not divide the model's 2 kv heads; use tp in {1, 2}" in result.stdout
