@@ -326,14 +326,19 @@ def _style(name: str, style: str):
 def tp_plan(block) -> dict:
     """The config's `base_model_tp_plan` entries under the repeated layers (`layers.*.X`), named
     relative to one decoder layer."""
-    plan = {}
-    for key, style in (_config_of(block).base_model_tp_plan or {}).items():
+    cfg = _config_of(block)
+    plan, entries = {}, 0
+    for key, style in (cfg.base_model_tp_plan or {}).items():
         head, star, rest = key.partition(".*.")
         if not star:
             continue  # a part around the blocks: tp_plan_outer's
+        entries += 1
         torch_style = _style(key, style)
         if torch_style is not None:
             plan[rest] = torch_style
+    if not entries:
+        raise TPUnsupported(f"{type(cfg).__name__} has no base_model_tp_plan for its layers (transformers ships no "
+                            "tensor-parallel plan for this model); use tp=1")
     return plan
 
 

@@ -183,3 +183,13 @@ def test_llama3_8b_plans_within_5_percent_of_the_gpt_example(tmp_path):
     hf_step, gpt_step = best(hf), best(gpt)
     assert abs(hf_step / gpt_step - 1) < 0.05, (hf_step, gpt_step)
     assert profile_model(f"hf:{folder}", {"seq_len": 8192}).params == 8_030_261_248  # Llama 3 8B
+
+
+def test_gpt2_profiles_with_tp_off_and_its_reason(tmp_path):
+    """GPT-2's Conv1D projections and no base_model_tp_plan: dp/FSDP only, said honestly."""
+    folder = tmp_path / "gpt2"
+    transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0,
+                            eos_token_id=0).save_pretrained(folder)
+    p = profile_model(f"hf:{folder}", cache=False)
+    assert p.params == _meta_params(f"hf:{folder}") and p.num_blocks == 2 and not p.has_tp_plan
+    assert "no base_model_tp_plan" in p.unsupported["tp"] and "pp" in p.unsupported
