@@ -13,9 +13,8 @@ requested device, the meta device for profiling.
   `--data` streams give them), `loss` (causal-LM cross-entropy on `outputs.logits`, a
   DTensor under loss_parallel), `tp_plan(block)` / `tp_plan_outer(model)` from the config's
   own `base_model_tp_plan` (transformers' style strings mapped to torch's styles).
-- No sequence parallelism: HF decoder layers take the rotary embeddings and mask as keyword
-  arguments computed for the whole sequence, so the hooks take no `sequence_parallel`
-  argument and the planner does not offer sp.
+- Sequence parallelism: the embedding stays whole (transformers derives positions, rotary
+  embeddings and the mask from its length), the first layer splits it into shards.
 - No pipeline parallelism: HF forwards do not skip None layers; the capability check
   (smplan.model.capabilities) finds that and records it in the profile.
 """
@@ -323,9 +322,11 @@ def _style(name: str, style: str):
     return styles[style]()
 
 
-def tp_plan(block) -> dict:
+def tp_plan(block, sequence_parallel: bool = False) -> dict:
     """The config's `base_model_tp_plan` entries under the repeated layers (`layers.*.X`), named
-    relative to one decoder layer."""
+    relative to one decoder layer. Under sequence parallelism (Korthikanti et al. 2022) the
+    norms run on sequence shards, attention and MLP inputs are all-gathered and the
+    row-parallel outputs reduce-scattered back to shards (torchtitan's parallelize_llama)."""
     cfg = _config_of(block)
     plan, entries = {}, 0
     for key, style in (cfg.base_model_tp_plan or {}).items():
@@ -339,27 +340,71 @@ def tp_plan(block) -> dict:
     if not entries:
         raise TPUnsupported(f"{type(cfg).__name__} has no base_model_tp_plan for its layers (transformers ships no "
                             "tensor-parallel plan for this model); use tp=1")
-    return plan
+    return _sequence_parallel(block, plan) if sequence_parallel else plan
 
 
-def tp_plan_outer(model) -> dict:
+def _sequence_parallel(block, plan: dict) -> dict:
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    children = dict(block.named_children())
+    norms = [n for n in ("input_layernorm", "post_attention_layernorm") if n in children]
+    if len(norms) != 2 or "self_attn" not in children or "mlp" not in children:
+        raise TPUnsupported(f"{type(block).__name__} is not a pre-norm self_attn/mlp layer; sequence "
+                            "parallelism is not mapped for it; use sp=0")
+    out = {n: SequenceParallel() for n in norms}
+    # transformers calls self_attn(hidden_states=..., ...) by keyword and mlp(hidden_states) positionally
+    out["self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                          desired_input_kwarg_layouts={"hidden_states": Replicate()})
+    out["mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    for name, style in plan.items():
+        out[name] = RowwiseParallel(output_layouts=Shard(1)) if type(style) is RowwiseParallel else style
+    return out
+
+
+def tp_plan_outer(model, sequence_parallel: bool = False) -> dict:
     """Vocab-parallel embedding and head (Megatron; torchtitan's parallelize_llama): the logits
     stay a DTensor sharded over the vocabulary so the loss runs under loss_parallel. A tied
-    embedding and head (one Parameter, sharded two ways) stay replicated."""
+    embedding and head (one Parameter, sharded two ways) stay replicated. Under sequence
+    parallelism the embedding stays whole (transformers derives positions, rotary embeddings
+    and the mask from its length), the first layer splits it into sequence shards, the final
+    norm runs on shards and the head all-gathers them."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
 
     embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if embed is None or head is None or getattr(embed, "weight", None) is getattr(head, "weight", 0):
-        return {}
+    tied = embed is not None and head is not None and getattr(embed, "weight", None) is getattr(head, "weight", 0)
     names = {id(m): n for n, m in model.named_modules() if n}
     plan = {}
-    if id(embed) in names:
+    if not tied and id(embed) in names:
         plan[names[id(embed)]] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
-    if id(head) in names:
-        plan[names[id(head)]] = ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1),
-                                                use_local_output=False)
+    if not tied and id(head) in names:
+        plan[names[id(head)]] = ColwiseParallel(input_layouts=Shard(1) if sequence_parallel else Replicate(),
+                                                output_layouts=Shard(-1), use_local_output=False)
+    elif tied and sequence_parallel and id(head) in names:  # a replicated head takes the whole sequence
+        plan[names[id(head)]] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                                   use_local_output=True)
+    if sequence_parallel:
+        base = getattr(model, getattr(model, "base_model_prefix", ""), None)
+        layers, norm = getattr(base, "layers", None), getattr(base, "norm", None)
+        if base is None or not isinstance(layers, __import__("torch").nn.ModuleList) or norm is None or id(base) not in names:
+            raise TPUnsupported(f"{type(model).__name__} has no model.layers / model.norm; sequence parallelism is "
+                                "not mapped for it; use sp=0")
+        prefix = names[id(base)]
+        # the first layer a chunk holds: with pp off (HF forwards), layer 0
+        plan[f"{prefix}.layers.0"] = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),),
+                                                        use_local_output=True)
+        plan[f"{prefix}.norm"] = SequenceParallel()
     return plan
 
 

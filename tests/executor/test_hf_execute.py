@@ -64,6 +64,13 @@ def test_tp2_matches_one_process(llama, reference, tmp_path):
     assert [r["loss"] for r in metrics(out)] == pytest.approx(reference, rel=1e-4)
 
 
+def test_tp2_sequence_parallel_matches_one_process(llama, reference, tmp_path):
+    out = tmp_path / "run"
+    result = run_execute("tp=2,sp=1,mbs=1,gbs=4", out, "--steps", str(STEPS), model=llama, timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert [r["loss"] for r in metrics(out)] == pytest.approx(reference, rel=1e-4)
+
+
 def test_model_file_returning_llama_runs_tp2(reference, tmp_path):
     path = tmp_path / "llama_file.py"
     path.write_text(textwrap.dedent(f"""

@@ -42,7 +42,7 @@ def test_profile_has_exact_params_and_pp_off_with_reason(tiny):
     p = profile_model(tiny, cache=False)
     assert p.params == _meta_params(tiny) == 90432
     assert p.num_blocks == 2 and p.seq_len == 32 and p.num_heads == 2  # kv heads: what tp must divide
-    assert p.has_tp_plan and not p.supports_sequence_parallel and "tp" not in p.unsupported
+    assert p.has_tp_plan and p.supports_sequence_parallel and "tp" not in p.unsupported
     assert "does not skip the layers another stage holds" in p.unsupported["pp"]
     assert "LlamaForCausalLM" in p.unsupported["pp"]
     # the config's TP plan: q/k/v, gate/up column-parallel, o/down row-parallel; vocab-parallel head
@@ -193,3 +193,26 @@ def test_gpt2_profiles_with_tp_off_and_its_reason(tmp_path):
     p = profile_model(f"hf:{folder}", cache=False)
     assert p.params == _meta_params(f"hf:{folder}") and p.num_blocks == 2 and not p.has_tp_plan
     assert "no base_model_tp_plan" in p.unsupported["tp"] and "pp" in p.unsupported
+
+
+def test_sequence_parallel_plans(tiny):
+    """Under sp the norms run on sequence shards, attention/MLP inputs are gathered, the
+    row-parallel outputs reduce-scattered; the embedding stays whole (positions and the mask
+    come from its length), layer 0 splits it and the head gathers it."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    mf = load_model_file(tiny)
+    model = mf.build({}, device="meta")
+    block = mf.hook("tp_plan")(model.model.layers[0], sequence_parallel=True)
+    assert isinstance(block["input_layernorm"], SequenceParallel) and isinstance(block["mlp"], PrepareModuleInput)
+    assert block["self_attn.o_proj"].output_layouts == (Shard(1),) and isinstance(block["self_attn.q_proj"], ColwiseParallel)
+    outer = mf.hook("tp_plan_outer")(model, sequence_parallel=True)
+    assert isinstance(outer["model.layers.0"], PrepareModuleInput) and isinstance(outer["model.norm"], SequenceParallel)
+    assert isinstance(outer["model.embed_tokens"], RowwiseParallel) and outer["lm_head"].input_layouts == (Shard(1),)
+    assert set(mf.hook("tp_plan_outer")(model)) == {"model.embed_tokens", "lm_head"}
