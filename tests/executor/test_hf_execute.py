@@ -103,3 +103,16 @@ def test_tp2_dp2_on_four_processes(llama, reference, tmp_path):
 def test_tp_must_divide_the_kv_heads(llama, tmp_path):
     result = run_execute("tp=4,mbs=1,gbs=4", tmp_path / "run", "--steps", "1", model=llama, timeout=120)
     assert result.returncode == 2 and "tp=4 does not divide the model's 2 kv heads; use tp in {1, 2}" in result.stdout
+
+
+def test_mixtral_runs_dp2(tmp_path):
+    """grouped_mm experts train on CPU processes (dp only: the config's expert TP styles are refused)."""
+    folder = tmp_path / "mixtral"
+    transformers.MixtralConfig(**{**TINY, "intermediate_size": 32}, num_local_experts=4,
+                               num_experts_per_tok=2).save_pretrained(folder)
+    out = tmp_path / "run"
+    result = run_execute("dp=2,mbs=1,gbs=4", out, "--steps", "2", model=f"hf:{folder}", timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert all(np.isfinite([r["loss"] for r in metrics(out)]))
+    refused = run_execute("tp=2,mbs=1,gbs=4", tmp_path / "tp", "--steps", "1", model=f"hf:{folder}", timeout=120)
+    assert refused.returncode == 2 and "packed_colwise" in refused.stdout and "Traceback" not in refused.stdout
