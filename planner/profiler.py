@@ -28,7 +28,7 @@ from .model_file import file_digest, load_model_file
 from .model_profile import ModelProfile
 
 # Bump when the numbers a profile holds change meaning; old cache entries are then ignored.
-PROFILER_VERSION = 4  # 2: elementwise_fusible_bytes_per_sample; 3: tp_plan_outer, params_tp_sharded, output_tp_sharded; 4: unsupported dimensions
+PROFILER_VERSION = 5  # 2: elementwise_fusible_bytes_per_sample; 3: tp_plan_outer, params_tp_sharded, output_tp_sharded; 4: unsupported dimensions; 5: GQA SDPA as flash, grouped_mm experts
 DTYPES = ("bf16", "fp16", "fp32")
 
 
