@@ -157,7 +157,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
     _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
-    ref = f"{model_file.path.resolve()}:{model_file.builder_name}"
+    ref = model_file.absolute_ref
     return RunConfig(
         plan=plan.replace(model=ref).to_dict(),
         model_ref=ref,

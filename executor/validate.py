@@ -111,8 +111,10 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
     tp = plan.tp
     if not model_file.has_tp_plan:
         raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref} defines no tp_plan(block); use tp=1")
-    for name in ("heads", "kv_heads"):
+    # examples/gpt.py's names, then transformers' (num_attention_heads, num_key_value_heads)
+    for name, alias in (("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads")):
         value = _config_value(meta, name)
+        value = _config_value(meta, alias) if value is None else value
         if isinstance(value, int) and value % tp:
             raise PlanMismatchError(
                 f"tp={tp} does not divide the model's {value} {name.replace('_', ' ')}; "

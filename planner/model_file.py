@@ -32,10 +32,15 @@ class ModelFile:
     builder_name: str
     module: ModuleType = field(repr=False)
     sha256: str = ""
+    _seen: dict = field(default_factory=dict, repr=False, compare=False)  # what build() learnt
 
     @property
     def ref(self) -> str:
         return f"{self.path}:{self.builder_name}"
+
+    @property
+    def absolute_ref(self) -> str:
+        return f"{self.path.resolve()}:{self.builder_name}"
 
     @property
     def builder(self):
@@ -43,12 +48,27 @@ class ModelFile:
 
     @property
     def has_tp_plan(self) -> bool:
-        return callable(getattr(self.module, "tp_plan", None))
+        return self.hook("tp_plan") is not None
 
     def hook(self, name: str):
-        """The optional function `name` of the file (batch, loss, tp_plan, tp_plan_outer, data, init_weights) or None."""
+        """The optional function `name` of the file (batch, loss, tp_plan, tp_plan_outer, data, init_weights) or None.
+        A file that builds a transformers PreTrainedModel gets hf_model's hooks for those it lacks."""
         fn = getattr(self.module, name, None)
-        return fn if callable(fn) else None
+        if callable(fn):
+            return fn
+        if self._builds_hf():
+            from . import hf_model
+
+            return hf_model.HOOKS.get(name)
+        return None
+
+    def _builds_hf(self) -> bool:
+        """Whether the builder returns a PreTrainedModel: known once build() ran, else
+        whether the file imports transformers (hooks are looked up before any build)."""
+        if "hf" in self._seen:
+            return self._seen["hf"]
+        return any(getattr(v, "__name__", "").startswith("transformers") or
+                   str(getattr(v, "__module__", "")).startswith("transformers") for v in vars(self.module).values())
 
     def builder_parameters(self) -> dict[str, inspect.Parameter]:
         try:
@@ -113,6 +133,11 @@ class ModelFile:
                 f"{self.path}: {self.builder_name}() returned {type(built).__name__}, not a torch.nn.Module; "
                 "return the model"
             )
+        from .hf_model import is_hf_module
+
+        self._seen["hf"] = is_hf_module(built)
+        if self._seen["hf"] and getattr(built.config, "use_cache", False):
+            built.config.use_cache = False  # training: no KV cache kept beside what autograd saves
         return built
 
 
@@ -135,16 +160,25 @@ def _fmt(args: dict) -> str:
 
 
 def split_ref(ref: str) -> tuple[Path, str]:
-    """`file.py:builder` -> (Path, builder); the builder defaults to `model`."""
+    """`file.py:builder` -> (Path, builder); the builder defaults to `model`; `hf:DIR` -> (DIR, "hf")."""
+    from .hf_model import BUILDER, hf_dir, is_hf_ref
+
+    if is_hf_ref(ref):
+        return hf_dir(ref), BUILDER
     path, _, builder = ref.partition(":") if ref.count(":") == 1 and not Path(ref).exists() else (ref, "", "")
     return Path(path), builder or "model"
 
 
 def file_digest(ref: str) -> tuple[Path, str, str]:
-    """(path, builder name, sha256 of the file) without importing it (what a cache key needs)."""
+    """(path, builder name, sha256 of the file) without importing it (what a cache key needs);
+    for `hf:DIR` the sha256 of DIR/config.json."""
+    from .hf_model import hf_digest, is_hf_ref
+
+    if is_hf_ref(ref):
+        return hf_digest(ref)
     path, builder_name = split_ref(ref)
     if not path.exists():
-        raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder]")
+        raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder] or hf:DIR")
     if path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a .py file; pass path/to/model.py[:builder]")
     if not path.is_file():
@@ -153,6 +187,11 @@ def file_digest(ref: str) -> tuple[Path, str, str]:
 
 
 def load_model_file(ref: str) -> ModelFile:
+    """`path/to/model.py[:builder]`, or `hf:DIR` (an HFModel, planner/hf_model.py)."""
+    from .hf_model import is_hf_ref, load_hf
+
+    if is_hf_ref(ref):
+        return load_hf(ref)
     path, builder_name, digest = file_digest(ref)
     name = f"smplan_model_{digest[:16]}"
     spec = importlib.util.spec_from_file_location(name, path)

@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from smplan.model import find_layout, pipeline_problem, tensor_parallel_problem
 from smplan.model.structure import find_blocks, qualname, siblings
 
+from .hf_model import TPUnsupported
 from .model_file import ModelFile, ModelFileError, first_line
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
 from .profiler_trace import GPUKernels, PartStats, Tracer, storage_key, tensor_bytes
@@ -23,6 +24,13 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.flo
 
 
 def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype: str) -> ModelProfile:
+    from .hf_model import meta_forward  # transformers' value checks, answered on meta
+
+    with meta_forward(mf):
+        return _run_profile(ref, mf, args, seq_len, dtype)
+
+
+def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype: str) -> ModelProfile:
     if seq_len is not None:
         if not mf.accepts("seq_len"):
             raise ModelFileError(f"{mf.path}: --seq-len given but {mf.builder_name}() takes no seq_len argument; "
@@ -39,7 +47,10 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
 
     container, run = find_blocks(model)
     blocks = [container.get_submodule(n) for n in run]
-    tp_modules = _tp_modules(mf, blocks[0]) if blocks else {}
+    try:
+        tp_modules, tp_refused = (_tp_modules(mf, blocks[0]) if blocks else {}), None
+    except TPUnsupported as err:  # a plan torch's styles cannot express: tp off, with the reason
+        tp_modules, tp_refused = {}, str(err)
     outer_modules = _tp_outer_modules(mf, model, container, run) if tp_modules else {}
     excluded = {storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     tracer = Tracer(profile_seq, excluded)
@@ -65,7 +76,7 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
         for b in blocks[1:]:
             b.__dict__.pop("forward", None)
 
-    tp_problem = (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
+    tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer"))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
     sharded = _sharded_params({**tp_modules, **outer_modules})
@@ -424,6 +435,15 @@ def _expert_fractions(model: nn.Module) -> dict[int, float]:
         if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
             for p in module.parameters():
                 out[id(p)] = min(out.get(id(p), 1.0), top_k / experts)
+    for parent in model.modules():  # transformers >= 5: the bank (num_experts) beside its router (top_k too)
+        routers = [c for c in parent.children() if isinstance(getattr(c, "top_k", None), int)
+                   and isinstance(getattr(c, "num_experts", None), int)]
+        for bank in parent.children():
+            experts = getattr(bank, "num_experts", None)
+            if getattr(bank, "top_k", None) is None and isinstance(experts, int):
+                for top_k in {r.top_k for r in routers if r.num_experts == experts and 0 < r.top_k <= experts}:
+                    for p in bank.parameters():
+                        out[id(p)] = min(out.get(id(p), 1.0), top_k / experts)
     return out
 
 

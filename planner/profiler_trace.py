@@ -6,7 +6,8 @@ Three interception layers, each doing one job:
   noise tensor of the input dtype, 2 bytes/element in bf16) and SDPA falls back to the
   math kernel, which upcasts to fp32 and materialises the s x s scores. On CUDA, dropout is
   the fused `native_dropout` (a bool mask, 1 byte/element) and SDPA is flash attention
-  (saves q, k, v, output and the log-sum-exp; no s^2 term). We profile the GPU's behaviour.
+  (saves q, k, v, output and the log-sum-exp; no s^2 term), grouped-query attention
+  (`enable_gqa=True`) included. We profile the GPU's behaviour.
 - `Tracer` (a TorchDispatchMode) sees every aten op: FLOPs from torch.utils.flop_counter's
   registry, GEMM shapes, HBM bytes of the other ops, and the "tp-sharded" tag, which
   flows from the outputs of ColwiseParallel modules through every op that reads a tagged
@@ -42,7 +43,10 @@ _ATTENTION = {
     aten._scaled_dot_product_cudnn_attention,
     aten._scaled_dot_product_flash_attention_for_cpu,
 }
-_GEMM_LIKE = _MATMULS | _ATTENTION | {aten.convolution, aten._scaled_mm}
+# torch._grouped_mm (transformers >= 5's "grouped_mm" MoE experts): rows sorted by expert,
+# [tokens x top_k, k] x [experts, k, n]; torch's flop_counter has no entry for it.
+_GROUPED_MM = {aten._grouped_mm} if hasattr(aten, "_grouped_mm") else set()
+_GEMM_LIKE = _MATMULS | _ATTENTION | _GROUPED_MM | {aten.convolution, aten._scaled_mm}
 # Ops that move no data: allocation without initialisation and metadata-only reshapes that
 # the schema does not mark as views.
 _NO_TRAFFIC = {
@@ -137,6 +141,11 @@ class Tracer(TorchDispatchMode):
             self.tag(out)
         if packet in flop_registry:
             flops = flop_registry[packet](*args, **kwargs, out_val=out)
+        elif packet in _GROUPED_MM:
+            flops = sum(2 * m * n * k * b for m, n, k, b in _gemm_shapes(packet, args, out))
+        else:
+            flops = 0
+        if flops:
             part.flops += flops
             if self.in_experts and packet in _GEMM_LIKE:
                 part.expert_flops += flops
@@ -234,6 +243,11 @@ def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
         o = out if isinstance(out, torch.Tensor) else out[0]
         pixels = o.numel() // (o.shape[0] * o.shape[1])
         return [(x.shape[0] * pixels, w.shape[0] // groups, w[0].numel(), groups)]
+    if packet in _GROUPED_MM and args[0].dim() == 2 and args[1].dim() == 3:
+        # [rows, k] x [groups, k, n]: one GEMM per expert of rows / groups tokens on average
+        a, b = args[0], args[1]
+        groups = b.shape[0]
+        return [(max(a.shape[0] // groups, 1), b.shape[2], a.shape[1], groups)]
     if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: q k^T, then p v
         q, k = args[0], args[1]
         heads = q.shape[0] * q.shape[1]
@@ -272,8 +286,17 @@ class GPUKernels(TorchFunctionMode):
 
 
 def _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    if enable_gqa or query.dim() != 4 or key.shape[1] != query.shape[1]:
+    if query.dim() != 4 or key.dim() != 4:
         return None
+    if key.shape[1] != query.shape[1]:
+        # Grouped-query attention (enable_gqa=True, as transformers calls it): flash attention
+        # reads each kv head for its group of query heads (Dao 2023, FlashAttention-2 section 3;
+        # torch's SDPA flash/cuDNN backends take enable_gqa). The meta kernels take the
+        # un-expanded k and v, so what is saved (q, k, v, out, lse) and counted
+        # (flop_counter.sdpa_flop_count supports GQA) is the GPU's. Only on meta: a real CPU
+        # kernel is not asked to broadcast heads.
+        if not enable_gqa or query.shape[1] % key.shape[1] or query.device.type != "meta":
+            return None
     try:
         if attn_mask is None:
             return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, scale=scale)[0]
