@@ -344,10 +344,12 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
                     dropout=d["dropout"], **{k: d.get(k, v) for k, v in layout.items()})
         blocks = dims["layers"]
     try:
+        # sp=0 for MoE rows although Megatron runs SP with tp > 1: examples/moe.py's tp_plan takes no
+        # sequence_parallel, so the CLI refuses sp=1 for it (same tp bytes, all-reduce for RS+AG).
         # capacity_factor 1.0: the MoE rows are force-balanced (validation README, Megatron-Bridge notes)
         plan = Plan(model=model, hw=hw, nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=mbs,
                     global_batch=gbs, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
-                    sequence_parallel=bool(d["sp_when_tp"] and tp > 1), overlap_dp=True, dtype=dtype,
+                    sequence_parallel=bool(d["sp_when_tp"] and tp > 1 and not moe), overlap_dp=True, dtype=dtype,
                     capacity_factor=1.0, stages=even_stages(blocks, pp * vp, recompute))
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")

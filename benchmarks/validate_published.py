@@ -128,7 +128,8 @@ def score_source(name: str, rows: list[Row], pred: Predictor, show_rows: bool) -
         scored.append(s)
         if show_rows:
             p = r.plan
-            print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} dp={p.dp:<4} mbs={p.micro_batch:<2} "
+            print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} cp={p.cp} ep={p.ep:<2} dp={p.dp:<4} "
+                  f"{p.dtype} mbs={p.micro_batch:<2} "
                   f"gbs={p.global_batch:<5} z={p.zero} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
                   f"meas {r.measured_s:9.3f} err {100 * s.error:+6.1f}% mem {s.peak_gib:5.1f}/{s.capacity_gib:.0f} GiB")
     return scored, skipped
