@@ -3,7 +3,11 @@
 A mapped row is what a user would get from the CLI: `smplan simulate examples/gpt.py --arg ...
 --hw NAME --plan dp=..,tp=..,...` -- the builder's arguments from the row's model dims, a
 bundled hardware profile, the plan keys the row states. A row the CLI cannot express yet is
-kept as a `Skipped` with one reason (MoE, FP8, cp>1, a GPU without a bundled profile, ...).
+kept as a `Skipped` with every reason that applies (MXFP8/FP4, a GPU without a bundled
+profile, an architecture no example builds, ...). FP8 rows (per-tensor / current scaling, as
+Transformer Engine's default recipe and torchao's float8 linears) plan `dtype=fp8` where the
+profile has an fp8 peak; cp > 1 rows plan `cp`; MoE rows build examples/moe.py from the
+matching preset with the row's dims as `--arg`s and plan `ep`.
 
 Where a source leaves a setting out, the assumption lives in FRAMEWORK_DEFAULTS below (one
 dict per source, each entry citing where it comes from); nothing is set per row and nothing
@@ -16,6 +20,7 @@ The vTrain and Megatron SC21 files keep the reading of benchmarks/published.py.
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,6 +28,7 @@ from pathlib import Path
 
 from published import (
     GPT,
+    ROOT,
     megatron_rows,
     megatron_table2_rows,
     model_args,
@@ -30,6 +36,7 @@ from published import (
     plan_for,
     vtrain_rows,
 )
+from smplan.hwprofiles import load_cluster
 from smplan.planner import Plan, PlanError, even_stages
 from validation_data import validation_file
 
@@ -41,8 +48,8 @@ class Mapped:
     source: str
     run: str
     plan: Plan
-    model_args: dict  # examples/gpt.py builder arguments (`--arg`)
-    dtype: str
+    model_args: dict  # builder arguments of plan.model (`--arg`)
+    dtype: str  # the plan's dtype (fp8 profiles the model at bf16: smplan.planner.profile_model)
     hw: str  # bundled hardware profile (`smplan hw list`)
     nodes: int
     measured_s: float  # measured step time, seconds
@@ -173,14 +180,30 @@ def per_run(rows: Iterable[dict]) -> list[dict]:
 
 
 def precision_skip(precision: str) -> str | None:
+    """Why a row's precision has no plan dtype, or None (BF16, or FP8 with per-tensor scaling)."""
     p = precision.lower()
     if "fp4" in p:
         return "FP4"
-    if "fp8" in p or "float8" in p:
-        return "FP8"
+    # MXFP8 / "FP8-MX": block-scaled FP8 (OCP microscaling, 32-element blocks); dtype=fp8 is
+    # per-tensor scaled FP8, whose GEMM speed and scaling overheads differ.
+    if "mxfp8" in p or "fp8-mx" in p:
+        return "MXFP8: block-scaled FP8 has no dtype yet"
     if "not stated" in p:
         return "precision not stated"
     return None
+
+
+def precision_dtype(precision: str) -> str:
+    """The plan dtype of a row precision_skip accepts: FP8, FP8-CS (current scaling), "fp8
+    (Transformer Engine; bf16 elsewhere)" and torchao's "float8 linears" -> fp8 (FP8 GEMMs,
+    bf16 elsewhere: planner/feasibility.py profile_dtype); the rest -> bf16."""
+    p = precision.lower()
+    return "fp8" if "fp8" in p or "float8" in p else "bf16"
+
+
+@functools.cache
+def fp8_peak_tflops(hw: str) -> float:
+    return load_cluster(hw).gpu.peak_tflops.fp8
 
 
 def family(run: str) -> str | None:
@@ -206,8 +229,45 @@ def inter_node_override(interconnect: str, gpus_per_node: int) -> dict:
     return {"inter_node.bandwidth_gbps": int(m.group(1)) / 8 / gpus_per_node} if m else {}
 
 
+MOE = str(ROOT / "examples" / "moe.py")
+# MoE model name (in the run) -> examples/moe.py preset whose other settings (attention kind,
+# router, qk_norm, biases, MLA ranks) the row keeps; the row's dims replace the preset's.
+MOE_PRESETS = {
+    "deepseekv3": "deepseek_v3",
+    "kimi_k2": "deepseek_v3",  # Kimi K2 is DeepSeek-V3's architecture (MLA, sigmoid router) at 384 experts
+    "qwen3_30b": "qwen3_30b_a3b",
+    "qwen3_235b": "qwen3_235b_a22b",
+    "gptoss120b": "gpt_oss_120b",
+    "mixtral": "mixtral_8x7b",
+}
+# dense_layers of each preset (examples/moe.py), for a note that does not state it.
+MOE_DENSE_LAYERS = {"deepseek_v3": 3, "qwen3_30b_a3b": 0, "qwen3_235b_a22b": 0, "gpt_oss_120b": 0, "mixtral_8x7b": 0}
+# What the notes state about the layers around the routed experts ("dims:" of each note), as
+# examples/moe.py builder arguments; what a note does not state keeps the preset's value.
+NOTE_ARGS = (
+    (r"dense-layer FFN (\d+) for first (\d+) layers", lambda m: dict(dense_ffn=int(m[1]), dense_layers=int(m[2]))),
+    (r"dense FFN (\d+) in layer 0", lambda m: dict(dense_ffn=int(m[1]), dense_layers=1)),
+    (r"(\d+) shared experts? (?:of )?\d+", lambda m: dict(shared_experts=int(m[1]))),
+    (r"kv_channels (\d+)", lambda m: dict(head_dim=int(m[1]))),
+)
+
+
+def moe_preset(run: str) -> str | None:
+    name = run.lower().replace(" ", "_")
+    return next((preset for key, preset in MOE_PRESETS.items() if key in name), None)
+
+
+def note_args(note: str) -> dict:
+    out: dict = {}
+    for pattern, to_args in NOTE_ARGS:
+        m = re.search(pattern, note or "")
+        if m:
+            out.update(to_args(m))
+    return out
+
+
 def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
-    """One run of a modern file (shared header) -> Mapped or Skipped (first reason that applies)."""
+    """One run of a modern file (shared header) -> Mapped, or Skipped with every reason that applies."""
     d = FRAMEWORK_DEFAULTS[source]
     run = r["run"]
 
@@ -216,24 +276,31 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
 
     # Every reason that applies, so the summary can say what each missing key would add.
     hw = GPU_PROFILES.get(r["gpu"].strip())
+    moe = (_int(r["experts"]) or 0) > 1
+    dtype = precision_dtype(r["precision"])
     reasons = []
-    if (_int(r["experts"]) or 0) > 1:
-        reasons.append("MoE: no ep key yet")
-    if (_int(r["cp"]) or 1) > 1:
-        reasons.append("cp>1: no cp key yet")
+    if moe and moe_preset(run) is None:
+        reasons.append("MoE architecture not built by examples/moe.py")
     if precision_skip(r["precision"]):
         reasons.append(precision_skip(r["precision"]))
+    elif dtype == "fp8" and hw is not None and not fp8_peak_tflops(hw) > 0:
+        reasons.append(f"FP8 on {hw}: its profile has no fp8 peak")
     if hw is None:
         reasons.append(f"unknown GPU: no bundled profile for {r['gpu'].split(' (')[0]}")
     if r["_metric"] is None:
         reasons.append("no step time or tokens/s (MFU alone)")
     if reasons:
         return skip("; ".join(reasons))
-    layout = layout if layout is not None else LAYOUTS.get(family(run) or "")
-    if layout is None:
-        return skip("architecture not built by examples/gpt.py")
-    dims = {k: _int(r[k]) for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")}
-    missing = [k for k, v in dims.items() if v is None]
+    if moe:
+        layout = {}
+    else:
+        layout = layout if layout is not None else LAYOUTS.get(family(run) or "")
+        if layout is None:
+            return skip("architecture not built by examples/gpt.py")
+    names = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len") + (("topk",) if moe else ())
+    dims = {k: _int(r[k]) for k in names}
+    # MLA rows leave kv_heads empty (validation README): every head has its own k and v.
+    missing = [k for k, v in dims.items() if v is None and not (moe and k == "kv_heads")]
     if missing:
         return skip(f"model dims not given ({missing[0]})")
     rec_name = r["recompute"].strip().lower()
@@ -243,10 +310,11 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
         return skip(f"recompute {r['recompute']!r} not mapped")
     recompute = RECOMPUTE_NAMES[rec_name] or d.get("recompute", "none")
     gpus = _int(r["gpus"])
-    tp, pp = _int(r["tp"]) or 1, _int(r["pp"]) or 1
-    dp = _int(r["dp"]) or gpus // (tp * pp)
-    if dp * tp * pp != gpus:
-        return skip(f"dp*tp*pp = {dp * tp * pp} != {gpus} GPUs")
+    tp, pp, cp = _int(r["tp"]) or 1, _int(r["pp"]) or 1, _int(r["cp"]) or 1
+    ep = (_int(r["ep"]) or 1) if moe else 1
+    dp = _int(r["dp"]) or gpus // (tp * pp * cp)  # the files derive dp = GPUs / (TP*PP*CP)
+    if dp * tp * pp * cp != gpus:
+        return skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != {gpus} GPUs")
     gbs = _int(r["global_batch"])
     mbs = _int(r["micro_batch"]) or (gbs // dp if gbs else None)  # no gradient accumulation (FRAMEWORK_DEFAULTS)
     if not gbs or not mbs:
@@ -262,17 +330,30 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
         measured = r["_value"]
     else:
         measured = gbs * seq / (r["_value"] * gpus)
-    args = dict(layers=dims["layers"], hidden=dims["hidden"], heads=dims["heads"], kv_heads=dims["kv_heads"],
-                ffn=dims["ffn"], vocab=dims["vocab"], seq_len=seq, attention=d["attention"], dropout=d["dropout"],
-                **{k: d.get(k, v) for k, v in layout.items()})
+    if moe:
+        preset = moe_preset(run)
+        model = f"{MOE}:{preset}"
+        args = dict(layers=dims["layers"], hidden=dims["hidden"], heads=dims["heads"], moe_ffn=dims["ffn"],
+                    experts=_int(r["experts"]), top_k=dims["topk"], vocab=dims["vocab"], seq_len=seq,
+                    **({"kv_heads": dims["kv_heads"]} if dims["kv_heads"] else {}), **note_args(r["note"]))
+        blocks = dims["layers"] - args.get("dense_layers", MOE_DENSE_LAYERS[preset])  # dense blocks sit before
+    else:
+        model = GPT
+        args = dict(layers=dims["layers"], hidden=dims["hidden"], heads=dims["heads"], kv_heads=dims["kv_heads"],
+                    ffn=dims["ffn"], vocab=dims["vocab"], seq_len=seq, attention=d["attention"],
+                    dropout=d["dropout"], **{k: d.get(k, v) for k, v in layout.items()})
+        blocks = dims["layers"]
     try:
-        plan = Plan(model=GPT, hw=hw, nodes=nodes, dp=dp, tp=tp, pp=pp, micro_batch=mbs, global_batch=gbs,
-                    schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
-                    sequence_parallel=bool(d["sp_when_tp"] and tp > 1), overlap_dp=True, dtype="bf16",
-                    stages=even_stages(dims["layers"], pp * vp, recompute))
+        # sp=0 for MoE rows although Megatron runs SP with tp > 1: examples/moe.py's tp_plan takes no
+        # sequence_parallel, so the CLI refuses sp=1 for it (same tp bytes, all-reduce for RS+AG).
+        # capacity_factor 1.0: the MoE rows are force-balanced (validation README, Megatron-Bridge notes)
+        plan = Plan(model=model, hw=hw, nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=mbs,
+                    global_batch=gbs, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
+                    sequence_parallel=bool(d["sp_when_tp"] and tp > 1 and not moe), overlap_dp=True, dtype=dtype,
+                    capacity_factor=1.0, stages=even_stages(blocks, pp * vp, recompute))
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")
-    return Mapped(source, run, plan, args, "bf16", hw, nodes, measured, inter_node_override(r["interconnect"], gpn))
+    return Mapped(source, run, plan, args, dtype, hw, nodes, measured, inter_node_override(r["interconnect"], gpn))
 
 
 def map_rows(source: str, rows: Iterable[dict], layout: dict | None = None) -> list[Row]:

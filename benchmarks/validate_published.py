@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import statistics
 import sys
 import time
@@ -27,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published import _profile, global_overrides, usage_error  # noqa: E402
+from published import global_overrides, usage_error  # noqa: E402
 from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
-from smplan.planner import estimate  # noqa: E402
+from smplan.planner import estimate, profile_model  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
 from smplan.simulator import simulate_plan  # noqa: E402
 from sources import SOURCES, Mapped, Row, Skipped  # noqa: E402
@@ -42,6 +43,12 @@ DEFAULT_FIT_KEYS = ("matmul_max", "network", "host_overhead_us_per_layer")
 FIT_ROWS_PER_SOURCE = 100  # rows per source the LOSO fit reads (even stride); every held-out row is scored
 FIT_MAX_EVALUATIONS = 300  # closed-form passes per fit; ~0.1 s each with the capped rows
 GIB = 2**30
+
+
+@functools.cache
+def _profile(model: str, args: tuple, dtype: str):
+    """What `smplan simulate MODEL --arg ...` profiles (fp8 plans at bf16), once per shape."""
+    return profile_model(model, dict(args), dtype=dtype)
 
 
 @dataclasses.dataclass
@@ -78,7 +85,7 @@ class Predictor:
 
     @staticmethod
     def profile(m: Mapped):
-        return _profile(tuple(sorted(m.model_args.items())), m.dtype)
+        return _profile(m.plan.model, tuple(sorted(m.model_args.items())), m.dtype)
 
     def closed(self, m: Mapped, efficiency: dict | None = None) -> float:
         return estimate(m.plan, self.profile(m), self.cluster(m, efficiency)).step_time_s
@@ -121,7 +128,8 @@ def score_source(name: str, rows: list[Row], pred: Predictor, show_rows: bool) -
         scored.append(s)
         if show_rows:
             p = r.plan
-            print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} dp={p.dp:<4} mbs={p.micro_batch:<2} "
+            print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} cp={p.cp} ep={p.ep:<2} dp={p.dp:<4} "
+                  f"{p.dtype} mbs={p.micro_batch:<2} "
                   f"gbs={p.global_batch:<5} z={p.zero} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
                   f"meas {r.measured_s:9.3f} err {100 * s.error:+6.1f}% mem {s.peak_gib:5.1f}/{s.capacity_gib:.0f} GiB")
     return scored, skipped

@@ -64,7 +64,9 @@ def test_torchtitan_rows_full_ac_maps_and_op_sac_is_skipped():
     sac = one(name, [dict(r, run="t2", recompute="selective op AC")], layout)
     assert isinstance(sac, Skipped) and "sac" in sac.reason
     fp8 = one(name, [dict(r, run="t3", precision="bf16+float8 linears")], layout)
-    assert isinstance(fp8, Skipped) and fp8.reasons == ["FP8"]
+    assert isinstance(fp8, Mapped) and fp8.plan.dtype == "fp8" and fp8.dtype == "fp8"
+    a100 = one(name, [dict(r, run="t4", gpu="A100 80GB", precision="bf16+float8 linears")], layout)
+    assert isinstance(a100, Skipped) and a100.reasons == ["FP8 on a100x8: its profile has no fp8 peak"]
 
 
 def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
@@ -72,8 +74,9 @@ def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
     moe = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB200 (DGX-GB200 NVL72)", experts=256, precision="MXFP8",
                          cp=2, gpus_per_node=4)])
     assert isinstance(moe, Skipped)
-    assert moe.reasons == ["MoE: no ep key yet", "cp>1: no cp key yet", "FP8",
-                           "unknown GPU: no bundled profile for GB200"]
+    assert moe.reasons == ["MXFP8: block-scaled FP8 has no dtype yet", "unknown GPU: no bundled profile for GB200"]
+    unknown_moe = one(name, [row(run="mbridge_Nemotron_MoE", experts=64, topk=6, precision="FP4")])
+    assert unknown_moe.reasons == ["MoE architecture not built by examples/moe.py", "FP4"]
     dense = one(name, [row(run="mbridge_LLAMA3_70B", layers=80, hidden=8192, heads=64, ffn=28672, tp=4, pp=4, vp=5,
                            dp=4, micro_batch=1, global_batch=128,
                            zero="DDP (FSDP=0; distributed-optimizer use not stated)")])
@@ -85,6 +88,77 @@ def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
     assert isinstance(fsdp, Mapped) and fsdp.plan.zero == 3 and not fsdp.plan.sequence_parallel
     stated = one(name, [row(run="mbridge_LLAMA3_8B_x", precision="not stated")])
     assert isinstance(stated, Skipped) and stated.reasons == ["precision not stated"]
+
+
+def test_fp8_rows_plan_dtype_fp8_and_mxfp8_stays_skipped():
+    name = "megatron_bridge_perf_summary.csv"
+    for precision in ("FP8", "FP8-CS", "fp8 (Transformer Engine; bf16 elsewhere)"):
+        m = one(name, [row(run="mbridge_LLAMA3_8B", dp=64, precision=precision)])
+        assert isinstance(m, Mapped) and m.plan.dtype == "fp8" and m.dtype == "fp8", precision
+    bf16 = one(name, [row(run="mbridge_LLAMA3_8B", dp=64, precision="BF16")])
+    assert isinstance(bf16, Mapped) and bf16.plan.dtype == "bf16"
+    for precision in ("MXFP8", "FP8-MX"):
+        mx = one(name, [row(run="mbridge_LLAMA3_8B", gpu="B200 (DGX-B200)", dp=64, precision=precision)])
+        assert isinstance(mx, Skipped) and mx.reasons == ["MXFP8: block-scaled FP8 has no dtype yet"]
+    nv = one(name, [row(run="mbridge_LLAMA3_8B", gpu="B200 (DGX-B200)", dp=64, precision="NVFP4")])
+    assert isinstance(nv, Skipped) and nv.reasons == ["FP4"]
+
+
+def test_cp_rows_plan_cp_and_count_it_in_dp():
+    name = "nemo_perf_summary_2407_h100.csv"
+    m = one(name, [row(run="nemo_LLAMA3-70B", layers=80, hidden=8192, heads=64, ffn=28672, tp=4, pp=4, vp=5, cp=2,
+                       dp=2, global_batch=128, precision="fp8 (Transformer Engine; bf16 elsewhere)")])
+    assert isinstance(m, Mapped)
+    p = m.plan
+    assert (p.tp, p.pp, p.cp, p.dp, p.world_size, p.dtype) == (4, 4, 2, 2, 64, "fp8")
+    derived = one(name, [row(run="nemo_LLAMA3-8B", gpus=8, cp=2, dp="", global_batch=128, precision="bf16")])
+    assert isinstance(derived, Mapped) and derived.plan.dp == 4  # dp = GPUs / (tp*pp*cp)
+    bad = one(name, [row(run="nemo_LLAMA3-8B", gpus=8, cp=2, dp=8, precision="bf16")])
+    assert isinstance(bad, Skipped) and "dp*tp*pp*cp = 16 != 8 GPUs" in bad.reason
+
+
+DSV3_NOTE = ("dims: NVIDIA/NeMo deepseek.py DeepSeekV3Config (MLA attention: kv_heads not applicable; ffn column = "
+             "routed-expert FFN 2048; dense-layer FFN 18432 for first 3 layers; 1 shared expert of 2048; 256 routed "
+             "experts top-8)")
+
+
+def test_moe_rows_build_examples_moe_with_the_rows_dims_and_ep():
+    name = "megatron_bridge_perf_summary.csv"
+    m = one(name, [row(run="mbridge_DGX-H100_DeepSeekV3_FP8_1024gpu", gpus=1024, layers=61, hidden=7168, heads=128,
+                       kv_heads="", ffn=2048, vocab=129280, seq_len=4096, experts=256, topk=8, tp=2, pp=8, vp=4,
+                       ep=64, dp=64, global_batch=8192, precision="FP8", note=DSV3_NOTE)])
+    assert isinstance(m, Mapped)
+    assert m.plan.model.endswith("examples/moe.py:deepseek_v3")
+    assert m.model_args == dict(layers=61, hidden=7168, heads=128, moe_ffn=2048, experts=256, top_k=8, vocab=129280,
+                                seq_len=4096, dense_ffn=18432, dense_layers=3, shared_experts=1)
+    p = m.plan
+    assert (p.ep, p.tp, p.pp, p.dp, p.dtype, p.capacity_factor, p.sequence_parallel) == (
+        64, 2, 8, 64, "fp8", 1.0, False)
+    assert p.stages[-1].last_block == 61 - 3 and len(p.stages) == 8 * 4  # the dense blocks are not repeated ones
+    qwen = one(name, [row(run="mbridge_DGX-H100_Qwen3_30B_a3B_FP8", gpus=16, layers=48, hidden=2048, heads=32,
+                          kv_heads=4, ffn=768, vocab=151936, seq_len=4096, experts=128, topk=8, ep=16, dp=16,
+                          global_batch=1024, precision="FP8",
+                          note="dims: qwen3.py (head_dim/kv_channels 128, so heads*head_dim=4096 != hidden 2048)")])
+    assert isinstance(qwen, Mapped) and qwen.plan.model.endswith("moe.py:qwen3_30b_a3b") and qwen.plan.ep == 16
+    assert qwen.model_args["head_dim"] == 128 and qwen.model_args["kv_heads"] == 4 and qwen.model_args["top_k"] == 8
+
+
+def test_a_moe_row_is_profiled_from_examples_moe_and_predicted():
+    """End to end on a small shape: the Predictor profiles plan.model (moe.py) and the cost model takes ep."""
+    name = "megatron_bridge_perf_summary.csv"
+    small = dict(gpus=8, layers=3, hidden=256, heads=4, kv_heads=2, ffn=128, vocab=1024, seq_len=256, experts=8,
+                 topk=2, dp=8, micro_batch=1, global_batch=16, note="")
+    m = one(name, [row(run="mbridge_Mixtral_small", ep=8, precision="BF16", **small)])
+    assert isinstance(m, Mapped) and m.plan.model.endswith("moe.py:mixtral_8x7b")
+    pred = vp.Predictor({}, simulate=False, contention=False)
+    assert pred.profile(m).num_experts == 8
+    s = pred.score(m)
+    assert 0 < s.predicted_s < 60 and s.closed_s == s.predicted_s
+    grid = one(name, [row(run="mbridge_Mixtral_small", ep=3, precision="BF16", **small)])
+    assert isinstance(grid, Skipped) and "ep=3 must divide tp*cp*dp=8" in grid.reason
+    uneven = one(name, [row(run="mbridge_Mixtral_small", ep=4, precision="BF16", **dict(small, experts=6))])
+    with pytest.raises(ValueError, match="ep=4 does not divide the model's 6 experts"):
+        pred.score(uneven)
 
 
 def test_nemo_rows_skip_what_the_cli_cannot_build():
@@ -193,7 +267,7 @@ def test_script_prints_one_line_per_source_and_the_loso_table(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     tt = next(line for line in lines if line.startswith("torchtitan"))
-    assert "used    1  skipped    1" in tt and "FP8 1" in tt and "MAPE" in tt
+    assert "used    1  skipped    1" in tt and "no fp8 peak 1" in tt and "MAPE" in tt
     assert any(line.startswith("llm_foundry") and "used    1" in line for line in lines)
     assert any("held out torchtitan" in line for line in lines)
     assert any("held out llm_foundry" in line for line in lines)
