@@ -106,7 +106,7 @@ def test_tp_must_divide_the_kv_heads(llama, tmp_path):
 
 
 def test_mixtral_runs_dp2(tmp_path):
-    """grouped_mm experts train on CPU processes (dp only: the config's expert TP styles are refused)."""
+    """grouped_mm experts train on CPU processes; tp follows the installed transformers' plan."""
     folder = tmp_path / "mixtral"
     transformers.MixtralConfig(**{**TINY, "intermediate_size": 32}, num_local_experts=4,
                                num_experts_per_tok=2).save_pretrained(folder)
@@ -114,5 +114,9 @@ def test_mixtral_runs_dp2(tmp_path):
     result = run_execute("dp=2,mbs=1,gbs=4", out, "--steps", "2", model=f"hf:{folder}", timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
     assert all(np.isfinite([r["loss"] for r in metrics(out)]))
-    refused = run_execute("tp=2,mbs=1,gbs=4", tmp_path / "tp", "--steps", "1", model=f"hf:{folder}", timeout=120)
-    assert refused.returncode == 2 and "packed_colwise" in refused.stdout and "Traceback" not in refused.stdout
+    tp = run_execute("tp=2,mbs=1,gbs=4", tmp_path / "tp", "--steps", "1", model=f"hf:{folder}", timeout=120)
+    plan = transformers.MixtralConfig().base_model_tp_plan or {}
+    if any(style == "packed_colwise" for style in plan.values()):  # transformers 5.24: packed expert styles
+        assert tp.returncode == 2 and "packed_colwise" in tp.stdout and "Traceback" not in tp.stdout
+    else:  # 5.25 shards attention only; the experts stay replicated on both tp ranks
+        assert tp.returncode == 0, tp.stdout[-3000:]
