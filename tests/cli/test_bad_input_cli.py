@@ -129,3 +129,10 @@ def test_monitor_refuses_non_finite_settings(cli_runner, tmp_path, args):
     result = cli_runner.invoke(cli, ["monitor", str(tmp_path), *args])
     assert result.exit_code == 2
     assert args[0] in _error_line(result)
+
+
+@pytest.mark.parametrize("model, arg", [(TINY, "layers=0"), (TINY, "dropout=1.5"), ("examples/moe.py:tiny", "top_k=0")])
+def test_example_models_refuse_impossible_sizes(cli_runner, model, arg):
+    result = cli_runner.invoke(cli, ["profile", model, "--arg", arg, "--no-cache"])
+    assert result.exit_code == 2
+    assert arg.split("=")[0] in _error_line(result)
