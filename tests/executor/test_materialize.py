@@ -266,6 +266,7 @@ def _worker(rank: int, world: int, spec: str, init_file: str) -> None:
         if rank == 0:
             assert losses == pytest.approx(eager, rel=1e-5), (losses, eager)
         assert inner.head.weight is inner.embed.weight, "tie lost in training"
+        dist.barrier()  # tear gloo down together (see executor/train.py: a lone destroy can abort a peer)
     finally:
         dist.destroy_process_group()
 
@@ -304,6 +305,7 @@ def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
                 assert torch.equal(_full(tensor), expected[name]), f"{spec}: initial {name} differs"
                 seen += 1
         assert seen > 0
+        dist.barrier()  # tear gloo down together (see executor/train.py: a lone destroy can abort a peer)
     finally:
         dist.destroy_process_group()
 
