@@ -64,6 +64,16 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def tp_domain_gpus(cluster: Cluster) -> int:
+    """The GPUs a tensor-parallel group may span: one node, or inside an NVLink domain
+    larger than a node (NVL72) the largest power of two dividing it (72 -> 8), as
+    Megatron-Core's GB200 recipes keep tp a power of two <= 8 (Megatron-Bridge perf summary)."""
+    domain = cluster.fast_domain_gpus
+    if domain == cluster.gpus_per_node:
+        return domain
+    return domain & -domain
+
+
 def validate_constraints(
     profile: ModelProfile,
     cluster: Cluster,
@@ -104,15 +114,16 @@ def validate_constraints(
         raise PlanError(problem)
     tp = fixed.get("tp")
     if tp is not None:
-        if tp > gpn or gpn % tp:
-            ok = max(t for t in _divisors(gpn) if t <= tp)
-            raise PlanError(f"tp={tp} must divide the {gpn} GPUs of a node (tensor parallelism stays inside a node); use tp={ok}")
+        tp_gpus = tp_domain_gpus(cluster)
+        if tp > tp_gpus or tp_gpus % tp:
+            ok = max(t for t in _divisors(tp_gpus) if t <= tp)
+            raise PlanError(f"tp={tp} must divide the {tp_gpus} GPUs of a node or NVLink domain (tensor parallelism stays on NVLink); use tp={ok}")
         if tp > 1 and "tp" in profile.unsupported:
             raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
         if tp > 1 and not profile.has_tp_plan:
             raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         if tp > 1 and heads and heads % tp:
-            ok = max(t for t in _divisors(gpn) if heads % t == 0 and t <= tp)
+            ok = max(t for t in _divisors(tp_domain_gpus(cluster)) if heads % t == 0 and t <= tp)
             raise PlanError(f"tp={tp} does not divide the model's {heads} attention heads; use tp={ok}")
     pp = fixed.get("pp")
     if pp is not None and pp > 1 and "pp" in profile.unsupported:
@@ -195,13 +206,13 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
         if reasons is not None:
             reasons.append((kind, key, detail))
 
-    L, heads, gpn = profile.num_blocks, profile.num_heads, cluster.gpus_per_node
+    L, heads = profile.num_blocks, profile.num_heads
     gbs = fixed["global_batch"]
     rec = fixed.get("recompute")
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
-            t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
+            t for t in _divisors(tp_domain_gpus(cluster)) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
         ]
         for tp, cp in ((t, c) for t in tps for c in _cps(profile, fixed, world // t if world % t == 0 else 0)):
             if world % (tp * cp):
