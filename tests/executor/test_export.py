@@ -189,3 +189,16 @@ def test_init_from_mismatches_are_one_line(tmp_path, llama):
         open_source(tmp_path / "llama")
     with pytest.raises(InitFromError, match="does not exist"):
         open_source(tmp_path / "nope")
+
+
+def test_execute_refuses_other_weights_before_launch(tmp_path, llama, cli_runner):
+    run, _ = make_run(tmp_path, llama)
+    out = tmp_path / "hf"
+    export_run(run, out)
+    execute = ["execute", "mbs=1,gbs=1", "--model", llama, "--steps", "1", "-o", str(tmp_path / "new")]
+    result = cli_runner.invoke(cli, [*execute, "--arg", "num_hidden_layers=3", "--init-from", str(out)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "lacks 9 of the model's tensors (first: model.layers.2" in result.output
+    assert not (tmp_path / "new").exists()  # refused before the run directory was made
+    result = cli_runner.invoke(cli, [*execute, "--init-from", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "--init-from" in result.output and "does not exist" in result.output
