@@ -1,4 +1,4 @@
-"""`smplan export` in one process: a run directory whose DCP checkpoint is written by the
+"""`smplan export` in one process (and one 2-process tp read): a run directory whose DCP checkpoint is written by the
 executor's own `checkpoint.save` (no process group: DCP's single-process path), exported and
 loaded back with transformers' `from_pretrained`; the same logits. Errors through CliRunner."""
 
@@ -202,3 +202,83 @@ def test_execute_refuses_other_weights_before_launch(tmp_path, llama, cli_runner
     assert not (tmp_path / "new").exists()  # refused before the run directory was made
     result = cli_runner.invoke(cli, [*execute, "--init-from", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "--init-from" in result.output and "does not exist" in result.output
+
+
+def _read_worker(rank: int, world: int, spec: str, ref: str, folder: str, init_file: str) -> None:
+    """Fill tp=2 shards from `folder`, counting the elements safetensors hands out."""
+    import safetensors
+    import torch.distributed as dist
+    from safetensors.torch import load_file
+    from smplan.executor.build import build_model_parts
+    from smplan.executor.init_from import load_weights
+    from smplan.executor.mesh import ParallelDims
+
+    read = []
+    original = safetensors.safe_open
+
+    class Counting:  # safe_open whose slices report how many elements they hand out
+        def __init__(self, *args, **kwargs):
+            self.file = original(*args, **kwargs)
+
+        def __enter__(self):
+            self.file.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.file.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def get_slice(self, name):
+            part = self.file.get_slice(name)
+
+            class Sliced:
+                def __getattr__(self, attr):  # get_shape, get_dtype
+                    return getattr(part, attr)
+
+                def __getitem__(self, index):
+                    tensor = part[index]
+                    read.append(tensor.numel())
+                    return tensor
+
+            return Sliced()
+
+    safetensors.safe_open = Counting
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        plan, model_file = resolve_plan(spec, model=ref)
+        dims = ParallelDims(plan.pp, plan.dp, plan.tp, world)
+        dims.build_mesh("cpu")
+        parts = build_model_parts(plan, model_file, dims, torch.device("cpu"), seed=3, loss_fn=None)
+        load_weights(parts.chunks, open_source(folder))
+        expected = load_file(f"{folder}/model.safetensors")
+        local = 0
+        for name, tensor in parts.chunks[0].state_dict().items():
+            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            assert torch.equal(full, expected[name]), name
+            local += tensor.to_local().numel() if hasattr(tensor, "to_local") else tensor.numel()
+        total = sum(t.numel() for t in expected.values())
+        assert sum(read) == local < 0.6 * total, (sum(read), local, total)  # its shards, not the model
+        dist.barrier()  # tear gloo down together (see executor/train.py)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_each_tp_rank_reads_only_its_slices(tmp_path, llama):
+    import time
+
+    import torch.multiprocessing as mp
+
+    run, _ = make_run(tmp_path, llama)
+    export_run(run, tmp_path / "hf")
+    ctx = mp.start_processes(_read_worker, args=(2, "tp=2,mbs=1,gbs=1", llama, str(tmp_path / "hf"),
+                                                 str(tmp_path / "init")), nprocs=2, start_method="spawn", join=False)
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, "workers ran past 120 s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
