@@ -1,6 +1,7 @@
-"""`smplan export` in one process (and one 2-process tp read): a run directory whose DCP checkpoint is written by the
+"""`smplan export` in one process: a run directory whose DCP checkpoint is written by the
 executor's own `checkpoint.save` (no process group: DCP's single-process path), exported and
-loaded back with transformers' `from_pretrained`; the same logits. Errors through CliRunner."""
+loaded back with transformers' `from_pretrained`; the same logits. Errors through CliRunner.
+One 2-process tp=2 run counts what each rank reads of an exported folder: its shards."""
 
 from __future__ import annotations
 
