@@ -78,6 +78,24 @@ def test_export_loads_in_transformers_with_the_same_logits(tmp_path, tied):
     torch.testing.assert_close(logits(loaded.eval()), logits(model.eval()))
 
 
+FAMILIES = {  # transformers 5 fuses Mixtral's experts in its state dict; GPT-2 ties its head (Conv1D layers)
+    "mixtral": lambda: transformers.MixtralConfig(**{**TINY, "intermediate_size": 32}, num_local_experts=4,
+                                                  num_experts_per_tok=2),
+    "gpt2": lambda: transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=16,
+                                            bos_token_id=0, eos_token_id=0),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_other_families_round_trip(tmp_path, family):
+    FAMILIES[family]().save_pretrained(tmp_path / family)
+    run, model = make_run(tmp_path, f"hf:{tmp_path / family}")
+    export_run(run, tmp_path / "hf")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    torch.testing.assert_close(logits(loaded.eval()), logits(model.eval()))
+    check_source(open_source(tmp_path / "hf"), model)  # and --init-from takes the folder
+
+
 def test_big_exports_are_sharded_with_an_index(tmp_path, llama):
     run, model = make_run(tmp_path, llama)
     out = tmp_path / "hf"
