@@ -51,6 +51,7 @@ class RunConfig:
     eval_batches: int = 4
     data_seq_len: int | None = None  # resolved before launch: plan.seq_len or the model's batch()
     vocab: int | None = None
+    init_from: str | None = None  # --init-from, resolved (executor/init_from.py); a fresh run starts from it
 
     def recipe(self) -> Recipe:
         return Recipe(lr=self.lr, schedule=self.lr_schedule, total_steps=self.steps, warmup_steps=self.warmup_steps,

@@ -56,6 +56,7 @@ class ExecuteOptions:
     val_data: str | None = None
     eval_every: int = 0
     eval_batches: int = 4
+    init_from: str | None = None  # safetensors folder or DCP checkpoint (executor/init_from.py)
 
     def recipe(self) -> Recipe:
         return Recipe(lr=self.lr, schedule=self.lr_schedule, total_steps=self.steps, warmup_steps=self.warmup_steps,
@@ -96,6 +97,10 @@ def check_options(opts: ExecuteOptions) -> None:
     """What a rank would otherwise choke on after the launch, refused before it."""
     opts.recipe().check()
     _check_data_options(opts)
+    if opts.init_from:
+        from .init_from import resolve
+
+        resolve(opts.init_from)  # exists and holds weights; names and shapes once the model is built
     if not 0 <= opts.seed < 2**63:  # torch.manual_seed's range (a signed 64-bit generator seed)
         raise PlanMismatchError(f"--seed must be between 0 and 2**63-1, got {opts.seed}")
     if opts.rdzv_endpoint is not None:
@@ -141,6 +146,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
+    init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
     ckpt_dir = opts.checkpoint_dir or (str(out / "checkpoints") if opts.checkpoint_every else None)
@@ -187,7 +193,19 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         eval_batches=opts.eval_batches,
         data_seq_len=seq_len,
         vocab=vocab,
+        init_from=init_from,
     )
+
+
+def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
+    """--init-from's folder, after its names and shapes were held against the model (headers only)."""
+    if not path:
+        return None
+    from .init_from import check_source, open_source
+
+    source = open_source(path)
+    check_source(source, model_file.build(plan.model_args, device="meta"))
+    return source.path
 
 
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:

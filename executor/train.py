@@ -248,6 +248,13 @@ class Trainer:
             print(f"[smplan] resumed from {path} (step {step})", flush=True)
         return step
 
+    def _init_from(self) -> None:
+        from .init_from import load_weights, open_source
+
+        load_weights(self.parts.chunks, open_source(self.cfg.init_from))
+        if self.rank == 0:
+            print(f"[smplan] initial weights from {self.cfg.init_from}", flush=True)
+
     def _save(self, step: int) -> None:
         # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
         meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref,
@@ -265,6 +272,8 @@ class Trainer:
 
     def run(self) -> None:
         start = self._resume()
+        if start == 0 and self.cfg.init_from:  # a resumed run continues from its own checkpoint
+            self._init_from()
         writer = MetricsWriter(self.cfg.out_dir, resume_step=start) if self.rank == 0 else None
         rank_writer = MetricsWriter(self.cfg.out_dir, start, path=rank_file(self.cfg.out_dir, self.rank))
         board = self._tensorboard(start) if self.cfg.tensorboard and self.rank == 0 else None
