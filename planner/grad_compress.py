@@ -32,7 +32,7 @@ from .model_profile import BlockProfile
 
 KINDS = ("none", "bf16", "powersgd")
 # torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook.PowerSGDState(min_compression_rate=2):
-# a matrix is compressed only where m*n >= 2 * (m+n)*R.
+# a matrix is compressed only where 2 * (m+n)*R < m*n (R capped at min(m, n)).
 MIN_COMPRESSION_RATE = 2.0
 # The largest rank accepted: Vogels et al. 2019 train at ranks 1-4 (up to 32 in their tables
 # 3 and 4); a rank in the thousands compresses nothing and is a typo.
@@ -101,9 +101,14 @@ def sent_elements(part: BlockProfile, local_params: float, tp: int, spec: GradCo
         if matrix + rows * cols * count > local_params:
             continue  # a tied or shared weight counted twice: keep what the part holds
         matrix += rows * cols * count
-        low = (rows + cols) * spec.rank
-        sent += count * (low if rows * cols >= MIN_COMPRESSION_RATE * low else rows * cols)
+        low = (rows + cols) * min(rows, cols, spec.rank)
+        sent += count * (low if _compressed(rows, cols, spec.rank) else rows * cols)
     return sent + (local_params - matrix)
+
+
+def _compressed(rows: int, cols: int, rank: int) -> bool:
+    """torch's powerSGD_hook._should_compress at rank min(rows, cols, R)."""
+    return (rows + cols) * min(rows, cols, rank) * MIN_COMPRESSION_RATE < rows * cols
 
 
 def grad_bytes(base_bytes: float, spec: GradCompress) -> float:
@@ -117,13 +122,14 @@ def compress_time_s(part: BlockProfile, local_params: float, tp: int, spec: Grad
     if spec.kind != "powersgd" or not local_params:
         return 0.0
     gemm_dtype = "fp32" if dtype == "fp32" else "bf16"
-    total, matrix, r = 0.0, 0.0, spec.rank
+    total, matrix = 0.0, 0.0
     for rows, cols, count in weight_matrices(part, tp):
         if matrix + rows * cols * count > local_params:
             continue
         matrix += rows * cols * count
-        if rows * cols < MIN_COMPRESSION_RATE * (rows + cols) * r:
+        if not _compressed(rows, cols, spec.rank):
             continue
+        r = min(rows, cols, spec.rank)
         one = (matmul_time_s(rows, r, cols, cluster, gemm_dtype)  # P = M Q
                + matmul_time_s(cols, r, rows, cluster, gemm_dtype)  # Q = M^T P
                + matmul_time_s(rows, cols, r, cluster, gemm_dtype))  # M = P Q^T

@@ -1,0 +1,59 @@
+"""grad_compress run for real: dp=2 on gloo (2 processes) with torch's DDP communication hooks.
+
+One learnable token stream (next token = successor), six steps; PowerSGD compresses from step 3
+(executor/grad_compress.py POWERSGD_START_STEP), so its first two steps equal the uncompressed
+run's and the rest do not; a SIGKILL after the step-3 checkpoint resumes bit for bit, which
+needs PowerSGD's error feedback, warm-start matrices and step counter back."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from smplan.cli.main import cli
+from tests.executor.runs import metrics, run_execute
+
+STEPS = 6
+PLAN = "dp=2,zero=0,mbs=2,gbs=8"
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gc") / "train.bin"
+    (np.arange(200 * 17) % 64).astype(np.uint16).tofile(path)  # tiny GPT: seq_len 16, vocab 64
+    return ("--data", str(path), "--lr", "1e-2", "--steps", str(STEPS))
+
+
+def _losses(tmp_path, name: str, plan: str, stream, *args, env=None) -> tuple[list[float], str]:
+    out = tmp_path / name
+    result = run_execute(plan, out, *stream, *args, env=env, timeout=240)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return [r["loss"] for r in metrics(out)], result.stdout
+
+
+def test_bf16_and_powersgd_dp2(tmp_path, stream):
+    plain, _ = _losses(tmp_path, "none", PLAN, stream)
+    bf16, _ = _losses(tmp_path, "bf16", PLAN + ",grad_compress=bf16", stream)
+    psgd, _ = _losses(tmp_path, "psgd", PLAN + ",grad_compress=powersgd:4", stream,
+                      "--checkpoint-every", "3")
+    assert bf16 == pytest.approx(plain, rel=2e-3)  # bf16 rounding of the averaged gradients only
+    assert all(math.isfinite(x) for x in psgd) and psgd[-1] < psgd[0] - 0.5, psgd
+    assert psgd[:2] == plain[:2] and psgd[2:] != pytest.approx(plain[2:], rel=1e-6), (psgd, plain)
+    # killed at step 5, restarted from the step-3 checkpoint: the same losses bit for bit
+    again, log = _losses(tmp_path, "psgd-faulty", PLAN + ",grad_compress=powersgd:4", stream,
+                         "--checkpoint-every", "3", "--max-restarts", "1", env={"SMPLAN_FAIL_AT_STEP": "5"})
+    assert "resumed from" in log and "no PowerSGD state" not in log
+    assert again == psgd
+
+
+@pytest.mark.parametrize("plan,says", [
+    ("dp=2,tp=2,mbs=1,gbs=4,grad_compress=powersgd:4", "DDP hook"),
+    ("dp=2,zero=1,mbs=1,gbs=4,grad_compress=powersgd:4", "needs zero=0"),
+])
+def test_powersgd_outside_ddp_is_refused_in_one_line(cli_runner, tmp_path, plan, says):
+    result = cli_runner.invoke(cli, ["execute", plan, "--model", "examples/gpt.py:tiny", "-o", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in result.output
