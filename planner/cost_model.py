@@ -22,6 +22,7 @@ holds the coefficients, so the ILP (smplan.planner.ilp) and this estimate use th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -221,6 +222,7 @@ class CostModel:
         comp0 = sum(grad_compress.compress_time_s(p, x[0], key.tp, spec, cl, key.dtype)
                     for p, x in zip(parts, split0, strict=True))
         comp_blk = grad_compress.compress_time_s(block, db, key.tp, spec, cl, key.dtype)
+        residual = (sum(x[0] for x in split0), db)  # dense local params: PowerSGD's error feedback
         db = grad_compress.sent_elements(block, db, key.tp, spec)
         spans = self.spans(key.tp, key.dp, key.cp, key.ep)
 
@@ -268,6 +270,11 @@ class CostModel:
             ep=key.ep,
             capacity_factor=key.capacity_factor,
         )
+        if spec.kind == "powersgd" and spans["dp"].size > 1:
+            # torch's hook keeps an error-feedback residual of every bucket (Vogels et al. 2019,
+            # Algorithm 2, e): the local dense gradients once more, counted with them
+            g = state_bytes_per_param(key.dtype)[1]
+            mem = dataclasses.replace(mem, grads0=mem.grads0 + residual[0] * g, grads_blk=mem.grads_blk + residual[1] * g)
         return ChunkModel(
             f0=sum(p.forward_s for p in pts),
             f_blk=bp.forward_s,

@@ -12,7 +12,8 @@
   and so does a matrix whose m*n / ((m+n)*R) is below torch's `min_compression_rate` (2).
   It costs three GEMMs per matrix (P = M Q, Q = M^T P, M = P Q^T; Algorithm 1 lines 3, 6
   and 8), which run between the bucket's all-reduces and so are priced on the DP path.
-  PowerSGD all-reduces whole (replicated) gradients: torch's hook is a DDP hook, and a
+  Its error feedback keeps a residual of every bucket, one more copy of the local gradients
+  (priced in the cost model's gradient memory). PowerSGD all-reduces whole (replicated) gradients: torch's hook is a DDP hook, and a
   ZeRO / FSDP reduce-scatter of shards has nothing to apply it to, so it needs zero=0.
 
 The profile knows a part's weight matrices from its GEMMs: an mm/addmm of [tokens x k] by a

@@ -28,6 +28,9 @@ def test_powersgd_lowers_simulated_dp_communication(cli_runner):
     assert none["plan"]["grad_compress"] == "none" and psgd["plan"]["grad_compress"] == "powersgd:4"
     assert psgd["breakdown"]["dp_comm_exposed"] < 0.5 * none["breakdown"]["dp_comm_exposed"]
     assert psgd["step_time_s"] < none["step_time_s"]
+    # the error-feedback residual: the gradients once more
+    grads = none["memory_breakdown_gib"]["gradients"]
+    assert psgd["memory_breakdown_gib"]["gradients"] == pytest.approx(2 * grads)
     # bf16 changes nothing for bf16 gradients, and halves fp32 ones' bytes
     assert _simulate(cli_runner, base + ",grad_compress=bf16")["step_time_s"] == pytest.approx(none["step_time_s"])
     fp32 = _simulate(cli_runner, base + ",dtype=fp32")
