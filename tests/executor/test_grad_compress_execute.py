@@ -39,6 +39,9 @@ def test_bf16_and_powersgd_dp2(tmp_path, stream):
     psgd, _ = _losses(tmp_path, "psgd", PLAN + ",grad_compress=powersgd:4", stream,
                       "--checkpoint-every", "3")
     assert bf16 == pytest.approx(plain, rel=2e-3)  # bf16 rounding of the averaged gradients only
+    # FSDP2 (zero=2): bf16 is its reduce_dtype; the same run within bf16 rounding
+    fsdp_bf16, _ = _losses(tmp_path, "fsdp-bf16", "dp=2,zero=2,mbs=2,gbs=8,grad_compress=bf16", stream)
+    assert fsdp_bf16 == pytest.approx(plain, rel=2e-3)
     assert all(math.isfinite(x) for x in psgd) and psgd[-1] < psgd[0] - 0.5, psgd
     assert psgd[:2] == plain[:2] and psgd[2:] != pytest.approx(plain[2:], rel=1e-6), (psgd, plain)
     # killed at step 5, restarted from the step-3 checkpoint: the same losses bit for bit
