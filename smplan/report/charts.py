@@ -64,6 +64,9 @@ def versus_chart(points: list[dict], key: str, path=None):
         ax.plot([p["settings"][key] for p in members], [p["figures"]["step_time_s"] for p in members],
                 marker="o", color=color("", i), label=name)
     ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks(sorted({p["settings"][key] for p in feasible(points)}))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel(key)
     ax.set_ylabel("step time")
     ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
