@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from smplan.planner.grad_compress import parse as parse_grad_compress
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
 
@@ -23,6 +24,7 @@ from smplan.model.structure import (
     present_parts,
 )
 
+from . import grad_compress
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
 from .parallelize import (
@@ -45,6 +47,7 @@ class ModelParts:
     reference: nn.Module = field(repr=False)  # the meta-built full model (for batch hooks)
     layout: Layout | None = field(default=None, repr=False)  # find_layout(reference)
     loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
+    powersgd: object | None = field(default=None, repr=False)  # PowerSGDState under grad_compress=powersgd
 
     def parameters(self):
         for chunk in self.chunks:
@@ -64,6 +67,9 @@ def plan_stages(plan: Plan, num_blocks: int):
 
 def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.device, seed: int,
                       loss_fn, mp_policy=None) -> ModelParts:
+    compress = parse_grad_compress(plan.grad_compress)
+    mp_policy = mp_policy or grad_compress.mixed_precision(compress)
+    powersgd = None
     meta = build_meta(model_file, plan.model_args, seed)  # parameters on meta, buffers real
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
@@ -95,13 +101,15 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         materialize(chunk, meta, device, seed, model_file.hook(INIT_HOOK))
         if use_ddp:
             chunk = apply_ddp(chunk, dims["dp"])
+            powersgd = grad_compress.register(chunk, dims["dp"].get_group(), compress, seed)
         chunks.append(chunk)
     schedule = None
     if dims.pp_enabled:
         schedule = build_pipeline(chunks, stage_ids, len(stages), dims["pp"], device, plan.schedule,
                                   plan.num_microbatches, loss_fn)
     return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout,
-                      loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel))
+                      loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
+                      powersgd=powersgd)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

@@ -34,6 +34,7 @@ def mesh_key_of(cand: Candidate) -> MeshKey:
         ep=cand.ep,
         cp=cand.cp,
         capacity_factor=cand.capacity_factor,
+        grad_compress=cand.grad_compress,
     )
 
 

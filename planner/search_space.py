@@ -16,6 +16,8 @@ from .feasibility import (
     fp8_problem,
     pipeline_fill_problem,
 )
+from .grad_compress import parse as parse_grad_compress
+from .grad_compress import problem as grad_compress_problem
 from .model_profile import ModelProfile
 from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
 
@@ -46,6 +48,7 @@ class Candidate:
     ep: int = 1
     cp: int = 1
     capacity_factor: float = 1.0
+    grad_compress: str = "none"  # only as fixed (--fix grad_compress=...): compression changes convergence
 
     @property
     def mesh(self) -> tuple:
@@ -54,6 +57,7 @@ class Candidate:
     def describe(self) -> str:
         sched = self.schedule + (f" v={self.v}" if self.v > 1 else "")
         extra = (f" ep={self.ep}" if self.ep > 1 else "") + (f" cp={self.cp}" if self.cp > 1 else "")
+        extra += f" grad_compress={self.grad_compress}" if self.grad_compress != "none" else ""
         return (
             f"dp={self.dp} tp={self.tp} pp={self.pp}{extra} mbs={self.mbs} {sched} zero={self.zero} "
             f"sp={int(self.sp)} recompute={self.kind}"
@@ -175,6 +179,11 @@ def validate_constraints(
         raise PlanError(f"zero must be 0, 1, 2 or 3, got {fixed['zero']!r}")
     if fixed["dtype"] not in DTYPES:
         raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {fixed['dtype']!r}")
+    if "grad_compress" in fixed:
+        fixed["grad_compress"] = str(parse_grad_compress(fixed["grad_compress"]))
+        problem = grad_compress_problem(fixed["grad_compress"], fixed.get("zero", 0))
+        if problem:
+            raise PlanError(problem)
     if fixed.get("sequence_parallel") and tp == 1:
         raise PlanError("sequence parallelism needs tp > 1; drop sp=1 or fix tp>1")
     if fixed.get("sequence_parallel") and profile.supports_sequence_parallel is False:
@@ -209,6 +218,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
     L, heads = profile.num_blocks, profile.num_heads
     gbs = fixed["global_batch"]
     rec = fixed.get("recompute")
+    gc = fixed.get("grad_compress", "none")
+    powersgd = gc.startswith("powersgd")  # DDP-only: zero=0 (grad_compress.problem)
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
@@ -255,12 +266,12 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                             # dense states shard over dp x cp, routed experts' (ep > 1) over
                             # edp = tp*cp*dp/ep: ZeRO only where one of the groups has ranks
                             single = dp * cp == 1 and (ep == 1 or ep == tp * cp * dp)
-                            zeros = [fixed["zero"]] if "zero" in fixed else ([0] if single else [1, 2, 3])
+                            zeros = [fixed["zero"]] if "zero" in fixed else ([0] if single or powersgd else [1, 2, 3])
                             for zero in zeros:
                                 for kind, all_ in kinds:
                                     yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),
                                                     zero, kind, all_, fixed["overlap_dp"], fixed["dtype"],
-                                                    ep, cp, cf)
+                                                    ep, cp, cf, gc)
 
 
 def _cps(profile: ModelProfile, fixed: dict, room: int) -> list[int]:
