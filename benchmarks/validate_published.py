@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import global_overrides, usage_error  # noqa: E402
 from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
-from smplan.planner import estimate, profile_model  # noqa: E402
+from smplan.planner import NoFeasiblePlan, estimate, even_stages, plan_search, profile_model  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
 from smplan.simulator import simulate_plan  # noqa: E402
 from sources import SOURCES, Mapped, Row, Skipped  # noqa: E402
@@ -51,6 +51,28 @@ def _profile(model: str, args: tuple, dtype: str):
     return profile_model(model, dict(args), dtype=dtype)
 
 
+# Plan keys a row states, fixed when the planner completes a row (`Mapped.choose`); inline names.
+STATED_KEYS = ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule", "virtual_stages", "zero",
+               "sequence_parallel", "overlap_dp", "dtype", "capacity_factor")
+
+
+def complete_plan(m: Mapped, profile, cluster):
+    """The row's plan with the keys its source leaves out (`m.choose`) picked by the planner,
+    every stated key fixed (`smplan plan --fix ...`). Where nothing fits, the least memory the
+    row can have: every block fully recomputed (it is then counted over memory)."""
+    if not m.choose:
+        return m.plan
+    fix = {k: getattr(m.plan, k) for k in STATED_KEYS if k not in m.choose}
+    try:
+        best = plan_search(profile, cluster, fix=fix, top=1, model_ref=m.plan.model)[0]
+    except NoFeasiblePlan as err:
+        print(f"  {m.run}: no plan fits ({str(err)[:80]}); scored with full recompute", file=sys.stderr)
+        return dataclasses.replace(m.plan, stages=even_stages(profile.num_blocks, m.plan.num_model_chunks, "full"))
+    # the stated stage split is even; the planner's may shift blocks to fit (as Megatron's
+    # uneven pipeline split allows); keep the plan's model reference and arguments
+    return dataclasses.replace(m.plan, stages=best.stages)
+
+
 @dataclasses.dataclass
 class Scored:
     row: Mapped
@@ -58,6 +80,7 @@ class Scored:
     closed_s: float
     peak_gib: float
     capacity_gib: float
+    plan: object = None  # the plan scored (the row's, completed by the planner where `choose` says)
 
     @property
     def error(self) -> float:
@@ -70,6 +93,7 @@ class Predictor:
     def __init__(self, global_set: dict, simulate: bool, contention: bool):
         self.global_set, self.simulate, self.contention = global_set, simulate, contention
         self._clusters: dict = {}
+        self._plans: dict = {}  # (source, run) -> the completed plan (chosen once, bundled factors)
 
     def base_cluster(self, m: Mapped):
         key = (m.hw, m.nodes, tuple(sorted(m.hw_set.items())))
@@ -87,16 +111,22 @@ class Predictor:
     def profile(m: Mapped):
         return _profile(m.plan.model, tuple(sorted(m.model_args.items())), m.dtype)
 
+    def plan(self, m: Mapped):
+        key = (m.source, m.run)
+        if key not in self._plans:
+            self._plans[key] = complete_plan(m, self.profile(m), self.base_cluster(m))
+        return self._plans[key]
+
     def closed(self, m: Mapped, efficiency: dict | None = None) -> float:
-        return estimate(m.plan, self.profile(m), self.cluster(m, efficiency)).step_time_s
+        return estimate(self.plan(m), self.profile(m), self.cluster(m, efficiency)).step_time_s
 
     def score(self, m: Mapped, efficiency: dict | None = None, simulate: bool | None = None) -> Scored:
-        cluster, profile = self.cluster(m, efficiency), self.profile(m)
-        fig = estimate(m.plan, profile, cluster)
+        cluster, profile, plan = self.cluster(m, efficiency), self.profile(m), self.plan(m)
+        fig = estimate(plan, profile, cluster)
         pred = fig.step_time_s
         if self.simulate if simulate is None else simulate:
-            pred = simulate_plan(m.plan, profile, cluster, self.contention, record_events=False).step_time_s
-        return Scored(m, pred, fig.step_time_s, fig.peak_memory_gib, capacity_bytes(cluster) / GIB)
+            pred = simulate_plan(plan, profile, cluster, self.contention, record_events=False).step_time_s
+        return Scored(m, pred, fig.step_time_s, fig.peak_memory_gib, capacity_bytes(cluster) / GIB, plan)
 
 
 def stats(scored: list[Scored]) -> dict:
@@ -127,10 +157,11 @@ def score_source(name: str, rows: list[Row], pred: Predictor, show_rows: bool) -
             continue
         scored.append(s)
         if show_rows:
-            p = r.plan
+            p = s.plan
+            rec = p.recompute + (f"({sum(st.num_recomputed for st in p.stages)})" if p.recompute != "none" else "")
             print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} cp={p.cp} ep={p.ep:<2} dp={p.dp:<4} "
                   f"{p.dtype} mbs={p.micro_batch:<2} "
-                  f"gbs={p.global_batch:<5} z={p.zero} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
+                  f"gbs={p.global_batch:<5} z={p.zero} rc={rec:<12} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
                   f"meas {r.measured_s:9.3f} err {100 * s.error:+6.1f}% mem {s.peak_gib:5.1f}/{s.capacity_gib:.0f} GiB")
     return scored, skipped
 
