@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import statistics
 import sys
 import time
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import global_overrides, usage_error  # noqa: E402
 from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
-from smplan.planner import NoFeasiblePlan, estimate, even_stages, plan_search, profile_model  # noqa: E402
+from smplan.planner import estimate, plan_costs, profile_model  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
 from smplan.simulator import simulate_plan  # noqa: E402
 from sources import SOURCES, Mapped, Row, Skipped  # noqa: E402
@@ -51,26 +52,60 @@ def _profile(model: str, args: tuple, dtype: str):
     return profile_model(model, dict(args), dtype=dtype)
 
 
-# Plan keys a row states, fixed when the planner completes a row (`Mapped.choose`); inline names.
-STATED_KEYS = ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule", "virtual_stages", "zero",
-               "sequence_parallel", "overlap_dp", "dtype", "capacity_factor")
+RECOMPUTE_KINDS = ("selective", "sac", "full")  # what the planner may pick for a row that leaves it out
+
+
+def _device_bytes(costs, device: int) -> float:
+    return sum(costs.stages[c].memory.total_bytes for c in range(device, len(costs.stages), costs.pp))
+
+
+def _recomputing(plan, kind: str, counts):
+    return dataclasses.replace(plan, stages=tuple(dataclasses.replace(st, recompute=kind, recompute_blocks=r)
+                                                  for st, r in zip(plan.stages, counts, strict=True)))
+
+
+def _least_recompute(plan, profile, cluster, kind: str):
+    """`plan` (its stated block split kept) with, on every GPU, the fewest blocks recomputed
+    with `kind` that make it fit: memory is affine in the recomputed count (planner.memory_model),
+    so two evaluations give each GPU's count; None when recomputing all of them does not fit."""
+    def with_counts(counts):
+        return _recomputing(plan, kind, counts)
+
+    cap = capacity_bytes(cluster)
+    none = plan_costs(with_counts([0] * len(plan.stages)), profile, cluster)
+    every = plan_costs(with_counts([st.num_blocks for st in plan.stages]), profile, cluster)
+    counts = [0] * len(plan.stages)
+    for device in range(plan.pp):
+        chunks = list(range(device, len(plan.stages), plan.pp))
+        blocks = sum(plan.stages[c].num_blocks for c in chunks)
+        low, high = _device_bytes(none, device), _device_bytes(every, device)
+        if low <= cap:
+            continue
+        if high > cap or not blocks:
+            return None
+        need = min(blocks, math.ceil((low - cap) / ((low - high) / blocks) - 1e-9))
+        for c in chunks:  # the device's chunks hold the same micro-batches: any of its blocks frees as much
+            counts[c] = min(need, plan.stages[c].num_blocks)
+            need -= counts[c]
+    return with_counts(counts)
 
 
 def complete_plan(m: Mapped, profile, cluster):
-    """The row's plan with the keys its source leaves out (`m.choose`) picked by the planner,
-    every stated key fixed (`smplan plan --fix ...`). Where nothing fits, the least memory the
-    row can have: every block fully recomputed (it is then counted over memory)."""
+    """The row's plan with what its source leaves out (`m.choose`: recompute) picked as the
+    planner would, everything the row states kept (its even block split included): for each
+    recomputation kind the fewest recomputed blocks that fit every GPU, then the kind with the
+    shortest predicted step. Where none fits, every block fully recomputed (then counted over
+    memory)."""
     if not m.choose:
         return m.plan
-    fix = {k: getattr(m.plan, k) for k in STATED_KEYS if k not in m.choose}
-    try:
-        best = plan_search(profile, cluster, fix=fix, top=1, model_ref=m.plan.model)[0]
-    except NoFeasiblePlan as err:
-        print(f"  {m.run}: no plan fits ({str(err)[:80]}); scored with full recompute", file=sys.stderr)
-        return dataclasses.replace(m.plan, stages=even_stages(profile.num_blocks, m.plan.num_model_chunks, "full"))
-    # the stated stage split is even; the planner's may shift blocks to fit (as Megatron's
-    # uneven pipeline split allows); keep the plan's model reference and arguments
-    return dataclasses.replace(m.plan, stages=best.stages)
+    if estimate(m.plan, profile, cluster).peak_memory_gib * GIB <= capacity_bytes(cluster):
+        return m.plan
+    kinds = [k for k in RECOMPUTE_KINDS if k != "sac" or profile.blocks[0].supports_sac]
+    fits = [p for p in (_least_recompute(m.plan, profile, cluster, k) for k in kinds) if p is not None]
+    if not fits:
+        print(f"  {m.run}: no recomputation fits; scored with full recompute", file=sys.stderr)
+        return _recomputing(m.plan, "full", [st.num_blocks for st in m.plan.stages])
+    return min(fits, key=lambda p: estimate(p, profile, cluster).step_time_s)
 
 
 @dataclasses.dataclass
@@ -93,7 +128,7 @@ class Predictor:
     def __init__(self, global_set: dict, simulate: bool, contention: bool):
         self.global_set, self.simulate, self.contention = global_set, simulate, contention
         self._clusters: dict = {}
-        self._plans: dict = {}  # (source, run) -> the completed plan (chosen once, bundled factors)
+        self._plans: dict = {}  # id(row) -> (row, its completed plan), chosen once with the bundled factors
 
     def base_cluster(self, m: Mapped):
         key = (m.hw, m.nodes, tuple(sorted(m.hw_set.items())))
@@ -112,10 +147,9 @@ class Predictor:
         return _profile(m.plan.model, tuple(sorted(m.model_args.items())), m.dtype)
 
     def plan(self, m: Mapped):
-        key = (m.source, m.run)
-        if key not in self._plans:
-            self._plans[key] = complete_plan(m, self.profile(m), self.base_cluster(m))
-        return self._plans[key]
+        if id(m) not in self._plans:  # the row is kept alongside, so its id stays its own
+            self._plans[id(m)] = (m, complete_plan(m, self.profile(m), self.base_cluster(m)))
+        return self._plans[id(m)][1]
 
     def closed(self, m: Mapped, efficiency: dict | None = None) -> float:
         return estimate(self.plan(m), self.profile(m), self.cluster(m, efficiency)).step_time_s
