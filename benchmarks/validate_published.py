@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import statistics
 import sys
 import time
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from published import global_overrides, usage_error  # noqa: E402
 from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
-from smplan.planner import estimate, profile_model  # noqa: E402
+from smplan.planner import estimate, plan_costs, profile_model  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
 from smplan.simulator import simulate_plan  # noqa: E402
 from sources import SOURCES, Mapped, Row, Skipped  # noqa: E402
@@ -51,6 +52,62 @@ def _profile(model: str, args: tuple, dtype: str):
     return profile_model(model, dict(args), dtype=dtype)
 
 
+RECOMPUTE_KINDS = ("selective", "sac", "full")  # what the planner may pick for a row that leaves it out
+
+
+def _device_bytes(costs, device: int) -> float:
+    return sum(costs.stages[c].memory.total_bytes for c in range(device, len(costs.stages), costs.pp))
+
+
+def _recomputing(plan, kind: str, counts):
+    return dataclasses.replace(plan, stages=tuple(dataclasses.replace(st, recompute=kind, recompute_blocks=r)
+                                                  for st, r in zip(plan.stages, counts, strict=True)))
+
+
+def _least_recompute(plan, profile, cluster, kind: str):
+    """`plan` (its stated block split kept) with, on every GPU, the fewest blocks recomputed
+    with `kind` that make it fit: memory is affine in the recomputed count (planner.memory_model),
+    so two evaluations give each GPU's count; None when recomputing all of them does not fit."""
+    def with_counts(counts):
+        return _recomputing(plan, kind, counts)
+
+    cap = capacity_bytes(cluster)
+    none = plan_costs(with_counts([0] * len(plan.stages)), profile, cluster)
+    every = plan_costs(with_counts([st.num_blocks for st in plan.stages]), profile, cluster)
+    counts = [0] * len(plan.stages)
+    for device in range(plan.pp):
+        chunks = list(range(device, len(plan.stages), plan.pp))
+        blocks = sum(plan.stages[c].num_blocks for c in chunks)
+        low, high = _device_bytes(none, device), _device_bytes(every, device)
+        if low <= cap:
+            continue
+        if high > cap or not blocks:
+            return None
+        need = min(blocks, math.ceil((low - cap) / ((low - high) / blocks) - 1e-9))
+        for c in chunks:  # the device's chunks hold the same micro-batches: any of its blocks frees as much
+            counts[c] = min(need, plan.stages[c].num_blocks)
+            need -= counts[c]
+    return with_counts(counts)
+
+
+def complete_plan(m: Mapped, profile, cluster):
+    """The row's plan with what its source leaves out (`m.choose`: recompute) picked as the
+    planner would, everything the row states kept (its even block split included): for each
+    recomputation kind the fewest recomputed blocks that fit every GPU, then the kind with the
+    shortest predicted step. Where none fits, every block fully recomputed (then counted over
+    memory)."""
+    if not m.choose:
+        return m.plan
+    if estimate(m.plan, profile, cluster).peak_memory_gib * GIB <= capacity_bytes(cluster):
+        return m.plan
+    kinds = [k for k in RECOMPUTE_KINDS if k != "sac" or profile.blocks[0].supports_sac]
+    fits = [p for p in (_least_recompute(m.plan, profile, cluster, k) for k in kinds) if p is not None]
+    if not fits:
+        print(f"  {m.run}: no recomputation fits; scored with full recompute", file=sys.stderr)
+        return _recomputing(m.plan, "full", [st.num_blocks for st in m.plan.stages])
+    return min(fits, key=lambda p: estimate(p, profile, cluster).step_time_s)
+
+
 @dataclasses.dataclass
 class Scored:
     row: Mapped
@@ -58,6 +115,7 @@ class Scored:
     closed_s: float
     peak_gib: float
     capacity_gib: float
+    plan: object = None  # the plan scored (the row's, completed by the planner where `choose` says)
 
     @property
     def error(self) -> float:
@@ -70,6 +128,7 @@ class Predictor:
     def __init__(self, global_set: dict, simulate: bool, contention: bool):
         self.global_set, self.simulate, self.contention = global_set, simulate, contention
         self._clusters: dict = {}
+        self._plans: dict = {}  # id(row) -> (row, its completed plan), chosen once with the bundled factors
 
     def base_cluster(self, m: Mapped):
         key = (m.hw, m.nodes, tuple(sorted(m.hw_set.items())))
@@ -87,16 +146,21 @@ class Predictor:
     def profile(m: Mapped):
         return _profile(m.plan.model, tuple(sorted(m.model_args.items())), m.dtype)
 
+    def plan(self, m: Mapped):
+        if id(m) not in self._plans:  # the row is kept alongside, so its id stays its own
+            self._plans[id(m)] = (m, complete_plan(m, self.profile(m), self.base_cluster(m)))
+        return self._plans[id(m)][1]
+
     def closed(self, m: Mapped, efficiency: dict | None = None) -> float:
-        return estimate(m.plan, self.profile(m), self.cluster(m, efficiency)).step_time_s
+        return estimate(self.plan(m), self.profile(m), self.cluster(m, efficiency)).step_time_s
 
     def score(self, m: Mapped, efficiency: dict | None = None, simulate: bool | None = None) -> Scored:
-        cluster, profile = self.cluster(m, efficiency), self.profile(m)
-        fig = estimate(m.plan, profile, cluster)
+        cluster, profile, plan = self.cluster(m, efficiency), self.profile(m), self.plan(m)
+        fig = estimate(plan, profile, cluster)
         pred = fig.step_time_s
         if self.simulate if simulate is None else simulate:
-            pred = simulate_plan(m.plan, profile, cluster, self.contention, record_events=False).step_time_s
-        return Scored(m, pred, fig.step_time_s, fig.peak_memory_gib, capacity_bytes(cluster) / GIB)
+            pred = simulate_plan(plan, profile, cluster, self.contention, record_events=False).step_time_s
+        return Scored(m, pred, fig.step_time_s, fig.peak_memory_gib, capacity_bytes(cluster) / GIB, plan)
 
 
 def stats(scored: list[Scored]) -> dict:
@@ -127,10 +191,11 @@ def score_source(name: str, rows: list[Row], pred: Predictor, show_rows: bool) -
             continue
         scored.append(s)
         if show_rows:
-            p = r.plan
+            p = s.plan
+            rec = p.recompute + (f"({sum(st.num_recomputed for st in p.stages)})" if p.recompute != "none" else "")
             print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} cp={p.cp} ep={p.ep:<2} dp={p.dp:<4} "
                   f"{p.dtype} mbs={p.micro_batch:<2} "
-                  f"gbs={p.global_batch:<5} z={p.zero} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
+                  f"gbs={p.global_batch:<5} z={p.zero} rc={rec:<12} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
                   f"meas {r.measured_s:9.3f} err {100 * s.error:+6.1f}% mem {s.peak_gib:5.1f}/{s.capacity_gib:.0f} GiB")
     return scored, skipped
 

@@ -98,12 +98,14 @@ class Attention(nn.Module):
         q, k, v = qkv.split([group * d, d, d], dim=-1)
         q = q.reshape(b, s, -1, d).transpose(1, 2)  # b, heads, s, d
         k, v = k.transpose(1, 2), v.transpose(1, 2)
-        if group > 1:  # grouped-query: each kv head serves `group` query heads (a copy)
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         if self.cfg.attention == "sdpa":
+            # grouped-query heads read their kv head in the kernel (torch's enable_gqa; flash
+            # attention keeps the un-repeated k and v for backward, Dao 2023 section 3)
             p = self.cfg.dropout if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, enable_gqa=group > 1)
         else:
+            if group > 1:  # grouped-query: each kv head serves `group` query heads (a copy)
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
             mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(mask, float("-inf"))

@@ -42,6 +42,40 @@ def _selective_policy(ctx, op, *args, **kwargs):
     return CheckpointPolicy.PREFER_RECOMPUTE if _attention_core(op, args) else CheckpointPolicy.MUST_SAVE
 
 
+# torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,
+# torchtitan/models/llama3/parallelize_llama.py `_save_list` and `_custom_policy`): save the
+# outputs of the matmuls, attention kernels, reduce-scatters and max, except every second
+# matmul of a block, which backward recomputes with the element-wise ops. aten.addmm (a linear
+# with a bias; torchtitan's Llama has none) counts as a matmul, as the planner's profile does.
+_SAC_MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+_SAC_SAVE = _SAC_MATMULS | {
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    torch.ops.aten.max.default,
+}
+
+
+def _sac_context():
+    """A fresh pair of SAC contexts per checkpointed call, each counting its own matmuls."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    count: dict[str, int] = defaultdict(int)
+
+    def policy(ctx, op, *args, **kwargs):
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if op in _SAC_MATMULS:
+            count[mode] += 1
+        save = op in _SAC_SAVE and not (op in _SAC_MATMULS and count[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
 def call_tp_plan(fn, module: nn.Module, sequence_parallel: bool, name: str = "tp_plan") -> dict:
     """`fn(module, sequence_parallel=...)`, or `fn(module)` for a plan without SP."""
     takes_sp = "sequence_parallel" in inspect.signature(fn).parameters
@@ -90,19 +124,22 @@ def apply_recompute(container: nn.Module, names: list[str], mode: str) -> None:
     """Wrap the blocks `names` (children of `container`) in checkpoint_wrapper.
 
     full: the whole block is recomputed in backward (only its input is kept).
-    selective: op-level selective activation checkpointing with the policy above.
+    selective: the attention core is recomputed (`_selective_policy`).
+    sac: torchtitan's op-level policy, every other matmul recomputed (`_sac_context`).
     """
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
     from torch.utils.checkpoint import create_selective_checkpoint_contexts
 
     if mode == "none":
         return
-    if mode not in ("full", "selective"):
-        raise ValueError(f"recompute must be none, selective or full, got {mode!r}")
+    if mode not in ("full", "selective", "sac"):
+        raise ValueError(f"recompute must be none, selective, sac or full, got {mode!r}")
     for name in names:
         block = container._modules[name]
         if mode == "full":
             wrapped = checkpoint_wrapper(block, preserve_rng_state=True)
+        elif mode == "sac":
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=True, context_fn=_sac_context)
         else:
             wrapped = checkpoint_wrapper(
                 block,

@@ -60,7 +60,7 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
     if smallest:
         head += f" (the closest is {smallest / GIB:.1f} GiB over)"
     tries = []
-    if fixed.get("recompute") in ("none", "selective"):
+    if fixed.get("recompute") in ("none", "selective", "sac"):
         tries.append(("recompute=full", {**fixed, "recompute": "full"}))
     if fixed.get("zero", 3) != 3:
         tries.append(("zero=3", {**fixed, "zero": 3}))

@@ -18,7 +18,7 @@ Sources:
   says: `BlockProfile.params_per_gpu`; an embedding or head the model file's TP plan does
   not shard is held whole by every tp rank).
 - Buffers: the logits and their gradient on the last stage (/ tp only when the head is
-  vocab-parallel); under full recomputation the
+  vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward; under ZeRO-3 two blocks'
   gathered parameters (the one in use and the prefetched next).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
@@ -90,8 +90,8 @@ def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "no
     (each tp rank routes its own tokens, as the expert compute in pass_model)."""
     base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute) / cp
     expert = part.saved_bytes_expert_per_sample
-    if recompute == "full" or not expert:
-        return base
+    if recompute in ("full", "sac") or not expert:
+        return base  # sac: the expert GEMMs are batched (not aten.mm): recomputed, as full
     held = expert / (tp if sp else 1) / cp  # as saved_bytes_per_gpu counts it: replicated
     return base - held + expert * capacity_factor / (cp * (tp if (sp or ep > 1) else 1))
 
@@ -199,7 +199,7 @@ def chunk_memory(
         # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel, / cp)
         buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
     if device_first_chunk:
-        if recompute == "full":
+        if recompute in ("full", "sac"):
             buffers += b * part_saved_bytes(block, tp, sp, **moe)
         if zero >= 3:
             buffers += 2.0 * sum(split_params(block, tp, ep)) * state_bytes_per_param(dtype)[0]

@@ -98,6 +98,21 @@ class BlockProfile:
     # Of saved_bytes_replicated_per_sample: what the routed experts keep (their GEMM inputs and
     # activations); it grows with the capacity factor and, under ep > 1, is split over tp.
     saved_bytes_expert_per_sample: float = 0.0
+    # Op-level selective checkpointing (recompute "sac", torchtitan's policy: the outputs of
+    # every other linear GEMM and of the attention kernels are saved, the rest re-run in
+    # backward): what it keeps besides the part's input, by what divides it under tp
+    # ("unsplit": row-parallel GEMM outputs, partial sums whole on every tp rank), and the
+    # GEMMs it re-runs. 0 / () in profiles made before these fields existed: sac not offered.
+    saved_bytes_sac_tp_sharded_per_sample: float = 0.0
+    saved_bytes_sac_replicated_per_sample: float = 0.0
+    saved_bytes_sac_unsplit_per_sample: float = 0.0
+    sac_recompute_matmuls: tuple[MatmulShape, ...] = ()
+
+    @property
+    def supports_sac(self) -> bool:
+        """Whether the profile says what op-level selective checkpointing keeps of this part."""
+        return bool(self.saved_bytes_sac_tp_sharded_per_sample or self.saved_bytes_sac_replicated_per_sample
+                    or self.saved_bytes_sac_unsplit_per_sample)
 
     def params_per_gpu(self, tp: int = 1) -> float:
         """Parameters one tp rank holds: the tp-sharded ones / tp, the replicated ones whole."""
@@ -119,8 +134,12 @@ class BlockProfile:
 
     def saved_bytes_per_gpu(self, tp: int = 1, sequence_parallel: bool = False, recompute: str = "none") -> float:
         """Activation bytes per sample this part keeps on one GPU until its backward."""
+        kept_input = self.input_bytes_per_sample / (tp if sequence_parallel else 1)
         if recompute == "full":
-            return self.input_bytes_per_sample / (tp if sequence_parallel else 1)
+            return kept_input
+        if recompute == "sac":
+            return (kept_input + self.saved_bytes_sac_tp_sharded_per_sample / tp + self.saved_bytes_sac_unsplit_per_sample
+                    + self.saved_bytes_sac_replicated_per_sample / (tp if sequence_parallel else 1))
         replicated = self.saved_bytes_replicated_per_sample / (tp if sequence_parallel else 1)
         sharded = self.saved_bytes_tp_sharded_per_sample / tp
         core = 0.0 if recompute == "selective" else self.saved_bytes_attention_core_per_sample / tp
@@ -199,6 +218,7 @@ class ModelProfile:
             d = dict(d)
             d["matmuls"] = tuple(MatmulShape(**m) for m in d.get("matmuls", ()))
             d["tp_collectives"] = tuple(TPCollective(**c) for c in d.get("tp_collectives", ()))
+            d["sac_recompute_matmuls"] = tuple(MatmulShape(**m) for m in d.get("sac_recompute_matmuls", ()))
             names = {f.name for f in dataclasses.fields(BlockProfile)}
             return BlockProfile(**{k: v for k, v in d.items() if k in names})
 

@@ -28,6 +28,10 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   the experts replicated on the tp ranks (as the model file's tp_plan does).
 - capacity_factor multiplies the expert GEMM rows and the all-to-all bytes (the busiest
   expert sets the pace; GShard, Lepikhin et al. 2020).
+- Recompute: full re-runs the forward inside backward; selective the attention core
+  (Korthikanti et al. 2022 section 5); sac (torchtitan's op-level selective AC) the GEMMs it
+  does not save (`BlockProfile.sac_recompute_matmuls`), all element-wise work and the TP
+  collectives whose outputs it does not keep.
 - dtype fp8: linear (and expert) GEMMs at the fp8 peak, attention-core GEMMs and
   element-wise work at bf16 (Transformer Engine / torchao float8: FP8 linears only).
 """
@@ -58,6 +62,8 @@ class PassTimes:
     ep_backward_s: float = 0.0  # of backward_s: the same in backward
     cp_forward_s: float = 0.0  # of forward_s: the exposed K/V all-gather
     cp_backward_s: float = 0.0  # of backward_s: the exposed K/V gradient reduce-scatter
+    sac_extra_s: float = 0.0  # added inside backward by op-level selective recompute
+    sac_tp_s: float = 0.0  # of sac_extra_s: TP collectives it re-runs
 
     def backward_with(self, recompute: str) -> tuple[float, float, float]:
         """(backward seconds, of which recompute, of which TP comm) under `recompute`."""
@@ -65,6 +71,8 @@ class PassTimes:
             return self.backward_s + self.full_extra_s, self.full_extra_s, self.tp_backward_s + self.tp_forward_s
         if recompute == "selective":
             return self.backward_s + self.selective_extra_s, self.selective_extra_s, self.tp_backward_s
+        if recompute == "sac":
+            return self.backward_s + self.sac_extra_s, self.sac_extra_s, self.tp_backward_s + self.sac_tp_s
         return self.backward_s, 0.0, self.tp_backward_s
 
 
@@ -170,6 +178,17 @@ def pass_times(
     # Selective recompute runs inside the backward pass: its extra time is what it adds to
     # that pass once the pass is longer than the host's launch time.
     sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host) - bwd
+    # Op-level selective recompute (torchtitan's policy, see BlockProfile): the GEMMs it does
+    # not save and all the element-wise work re-run inside backward; of the TP collectives,
+    # the reduce-scatters under SP are saved (half of each all-reduce point), the rest re-run.
+    # The attention kernels' and all-to-alls' outputs are saved: no K/V gather or dispatch re-runs.
+    sac_gemm = 0.0
+    for mm in part.sac_recompute_matmuls:
+        m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
+        sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
+    sac_tp = tp_f * (0.5 if sp else 1.0)
+    sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch")
-    flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample}
-    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b)
+    flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample,
+             "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
+    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b, sac_extra, sac_tp)

@@ -22,7 +22,7 @@ from .plan_schema import check_derived, check_plan_dict
 PLAN_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "sac", "full")  # sac: torchtitan op-level selective AC
 DTYPES = ("bf16", "fp16", "fp32", "fp8")  # fp8: FP8 linears, bf16 elsewhere
 
 
@@ -131,7 +131,7 @@ class Plan:
     def recompute(self) -> str:
         """One word for the plan's recomputation (the strongest any stage uses)."""
         used = {s.recompute for s in self.stages if s.num_recomputed}
-        for kind in ("full", "selective"):
+        for kind in ("full", "sac", "selective"):
             if kind in used:
                 return kind
         return "none"

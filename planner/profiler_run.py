@@ -479,6 +479,12 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         all_to_all_bytes_per_sample=stats.dispatch_bytes * per,
         attention_kv_bytes_per_sample=stats.kv_bytes * per,
         saved_bytes_expert_per_sample=stats.saved_expert * per,
+        saved_bytes_sac_tp_sharded_per_sample=stats.sac_saved["tp_sharded"] * per,
+        saved_bytes_sac_replicated_per_sample=stats.sac_saved["replicated"] * per,
+        saved_bytes_sac_unsplit_per_sample=stats.sac_saved["unsplit"] * per,
+        sac_recompute_matmuls=tuple(
+            MatmulShape(m=m, n=n, k=k, batch=b, count=c, tp_dim=d) for (m, n, k, b, d), c in stats.sac_matmuls.items()
+        ),
     )
 
 

@@ -7,13 +7,24 @@ Three interception layers, each doing one job:
   math kernel, which upcasts to fp32 and materialises the s x s scores. On CUDA, dropout is
   the fused `native_dropout` (a bool mask, 1 byte/element) and SDPA is flash attention
   (saves q, k, v, output and the log-sum-exp; no s^2 term), grouped-query attention
-  (`enable_gqa=True`) included. We profile the GPU's behaviour.
+  (`enable_gqa=True`) included. RMSNorm (`F.rms_norm`) dispatches to `aten._fused_rms_norm`,
+  which on CPU/meta is the composite (it saves an fp32 copy of the input and the fp32
+  normalised product: 8 bytes per element in bf16) and on CUDA one kernel that saves the
+  input and the per-row rstd (torch's derivatives.yaml: `_fused_rms_norm_backward(grad,
+  input, normalized_shape, rstd, weight)`; 2 bytes per element). We profile the GPU's behaviour.
 - `Tracer` (a TorchDispatchMode) sees every aten op: FLOPs from torch.utils.flop_counter's
   registry, GEMM shapes, HBM bytes of the other ops, and the "tp-sharded" tag, which
   flows from the outputs of ColwiseParallel modules through every op that reads a tagged
   tensor until a RowwiseParallel module's output (where Megatron's all-reduce happens).
 - `saved_tensors_hooks` see what autograd keeps for backward; `Tracer.pack` files each
   tensor under one part and one of three categories, once per storage, parameters excluded.
+  "attention_core" is decided by where a tensor comes from, not by its shape: the s x s
+  output of a batched GEMM (q k^T) and every element-wise result of it (scale, mask,
+  softmax, dropout) -- so a model whose hidden width equals its seq_len does not file its
+  [s, h] activations there.
+- Op-level selective checkpointing (`sac`, torchtitan's policy, `SAC_SAVE_OPS`): what it
+  would keep of each part (the outputs of every other linear GEMM, of the attention kernels
+  and of the part's input) and the GEMMs it would re-run (`PartStats.sac_*`).
 - Fusion: the same dataflow says which element-wise traffic a fusing compiler (Megatron's
   fused kernels, XLA, TorchInductor) keeps on chip: a tensor made by an element-wise op and
   read only by element-wise ops of the same part, neither saved for backward nor the part's
@@ -54,6 +65,13 @@ _NO_TRAFFIC = {
     aten.empty_strided, aten.new_empty, aten.new_empty_strided, aten.scalar_tensor,
     aten._local_scalar_dense,
 }
+# torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,
+# torchtitan/models/llama3/parallelize_llama.py `_save_list` and its `_custom_policy`): the
+# outputs of these ops are saved, except every second matmul of a block, which is recomputed
+# with the element-wise ops. torchtitan's Llama linears have no bias (aten.mm); a linear with
+# a bias runs aten.addmm, which we count as a matmul too.
+SAC_MATMULS = {aten.mm, aten.addmm}
+SAC_SAVE_OPS = SAC_MATMULS | _ATTENTION | {aten.max}
 
 
 @dataclass
@@ -82,6 +100,13 @@ class PartStats:
     router_flops: float = 0.0
     kv_bytes: float = 0.0  # K and V read by the attention kernels
     saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
+    # Op-level selective checkpointing (SAC_SAVE_OPS): bytes of the outputs it saves, by what
+    # divides them ("unsplit": a row-parallel GEMM's partial sums, whole on every tp rank), the
+    # GEMMs it re-runs ((m, n, k, batch, tp_dim) -> count) and the matmuls seen so far.
+    sac_saved: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0, "unsplit": 0.0})
+    sac_keys: set = field(default_factory=set)
+    sac_matmuls: Counter = field(default_factory=Counter)
+    sac_mm_count: int = 0
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -112,6 +137,9 @@ class Tracer(TorchDispatchMode):
         # and the storages something outside an element-wise chain of their part needs.
         self.produced: dict[int, tuple[PartStats, int]] = {}
         self.needed: set[int] = set()
+        # Storages of the attention scores (a batched GEMM's s x s output) and what element-wise
+        # ops make of them: the "attention_core" category.
+        self.core: set[int] = set()
 
     # -- the tp-sharded tag -------------------------------------------------------------
     def tag(self, obj, sharded: bool = True) -> None:
@@ -154,9 +182,13 @@ class Tracer(TorchDispatchMode):
         if packet is aten.bmm and self.seq_len and args[0].dim() == 3 and args[0].shape[-2:] == (self.seq_len,) * 2:
             # unfused attention's probs [., s, s] @ V: K is as large as V (what CP all-gathers)
             part.kv_bytes += 2 * tensor_bytes(args[1])
+        self._track_core(packet, inputs, out)
+        sac_saved = self._sac(part, packet, out, sharded)
         if packet in _GEMM_LIKE:
             for shape in _gemm_shapes(packet, args, out):
                 part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
+                if not sac_saved:
+                    part.sac_matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
             self.needed.update(storage_key(t) for t in inputs)
         elif not func.is_view and packet not in _NO_TRAFFIC:
             moved = 0
@@ -180,6 +212,37 @@ class Tracer(TorchDispatchMode):
                     self.produced[storage_key(t)] = (part, t.numel() * t.element_size())
                     self._alive.append(t)
         return out
+
+    def _track_core(self, packet, inputs, out) -> None:
+        """File the attention scores and everything element-wise made of them under the core."""
+        s = self.seq_len
+        if not s:
+            return
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        scores = packet in (aten.bmm, aten.baddbmm) or any(storage_key(t) in self.core for t in inputs)
+        if scores:
+            for t in outs:
+                if t.dim() >= 2 and t.shape[-2:] == (s, s):
+                    self.core.add(storage_key(t))
+                    self._alive.append(t)
+
+    def _sac(self, part: PartStats, packet, out, sharded: bool) -> bool:
+        """torchtitan's op-level SAC policy on this op: True (and its output bytes filed) when
+        it would save the output; every second matmul of the part is recomputed instead."""
+        if packet not in SAC_SAVE_OPS:
+            return False
+        if packet in SAC_MATMULS:
+            part.sac_mm_count += 1
+            if part.sac_mm_count % 2 == 0:
+                return False
+        style = self.tp_stack[-1] if self.tp_stack else None
+        category = "unsplit" if style == "row" else "tp_sharded" if style == "col" or sharded else "replicated"
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and storage_key(t) not in part.sac_keys:
+                part.sac_keys.add(storage_key(t))
+                self._alive.append(t)
+                part.sac_saved[category] += t.numel() * t.element_size()
+        return True
 
     def keep(self, obj) -> None:
         """`obj` leaves its part (a part's output): its element-wise producer must write it."""
@@ -221,10 +284,8 @@ class Tracer(TorchDispatchMode):
         return t
 
     def _category(self, t: torch.Tensor, key: int) -> str:
-        s = self.seq_len
-        # s x s: scores, softmax output, dropout mask/output. A model profiled at a seq_len
-        # equal to its hidden width would file [s, h] activations here too: avoid s == h.
-        if s and t.dim() >= 2 and t.shape[-1] == s and t.shape[-2] == s:
+        # scores, softmax output, dropout mask/output (by origin: `_track_core`)
+        if key in self.core:
             return "attention_core"
         return "tp_sharded" if key in self.sharded else "replicated"
 
@@ -274,6 +335,12 @@ class GPUKernels(TorchFunctionMode):
             p, x = bound["p"], bound["input"]
             if bound["training"] and 0.0 < p < 1.0 and not bound["inplace"] and isinstance(x, torch.Tensor):
                 return torch.native_dropout(x, p, True)[0]
+        elif func is F.rms_norm or func is torch.rms_norm:
+            bound = {"weight": None, "eps": None, **dict(zip(("input", "normalized_shape", "weight", "eps"), args,
+                                                             strict=False)), **kwargs}
+            x = bound["input"]
+            if isinstance(x, torch.Tensor) and x.device.type == "meta":
+                return _FusedRMSNorm.apply(x, tuple(bound["normalized_shape"]), bound["weight"], bound["eps"])
         elif func is F.scaled_dot_product_attention:
             bound = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
                      **dict(zip(self._SDPA_ARGS, args, strict=False)), **kwargs}
@@ -283,6 +350,29 @@ class GPUKernels(TorchFunctionMode):
             if fused is not None:
                 return fused
         return func(*args, **kwargs)
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm as CUDA's `aten._fused_rms_norm` keeps it for backward: the input and the
+    per-row rstd (and the weight), not the composite's fp32 intermediates. Profiling only
+    runs the forward; the backward re-derives the gradient from the same saved tensors."""
+
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, eps):
+        out, rstd = torch.ops.aten._fused_rms_norm(x, list(normalized_shape), weight, eps)
+        ctx.save_for_backward(x, rstd, weight)
+        ctx.normalized_shape, ctx.eps = normalized_shape, eps
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, _, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            xd = x.detach().requires_grad_()
+            wd = weight.detach().requires_grad_() if weight is not None else None
+            out = F.rms_norm(xd, list(ctx.normalized_shape), wd, ctx.eps)
+            grads = torch.autograd.grad(out, [t for t in (xd, wd) if t is not None], grad)
+        return grads[0], None, grads[1] if wd is not None else None, None
 
 
 def _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):

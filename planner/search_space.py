@@ -175,6 +175,9 @@ def validate_constraints(
     rec = fixed.get("recompute")
     if rec is not None and rec not in RECOMPUTE:
         raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {rec!r}")
+    if rec == "sac" and profile.blocks and not profile.blocks[0].supports_sac:
+        raise PlanError("recompute=sac: the profile has no op-level checkpointing figures (a profile made before "
+                        "they existed); re-profile the model or use recompute=selective|full")
     if fixed.get("zero", 0) not in (0, 1, 2, 3):
         raise PlanError(f"zero must be 0, 1, 2 or 3, got {fixed['zero']!r}")
     if fixed["dtype"] not in DTYPES:
@@ -221,6 +224,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
     gc = fixed.get("grad_compress", "none")
     powersgd = gc.startswith("powersgd")  # DDP-only: zero=0 (grad_compress.problem)
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
+    if rec is None and profile.blocks and profile.blocks[0].supports_sac:
+        kinds.insert(1, ("sac", False))
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
             t for t in _divisors(tp_domain_gpus(cluster)) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))

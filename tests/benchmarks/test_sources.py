@@ -48,7 +48,7 @@ def test_llm_foundry_row_is_pure_fsdp_with_flash_attention():
     assert m.hw_set == {"inter_node.bandwidth_gbps": 25.0}  # 1600 Gb/s per 8-GPU node
 
 
-def test_torchtitan_rows_full_ac_maps_and_op_sac_is_skipped():
+def test_torchtitan_rows_full_ac_and_op_sac_map():
     name = "torchtitan_docs_performance_2024.csv"
     d = FRAMEWORK_DEFAULTS[name]
     layout = {k: d[k] for k in ("mlp", "norm", "learned_positions")}
@@ -62,7 +62,9 @@ def test_torchtitan_rows_full_ac_maps_and_op_sac_is_skipped():
     assert m.model_args["mlp"] == "swiglu" and m.model_args["norm"] == "rmsnorm" and not m.model_args["learned_positions"]
     assert m.measured_s == pytest.approx(32 * 8192 / (109 * 128))
     sac = one(name, [dict(r, run="t2", recompute="selective op AC")], layout)
-    assert isinstance(sac, Skipped) and "sac" in sac.reason
+    assert isinstance(sac, Mapped) and sac.plan.recompute == "sac" and sac.choose == ()
+    layer = one(name, [dict(r, run="t5", recompute="selective layer AC")], layout)
+    assert isinstance(layer, Skipped) and "layer-selective" in layer.reason
     fp8 = one(name, [dict(r, run="t3", precision="bf16+float8 linears")], layout)
     assert isinstance(fp8, Mapped) and fp8.plan.dtype == "fp8" and fp8.dtype == "fp8"
     a100 = one(name, [dict(r, run="t4", gpu="A100 80GB", precision="bf16+float8 linears")], layout)
@@ -89,10 +91,31 @@ def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
     p = dense.plan
     assert (p.tp, p.pp, p.dp, p.schedule, p.virtual_stages, p.zero, p.sequence_parallel) == (
         4, 4, 4, "interleaved", 5, 1, True)
+    assert dense.choose == ("recompute",) and p.recompute == "none"  # the table leaves it out: the planner picks
     fsdp = one(name, [row(run="mbridge_LLAMA3_8B", dp=64, zero="Megatron-FSDP (sharding group 64)")])
     assert isinstance(fsdp, Mapped) and fsdp.plan.zero == 3 and not fsdp.plan.sequence_parallel
     stated = one(name, [row(run="mbridge_LLAMA3_8B_x", precision="not stated")])
     assert isinstance(stated, Skipped) and stated.reasons == ["precision not stated"]
+
+
+def test_a_row_without_recompute_gets_the_planners_choice_with_its_stated_keys_fixed():
+    name = "megatron_bridge_perf_summary.csv"
+    small = dict(layers=8, hidden=4096, heads=32, kv_heads=8, ffn=14336, seq_len=8192, vocab=32000, gpus=8, dp=8,
+                 micro_batch=2, global_batch=64)
+    (m,) = map_rows(name, [row(run="mbridge_LLAMA3_tiny", **small)])
+    pred = vp.Predictor({}, simulate=False, contention=False)
+    profile, tight = pred.profile(m), pred.base_cluster(m)
+    stated = vp.estimate(m.plan, profile, tight).peak_memory_gib
+    # a GPU a little smaller than the stated plan (no recompute) needs: the planner recomputes some blocks
+    small_gpu = vp.load_cluster(m.hw, nodes=m.nodes, overrides={"gpu.memory_gib": stated * 0.9})
+    plan = vp.complete_plan(m, profile, small_gpu)
+    assert (plan.dp, plan.tp, plan.pp, plan.micro_batch, plan.global_batch, plan.zero) == (8, 1, 1, 2, 64, 1)
+    assert plan.recompute != "none" and 0 < sum(s.num_recomputed for s in plan.stages) <= 8
+    assert vp.estimate(plan, profile, small_gpu).peak_memory_gib <= stated * 0.9
+    assert vp.complete_plan(m, profile, tight).recompute == "none"  # it fits: nothing to recompute
+    # a row whose source states recompute keeps its plan
+    (stated_row,) = map_rows(name, [row(run="mbridge_LLAMA3_tiny2", recompute="full AC", **small)])
+    assert stated_row.choose == () and vp.complete_plan(stated_row, profile, small_gpu) is stated_row.plan
 
 
 def test_fp8_rows_plan_dtype_fp8_and_mxfp8_stays_skipped():

@@ -21,6 +21,8 @@ PLANS = {
     # sequence shards under SP, and ZeRO's FSDP2 sees no view outputs
     "pp2-tp2-sp": "pp=2,tp=2,sp=1,mbs=1,gbs=4",
     "dp2-tp2-zero1-sp": "dp=2,tp=2,zero=1,sp=1,mbs=1,gbs=4",
+    # torchtitan's op-level SAC (every other matmul recomputed) under TP with sequence parallelism
+    "tp2-sp-sac": "tp=2,sp=1,mbs=1,gbs=4,recompute=sac",
 }
 
 

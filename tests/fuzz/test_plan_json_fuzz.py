@@ -134,7 +134,7 @@ NEAR_VALID = {
                                                    "seq_len", "learned_positions"]), SMALL, max_size=2),
     "hw_overrides": st.dictionaries(st.sampled_from(settable_keys()), NUMBERS, max_size=2),
     "stages": st.lists(st.fixed_dictionaries({"first_block": SMALL, "last_block": SMALL},
-                                             optional={"recompute": st.sampled_from(["none", "selective", "full"]),
+                                             optional={"recompute": st.sampled_from(["none", "selective", "sac", "full"]),
                                                        "recompute_blocks": SMALL}), max_size=4),
 }
 

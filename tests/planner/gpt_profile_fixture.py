@@ -56,6 +56,15 @@ def gpt_profile(
             TPCollective("all_reduce", "backward", 2.0 * sh),
             TPCollective("all_reduce", "backward", 2.0 * sh),
         ),
+        # torchtitan's op-level SAC: the QKV (6sh) and fc1 (8sh) outputs kept; the attention
+        # core (batched GEMMs), the projection and fc2 re-run
+        saved_bytes_sac_tp_sharded_per_sample=14.0 * sh,
+        sac_recompute_matmuls=(
+            MatmulShape(m=s, n=s, k=d, batch=a, tp_dim="batch"),
+            MatmulShape(m=s, n=d, k=s, batch=a, tp_dim="batch"),
+            MatmulShape(m=s, n=h, k=h, tp_dim="k"),
+            MatmulShape(m=s, n=h, k=4 * h, tp_dim="k"),
+        ),
     )
     embed = BlockProfile(
         name="embed",

@@ -65,7 +65,7 @@ def _even_memory_gib(cm, cand, gbs, kind):
     tp=st.sampled_from([1, 2]),
     mbs=st.sampled_from([1, 2]),
     zero=st.sampled_from([0, 1, 3]),
-    kind=st.sampled_from(["none", "selective", "full"]),
+    kind=st.sampled_from(["none", "selective", "sac", "full"]),
     squeeze=st.floats(-0.1, 1.1),
     overlap=st.booleans(),
     every_block=st.booleans(),
