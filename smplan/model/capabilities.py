@@ -69,6 +69,6 @@ CP_HOOK = "context_parallel"
 def context_parallel_support_problem(hook, name: str) -> str | None:
     """Why the model file `name` cannot run context parallelism (its `hook`, or None), or None."""
     if hook is None:
-        return (f"{name} defines no {CP_HOOK}(model, sequence) hook (attention must gather K/V over the cp "
-                "ranks and mask by global position); add one as examples/gpt.py does")
+        return (f"{name} defines no {CP_HOOK}(model, sequence) hook (attention must see the whole sequence's "
+                "K/V, masked by global position; see examples/gpt.py)")
     return None

@@ -165,16 +165,30 @@ def test_two_cp_ranks_compute_what_one_process_does(tmp_path):
 STEPS = ("--steps", "6")
 
 
-def test_execute_with_cp2_ends_at_the_single_process_loss(tmp_path):
-    single = run_execute("mbs=1,gbs=4", tmp_path / "one", *STEPS, timeout=180)
-    assert single.returncode == 0, single.stdout[-3000:]
-    split = run_execute("cp=2,mbs=1,gbs=4", tmp_path / "cp", *STEPS, timeout=240)
-    assert split.returncode == 0, split.stdout[-3000:]
-    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "cp")
-    assert len(a) == len(b) == 6
-    for ra, rb in zip(a, b, strict=True):
-        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4), (ra["step"], ra["loss"], rb["loss"])
-        assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-4)
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory):
+    """Six steps of gpt.py:tiny on one process: what every cp layout must reproduce."""
+    out = tmp_path_factory.mktemp("single") / "run"
+    result = run_execute("mbs=1,gbs=4", out, *STEPS, timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return metrics(out)
+
+
+@pytest.mark.parametrize("plan", [
+    pytest.param("cp=2,mbs=1,gbs=4", id="cp"),
+    pytest.param("cp=2,zero=3,mbs=1,gbs=4", id="cp-fsdp"),
+    pytest.param("dp=2,cp=2,mbs=1,gbs=4", id="dp-cp", marks=pytest.mark.slow),
+    pytest.param("tp=2,sp=1,cp=2,mbs=1,gbs=4", id="tp-sp-cp", marks=pytest.mark.slow),
+    pytest.param("pp=2,cp=2,mbs=1,gbs=4", id="pp-cp", marks=pytest.mark.slow),
+])
+def test_execute_with_cp_ends_at_the_single_process_loss(tmp_path, single_process, plan):
+    result = run_execute(plan, tmp_path / "cp", *STEPS, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    split = metrics(tmp_path / "cp")
+    assert len(split) == len(single_process) == 6
+    for one, many in zip(single_process, split, strict=True):
+        assert many["loss"] == pytest.approx(one["loss"], rel=1e-4), (plan, one["step"], one["loss"], many["loss"])
+        assert many["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
 
 
 def test_cp2_resumes_bit_identically_after_sigkill(tmp_path):
