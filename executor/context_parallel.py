@@ -139,6 +139,13 @@ def weighted_loss(loss_fn, sequence: SequenceShard):
     sequence's mean (token-count weighting; see SequenceShard.token_weight)."""
 
     def fn(outputs, targets):
-        return loss_fn(outputs, targets) * sequence.token_weight(targets)
+        weight = sequence.token_weight(targets)
+        if isinstance(weight, torch.Tensor) and weight.item() == 0:
+            # None of this rank's targets counts (padding): a mean loss would be 0/0 and its
+            # gradient NaN. A zero still tied to the outputs runs the same backward (and its
+            # K/V reduce-scatters, which the other cp ranks wait for) with zero gradients.
+            zero = outputs.sum() * 0.0
+            return zero.full_tensor() if hasattr(zero, "full_tensor") else zero
+        return loss_fn(outputs, targets) * weight
 
     return fn

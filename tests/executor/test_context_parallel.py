@@ -113,6 +113,15 @@ def _check_token_weight(rank: int, cp: int) -> None:
     local = weighted_loss(loss, shard)(shard.split(logits), shard.split(targets))
     dist.all_reduce(local)
     torch.testing.assert_close(local / cp, expected)
+    # A rank whose targets are all ignored adds zero, not NaN, and still backpropagates.
+    targets[:, rank_positions(8, cp, 1)] = -100
+    expected = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    mine = shard.split(logits).requires_grad_()
+    local = weighted_loss(loss, shard)(mine, shard.split(targets))
+    local.backward()
+    assert torch.isfinite(mine.grad).all() and (rank != 1 or not mine.grad.any())
+    dist.all_reduce(local)
+    torch.testing.assert_close(local.detach() / cp, expected)
 
 
 def _check_model(rank: int, cp: int, attention: str) -> None:
