@@ -91,6 +91,12 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
                 f"sequence parallelism splits the sequence ({inputs.shape[1] if inputs.dim() > 1 else 1}) "
                 f"over tp={plan.tp}, which does not divide it; use sp=0 or a tp in {{{_divisors(inputs.shape[1])}}}"
             )
+        local = inputs.shape[1] // plan.cp if inputs.dim() > 1 and inputs.shape[1] % (2 * plan.cp) == 0 else 0
+        if plan.sequence_parallel and plan.tp > 1 and plan.cp > 1 and local % plan.tp:
+            raise PlanMismatchError(  # under cp, SP splits each cp rank's share of the sequence
+                f"sequence parallelism splits each cp rank's {local} tokens (seq_len / cp) over tp={plan.tp}, "
+                f"which does not divide them; use sp=0 or a tp in {{{_divisors(local)}}}"
+            )
     if plan.pp > 1 and batch is not None:  # the planner's rule (smplan.model.capabilities) too
         problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x))
         if problem:

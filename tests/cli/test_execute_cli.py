@@ -27,6 +27,8 @@ def _invoke(cli_runner, *args):
         ("pp=2,mbs=1,gbs=1", (), "1 micro-batches cannot fill 2 pipeline stages"),
         ("tp=2,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=15"), "does not divide it"),
         ("cp=2,mbs=1,gbs=2", ("--arg", "seq_len=14"), "cp=2 needs seq_len divisible by 2*cp=4"),
+        ("cp=2,tp=4,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=12", "--nproc-per-node", "8"),
+         "splits each cp rank's 6 tokens (seq_len / cp) over tp=4"),
         ("cp=2,dp=2,mbs=1,gbs=2", ("--nproc-per-node", "2"), "dp*tp*pp*cp=4 GPUs but the cluster has 2"),
         ("dtype=fp8,dp=2,mbs=1,gbs=2", (), "dtype=fp8: FP8 linears need a GPU"),
     ],
