@@ -76,13 +76,22 @@ def test_the_gpt_hook_reaches_embedding_and_attention():
 
 # -- two processes: the all-gather, its backward, the weighting, the whole model ----------------
 
-def _worker(rank: int, world: int, attentions: str, init_file: str) -> None:
+MOE_TINY = GPT_TINY.replace("gpt.py:tiny", "moe.py:tiny")
+MODELS = {  # model file, builder arguments
+    "gpt-explicit": (GPT_TINY, {}),  # explicit softmax attention, learned positions
+    "gpt-sdpa-gqa": (GPT_TINY, {"attention": "sdpa", "kv_heads": 2}),
+    "moe-mla": (MOE_TINY, {"attention": "mla", "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                           "v_head_dim": 8}),
+}
+
+
+def _worker(rank: int, world: int, models: str, init_file: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         _check_gather(rank, world)
         _check_token_weight(rank, world)
-        for attention in attentions.split(","):
-            _check_model(rank, world, attention)
+        for name in models.split(","):
+            _check_model(rank, world, *MODELS[name])
         dist.barrier()  # tear gloo down together (see executor/train.py: a lone destroy can abort a peer)
     finally:
         dist.destroy_process_group()
@@ -124,11 +133,10 @@ def _check_token_weight(rank: int, cp: int) -> None:
     torch.testing.assert_close(local.detach() / cp, expected)
 
 
-def _check_model(rank: int, cp: int, attention: str) -> None:
-    """GPT with its context_parallel hook: logits at this rank's positions and the
+def _check_model(rank: int, cp: int, ref_name: str, args: dict) -> None:
+    """A model with its context_parallel hook: logits at this rank's positions and the
     gradients (summed over cp, as the dp x cp mean does) equal the single-process ones."""
-    model_file = load_model_file(GPT_TINY)
-    args = {"attention": attention, "kv_heads": 2} if attention == "sdpa" else {}
+    model_file = load_model_file(ref_name)
     torch.manual_seed(0)
     ref = model_file.build(args, device="cpu")
     torch.manual_seed(0)
@@ -165,8 +173,7 @@ def _spawn(fn, world: int, spec: str, tmp_path, timeout_s: float) -> None:
 
 
 def test_two_cp_ranks_compute_what_one_process_does(tmp_path):
-    """Explicit softmax attention with learned positions; SDPA with grouped-query K/V."""
-    _spawn(_worker, 2, "explicit,sdpa", tmp_path, timeout_s=150)
+    _spawn(_worker, 2, ",".join(MODELS), tmp_path, timeout_s=150)
 
 
 # -- smplan execute ------------------------------------------------------------------------------
@@ -198,6 +205,17 @@ def test_execute_with_cp_ends_at_the_single_process_loss(tmp_path, single_proces
     for one, many in zip(single_process, split, strict=True):
         assert many["loss"] == pytest.approx(one["loss"], rel=1e-4), (plan, one["step"], one["loss"], many["loss"])
         assert many["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
+
+
+def test_moe_with_cp2_ends_at_the_single_process_loss(tmp_path):
+    """examples/moe.py's hook (grouped-query and latent attention; routing on local tokens,
+    dropless, so each token meets the same experts)."""
+    runs = {}
+    for plan in ("mbs=1,gbs=4", "cp=2,mbs=1,gbs=4"):
+        result = run_execute(plan, tmp_path / plan, "--steps", "3", model=MOE_TINY, timeout=240)
+        assert result.returncode == 0, result.stdout[-3000:]
+        runs[plan] = [r["loss"] for r in metrics(tmp_path / plan)]
+    assert runs["cp=2,mbs=1,gbs=4"] == pytest.approx(runs["mbs=1,gbs=4"], rel=1e-4)
 
 
 def test_cp2_resumes_bit_identically_after_sigkill(tmp_path):
