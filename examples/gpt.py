@@ -11,6 +11,10 @@ scaled-dot-product attention (flash attention on a GPU), the Llama presets' defa
 `mlp="swiglu"`, `norm="rmsnorm"` and `kv_heads` give the Llama layout (rotary embeddings
 are left out: they have no weights and little work).
 
+Context parallelism: `context_parallel(model, sequence)` gives the embedding and the
+attention modules the rank's share of the sequence (global positions, and an all-gather
+of K/V over the cp ranks); smplan's executor calls it when a plan has cp > 1.
+
 Tensor parallelism covers the whole model, as Megatron-LM and torchtitan's
 parallelize_llama do: `tp_plan(block, sequence_parallel)` shards each block (Shoeybi et
 al. 2019 section 3; Korthikanti et al. 2022 for sequence parallelism) and
@@ -85,6 +89,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden, cfg.hidden + 2 * kv_dim, bias=bias)
         self.proj = nn.Linear(cfg.hidden, cfg.hidden, bias=bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.sequence = None  # context parallelism: set by context_parallel() below
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -98,16 +103,24 @@ class Attention(nn.Module):
         q, k, v = qkv.split([group * d, d, d], dim=-1)
         q = q.reshape(b, s, -1, d).transpose(1, 2)  # b, heads, s, d
         k, v = k.transpose(1, 2), v.transpose(1, 2)
+        mask = None  # causal over the local sequence
+        if self.sequence is not None:  # context parallelism: this rank's queries, the whole sequence's K/V
+            k, v = self.sequence.gather(k, 2), self.sequence.gather(v, 2)
+            mask = self.sequence.mask()  # by global position: True where the key comes later
         if self.cfg.attention == "sdpa":
             # grouped-query heads read their kv head in the kernel (torch's enable_gqa; flash
             # attention keeps the un-repeated k and v for backward, Dao 2023 section 3)
             p = self.cfg.dropout if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, enable_gqa=group > 1)
+            if mask is None:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, enable_gqa=group > 1)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask, dropout_p=p, enable_gqa=group > 1)
         else:
             if group > 1:  # grouped-query: each kv head serves `group` query heads (a copy)
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+            if mask is None:
+                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
             scores = scores.masked_fill(mask, float("-inf"))
             probs = self.dropout(torch.softmax(scores, dim=-1))
             out = probs @ v
@@ -152,11 +165,16 @@ class Embedding(nn.Module):
         self.tokens = nn.Embedding(cfg.vocab, cfg.hidden)
         self.positions = nn.Embedding(cfg.seq_len, cfg.hidden) if cfg.learned_positions else None
         self.dropout = nn.Dropout(cfg.dropout)
+        self.sequence = None  # context parallelism: set by context_parallel() below
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.tokens(tokens)
         if self.positions is not None:
-            x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+            if self.sequence is not None:
+                where = self.sequence.positions.to(tokens.device)
+            else:
+                where = torch.arange(tokens.shape[1], device=tokens.device)
+            x = x + self.positions(where)
         return self.dropout(x)
 
 
@@ -245,6 +263,16 @@ def batch(micro_batch_size: int, model: GPT | None = None, seed: int = 0):
 
 def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def context_parallel(model: GPT, sequence) -> None:
+    """Context parallelism (smplan's cp): this rank holds the tokens at `sequence.positions`
+    of every sequence. The position embeddings look those positions up, and attention
+    gathers K and V of the whole sequence (`sequence.gather`, differentiable) and masks by
+    global position (`sequence.mask()`). Called once per model chunk (a part may be None)."""
+    for module in model.modules():
+        if isinstance(module, Embedding | Attention):
+            module.sequence = sequence
 
 
 def tp_plan(block: Block, sequence_parallel: bool = False) -> dict:

@@ -112,6 +112,14 @@ def _rmsnorm(cfg: MoEConfig, width: int) -> nn.RMSNorm:
     return nn.RMSNorm(width, eps=cfg.norm_eps)
 
 
+def _causal_attention(q, k, v, sequence):
+    """Causal SDPA; under context parallelism q holds this rank's tokens and k, v the whole
+    sequence, masked by global position (`sequence.mask()`: True where the key comes later)."""
+    if sequence is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~sequence.mask())
+
+
 class Attention(nn.Module):
     """Grouped-query attention; fused QKV laid out per kv group so a column split keeps groups whole."""
 
@@ -123,6 +131,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(cfg.heads * d, cfg.hidden, bias=cfg.attn_bias)
         self.q_norm = _rmsnorm(cfg, d) if cfg.qk_norm else None
         self.k_norm = _rmsnorm(cfg, d) if cfg.qk_norm else None
+        self.sequence = None  # context parallelism: set by context_parallel() below
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -133,9 +142,11 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.sequence is not None:  # context parallelism: the whole sequence's K/V
+            k, v = self.sequence.gather(k, 2), self.sequence.gather(v, 2)
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = _causal_attention(q, k, v, self.sequence)
         return self.proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -158,6 +169,7 @@ class MLA(nn.Module):
         self.kv_a_norm = _rmsnorm(cfg, cfg.kv_lora_rank)
         self.kv_b = nn.Linear(cfg.kv_lora_rank, cfg.heads * (cfg.qk_nope_head_dim + cfg.v_head_dim), bias=False)
         self.proj = nn.Linear(cfg.heads * cfg.v_head_dim, cfg.hidden, bias=False)
+        self.sequence = None  # context parallelism: set by context_parallel() below
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -171,8 +183,10 @@ class MLA(nn.Module):
         # Flash attention needs one head size for q, k and v: pad v with zeros and cut the
         # output back, as Hugging Face's DeepSeek-V3 code does for flash-attention.
         v = F.pad(v, (0, q.shape[-1] - cfg.v_head_dim))
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=True)[..., : cfg.v_head_dim]
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if self.sequence is not None:  # context parallelism: the whole sequence's K/V
+            k, v = self.sequence.gather(k, 2), self.sequence.gather(v, 2)
+        out = _causal_attention(q.transpose(1, 2), k, v, self.sequence)[..., : cfg.v_head_dim]
         return self.proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -411,6 +425,15 @@ def batch(micro_batch_size: int, model: MoE | None = None, seed: int = 0):
 
 def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def context_parallel(model: MoE, sequence) -> None:
+    """Context parallelism (smplan's cp): this rank holds the tokens at `sequence.positions`;
+    attention gathers K/V of the whole sequence and masks by global position. (No position
+    embeddings here.) Routing runs on the local tokens, as Megatron-Core's MoE under CP does."""
+    for module in model.modules():
+        if isinstance(module, Attention | MLA):
+            module.sequence = sequence
 
 
 def tp_plan(block: Block) -> dict:

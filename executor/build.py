@@ -1,7 +1,7 @@
 """Turn a Plan into this rank's parallelised model chunks, in torchtitan's order:
 
-build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) ->
-recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
+build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) -> CP (the
+model file's context_parallel hook) -> recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
 (materialize.py) -> DDP ->
 pipeline schedule.
 """
@@ -15,6 +15,7 @@ from smplan.planner.grad_compress import parse as parse_grad_compress
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
 
+from smplan.model import CP_HOOK
 from smplan.model.structure import (
     Layout,
     blocks_of,
@@ -25,6 +26,7 @@ from smplan.model.structure import (
 )
 
 from . import grad_compress
+from .context_parallel import SequenceShard, apply_context_parallel
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
 from .parallelize import (
@@ -66,7 +68,8 @@ def plan_stages(plan: Plan, num_blocks: int):
 
 
 def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.device, seed: int,
-                      loss_fn, mp_policy=None) -> ModelParts:
+                      loss_fn, mp_policy=None, sequence: SequenceShard | None = None) -> ModelParts:
+    """`sequence`: this rank's share of each sequence under context parallelism (cp > 1)."""
     compress = parse_grad_compress(plan.grad_compress)
     mp_policy = mp_policy or grad_compress.mixed_precision(compress)
     powersgd = None
@@ -83,25 +86,27 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         if dims.tp_enabled:
             apply_tp(chunk, blocks, dims["tp"], model_file.hook("tp_plan"), model_file.hook("tp_plan_outer"),
                      plan.sequence_parallel)
+        if sequence is not None:
+            apply_context_parallel(chunk, model_file.hook(CP_HOOK), sequence)
         names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
         if names:
             apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
         blocks = [m for _, m in owned_blocks(chunk, layout)]  # now the wrapped ones
         use_ddp = False
-        if dims.dp_enabled:
+        if dims.grad_replicas_enabled:  # gradients average over dp (x cp under context parallelism)
             if plan.zero > 0:
-                apply_fsdp(chunk, blocks, dims["dp"], reshard_after_forward=plan.zero == 3, mp_policy=mp_policy,
-                           parts=present_parts(chunk, layout, "after"))
+                apply_fsdp(chunk, blocks, dims.grad_mesh(), reshard_after_forward=plan.zero == 3,
+                           mp_policy=mp_policy, parts=present_parts(chunk, layout, "after"))
             elif dims.tp_enabled or dims.pp_enabled:
                 # DDP takes no DTensor parameters, and its reducer breaks when a pipeline
                 # schedule runs several forwards before the first backward.
-                apply_replicate(chunk, blocks, dims["dp"], mp_policy=mp_policy)
+                apply_replicate(chunk, blocks, dims.grad_mesh(), mp_policy=mp_policy)
             else:
                 use_ddp = True
         materialize(chunk, meta, device, seed, model_file.hook(INIT_HOOK))
         if use_ddp:
-            chunk = apply_ddp(chunk, dims["dp"])
-            powersgd = grad_compress.register(chunk, dims["dp"].get_group(), compress, seed)
+            chunk = apply_ddp(chunk, dims.grad_mesh())
+            powersgd = grad_compress.register(chunk, dims.grad_mesh().get_group(), compress, seed)
         chunks.append(chunk)
     schedule = None
     if dims.pp_enabled:

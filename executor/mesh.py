@@ -3,6 +3,11 @@
 The rank arithmetic itself lives in `smplan.hwprofiles.topology.ParallelLayout` (tp fastest,
 then dp, then pp); this class only turns that layout into a named `DeviceMesh` and hands
 out its sub-meshes and this rank's coordinates (torchtitan's `ParallelDims`).
+
+Context parallelism (cp > 1) adds a "cp" dimension between dp and tp (Megatron-Core's
+order tp, cp, dp, pp), i.e. the layout's dp ranks split into dp x cp; gradients average over
+both, through the flattened "dp_cp" mesh (torchtitan's dp_shard_cp). With cp = 1 the mesh
+is the plain (pp, dp, tp) one, as before.
 """
 
 from __future__ import annotations
@@ -23,18 +28,33 @@ class ParallelDims:
     tp: int
     world_size: int
     gpus_per_node: int = 1
+    cp: int = 1
     _mesh: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.pp * self.dp * self.tp != self.world_size:
+        if self.pp * self.dp * self.cp * self.tp != self.world_size:
             raise MeshError(
-                f"pp*dp*tp={self.pp}*{self.dp}*{self.tp}={self.pp * self.dp * self.tp} but "
-                f"{self.world_size} processes were started; start dp*tp*pp processes"
+                f"pp*dp*cp*tp={self.pp}*{self.dp}*{self.cp}*{self.tp}={self.pp * self.dp * self.cp * self.tp} but "
+                f"{self.world_size} processes were started; start dp*tp*pp*cp processes"
             )
 
     @property
     def layout(self) -> ParallelLayout:
-        return ParallelLayout(pp=self.pp, dp=self.dp, tp=self.tp, gpus_per_node=self.gpus_per_node)
+        """The rank arithmetic; the cp ranks fold into the layout's dp (cp varies faster than dp)."""
+        return ParallelLayout(pp=self.pp, dp=self.dp * self.cp, tp=self.tp, gpus_per_node=self.gpus_per_node)
+
+    @property
+    def cp_enabled(self) -> bool:
+        return self.cp > 1
+
+    @property
+    def grad_replicas_enabled(self) -> bool:
+        """Whether gradients are averaged over other ranks (dp x cp > 1)."""
+        return self.dp * self.cp > 1
+
+    def grad_mesh(self):
+        """The 1-D mesh over which gradients are averaged and ZeRO shards: dp, or dp x cp."""
+        return self.mesh["dp_cp"] if self.cp_enabled else self.mesh["dp"]
 
     @property
     def pp_enabled(self) -> bool:
@@ -51,7 +71,12 @@ class ParallelDims:
     def build_mesh(self, device_type: str):
         from torch.distributed.device_mesh import init_device_mesh
 
-        self._mesh = init_device_mesh(device_type, self.layout.mesh_shape, mesh_dim_names=MESH_DIMS)
+        if not self.cp_enabled:
+            self._mesh = init_device_mesh(device_type, self.layout.mesh_shape, mesh_dim_names=MESH_DIMS)
+            return self._mesh
+        self._mesh = init_device_mesh(device_type, (self.pp, self.dp, self.cp, self.tp),
+                                      mesh_dim_names=("pp", "dp", "cp", "tp"))
+        self._mesh["dp", "cp"]._flatten("dp_cp")
         return self._mesh
 
     @property
@@ -61,11 +86,13 @@ class ParallelDims:
         return self._mesh
 
     def __getitem__(self, dim: str):
-        """The 1-D sub-mesh of `dim` ("pp", "dp", "tp") this rank belongs to."""
+        """The 1-D sub-mesh of `dim` ("pp", "dp", "tp"; "cp" and "dp_cp" when cp > 1) this rank belongs to."""
         return self.mesh[dim]
 
     def coord(self, dim: str) -> int:
-        """This rank's index along `dim`."""
+        """This rank's index along `dim` (0 along "cp" when cp = 1)."""
+        if dim == "cp" and not self.cp_enabled:
+            return 0
         return self.mesh.get_local_rank(dim)
 
     @property

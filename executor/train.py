@@ -17,6 +17,7 @@ from smplan.planner.model_file import load_model_file
 from . import checkpoint, grad_compress, recipe, token_data
 from .build import build_model_parts
 from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig, parse_slow_rank
+from .context_parallel import SequenceShard, sequence_length, weighted_loss
 from .data import BatchSource
 from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
@@ -68,14 +69,20 @@ class Trainer:
         dist.init_process_group(backend, timeout=timedelta(seconds=cfg.collective_timeout_s))
         self.rank = dist.get_rank()
         self.dims = ParallelDims(self.plan.pp, self.plan.dp, self.plan.tp, dist.get_world_size(),
-                                 gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+                                 gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), cp=self.plan.cp)
         self.dims.build_mesh(self.device.type)
         self.loss_fn = plain_loss(self.model_file.hook("loss") or (lambda out, y: F.cross_entropy(out.float(), y)))
+        # Context parallelism: this rank's share of every sequence; its loss is weighted so
+        # that the mean over the cp ranks is the whole sequence's mean.
+        self.sequence = self._sequence_shard() if self.dims.cp_enabled else None
+        if self.sequence is not None:
+            self.loss_fn = weighted_loss(self.loss_fn, self.sequence)
         amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16")
         dtype = torch.bfloat16 if self.plan.dtype == "bf16" else torch.float16
         self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
         self.compute_dtype = self.plan.dtype if amp else "fp32"
-        self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn)
+        self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn,
+                                       sequence=self.sequence)
         # A vocab-parallel head hands the loss sharded logits (a DTensor): cross-entropy
         # and its backward then reduce over the tp ranks instead of gathering the vocabulary.
         self.loss_context = _loss_parallel if self.parts.loss_parallel else contextlib.nullcontext
@@ -89,6 +96,15 @@ class Trainer:
         self.tokens_per_sample = None
         self.layout = self.parts.layout
         self.slow = parse_slow_rank(cfg.slow_rank)
+
+    def _sequence_shard(self) -> SequenceShard:
+        seq_len = self.cfg.data_seq_len if self.cfg.data else sequence_length(self.plan, self.model_file)
+        return SequenceShard(seq_len, self.plan.cp, self.dims.coord("cp"), self.dims["cp"].get_group(), self.device)
+
+    def _local(self, t: torch.Tensor) -> torch.Tensor:
+        """This rank's tokens of a micro-batch tensor (all of it without cp), on the device."""
+        t = t.to(self.device)
+        return self.sequence.split(t) if self.sequence is not None else t
 
     def _data_sources(self):
         """The model file's batches, or --data's token stream (and --val-data's)."""
@@ -125,7 +141,7 @@ class Trainer:
         for i, (x, y) in enumerate(micro):
             with _grad_sync(model, i == n - 1), self.loss_context():
                 with self.autocast():
-                    loss = self.loss_fn(model(x.to(self.device)), y.to(self.device))
+                    loss = self.loss_fn(model(self._local(x)), self._local(y))
                 timer.mark("forward")
                 (loss / n).backward()
                 timer.mark("backward")
@@ -134,11 +150,11 @@ class Trainer:
 
     def _pipeline_step(self, micro, forward_only: bool = False) -> torch.Tensor:
         first, last = self.dims.is_first_stage, self.dims.is_last_stage
-        args = (torch.cat([x for x, _ in micro]).to(self.device),) if first else ()
+        args = (self._local(torch.cat([x for x, _ in micro])),) if first else ()
         kwargs = {}
         losses: list[torch.Tensor] = []
         if last:
-            kwargs = {"target": torch.cat([y for _, y in micro]).to(self.device), "losses": losses}
+            kwargs = {"target": self._local(torch.cat([y for _, y in micro])), "losses": losses}
         with self.autocast(), self.loss_context():
             (self.parts.schedule.eval if forward_only else self.parts.schedule.step)(*args, **kwargs)
         if last:
@@ -164,7 +180,8 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
         timer.mark("optimizer")
         self._maybe_slow(timer)
-        # Each replica's loss counted once: from its last pipeline stage, first TP rank.
+        # Each replica's loss counted once: from its last pipeline stage, first TP rank
+        # (every cp rank holds a weighted share of it).
         owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
         report = local if owner else torch.zeros_like(local)
         # The step-end all-reduce is where every rank waits for the slowest one: its time
@@ -175,17 +192,18 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
         dist.all_reduce(report)
-        loss = report.item() / self.plan.dp
+        loss = report.item() / (self.plan.dp * self.plan.cp)
         out["sync_wait_s"] = time.perf_counter() - t0
         out.update(loss=loss, grad_norm=norm.item(), phases_s=timer.totals_s())
         return out
 
     def _replica_mean(self, local: torch.Tensor) -> float:
-        """The mean over dp replicas of a per-replica loss (from its last stage, first tp rank)."""
+        """The mean over dp replicas of a per-replica loss (from its last stage, first tp rank;
+        the mean over its cp ranks' weighted shares)."""
         owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
         report = local if owner else torch.zeros_like(local)
         dist.all_reduce(report)
-        return report.item() / self.plan.dp
+        return report.item() / (self.plan.dp * self.plan.cp)
 
     @torch.no_grad()
     def evaluate(self) -> float:
@@ -202,7 +220,7 @@ class Trainer:
                 model = self.parts.chunks[0]
                 for x, y in micro:
                     with self.loss_context(), self.autocast():
-                        total += self.loss_fn(model(x.to(self.device)), y.to(self.device)).float() / len(micro)
+                        total += self.loss_fn(model(self._local(x)), self._local(y)).float() / len(micro)
         finally:
             for chunk in self.parts.chunks:
                 chunk.train()

@@ -7,11 +7,16 @@ import fnmatch
 import inspect
 from dataclasses import dataclass
 
-from smplan.planner.feasibility import pipeline_fill_problem
+from smplan.planner.feasibility import context_parallel_problem, pipeline_fill_problem
 from smplan.planner.plan import Plan
 from torch import nn
 
-from smplan.model import pipeline_problem, tensor_parallel_problem
+from smplan.model import (
+    CP_HOOK,
+    context_parallel_support_problem,
+    pipeline_problem,
+    tensor_parallel_problem,
+)
 from smplan.model.structure import Layout, find_layout, owned_blocks
 
 from .parallelize import call_tp_plan
@@ -62,8 +67,10 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
             f"use pp*v <= {n}"
         )
     if world_size is not None and world_size != plan.world_size:
+        degrees = (f"dp*tp*pp={plan.dp}*{plan.tp}*{plan.pp}" if plan.cp == 1
+                   else f"dp*tp*pp*cp={plan.dp}*{plan.tp}*{plan.pp}*{plan.cp}")
         raise PlanMismatchError(
-            f"the plan needs dp*tp*pp={plan.dp}*{plan.tp}*{plan.pp}={plan.world_size} processes but "
+            f"the plan needs {degrees}={plan.world_size} processes but "
             f"{world_size} were asked for; set --nproc-per-node x --nnodes = {plan.world_size}"
         )
     fill = pipeline_fill_problem(plan.pp, plan.schedule, plan.num_microbatches, plan.dp, plan.micro_batch)
@@ -84,12 +91,20 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
                 f"sequence parallelism splits the sequence ({inputs.shape[1] if inputs.dim() > 1 else 1}) "
                 f"over tp={plan.tp}, which does not divide it; use sp=0 or a tp in {{{_divisors(inputs.shape[1])}}}"
             )
+        local = inputs.shape[1] // plan.cp if inputs.dim() > 1 and inputs.shape[1] % (2 * plan.cp) == 0 else 0
+        if plan.sequence_parallel and plan.tp > 1 and plan.cp > 1 and local % plan.tp:
+            raise PlanMismatchError(  # under cp, SP splits each cp rank's share of the sequence
+                f"sequence parallelism splits each cp rank's {local} tokens (seq_len / cp) over tp={plan.tp}, "
+                f"which does not divide them; use sp=0 or a tp in {{{_divisors(local)}}}"
+            )
     if plan.pp > 1 and batch is not None:  # the planner's rule (smplan.model.capabilities) too
         problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x))
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
+    if plan.cp > 1:
+        _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
     return Checked(layout=layout, tokens_per_sample=tokens)
 
 
@@ -99,9 +114,6 @@ def _check_executable(plan: Plan) -> None:
     if plan.ep > 1:
         raise PlanMismatchError(f"ep={plan.ep}: expert parallelism is planned and simulated but not executed yet; "
                                 "use ep=1 to run (the experts are then replicated over dp)")
-    if plan.cp > 1:
-        raise PlanMismatchError(f"cp={plan.cp}: context parallelism is planned and simulated but not executed yet; "
-                                "use cp=1 to run")
     if plan.grad_compress.startswith("powersgd") and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1 or plan.zero):
         raise PlanMismatchError(f"grad_compress={plan.grad_compress} runs as torch's DDP hook, which this executor uses "
                                 "only for zero=0 without tp or pp (FSDP2 replicate/shard has no PowerSGD); "
@@ -109,6 +121,20 @@ def _check_executable(plan: Plan) -> None:
     if plan.dtype == "fp8":
         raise PlanMismatchError("dtype=fp8: FP8 linears need a GPU with FP8 units (and torchao); this executor "
                                 "runs bf16, fp16 or fp32: use dtype=bf16")
+
+
+def _check_cp(plan: Plan, model_file, ref: str, seq_len: int) -> None:
+    """Context parallelism needs the model file's hook and sequences that split into 2*cp chunks
+    (the planner's rules: smplan.model.capabilities, smplan.planner.feasibility)."""
+    problem = context_parallel_support_problem(model_file.hook(CP_HOOK), ref)
+    if problem:
+        raise PlanMismatchError(f"cp={plan.cp}: {problem}; use cp=1")
+    if not seq_len:
+        raise PlanMismatchError(f"cp={plan.cp} splits each sequence, but {ref}'s batches are not token sequences "
+                                "[batch, seq] and the plan gives no seq_len; use cp=1 or set seq_len")
+    problem = context_parallel_problem(plan.cp, seq_len)
+    if problem:
+        raise PlanMismatchError(problem)
 
 
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:

@@ -116,6 +116,8 @@ def validate_constraints(
                or fp8_problem(fixed["dtype"], cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
     if problem:
         raise PlanError(problem)
+    if fixed.get("cp", 1) > 1 and "cp" in profile.unsupported:
+        raise PlanError(f"cp={fixed['cp']}: {profile.unsupported['cp']}; use cp=1")
     tp = fixed.get("tp")
     if tp is not None:
         tp_gpus = tp_domain_gpus(cluster)
@@ -285,7 +287,7 @@ def _cps(profile: ModelProfile, fixed: dict, room: int) -> list[int]:
     if "cp" in fixed:
         return [fixed["cp"]]
     out, cp = [1], 2
-    if profile.seq_len >= CP_MIN_SEQ_LEN:
+    if profile.seq_len >= CP_MIN_SEQ_LEN and "cp" not in profile.unsupported:  # capabilities: the model's hook
         while cp <= room and profile.seq_len % (2 * cp) == 0:
             out.append(cp)
             cp *= 2

@@ -2,7 +2,13 @@
 are (`structure`), and which parallel dimensions its file and modules can run
 (`capabilities`). One rule on both sides, so the planner offers only what runs."""
 
-from .capabilities import pipeline_problem, tensor_parallel_problem
+from .capabilities import (
+           CP_HOOK,
+           context_parallel_support_problem,
+           pipeline_problem,
+           tensor_parallel_problem,
+)
 from .structure import Layout, find_layout
 
-__all__ = ["Layout", "find_layout", "pipeline_problem", "tensor_parallel_problem"]
+__all__ = ["CP_HOOK", "Layout", "context_parallel_support_problem", "find_layout", "pipeline_problem",
+           "tensor_parallel_problem"]

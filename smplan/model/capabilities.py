@@ -58,3 +58,17 @@ def tensor_parallel_problem(styled: dict[str, nn.Module], hook: str = "tp_plan")
             return (f"{hook}() shards {name}, a {type(module).__name__}; torch's ColwiseParallel/RowwiseParallel "
                     "take nn.Linear or nn.Embedding only")
     return None
+
+
+# The model-file hook that runs context parallelism (executor/context_parallel.py says what
+# it receives). Attention must see the whole sequence's K/V and mask by global position,
+# which only the model's own code can arrange (examples/gpt.py's explicit softmax, RoPE).
+CP_HOOK = "context_parallel"
+
+
+def context_parallel_support_problem(hook, name: str) -> str | None:
+    """Why the model file `name` cannot run context parallelism (its `hook`, or None), or None."""
+    if hook is None:
+        return (f"{name} defines no {CP_HOOK}(model, sequence) hook (attention must see the whole sequence's "
+                "K/V, masked by global position; see examples/gpt.py)")
+    return None

@@ -26,7 +26,10 @@ def _invoke(cli_runner, *args):
         ("dp=2,mbs=1,gbs=4", ("--nproc-per-node", "4"), "needs dp*tp*pp=2*1*1=2 processes but 4"),
         ("pp=2,mbs=1,gbs=1", (), "1 micro-batches cannot fill 2 pipeline stages"),
         ("tp=2,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=15"), "does not divide it"),
-        ("cp=2,mbs=1,gbs=2", (), "cp=2: context parallelism is planned and simulated but not executed yet"),
+        ("cp=2,mbs=1,gbs=2", ("--arg", "seq_len=14"), "cp=2 needs seq_len divisible by 2*cp=4"),
+        ("cp=2,tp=4,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=12", "--nproc-per-node", "8"),
+         "splits each cp rank's 6 tokens (seq_len / cp) over tp=4"),
+        ("cp=2,dp=2,mbs=1,gbs=2", ("--nproc-per-node", "2"), "dp*tp*pp*cp=4 GPUs but the cluster has 2"),
         ("dtype=fp8,dp=2,mbs=1,gbs=2", (), "dtype=fp8: FP8 linears need a GPU"),
     ],
 )
@@ -43,6 +46,13 @@ def test_tp_without_tp_plan(cli_runner, tmp_path):
     result = _invoke(cli_runner, "tp=2,mbs=1,gbs=2", "--model", str(EXAMPLES / "cnn.py"), "--out", str(tmp_path / "r"))
     assert result.exit_code == 2
     assert "defines no tp_plan" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_cp_without_context_parallel_hook(cli_runner, tmp_path):
+    result = _invoke(cli_runner, "cp=2,mbs=1,gbs=2", "--model", str(EXAMPLES / "mlp.py"), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "cp=2: mlp.py defines no context_parallel(model, sequence) hook" in line, line
 
 
 def test_plan_file_with_stages_beyond_the_model(cli_runner, tmp_path):
