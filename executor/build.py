@@ -1,6 +1,6 @@
 """Turn a Plan into this rank's parallelised model chunks, in torchtitan's order:
 
-build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) ->
+build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) -> EP ->
 recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
 (materialize.py) -> DDP ->
 pipeline schedule.
@@ -23,6 +23,7 @@ from smplan.model.structure import (
     present_parts,
 )
 
+from .expert_parallel import apply_ep, expert_parameters
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
 from .parallelize import (
@@ -45,6 +46,7 @@ class ModelParts:
     reference: nn.Module = field(repr=False)  # the meta-built full model (for batch hooks)
     layout: Layout | None = field(default=None, repr=False)  # find_layout(reference)
     loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
+    expert_banks: list[nn.Module] = field(default_factory=list)  # ep > 1: sharded banks, gradients reduced over edp
 
     def parameters(self):
         for chunk in self.chunks:
@@ -68,7 +70,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
-    chunks = []
+    chunks, expert_banks = [], []
     for sid in stage_ids:
         spec = stages[sid]
         chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
@@ -77,6 +79,9 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         if dims.tp_enabled:
             apply_tp(chunk, blocks, dims["tp"], model_file.hook("tp_plan"), model_file.hook("tp_plan_outer"),
                      plan.sequence_parallel)
+        banks = apply_ep(chunk, dims["ep"]) if dims.ep_enabled else []
+        expert_banks += banks
+        ignored = expert_parameters(banks) or None
         names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
         if names:
             apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
@@ -85,23 +90,24 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         if dims.dp_enabled:
             if plan.zero > 0:
                 apply_fsdp(chunk, blocks, dims["dp"], reshard_after_forward=plan.zero == 3, mp_policy=mp_policy,
-                           parts=present_parts(chunk, layout, "after"))
+                           parts=present_parts(chunk, layout, "after"), ignored_params=ignored)
             elif dims.tp_enabled or dims.pp_enabled:
                 # DDP takes no DTensor parameters, and its reducer breaks when a pipeline
                 # schedule runs several forwards before the first backward.
-                apply_replicate(chunk, blocks, dims["dp"], mp_policy=mp_policy)
+                apply_replicate(chunk, blocks, dims["dp"], mp_policy=mp_policy, ignored_params=ignored)
             else:
                 use_ddp = True
         materialize(chunk, meta, device, seed, model_file.hook(INIT_HOOK))
         if use_ddp:
-            chunk = apply_ddp(chunk, dims["dp"])
+            chunk = apply_ddp(chunk, dims["dp"], ignored_params=ignored)
         chunks.append(chunk)
     schedule = None
     if dims.pp_enabled:
         schedule = build_pipeline(chunks, stage_ids, len(stages), dims["pp"], device, plan.schedule,
                                   plan.num_microbatches, loss_fn)
     return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout,
-                      loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel))
+                      loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
+                      expert_banks=expert_banks)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

@@ -3,6 +3,11 @@
 The rank arithmetic itself lives in `smplan.hwprofiles.topology.ParallelLayout` (tp fastest,
 then dp, then pp); this class only turns that layout into a named `DeviceMesh` and hands
 out its sub-meshes and this rank's coordinates (torchtitan's `ParallelDims`).
+
+Expert parallelism (ep > 1) folds the expert layers' grid ep x edp into the dp ranks of a
+stage (Megatron-Core MoE parallel folding): the dp dimension is unflattened into (edp, ep),
+ep the faster one, so an ep group is ep consecutive dp ranks (NVLink first) and `["ep"]`,
+`["edp"]` are sub-meshes of the same root mesh (DTensors on them mix with FSDP's dp mesh).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ class ParallelDims:
     tp: int
     world_size: int
     gpus_per_node: int = 1
+    ep: int = 1  # expert parallel, folded into dp (tp=1 for now: executor/validate.py)
     _mesh: object = field(default=None, repr=False)
+    _expert_mesh: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.pp * self.dp * self.tp != self.world_size:
@@ -31,6 +38,8 @@ class ParallelDims:
                 f"pp*dp*tp={self.pp}*{self.dp}*{self.tp}={self.pp * self.dp * self.tp} but "
                 f"{self.world_size} processes were started; start dp*tp*pp processes"
             )
+        if self.dp % self.ep:
+            raise MeshError(f"ep={self.ep} must divide dp={self.dp} (the expert grid folds into the dp ranks)")
 
     @property
     def layout(self) -> ParallelLayout:
@@ -52,7 +61,13 @@ class ParallelDims:
         from torch.distributed.device_mesh import init_device_mesh
 
         self._mesh = init_device_mesh(device_type, self.layout.mesh_shape, mesh_dim_names=MESH_DIMS)
+        if self.ep_enabled:
+            self._expert_mesh = self._mesh._unflatten("dp", (self.dp // self.ep, self.ep), ("edp", "ep"))
         return self._mesh
+
+    @property
+    def ep_enabled(self) -> bool:
+        return self.ep > 1
 
     @property
     def mesh(self):
@@ -61,7 +76,11 @@ class ParallelDims:
         return self._mesh
 
     def __getitem__(self, dim: str):
-        """The 1-D sub-mesh of `dim` ("pp", "dp", "tp") this rank belongs to."""
+        """The 1-D sub-mesh of `dim` ("pp", "dp", "tp"; "ep", "edp" when ep > 1) this rank belongs to."""
+        if dim in ("ep", "edp"):
+            if self._expert_mesh is None:
+                raise RuntimeError(f"no {dim} mesh: ep=1 or build_mesh() not called")
+            return self._expert_mesh[dim]
         return self.mesh[dim]
 
     def coord(self, dim: str) -> int:

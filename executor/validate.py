@@ -7,11 +7,16 @@ import fnmatch
 import inspect
 from dataclasses import dataclass
 
-from smplan.planner.feasibility import pipeline_fill_problem
+from smplan.planner.feasibility import expert_parallel_problem, pipeline_fill_problem
 from smplan.planner.plan import Plan
 from torch import nn
 
-from smplan.model import pipeline_problem, tensor_parallel_problem
+from smplan.model import (
+    expert_bank_problem,
+    expert_banks,
+    pipeline_problem,
+    tensor_parallel_problem,
+)
 from smplan.model.structure import Layout, find_layout, owned_blocks
 
 from .parallelize import call_tp_plan
@@ -88,23 +93,44 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
         problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x))
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
+    if plan.ep > 1:
+        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None, ref)
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     return Checked(layout=layout, tokens_per_sample=tokens)
 
 
 def _check_executable(plan: Plan) -> None:
-    """What the planner and simulator price but the executor does not run yet (issue 17):
+    """What the planner and simulator price but the executor does not run yet:
     refused in one line rather than run as something else."""
-    if plan.ep > 1:
-        raise PlanMismatchError(f"ep={plan.ep}: expert parallelism is planned and simulated but not executed yet; "
-                                "use ep=1 to run (the experts are then replicated over dp)")
     if plan.cp > 1:
         raise PlanMismatchError(f"cp={plan.cp}: context parallelism is planned and simulated but not executed yet; "
                                 "use cp=1 to run")
     if plan.dtype == "fp8":
         raise PlanMismatchError("dtype=fp8: FP8 linears need a GPU with FP8 units (and torchao); this executor "
                                 "runs bf16, fp16 or fp32: use dtype=bf16")
+
+
+def _check_ep(plan: Plan, meta: nn.Module, inputs, ref: str) -> None:
+    """Expert parallelism as executor/expert_parallel.py runs it: the experts split over ep of
+    a stage's dp ranks (tp=1: folding ep into tp ranks needs the tokens split over tp first,
+    which this executor does not do yet), every bank's experts divisible by ep, and banks
+    that can be split (the planner's rule too: smplan.model.capabilities)."""
+    ep = plan.ep
+    if plan.tp > 1:
+        raise PlanMismatchError(f"ep={ep} with tp={plan.tp}: this executor folds the experts into dp ranks only "
+                                f"(ep dividing dp, tp=1); use tp=1 with dp a multiple of {ep}, or ep=1")
+    if plan.dp % ep:
+        raise PlanMismatchError(f"ep={ep} must divide dp={plan.dp} (the expert grid folds into the dp ranks); "
+                                f"use ep in {{{_divisors(plan.dp)}}}")
+    banks = expert_banks(meta)
+    for experts in sorted({bank.num_experts for _, bank in banks}) or [0]:
+        problem = expert_parallel_problem(ep, experts)
+        if problem:
+            raise PlanMismatchError(problem)
+    problem = expert_bank_problem(meta, inputs, lambda model, x: model(x)) if inputs is not None else None
+    if problem:
+        raise PlanMismatchError(f"ep={ep}: {problem}")
 
 
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:

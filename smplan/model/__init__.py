@@ -2,7 +2,13 @@
 are (`structure`), and which parallel dimensions its file and modules can run
 (`capabilities`). One rule on both sides, so the planner offers only what runs."""
 
-from .capabilities import pipeline_problem, tensor_parallel_problem
+from .capabilities import (
+           expert_bank_problem,
+           expert_banks,
+           pipeline_problem,
+           tensor_parallel_problem,
+)
 from .structure import Layout, find_layout
 
-__all__ = ["Layout", "find_layout", "pipeline_problem", "tensor_parallel_problem"]
+__all__ = ["Layout", "expert_bank_problem", "expert_banks", "find_layout", "pipeline_problem",
+           "tensor_parallel_problem"]
