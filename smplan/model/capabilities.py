@@ -99,7 +99,7 @@ def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:
             ok = (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[0] == mod.num_experts
                   and isinstance(output, torch.Tensor) and output.shape == x.shape)
             seen.setdefault(name, None if ok else (
-                f"expert bank {name}'s forward takes {_describe(args, kwargs)} and returns {_describe((output,), {})}, "
+                f"expert bank {name}'s forward takes {_describe(args, kwargs)} and returns {_shape(output)}, "
                 f"not one [num_experts={mod.num_experts}, slots, hidden] buffer in and out, so its tokens cannot be "
                 "dispatched to ep ranks; give the bank examples/moe.py's Experts interface, or use ep=1"))
         return bank.register_forward_hook(hook, with_kwargs=True)
@@ -116,6 +116,9 @@ def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:
     return next((why for why in seen.values() if why), None)
 
 
+def _shape(value) -> str:
+    return f"[{', '.join(map(str, value.shape))}]" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def _describe(args, kwargs) -> str:
-    parts = [f"[{', '.join(map(str, a.shape))}]" if isinstance(a, torch.Tensor) else type(a).__name__ for a in args]
-    return "(" + ", ".join(parts + [f"{k}=..." for k in kwargs]) + ")"
+    return "(" + ", ".join([_shape(a) for a in args] + [f"{k}=..." for k in kwargs]) + ")"
