@@ -79,7 +79,9 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         if dims.tp_enabled:
             apply_tp(chunk, blocks, dims["tp"], model_file.hook("tp_plan"), model_file.hook("tp_plan_outer"),
                      plan.sequence_parallel)
-        banks = apply_ep(chunk, dims["ep"]) if dims.ep_enabled else []
+        banks = []
+        if dims.ep_enabled:  # without SP the tp ranks hold the same tokens: they split the slots
+            banks = apply_ep(chunk, dims["ep"], dims["tp"] if not plan.sequence_parallel else None)
         expert_banks += banks
         ignored = expert_parameters(banks) or None
         names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]

@@ -4,10 +4,11 @@ The rank arithmetic itself lives in `smplan.hwprofiles.topology.ParallelLayout` 
 then dp, then pp); this class only turns that layout into a named `DeviceMesh` and hands
 out its sub-meshes and this rank's coordinates (torchtitan's `ParallelDims`).
 
-Expert parallelism (ep > 1) folds the expert layers' grid ep x edp into the dp ranks of a
-stage (Megatron-Core MoE parallel folding): the dp dimension is unflattened into (edp, ep),
-ep the faster one, so an ep group is ep consecutive dp ranks (NVLink first) and `["ep"]`,
-`["edp"]` are sub-meshes of the same root mesh (DTensors on them mix with FSDP's dp mesh).
+Expert parallelism (ep > 1) folds the expert layers' grid ep x edp into the dp x tp ranks
+of a stage (Megatron-Core MoE parallel folding, no expert tensor parallelism): the (dp, tp)
+dimensions are flattened and unflattened into (edp, ep), ep the faster one, so an ep group
+is ep consecutive ranks (NVLink first, as the planner's cost model assumes) and `["ep"]`,
+`["edp"]` are sub-meshes of the same root mesh.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class ParallelDims:
     tp: int
     world_size: int
     gpus_per_node: int = 1
-    ep: int = 1  # expert parallel, folded into dp (tp=1 for now: executor/validate.py)
+    ep: int = 1  # expert parallel, folded into the dp x tp ranks of a stage
     _mesh: object = field(default=None, repr=False)
     _expert_mesh: object = field(default=None, repr=False)
 
@@ -38,8 +39,8 @@ class ParallelDims:
                 f"pp*dp*tp={self.pp}*{self.dp}*{self.tp}={self.pp * self.dp * self.tp} but "
                 f"{self.world_size} processes were started; start dp*tp*pp processes"
             )
-        if self.dp % self.ep:
-            raise MeshError(f"ep={self.ep} must divide dp={self.dp} (the expert grid folds into the dp ranks)")
+        if (self.dp * self.tp) % self.ep:
+            raise MeshError(f"ep={self.ep} must divide dp*tp={self.dp * self.tp} (the expert grid folds into them)")
 
     @property
     def layout(self) -> ParallelLayout:
@@ -62,7 +63,8 @@ class ParallelDims:
 
         self._mesh = init_device_mesh(device_type, self.layout.mesh_shape, mesh_dim_names=MESH_DIMS)
         if self.ep_enabled:
-            self._expert_mesh = self._mesh._unflatten("dp", (self.dp // self.ep, self.ep), ("edp", "ep"))
+            grid = self._mesh["dp", "tp"]._flatten("dp_tp")
+            self._expert_mesh = grid._unflatten(0, (self.dp * self.tp // self.ep, self.ep), ("edp", "ep"))
         return self._mesh
 
     @property

@@ -31,6 +31,7 @@ def single_process(tmp_path_factory):
     pytest.param("dp=2,ep=1,mbs=1,gbs=4", id="dp2-ep1"),
     pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2-ddp"),
     pytest.param("dp=2,ep=2,zero=3,mbs=1,gbs=4", id="dp2-ep2-fsdp"),
+    pytest.param("tp=2,ep=2,mbs=1,gbs=4", id="tp2-ep2"),  # the tp ranks split the slots
 ])
 def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, plan):
     result = run_execute(plan, tmp_path / "run", "--steps", str(STEPS), model=MOE, timeout=240)
@@ -92,7 +93,7 @@ def _shard_worker(rank: int, world: int, spec: str, init_file: str) -> None:
         dims = ParallelDims(plan.pp, plan.dp, plan.tp, world, ep=plan.ep)
         dims.build_mesh("cpu")
         parts = build_model_parts(plan, mf, dims, torch.device("cpu"), seed=7, loss_fn=None)
-        ep_rank, per = dims.coord("dp") % plan.ep, 4 // plan.ep  # tiny: 4 experts per bank
+        ep_rank, per = dims["ep"].get_local_rank(), 4 // plan.ep  # tiny: 4 experts per bank
         (chunk,) = parts.chunks
         # the single-process model and its gradient over the whole global batch
         reference = mf.build({}, device=None)
