@@ -1,7 +1,8 @@
 """Expert parallelism run for real (executor/expert_parallel.py) on examples/moe.py:tiny (4
 experts per bank, top 2, dropless routing): ep only moves the experts, so every layout ends
 at the single-process loss, each rank holds only its experts, the expert gradients equal
-the single-process ones, and a SIGKILLed run resumes bit for bit from its DCP checkpoint."""
+the single-process ones, and a SIGKILLed run resumes bit for bit from its DCP checkpoint
+(which also resumes as ep=1)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, pl
         assert mine["grad_norm"] == pytest.approx(ref["grad_norm"], rel=RTOL), (plan, mine["step"])
 
 
-def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path):
+def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path, single_process):
     args = ("--steps", "4", "--checkpoint-every", "2")
     plan = "dp=2,ep=2,mbs=1,gbs=4"
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"
@@ -58,8 +59,17 @@ def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path):
     a = checkpoint_state(clean / "checkpoints" / "step-4", tmp_path)
     b = checkpoint_state(faulty / "checkpoints" / "step-4", tmp_path)
     assert_same_state(a, b)
-    # DCP holds every expert once, whole: a checkpoint of ep=2 reads as one of ep=1
+    # DCP holds every expert once, whole: a checkpoint of ep=2 resumes as ep=1 (resharded)
     assert a["model.blocks.0.mlp.experts.w1"].shape == (4, 32, 32)
+    resharded = tmp_path / "ep1"
+    third = run_execute("dp=2,ep=1,mbs=1,gbs=4", resharded, "--steps", str(STEPS), "--checkpoint-dir",
+                        str(clean / "checkpoints"), "--checkpoint-every", "100", "--force-resume", model=MOE,
+                        timeout=240)
+    assert third.returncode == 0 and "resumed from" in third.stdout, third.stdout[-4000:]
+    after = metrics(resharded)
+    assert [r["step"] for r in after] == [5, 6]
+    for mine, ref in zip(after, single_process[4:], strict=True):
+        assert mine["loss"] == pytest.approx(ref["loss"], rel=RTOL)
 
 
 # -- in-process workers: what each rank holds, and its gradients -------------------------------
