@@ -94,7 +94,7 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
     if plan.ep > 1:
-        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None, ref)
+        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None)
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     return Checked(layout=layout, tokens_per_sample=tokens)
@@ -111,12 +111,14 @@ def _check_executable(plan: Plan) -> None:
                                 "runs bf16, fp16 or fp32: use dtype=bf16")
 
 
-def _check_ep(plan: Plan, meta: nn.Module, inputs, ref: str) -> None:
+def _check_ep(plan: Plan, meta: nn.Module, inputs) -> None:
     """Expert parallelism as executor/expert_parallel.py runs it: the experts split over ep of
     a stage's dp x tp ranks (the plan already checks that ep divides them), every bank's
     experts divisible by ep, and banks that can be split (the planner's rule too:
     smplan.model.capabilities). Not with sequence parallelism yet (untested: no model here has both)."""
     ep = plan.ep
+    if plan.cp > 1:  # the expert grid would fold over dp x cp x tp (executor/mesh.py folds dp x tp)
+        raise PlanMismatchError(f"ep={ep} with cp={plan.cp} is not run by this executor yet; use cp=1")
     if plan.sequence_parallel and plan.tp > 1:
         raise PlanMismatchError(f"ep={ep} with sequence parallelism is not run by this executor yet; use sp=0")
     banks = expert_banks(meta)
