@@ -78,6 +78,10 @@ GPU_PROFILES = {
     # bundled profile is the SXM5-80GB one, so these rows are predicted somewhat too fast.
     "H100 (94-95GB HBM2e)": "h100x8",
     "B200 (DGX-B200)": "b200x8",
+    "B300 (DGX-B300)": "b300x8",
+    # NVL72 racks: 4-GPU compute trays (the rows' gpus_per_node) in one 72-GPU NVLink domain.
+    "GB200 (DGX-GB200 NVL72)": "gb200nvl72",
+    "GB300 (DGX-GB300 NVL72)": "gb300nvl72",
 }
 
 # What each source leaves out, in one place. Cited per entry; never a fitted number.

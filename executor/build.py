@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from smplan.planner.grad_compress import parse as parse_grad_compress
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
 
@@ -23,6 +24,7 @@ from smplan.model.structure import (
     present_parts,
 )
 
+from . import grad_compress
 from .expert_parallel import apply_ep, expert_parameters
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
@@ -47,6 +49,7 @@ class ModelParts:
     layout: Layout | None = field(default=None, repr=False)  # find_layout(reference)
     loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
     expert_banks: list[nn.Module] = field(default_factory=list)  # ep > 1: sharded banks, gradients reduced over edp
+    powersgd: object | None = field(default=None, repr=False)  # PowerSGDState under grad_compress=powersgd
 
     def parameters(self):
         for chunk in self.chunks:
@@ -66,6 +69,9 @@ def plan_stages(plan: Plan, num_blocks: int):
 
 def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.device, seed: int,
                       loss_fn, mp_policy=None) -> ModelParts:
+    compress = parse_grad_compress(plan.grad_compress)
+    mp_policy = mp_policy or grad_compress.mixed_precision(compress)
+    powersgd = None
     meta = build_meta(model_file, plan.model_args, seed)  # parameters on meta, buffers real
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
@@ -102,6 +108,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         materialize(chunk, meta, device, seed, model_file.hook(INIT_HOOK))
         if use_ddp:
             chunk = apply_ddp(chunk, dims["dp"], ignored_params=ignored)
+            powersgd = grad_compress.register(chunk, dims["dp"].get_group(), compress, seed)
         chunks.append(chunk)
     schedule = None
     if dims.pp_enabled:
@@ -109,7 +116,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                                   plan.num_microbatches, loss_fn)
     return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout,
                       loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
-                      expert_banks=expert_banks)
+                      expert_banks=expert_banks, powersgd=powersgd)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

@@ -18,6 +18,8 @@ from smplan.model.structure import find_layout
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
+from .lr_scaling import describe as describe_lr_scale
+from .lr_scaling import lr_scale
 from .metrics import rank_files, read_metrics
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .token_data import TokenStream, open_checked, resolve_shape
@@ -56,6 +58,10 @@ class ExecuteOptions:
     val_data: str | None = None
     eval_every: int = 0
     eval_batches: int = 4
+    init_from: str | None = None  # safetensors folder or DCP checkpoint (executor/init_from.py)
+    # lr scaling to the plan's global batch (executor/lr_scaling.py); None: --lr as given
+    reference_batch: int | None = None
+    lr_scaling: str = "sqrt"
 
     def recipe(self) -> Recipe:
         return Recipe(lr=self.lr, schedule=self.lr_schedule, total_steps=self.steps, warmup_steps=self.warmup_steps,
@@ -95,7 +101,12 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
 def check_options(opts: ExecuteOptions) -> None:
     """What a rank would otherwise choke on after the launch, refused before it."""
     opts.recipe().check()
+    lr_scale(1, opts.reference_batch, opts.lr_scaling)  # the rule and the reference batch
     _check_data_options(opts)
+    if opts.init_from:
+        from .init_from import resolve
+
+        resolve(opts.init_from)  # exists and holds weights; names and shapes once the model is built
     if not 0 <= opts.seed < 2**63:  # torch.manual_seed's range (a signed 64-bit generator seed)
         raise PlanMismatchError(f"--seed must be between 0 and 2**63-1, got {opts.seed}")
     if opts.rdzv_endpoint is not None:
@@ -141,6 +152,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
+    init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
     ckpt_dir = opts.checkpoint_dir or (str(out / "checkpoints") if opts.checkpoint_every else None)
@@ -158,13 +170,14 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
     _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     ref = model_file.absolute_ref
+    factor = lr_scale(plan.global_batch, opts.reference_batch, opts.lr_scaling)
     return RunConfig(
         plan=plan.replace(model=ref).to_dict(),
         model_ref=ref,
         out_dir=str(out),
         steps=opts.steps,
         seed=opts.seed,
-        lr=opts.lr,
+        lr=opts.lr * factor,
         clip=opts.clip,
         checkpoint_dir=ckpt_dir,
         checkpoint_every=opts.checkpoint_every,
@@ -176,7 +189,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         slow_rank=opts.slow_rank,
         lr_schedule=opts.lr_schedule,
         warmup_steps=opts.warmup_steps,
-        min_lr=opts.min_lr,
+        min_lr=opts.min_lr * factor,
         decay_fraction=opts.decay_fraction,
         weight_decay=opts.weight_decay,
         adam_betas=tuple(opts.adam_betas),
@@ -187,7 +200,22 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         eval_batches=opts.eval_batches,
         data_seq_len=seq_len,
         vocab=vocab,
+        init_from=init_from,
+        reference_batch=opts.reference_batch,
+        lr_scaling=opts.lr_scaling if opts.reference_batch else None,
+        lr_scale=factor,
     )
+
+
+def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
+    """--init-from's folder, after its names and shapes were held against the model (headers only)."""
+    if not path:
+        return None
+    from .init_from import check_source, open_source
+
+    source = open_source(path)
+    check_source(source, model_file.build(plan.model_args, device="meta"))
+    return source.path
 
 
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
@@ -211,6 +239,8 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
     """Validate, then launch; `progress(line)` hears what happens during the silent start-up."""
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    if progress and opts.reference_batch and cfg.lr_scale != 1.0:
+        progress(describe_lr_scale(opts.lr, cfg.lr_scale, plan.global_batch, opts.reference_batch, opts.lr_scaling))
     if progress and opts.launcher == "local":
         progress(f"starting {nproc} processes ({plan.world_size} in all) for {opts.steps} steps; "
                  f"run directory {cfg.out_dir}; the first step comes after process start-up and model build")

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from smplan.planner.model_file import load_model_file
 
-from . import checkpoint, recipe, token_data
+from . import checkpoint, grad_compress, recipe, token_data
 from .build import build_model_parts
 from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig, parse_slow_rank
 from .data import BatchSource
@@ -243,6 +243,7 @@ class Trainer:
         checkpoint.load_train_state(self.parts.chunks, self.optimizers, path)
         self.data.skip(step)
         own = checkpoint.load_rank_state(path, self.rank)
+        self._resume_powersgd(own, path)
         if own is not None:  # after skip: a data stream may draw from the generators too
             checkpoint.set_rng_state(own["rng"], self.device)
         elif self.rank == 0:
@@ -252,6 +253,28 @@ class Trainer:
             print(f"[smplan] resumed from {path} (step {step})", flush=True)
         return step
 
+    def _init_from(self) -> None:
+        from .init_from import load_weights, open_source
+
+        load_weights(self.parts.chunks, open_source(self.cfg.init_from))
+        if self.rank == 0:
+            print(f"[smplan] initial weights from {self.cfg.init_from}", flush=True)
+
+    def _resume_powersgd(self, own: dict | None, path) -> None:
+        """PowerSGD's error feedback, warm-start matrices and step counter, as saved; a
+        checkpoint without them (written uncompressed) starts the compression afresh."""
+        if self.parts.powersgd is None:
+            return
+        saved = (own or {}).get("powersgd")
+        if saved is not None:
+            self.parts.powersgd.load_state_dict(saved)
+        elif self.rank == 0:
+            print(f"[smplan] {path} holds no PowerSGD state; the compression restarts (plain all-reduce for "
+                  f"{grad_compress.POWERSGD_START_STEP} steps, no error feedback carried over)", flush=True)
+
+    def _powersgd_state(self) -> dict | None:
+        return self.parts.powersgd.state_dict() if self.parts.powersgd is not None else None
+
     def _save(self, step: int) -> None:
         # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
         meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref,
@@ -259,7 +282,8 @@ class Trainer:
         if self.cfg.data:
             meta["data"] = self.data.position(step)
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
-                        self.rank, dist.barrier, rank_state={"rng": checkpoint.rng_state(self.device)})
+                        self.rank, dist.barrier, rank_state={"rng": checkpoint.rng_state(self.device),
+                                                             "powersgd": self._powersgd_state()})
 
     def _tensorboard(self, start: int):
         from .tensorboard_log import TensorBoardLog
@@ -269,6 +293,8 @@ class Trainer:
 
     def run(self) -> None:
         start = self._resume()
+        if start == 0 and self.cfg.init_from:  # a resumed run continues from its own checkpoint
+            self._init_from()
         writer = MetricsWriter(self.cfg.out_dir, resume_step=start) if self.rank == 0 else None
         rank_writer = MetricsWriter(self.cfg.out_dir, start, path=rank_file(self.cfg.out_dir, self.rank))
         board = self._tensorboard(start) if self.cfg.tensorboard and self.rank == 0 else None

@@ -106,6 +106,10 @@ def _check_executable(plan: Plan) -> None:
     if plan.cp > 1:
         raise PlanMismatchError(f"cp={plan.cp}: context parallelism is planned and simulated but not executed yet; "
                                 "use cp=1 to run")
+    if plan.grad_compress.startswith("powersgd") and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1 or plan.zero):
+        raise PlanMismatchError(f"grad_compress={plan.grad_compress} runs as torch's DDP hook, which this executor uses "
+                                "only for zero=0 without tp or pp (FSDP2 replicate/shard has no PowerSGD); "
+                                "use tp=1,pp=1,zero=0 or grad_compress=bf16")
     if plan.dtype == "fp8":
         raise PlanMismatchError("dtype=fp8: FP8 linears need a GPU with FP8 units (and torchao); this executor "
                                 "runs bf16, fp16 or fp32: use dtype=bf16")

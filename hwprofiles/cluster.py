@@ -118,6 +118,10 @@ class Cluster:
     cost: Cost
     storage: Storage = field(default_factory=Storage)
     efficiency: Efficiency = field(default_factory=Efficiency)
+    # GPUs that share one NVLink domain (intra_node links), when it spans several nodes:
+    # a GB200/GB300 NVL72 rack is 18 trays of 4 GPUs on one NVLink switch fabric (NVIDIA
+    # GB200 NVL72 datasheet). 0: the domain is one node.
+    nvlink_domain_gpus: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -125,6 +129,11 @@ class Cluster:
     @property
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def fast_domain_gpus(self) -> int:
+        """Consecutive ranks that reach each other over `intra_node` links (NVLink domain)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     def with_nodes(self, nodes: int) -> Cluster:
         return self.with_overrides({"nodes": nodes})
@@ -301,6 +310,11 @@ def _validate(c: Cluster) -> None:
 
     positive("nodes", c.nodes)
     positive("gpus_per_node", c.gpus_per_node)
+    non_negative("nvlink_domain_gpus", c.nvlink_domain_gpus)
+    if c.nvlink_domain_gpus and c.nvlink_domain_gpus % c.gpus_per_node:
+        raise HardwareProfileError(
+            f"nvlink_domain_gpus={c.nvlink_domain_gpus} must be a multiple of gpus_per_node={c.gpus_per_node} "
+            "(an NVLink domain holds whole nodes); fix the profile or --hw-set")
     positive("gpu.memory_gib", c.gpu.memory_gib)
     positive("gpu.memory_bandwidth_gbps", c.gpu.memory_bandwidth_gbps)
     for dtype in DTYPES:

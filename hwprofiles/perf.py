@@ -220,8 +220,8 @@ def _check_dims(m: int, n: int, k: int) -> None:
 def _check_span(span: GroupSpan, cluster: Cluster) -> None:
     if span.size < 1 or span.ranks_per_node < 1:
         raise PerfModelError(f"group span needs size and ranks_per_node of at least 1, got {span}")
-    if span.ranks_per_node > cluster.gpus_per_node:
+    if span.ranks_per_node > cluster.fast_domain_gpus:
         raise PerfModelError(
-            f"group has {span.ranks_per_node} ranks per node but a node of {cluster.name!r} has "
-            f"{cluster.gpus_per_node} GPUs; use ParallelLayout(..., gpus_per_node={cluster.gpus_per_node}).span(dim)"
+            f"group has {span.ranks_per_node} ranks per NVLink domain but one of {cluster.name!r} has "
+            f"{cluster.fast_domain_gpus} GPUs; use ParallelLayout(..., gpus_per_node={cluster.fast_domain_gpus}).span(dim)"
         )

@@ -34,6 +34,7 @@ def mesh_key_of(cand: Candidate) -> MeshKey:
         ep=cand.ep,
         cp=cand.cp,
         capacity_factor=cand.capacity_factor,
+        grad_compress=cand.grad_compress,
     )
 
 
@@ -79,7 +80,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     per_blk = bp.forward_s + bp.backward_s
     rec_blk = bp.backward_with(cand.kind)[1] if cand.kind != "none" else 0.0
     # sends
-    layout = ParallelLayout(pp=p, dp=cand.dp * cand.cp, tp=cand.tp, gpus_per_node=cl.gpus_per_node)
+    layout = ParallelLayout(pp=p, dp=cand.dp * cand.cp, tp=cand.tp, gpus_per_node=cl.fast_domain_gpus)
     send_bytes = block.output_bytes_per_sample * cand.mbs / (cand.tp * cand.cp)
     s_in = p2p_time_s(send_bytes, False, cl) if p > 1 else 0.0
     s_out = p2p_time_s(send_bytes, True, cl) if p > 1 else 0.0

@@ -22,6 +22,7 @@ holds the coefficients, so the ILP (smplan.planner.ilp) and this estimate use th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ from smplan.hwprofiles.perf import (
 )
 from smplan.hwprofiles.topology import GroupSpan, ParallelLayout, strided_span
 
+from . import grad_compress
 from .costs import PlanCosts, StageCosts
 from .feasibility import (
     SP_UNSUPPORTED,
@@ -140,6 +142,7 @@ class MeshKey:
     ep: int = 1
     cp: int = 1
     capacity_factor: float = 1.0
+    grad_compress: str = "none"
 
 
 class CostModel:
@@ -156,11 +159,11 @@ class CostModel:
     def _layout(self, key: MeshKey) -> ParallelLayout:
         # cp sits between tp and dp in the rank order (Megatron-Core "tp-cp-ep-dp-pp"), so the
         # (pp, dp x cp, tp) layout gives the stage boundaries and the dense gradient group dp x cp.
-        return ParallelLayout(pp=key.pp, dp=key.dp * key.cp, tp=key.tp, gpus_per_node=self.cluster.gpus_per_node)
+        return ParallelLayout(pp=key.pp, dp=key.dp * key.cp, tp=key.tp, gpus_per_node=self.cluster.fast_domain_gpus)
 
     def spans(self, tp: int, dp: int, cp: int, ep: int) -> dict[str, GroupSpan]:
         """The groups of one pipeline stage: tp, dense gradients (dp x cp), cp, ep and edp."""
-        gpn = self.cluster.gpus_per_node
+        gpn = self.cluster.fast_domain_gpus
         layout = ParallelLayout(pp=1, dp=dp * cp, tp=tp, gpus_per_node=gpn)
         edp = max(1, tp * cp * dp // ep)
         return {"tp": layout.span("tp"), "dp": layout.span("dp"), "cp": strided_span(cp, tp, gpn),
@@ -208,11 +211,19 @@ class CostModel:
         send_bytes = 0.0 if last else block.output_bytes_per_sample * key.micro_batch / (key.tp * key.cp)
         crosses = False if last else layout.stage_boundary_crosses_node(device)
         send_s = p2p_time_s(send_bytes, crosses, cl) if send_bytes else 0.0
-        # DP: gradient bytes of the chunk's local parameters, once per step.
-        gbytes = state_bytes_per_param(key.dtype)[1]
+        # DP: gradient bytes of the chunk's local parameters, once per step; under gradient
+        # compression the dense ones send fewer elements or bytes (grad_compress.py).
+        spec = grad_compress.parse(key.grad_compress)
+        gbytes = grad_compress.grad_bytes(state_bytes_per_param(key.dtype)[1], spec)
         split0 = [split_params(p, key.tp, key.ep) for p in parts]
-        d0, e0 = sum(x[0] for x in split0), sum(x[1] for x in split0)
+        d0 = sum(grad_compress.sent_elements(p, x[0], key.tp, spec) for p, x in zip(parts, split0, strict=True))
+        e0 = sum(x[1] for x in split0)
         db, eb = split_params(block, key.tp, key.ep)
+        comp0 = sum(grad_compress.compress_time_s(p, x[0], key.tp, spec, cl, key.dtype)
+                    for p, x in zip(parts, split0, strict=True))
+        comp_blk = grad_compress.compress_time_s(block, db, key.tp, spec, cl, key.dtype)
+        residual = (sum(x[0] for x in split0), db)  # dense local params: PowerSGD's error feedback
+        db = grad_compress.sent_elements(block, db, key.tp, spec)
         spans = self.spans(key.tp, key.dp, key.cp, key.ep)
 
         def group_time(local_params: float, span) -> float:
@@ -232,6 +243,8 @@ class CostModel:
 
         dp_s0 = dp_time(d0, e0)
         dp_s_blk = dp_time(d0 + db, e0 + eb) - dp_s0  # exact: ring alpha-beta is affine in bytes
+        if spans["dp"].size > 1:  # PowerSGD's GEMMs sit between the bucket's all-reduces
+            dp_s0, dp_s_blk = dp_s0 + comp0, dp_s_blk + comp_blk
 
         def bytes_factor(span) -> float:
             return 0.0 if span.size == 1 else (2.0 if key.zero == 1 else 1.0) * gbytes
@@ -257,6 +270,11 @@ class CostModel:
             ep=key.ep,
             capacity_factor=key.capacity_factor,
         )
+        if spec.kind == "powersgd" and spans["dp"].size > 1:
+            # torch's hook keeps an error-feedback residual of every bucket (Vogels et al. 2019,
+            # Algorithm 2, e): the local dense gradients once more, counted with them
+            g = state_bytes_per_param(key.dtype)[1]
+            mem = dataclasses.replace(mem, grads0=mem.grads0 + residual[0] * g, grads_blk=mem.grads_blk + residual[1] * g)
         return ChunkModel(
             f0=sum(p.forward_s for p in pts),
             f_blk=bp.forward_s,
@@ -342,6 +360,7 @@ def mesh_key(plan: Plan) -> MeshKey:
         ep=plan.ep,
         cp=plan.cp,
         capacity_factor=plan.capacity_factor,
+        grad_compress=plan.grad_compress,
     )
 
 

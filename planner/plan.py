@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .feasibility import capacity_factor_problem, expert_grid_problem, pipeline_fill_problem
+from .grad_compress import problem as grad_compress_problem
 from .plan_schema import check_derived, check_plan_dict
 
 # 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read.
@@ -95,6 +96,8 @@ class Plan:
     # Busiest expert's load over the balanced one (GShard's capacity factor, Lepikhin et al.
     # 2020): multiplies expert compute and all-to-all bytes; 1.0 = balanced routing.
     capacity_factor: float = 1.0
+    # DP gradient compression: none, bf16 or powersgd:R (planner/grad_compress.py)
+    grad_compress: str = "none"
     stages: tuple[Stage, ...] = ()
     model_args: dict = field(default_factory=dict)
     seq_len: int | None = None
@@ -232,6 +235,7 @@ INLINE_KEYS = {
     "cp": "cp",
     "cf": "capacity_factor",
     "capacity_factor": "capacity_factor",
+    "grad_compress": "grad_compress",
 }
 _INT_FIELDS = {"tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages", "zero"}
 _FLOAT_FIELDS = {"capacity_factor"}
@@ -338,6 +342,7 @@ def plan_from_inline(
         overlap_dp=keys.get("overlap_dp", True),
         dtype=keys.get("dtype", "bf16"),
         capacity_factor=keys.get("capacity_factor", 1.0),
+        grad_compress=keys.get("grad_compress", "none"),
         stages=even_stages(num_blocks, pp * v, recompute),
         model_args=dict(model_args or {}),
         seq_len=seq_len,
@@ -365,6 +370,9 @@ def validate(plan: Plan) -> None:
         raise PlanError(f"zero must be 0, 1, 2 or 3, got {plan.zero!r}")
     if plan.dtype not in DTYPES:
         raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {plan.dtype!r}")
+    problem = grad_compress_problem(plan.grad_compress, plan.zero)
+    if problem:
+        raise PlanError(problem)
     per_step = plan.dp * plan.micro_batch
     if plan.global_batch % per_step:
         lower = max(per_step, plan.global_batch // per_step * per_step)

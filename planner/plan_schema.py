@@ -73,6 +73,16 @@ def _capacity(p: _Problems, key: str, value):
     return float(value)
 
 
+def _grad_compress(p: _Problems, key: str, value):
+    from .grad_compress import parse
+
+    try:
+        return str(parse(value))
+    except ValueError:
+        p.add(key, value, '"none", "bf16" or "powersgd:R" (R a whole number >= 1)')
+        return None
+
+
 def _text(p: _Problems, key: str, value):
     if not isinstance(value, str) or not value:
         p.add(key, value, "non-empty text")
@@ -217,6 +227,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "sequence_parallel": _boolean,
         "overlap_dp": _boolean,
         "dtype": lambda p, k, v: _choice(p, k, v, DTYPES),
+        "grad_compress": _grad_compress,
         "stages": lambda p, k, v: _stages(p, v),
         "model_args": lambda p, k, v: _scalars(p, k, v, allow_null=True),
         "seq_len": lambda p, k, v: None if v is None else _whole(p, k, v, 1, MAX_SEQ_LEN),

@@ -16,6 +16,8 @@ from .feasibility import (
     fp8_problem,
     pipeline_fill_problem,
 )
+from .grad_compress import parse as parse_grad_compress
+from .grad_compress import problem as grad_compress_problem
 from .model_profile import ModelProfile
 from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
 
@@ -46,6 +48,7 @@ class Candidate:
     ep: int = 1
     cp: int = 1
     capacity_factor: float = 1.0
+    grad_compress: str = "none"  # only as fixed (--fix grad_compress=...): compression changes convergence
 
     @property
     def mesh(self) -> tuple:
@@ -54,6 +57,7 @@ class Candidate:
     def describe(self) -> str:
         sched = self.schedule + (f" v={self.v}" if self.v > 1 else "")
         extra = (f" ep={self.ep}" if self.ep > 1 else "") + (f" cp={self.cp}" if self.cp > 1 else "")
+        extra += f" grad_compress={self.grad_compress}" if self.grad_compress != "none" else ""
         return (
             f"dp={self.dp} tp={self.tp} pp={self.pp}{extra} mbs={self.mbs} {sched} zero={self.zero} "
             f"sp={int(self.sp)} recompute={self.kind}"
@@ -62,6 +66,16 @@ class Candidate:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def tp_domain_gpus(cluster: Cluster) -> int:
+    """The GPUs a tensor-parallel group may span: one node, or inside an NVLink domain
+    larger than a node (NVL72) the largest power of two dividing it (72 -> 8), as
+    Megatron-Core's GB200 recipes keep tp a power of two <= 8 (Megatron-Bridge perf summary)."""
+    domain = cluster.fast_domain_gpus
+    if domain == cluster.gpus_per_node:
+        return domain
+    return domain & -domain
 
 
 def validate_constraints(
@@ -104,15 +118,16 @@ def validate_constraints(
         raise PlanError(problem)
     tp = fixed.get("tp")
     if tp is not None:
-        if tp > gpn or gpn % tp:
-            ok = max(t for t in _divisors(gpn) if t <= tp)
-            raise PlanError(f"tp={tp} must divide the {gpn} GPUs of a node (tensor parallelism stays inside a node); use tp={ok}")
+        tp_gpus = tp_domain_gpus(cluster)
+        if tp > tp_gpus or tp_gpus % tp:
+            ok = max(t for t in _divisors(tp_gpus) if t <= tp)
+            raise PlanError(f"tp={tp} must divide the {tp_gpus} GPUs of a node or NVLink domain (tensor parallelism stays on NVLink); use tp={ok}")
         if tp > 1 and "tp" in profile.unsupported:
             raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
         if tp > 1 and not profile.has_tp_plan:
             raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         if tp > 1 and heads and heads % tp:
-            ok = max(t for t in _divisors(gpn) if heads % t == 0 and t <= tp)
+            ok = max(t for t in _divisors(tp_domain_gpus(cluster)) if heads % t == 0 and t <= tp)
             raise PlanError(f"tp={tp} does not divide the model's {heads} attention heads; use tp={ok}")
     if fixed.get("ep", 1) > 1 and "ep" in profile.unsupported:
         raise PlanError(f"ep={fixed['ep']}: {profile.unsupported['ep']}")
@@ -166,6 +181,11 @@ def validate_constraints(
         raise PlanError(f"zero must be 0, 1, 2 or 3, got {fixed['zero']!r}")
     if fixed["dtype"] not in DTYPES:
         raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {fixed['dtype']!r}")
+    if "grad_compress" in fixed:
+        fixed["grad_compress"] = str(parse_grad_compress(fixed["grad_compress"]))
+        problem = grad_compress_problem(fixed["grad_compress"], fixed.get("zero", 0))
+        if problem:
+            raise PlanError(problem)
     if fixed.get("sequence_parallel") and tp == 1:
         raise PlanError("sequence parallelism needs tp > 1; drop sp=1 or fix tp>1")
     if fixed.get("sequence_parallel") and profile.supports_sequence_parallel is False:
@@ -197,13 +217,15 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
         if reasons is not None:
             reasons.append((kind, key, detail))
 
-    L, heads, gpn = profile.num_blocks, profile.num_heads, cluster.gpus_per_node
+    L, heads = profile.num_blocks, profile.num_heads
     gbs = fixed["global_batch"]
     rec = fixed.get("recompute")
+    gc = fixed.get("grad_compress", "none")
+    powersgd = gc.startswith("powersgd")  # DDP-only: zero=0 (grad_compress.problem)
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
-            t for t in _divisors(gpn) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
+            t for t in _divisors(tp_domain_gpus(cluster)) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
         ]
         for tp, cp in ((t, c) for t in tps for c in _cps(profile, fixed, world // t if world % t == 0 else 0)):
             if world % (tp * cp):
@@ -246,12 +268,12 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                             # dense states shard over dp x cp, routed experts' (ep > 1) over
                             # edp = tp*cp*dp/ep: ZeRO only where one of the groups has ranks
                             single = dp * cp == 1 and (ep == 1 or ep == tp * cp * dp)
-                            zeros = [fixed["zero"]] if "zero" in fixed else ([0] if single else [1, 2, 3])
+                            zeros = [fixed["zero"]] if "zero" in fixed else ([0] if single or powersgd else [1, 2, 3])
                             for zero in zeros:
                                 for kind, all_ in kinds:
                                     yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),
                                                     zero, kind, all_, fixed["overlap_dp"], fixed["dtype"],
-                                                    ep, cp, cf)
+                                                    ep, cp, cf, gc)
 
 
 def _cps(profile: ModelProfile, fixed: dict, room: int) -> list[int]:

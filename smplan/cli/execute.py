@@ -44,6 +44,12 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Seed of the initial weights and the data; the same seed gives the same run for any layout.")
 @click.option("--lr", type=float, default=1e-3, show_default=True,
               help="AdamW peak learning rate (after warmup; the whole run's with --lr-schedule constant).")
+@click.option("--reference-batch", type=click.IntRange(min=1), default=None, metavar="N",
+              help="The global batch --lr (and --min-lr) was tuned at; when the plan's differs, both are scaled "
+                   "by --lr-scaling and the rule is printed.")
+@click.option("--lr-scaling", type=click.Choice(["linear", "sqrt"]), default="sqrt", show_default=True,
+              help="With --reference-batch: sqrt (Adam, Malladi et al. 2022) or linear (SGD, Goyal et al. 2017) "
+                   "in the batch ratio.")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine", "wsd"]), default="constant", show_default=True,
               help="constant; cosine: to --min-lr at the last step; wsd: warmup-stable-decay, linear to "
                    "--min-lr over the last --decay-fraction of the steps.")
@@ -67,6 +73,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Record val_loss every N steps and at the last step (needs --val-data); 0: never.")
 @click.option("--eval-batches", type=click.IntRange(min=1), default=4, show_default=True,
               help="Global batches of --val-data averaged into val_loss (always the same ones).")
+@click.option("--init-from", default=None, metavar="PATH",
+              help="Start from these weights: a safetensors folder (smplan export, save_pretrained) or a DCP "
+                   "checkpoint (step-N folder or run directory); each rank reads only its shards.")
 @click.option("--tensorboard", is_flag=True,
               help="Also write TensorBoard event files to RUN_DIR/tensorboard (needs smplan[monitor]).")
 @click.option("--grad-norms-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="K",
@@ -77,9 +86,10 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
-            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, lr_schedule, warmup_steps, min_lr,
+            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, reference_batch, lr_scaling,
+            lr_schedule, warmup_steps, min_lr,
             decay_fraction, weight_decay, grad_clip, adam_betas, data, data_dtype, val_data, eval_every, eval_batches,
-            tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
+            init_from, tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
     """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
 
     \b
@@ -102,7 +112,8 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                           lr_schedule=lr_schedule, warmup_steps=warmup_steps, min_lr=min_lr,
                           decay_fraction=decay_fraction, weight_decay=weight_decay,
                           adam_betas=parse_betas(adam_betas), data=data, data_dtype=data_dtype,
-                          val_data=val_data, eval_every=eval_every, eval_batches=eval_batches)
+                          val_data=val_data, eval_every=eval_every, eval_batches=eval_batches,
+                          init_from=init_from, reference_batch=reference_batch, lr_scaling=lr_scaling)
     check_options(opts)  # before the model file is even loaded
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)

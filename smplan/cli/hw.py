@@ -59,6 +59,9 @@ def show(name: str, hw: str | None, nodes: int | None, hw_set: tuple[str, ...], 
         return
     click.echo(f"{cluster.name}: {cluster.description}")
     click.echo(f"  {cluster.nodes} node(s) x {cluster.gpus_per_node} GPUs = {cluster.num_gpus} GPUs")
+    if cluster.fast_domain_gpus > cluster.gpus_per_node:
+        click.echo(f"  NVLink domain: {cluster.fast_domain_gpus} GPUs "
+                   f"({cluster.fast_domain_gpus // cluster.gpus_per_node} nodes); intra_node links span it")
     for section, values in data.items():
         if isinstance(values, dict):
             click.echo(f"[{section}]")

@@ -21,6 +21,7 @@ COMMANDS = {
     "calibrate": "smplan.cli.calibrate:calibrate",
     "monitor": "smplan.cli.monitor:monitor",
     "report": "smplan.cli.report:report",
+    "export": "smplan.cli.export:export",
 }
 OUR_PACKAGES = {"planner", "simulator", "executor", "hwprofiles", "smplan"}
 

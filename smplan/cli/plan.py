@@ -84,7 +84,8 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     ]
     where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}" if max_nodes
              else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name})")
-    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}, objective {objective}")
+    gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
+    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}")
     click.echo(format_table(headers, rows))
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s")
     if show_explain:
@@ -121,7 +122,7 @@ def _plan_json(p) -> dict:
         "dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep, "cp": p.cp, "micro_batch": p.micro_batch, "global_batch": p.global_batch,
         "schedule": p.schedule, "virtual_stages": p.virtual_stages, "zero": p.zero, "recompute": p.recompute,
         "sequence_parallel": p.sequence_parallel, "overlap_dp": p.overlap_dp, "dtype": p.dtype,
-        "capacity_factor": p.capacity_factor,
+        "capacity_factor": p.capacity_factor, "grad_compress": p.grad_compress,
         "stage_blocks": [[s.first_block, s.last_block] for s in p.stages],
         "recompute_blocks": [s.num_recomputed for s in p.stages],
         "usd_per_million_tokens": _usd_per_million(p),

@@ -51,6 +51,31 @@ def scaling_chart(points: list[dict], path=None):
     return finish(fig, path)
 
 
+def versus_chart(points: list[dict], key: str, path=None):
+    """Step time vs one numeric varied setting (`key`), one line per the other settings (say
+    grad_compress against inter_node.bandwidth_gbps)."""
+    fig, ax = new_figure(f"Step time vs {key}", width=9, height=5)
+    lines: dict[str, list[dict]] = {}
+    for p in feasible(points):
+        rest = " ".join(f"{k}={v}" for k, v in p["settings"].items() if k != key) or "all"
+        lines.setdefault(rest, []).append(p)
+    for i, (name, members) in enumerate(sorted(lines.items())):
+        members.sort(key=lambda p: p["settings"][key])
+        ax.plot([p["settings"][key] for p in members], [p["figures"]["step_time_s"] for p in members],
+                marker="o", color=color("", i), label=name)
+    ax.set_xscale("log")
+    ax.minorticks_off()
+    ax.set_xticks(sorted({p["settings"][key] for p in feasible(points)}))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel(key)
+    ax.set_ylabel("step time")
+    ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=9)
+    _note_infeasible(fig, points)
+    return finish(fig, path)
+
+
 def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
     """Time to train (or tokens trained) vs cost; Pareto points joined and labelled with their plan."""
     title = "Time to train vs cost" if mode == "tokens" else "Tokens trained vs cost"

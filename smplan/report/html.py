@@ -11,6 +11,8 @@ from html import escape
 CAPTIONS = {
     "scaling": "Throughput and scaling efficiency as GPUs are added, one line per GPU type "
                "(or other varied setting). Dotted: perfectly linear scaling.",
+    "versus": "Simulated step time against a varied hardware figure (or other numeric setting), "
+              "one line per the other varied settings (e.g. gradient compression vs network bandwidth).",
     "frontier": "Each feasible point's time to train against its cost; the red points are not "
                 "beaten on both by any other and are labelled with their plan.",
     "memory": "Memory on the fullest GPU of each point's plan, stacked by what holds it; the black "
@@ -24,7 +26,7 @@ CAPTIONS = {
                    "is better or worse than its datasheet value.",
 }
 TITLES = {
-    "scaling": "Scaling", "frontier": "Time to train vs cost", "memory": "Memory per GPU",
+    "scaling": "Scaling", "versus": "Step time vs a varied setting", "frontier": "Time to train vs cost", "memory": "Memory per GPU",
     "breakdown": "Step-time breakdown", "gantt": "Pipeline timeline", "goodput": "Goodput",
     "sensitivity": "Sensitivity",
 }

@@ -74,7 +74,7 @@ import math
 from pathlib import Path
 
 POINTS_VERSION = 1
-CHART_NAMES = ("scaling", "frontier", "memory", "breakdown", "gantt", "goodput", "sensitivity")
+CHART_NAMES = ("scaling", "versus", "frontier", "memory", "breakdown", "gantt", "goodput", "sensitivity")
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve")
 BREAKDOWN_ORDER = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
@@ -91,6 +91,18 @@ def group_key(settings: dict) -> str:
     """The scaling group of a point: its varied settings other than the node count."""
     rest = [f"{k}={v}" for k, v in settings.items() if k != "nodes"]
     return " ".join(rest) or "all"
+
+
+def versus_key(record: dict) -> str | None:
+    """The first varied setting other than nodes with two or more numeric values among the
+    feasible points (a hardware figure such as inter_node.bandwidth_gbps): the x of the
+    "versus" chart, one line per the other settings; None when there is none."""
+    for key in (record["question"].get("vary") or {}):
+        values = {p["settings"].get(key) for p in feasible(record["points"])}
+        if key != "nodes" and len(values) >= 2 and all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return key
+    return None
 
 
 def derive(record: dict) -> dict:
@@ -161,6 +173,8 @@ def charts_that_apply(record: dict) -> list[str]:
         groups.setdefault(p["group"], set()).add(p["num_gpus"])
     if any(len(g) >= 2 for g in groups.values()):
         out.append("scaling")
+    if versus_key(record):
+        out.append("versus")
     if record.get("pareto"):
         out.append("frontier")
     if any((p.get("figures") or {}).get("memory_breakdown_gib") for p in points):

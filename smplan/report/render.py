@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .charts import breakdown_chart, frontier_chart, memory_chart, scaling_chart
+from .charts import breakdown_chart, frontier_chart, memory_chart, scaling_chart, versus_chart
 from .detail import gantt_chart, goodput_chart, sensitivity_chart
 from .html import render_html
-from .points import charts_that_apply, frontier_mode, save
+from .points import charts_that_apply, frontier_mode, save, versus_key
 
 FORMATS = ("png", "svg")
 
@@ -32,6 +32,8 @@ def draw_chart(name: str, record: dict, path=None):
     details = record.get("details") or {}
     if name == "scaling":
         return scaling_chart(points, path)
+    if name == "versus":
+        return versus_chart(points, versus_key(record), path)
     if name == "frontier":
         return frontier_chart(points, record["pareto"], frontier_mode(record["question"]), path)
     if name == "memory":

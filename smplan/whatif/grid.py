@@ -4,7 +4,7 @@ A KEY is one of (checked in this order):
 - `nodes`, `hw` (a profile name or path: compare GPU types), `seq_len`, `global_batch`
   (also `gbs`), `checkpoint_interval_min`;
 - a plan dimension (`tp`, `pp`, `dp`, `mbs`, `recompute`, `schedule`, `v`, `sp`, `zero`,
-  `overlap_dp`): fixed in the search at that value, or replaced in the --plan;
+  `overlap_dp`, `grad_compress`): fixed in the search at that value, or replaced in the --plan;
 - a cluster dotted key (`inter_node.bandwidth_gbps`, `gpu.peak_tflops.bf16`,
   `reliability.gpu_mtbf_hours`, ... see `smplan.hwprofiles.settable_keys()`);
 - a model argument: `arg.NAME`, or a parameter name of the model's builder.
@@ -110,6 +110,13 @@ def _hw_value(text: str) -> str:
 
 
 def _value(key: str, kind: str, text: str):
+    if kind == "plan" and key == "grad_compress":
+        from smplan.planner.grad_compress import parse as parse_grad_compress
+
+        try:
+            return str(parse_grad_compress(text))
+        except ValueError as err:
+            raise VaryError(f"--vary grad_compress: {err}") from None
     value = parse_scalar(text)
     whole = kind in ("nodes", "seq_len", "global_batch") or (kind == "plan" and key not in ("recompute", "schedule"))
     if kind == "plan" and key in ("sp", "sequence_parallel", "overlap_dp"):

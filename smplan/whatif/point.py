@@ -97,7 +97,7 @@ def simulate(plan: Plan, profile: ModelProfile, cluster: Cluster, record_events:
     from smplan.simulator import simulate_step
 
     costs = plan_costs(plan, profile, cluster)
-    layout = ParallelLayout(pp=plan.pp, dp=plan.dp, tp=plan.tp, gpus_per_node=cluster.gpus_per_node)
+    layout = ParallelLayout(pp=plan.pp, dp=plan.dp * plan.cp, tp=plan.tp, gpus_per_node=cluster.fast_domain_gpus)
     result = simulate_step(costs, layout, cluster, record_events=record_events)
     return result.figures.to_dict(), costs.capacity_bytes / GIB, result
 

@@ -71,10 +71,15 @@ def test_torchtitan_rows_full_ac_maps_and_op_sac_is_skipped():
 
 def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
     name = "megatron_bridge_perf_summary.csv"
-    moe = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB200 (DGX-GB200 NVL72)", experts=256, precision="MXFP8",
+    moe = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB300 (DGX-GB300 NVL72)", experts=256, precision="MXFP8",
                          cp=2, gpus_per_node=4)])
     assert isinstance(moe, Skipped)
-    assert moe.reasons == ["MXFP8: block-scaled FP8 has no dtype yet", "unknown GPU: no bundled profile for GB200"]
+    assert moe.reasons == ["MXFP8: block-scaled FP8 has no dtype yet"]
+    rack = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB200 (DGX-GB200 NVL72)", gpus=256, experts=256, topk=8,
+                          ep=64, dp=64, pp=4, tp=1, gpus_per_node=4)])
+    assert isinstance(rack, Mapped) and rack.hw == "gb200nvl72" and rack.nodes == 64  # 4-GPU trays
+    other = one(name, [row(run="mbridge_LLAMA3_8B", gpu="GB250 (DGX-GB250)", dp=64)])
+    assert isinstance(other, Skipped) and other.reasons == ["unknown GPU: no bundled profile for GB250"]
     unknown_moe = one(name, [row(run="mbridge_Nemotron_MoE", experts=64, topk=6, precision="FP4")])
     assert unknown_moe.reasons == ["MoE architecture not built by examples/moe.py", "FP4"]
     dense = one(name, [row(run="mbridge_LLAMA3_70B", layers=80, hidden=8192, heads=64, ffn=28672, tp=4, pp=4, vp=5,

@@ -193,3 +193,20 @@ def test_zero_collectives_use_one_nic_whatever_the_members_per_node(kind):
     assert single_nic_collective_time_s(kind, b, NODE, A100) == collective_time_s(kind, b, NODE, A100)
     with pytest.raises(PerfModelError, match="all_gather and reduce_scatter"):
         single_nic_collective_time_s("all_reduce", b, eight, A100)
+
+
+def test_an_nvlink_domain_larger_than_a_node_keeps_collectives_on_nvlink():
+    """On NVL72 a 64-rank expert all-to-all and a 32-rank all-reduce stay on NVLink across
+    16 trays; the same groups on 8-GPU B200 nodes cross InfiniBand and take longer."""
+    from smplan.hwprofiles import ParallelLayout, load_cluster
+    from smplan.hwprofiles.perf import collective_time_s
+
+    rack = load_cluster("gb200nvl72", nodes=18)
+    nodes = load_cluster("b200x8", nodes=8)
+    bytes_per_rank = 256 * 2**20
+    for kind, size in (("all_to_all", 64), ("all_reduce", 32)):
+        on_rack = ParallelLayout(pp=1, dp=size, tp=1, gpus_per_node=rack.fast_domain_gpus).span("dp")
+        on_nodes = ParallelLayout(pp=1, dp=size, tp=1, gpus_per_node=nodes.fast_domain_gpus).span("dp")
+        assert not on_rack.crosses_nodes and on_nodes.crosses_nodes
+        assert collective_time_s(kind, bytes_per_rank, on_rack, rack) < collective_time_s(
+            kind, bytes_per_rank, on_nodes, nodes) / 2  # ring: min(900, 8 x 50) GB/s per rank across nodes

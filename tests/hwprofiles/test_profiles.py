@@ -15,7 +15,11 @@ EXPECTED_PROFILES = {
     "b200x8",
     "mi300xx8",
     "l40sx8",
+    "b300x8",
+    "gb200nvl72",
+    "gb300nvl72",
 }
+NVL72 = {"gb200nvl72", "gb300nvl72"}
 
 # (profile, dotted key, datasheet value): the figures the planner leans on hardest.
 DATASHEET = [
@@ -41,6 +45,13 @@ DATASHEET = [
     ("l40sx8", "gpu.memory_bandwidth_gbps", 864.0),
     ("l40sx8", "gpu.peak_tflops.bf16", 362.05),
     ("l40sx8", "intra_node.bandwidth_gbps", 32.0),
+    ("b300x8", "gpu.peak_tflops.fp8", 4500.0),
+    ("b300x8", "inter_node.bandwidth_gbps", 100.0),
+    ("gb200nvl72", "gpu.memory_gib", 186.0),
+    ("gb200nvl72", "gpu.peak_tflops.bf16", 2500.0),
+    ("gb200nvl72", "nvlink_domain_gpus", 72),
+    ("gb300nvl72", "gpu.peak_tflops.fp8", 5000.0),
+    ("gb300nvl72", "inter_node.bandwidth_gbps", 100.0),
 ]
 
 NUMBER_LINE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*=\s*[-+]?[0-9][0-9_.eE+-]*\s*(#.*)?$")
@@ -53,7 +64,9 @@ def test_all_expected_profiles_are_bundled():
 @pytest.mark.parametrize("name", sorted(EXPECTED_PROFILES))
 def test_profile_loads_and_is_plausible(name):
     c = load_cluster(name)
-    assert c.name == name and c.nodes == 1 and c.gpus_per_node == 8
+    assert c.name == name and c.nodes == 1
+    # NVL72 racks: 4-GPU trays in one 72-GPU NVLink domain; every other profile is one 8-GPU node.
+    assert (c.gpus_per_node, c.fast_domain_gpus) == ((4, 72) if name in NVL72 else (8, 8))
     peaks = c.gpu.peak_tflops
     assert 0 < peaks.fp32 <= peaks.fp16
     assert peaks.fp8 == 0 or peaks.fp8 == pytest.approx(2 * peaks.bf16, rel=0.02)
@@ -210,3 +223,9 @@ def test_an_override_no_profile_can_use(value):
     assert "must be 0 or a finite number from 1e-09 to 1e+15 in size (GB/s)" in _one_line(err)
     assert len(_one_line(err)) < 300
     assert load_cluster("a100x8", overrides={"inter_node.latency_us": 0}).inter_node.latency_us == 0
+
+
+def test_nvlink_domain_holds_whole_nodes():
+    with pytest.raises(HardwareProfileError, match="multiple of gpus_per_node"):
+        load_cluster("gb200nvl72", overrides=["nvlink_domain_gpus=70"])
+    assert load_cluster("h100x8", overrides=["nvlink_domain_gpus=16"]).fast_domain_gpus == 16

@@ -27,7 +27,8 @@ def approx(values):
 
 def test_every_chart_applies_and_is_written(saved):
     out, record = saved
-    assert list(record["charts"]) == list(report.CHART_NAMES)
+    # all but "versus", which needs a numeric varied setting (tests/cli/test_grad_compress_cli.py)
+    assert list(record["charts"]) == [c for c in report.CHART_NAMES if c != "versus"]
     for file in record["charts"].values():
         assert (out / file).stat().st_size > 5000
 

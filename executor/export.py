@@ -1,0 +1,225 @@
+"""`smplan export`: a run's DCP checkpoint as a Hugging Face folder (safetensors + config.json).
+
+One process reads the checkpoint with torch.distributed.checkpoint's own loader (no process
+group: DCP reassembles every rank's shards into whole tensors), shard by shard, so the peak
+memory is one output file's worth of weights; the optimizer states are never read.
+
+Names: a run of an `hf:DIR` model or of a model file returning a `PreTrainedModel` keeps the
+model's own state-dict names (DCP's `model.` prefix aside: `get_model_state_dict` drops the
+DDP / FSDP / recomputation wrappers), which are transformers' names; tied parameters are
+written once, under their first name, as `save_pretrained` does, and re-tied by
+`from_pretrained`. Models that are not transformers models (examples/gpt.py) are refused:
+its Llama presets leave out rotary embeddings, so no transformers class computes what they do.
+
+Files follow transformers' layout: `model.safetensors`, or `model-0000K-of-0000N.safetensors`
+shards of at most `max_shard_gib` each with `model.safetensors.index.json` (metadata.total_size
+and weight_map), the layout `save_pretrained(max_shard_size=...)` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import checkpoint
+
+MODEL_KEY = "model."  # train_state's {"model": ..., "optim": ...}, flattened by DCP
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"  # transformers.utils.SAFE_WEIGHTS_INDEX_NAME
+DEFAULT_MAX_SHARD_GIB = 5.0  # transformers' save_pretrained default max_shard_size ("5GB" in 4.x)
+GIB = 2**30
+
+
+class ExportError(ValueError):
+    """The run, the checkpoint or the output folder is not what export needs (one line)."""
+
+
+@dataclass
+class ExportResult:
+    out_dir: str
+    run_dir: str
+    step: int
+    checkpoint: str
+    files: list[str]
+    tensors: int
+    total_size_bytes: int
+    model_class: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_checkpoint_dir(run_dir: str | Path) -> Path:
+    """Where a run directory's checkpoints are: its run_config.json's checkpoint_dir, else RUN_DIR/checkpoints."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ExportError(f"run directory {run_dir} does not exist; pass the -o/--output folder of smplan execute")
+    config = run_dir / "run_config.json"
+    if config.is_file():
+        saved = json.loads(config.read_text()).get("checkpoint_dir")
+        if saved:
+            return Path(saved)
+    return run_dir / "checkpoints"
+
+
+def pick_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[int, Path]:
+    """The complete step-N checkpoint of the run: `step`, else the latest."""
+    root = run_checkpoint_dir(run_dir)
+    found = checkpoint.complete_steps(root)
+    if not found:
+        raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}); "
+                          "run smplan execute with --checkpoint-every N first")
+    if step is None:
+        return found[-1]
+    for n, path in found:
+        if n == step:
+            return n, path
+    raise ExportError(f"{run_dir} has no checkpoint of step {step}; it has steps "
+                      f"{', '.join(str(n) for n, _ in found)}")
+
+
+def checkpoint_tensors(path: Path) -> dict:
+    """{model state-dict name: TensorStorageMetadata} of a DCP checkpoint's model part."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    meta = FileSystemReader(str(path)).read_metadata()
+    return {key[len(MODEL_KEY):]: md for key, md in meta.state_dict_metadata.items()
+            if key.startswith(MODEL_KEY) and isinstance(md, TensorStorageMetadata)}
+
+
+def source_model(run_dir: Path, meta: dict):
+    """(model file, model args, the model built on meta) of the run, refused unless a transformers model."""
+    from smplan.planner.hf_model import is_hf_module
+    from smplan.planner.model_file import load_model_file
+
+    config = Path(run_dir) / "run_config.json"
+    saved = json.loads(config.read_text()) if config.is_file() else {}
+    ref = saved.get("model_ref") or meta.get("model")
+    if not ref:
+        raise ExportError(f"{run_dir} has no run_config.json naming its model; export the run directory "
+                          "smplan execute wrote")
+    args = (saved.get("plan") or meta.get("plan") or {}).get("model_args") or {}
+    model_file = load_model_file(ref)
+    model = model_file.build(args, device="meta")
+    if not is_hf_module(model):
+        raise ExportError(f"export needs a Hugging Face model (hf:DIR, or a model file returning a PreTrainedModel); "
+                          f"{ref} builds a {type(model).__name__}, which has no transformers counterpart")
+    return model_file, args, model
+
+
+def hub_config(model_file, args: dict, model, dtype):
+    """The transformers config to save: the hf:DIR config.json with the run's --arg values
+    (without the batch length, which is no config field), or the model file's own config."""
+    import copy
+
+    from smplan.planner.hf_model import HFModel
+
+    cfg = model_file.config(args) if isinstance(model_file, HFModel) else copy.deepcopy(model.config)
+    cfg.architectures = [type(model).__name__]
+    if dtype is not None:  # what from_pretrained(dtype="auto") loads them as: the checkpoint's
+        setattr(cfg, "dtype" if hasattr(cfg, "dtype") else "torch_dtype", dtype)  # transformers < 4.56: torch_dtype
+    return cfg
+
+
+def hub_names(model, stored: dict) -> list[str]:
+    """The state-dict names to write, in the model's order: every stored tensor except the
+    second and later names of a tied parameter (one tensor, as save_pretrained writes it)."""
+    from .materialize import tied_groups
+
+    aliases = {name for group in tied_groups(model) for name in group[1:]}
+    wanted = [n for n in model.state_dict(keep_vars=True) if n not in aliases]
+    names = [n for n in wanted if n in stored]
+    missing = [n for n in wanted if n not in stored]
+    if missing:
+        raise ExportError(f"the checkpoint lacks {len(missing)} of the model's tensors (first: {missing[0]}); "
+                          "it was written by another model; export the run that trained this one")
+    return names
+
+
+def nbytes(md) -> int:
+    import math
+
+    return math.prod(md.size) * md.properties.dtype.itemsize
+
+
+def shard_names(names: list[str], sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+    """Consecutive groups of at most `max_bytes` (a larger tensor alone), as transformers' split."""
+    shards, current, used = [], [], 0
+    for name in names:
+        if current and used + sizes[name] > max_bytes:
+            shards.append(current)
+            current, used = [], 0
+        current.append(name)
+        used += sizes[name]
+    if current:
+        shards.append(current)
+    return shards
+
+
+def shard_file(k: int, n: int) -> str:
+    return SINGLE_FILE if n == 1 else f"model-{k:05d}-of-{n:05d}.safetensors"  # transformers' pattern
+
+
+def check_out_dir(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"{out_dir} is a file; pass a folder as OUT_DIR")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ExportError(f"{out_dir} is not empty; pass --force to write into it, or choose another OUT_DIR")
+    if not out_dir.parent.is_dir():
+        raise ExportError(f"{out_dir.parent} does not exist; create it first, or choose another OUT_DIR")
+
+
+def read_tensors(path: Path, names: list[str], stored: dict) -> dict:
+    """`names` as whole CPU tensors, read from the DCP checkpoint in this one process."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    state = {MODEL_KEY + n: torch.empty(stored[n].size, dtype=stored[n].properties.dtype) for n in names}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message=".*single process.*")
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    return {n: state[MODEL_KEY + n].contiguous() for n in names}
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, force: bool = False,
+               max_shard_gib: float = DEFAULT_MAX_SHARD_GIB) -> ExportResult:
+    from safetensors.torch import save_file
+
+    if max_shard_gib <= 0:
+        raise ExportError(f"--max-shard-gib must be positive, got {max_shard_gib}")
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    step, path = pick_checkpoint(run_dir, step)
+    check_out_dir(out_dir, force)
+    model_file, args, model = source_model(run_dir, checkpoint.read_meta(path))
+    stored = checkpoint_tensors(path)
+    names = hub_names(model, stored)
+    expected = model.state_dict(keep_vars=True)
+    for name in names:
+        want = tuple(expected[name].shape)
+        if tuple(stored[name].size) != want:
+            raise ExportError(f"{name} is {tuple(stored[name].size)} in the checkpoint but {want} in the model; "
+                              "the run's model file or config.json changed since; restore it")
+    sizes = {n: nbytes(stored[n]) for n in names}
+    groups = shard_names(names, sizes, int(max_shard_gib * GIB))
+    out_dir.mkdir(exist_ok=True)
+    for old in [*out_dir.glob("*.safetensors"), out_dir / INDEX_FILE]:  # --force: no stale shard stays
+        old.unlink(missing_ok=True)
+    weight_map, files = {}, []
+    for k, group in enumerate(groups, start=1):
+        file = shard_file(k, len(groups))
+        save_file(read_tensors(path, group, stored), str(out_dir / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(group, file))
+        files.append(file)
+    total = sum(sizes.values())
+    if len(groups) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        files.append(INDEX_FILE)
+    dtypes = {stored[n].properties.dtype for n in names}
+    hub_config(model_file, args, model, dtypes.pop() if len(dtypes) == 1 else None).save_pretrained(out_dir)
+    files.append("config.json")
+    return ExportResult(out_dir=str(out_dir), run_dir=str(run_dir), step=step, checkpoint=str(path), files=files,
+                        tensors=len(names), total_size_bytes=total, model_class=type(model).__name__)
