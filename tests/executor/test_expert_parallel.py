@@ -142,3 +142,11 @@ def test_each_rank_holds_its_experts_and_their_single_process_gradient(tmp_path)
 def test_expert_gradients_are_summed_over_edp(tmp_path):
     """dp=4, ep=2: two ranks hold each expert (edp=2), and their gradients meet."""
     _spawn(_shard_worker, 4, "dp=4,ep=2,mbs=1,gbs=4", tmp_path, timeout_s=240)
+
+
+def test_the_expert_grid_must_fold_into_the_dp_x_tp_ranks():
+    from smplan.executor.mesh import MeshError, ParallelDims
+
+    assert ParallelDims(pp=1, dp=2, tp=2, world_size=4, ep=4).ep_enabled
+    with pytest.raises(MeshError, match="ep=4 must divide dp\\*tp=6"):
+        ParallelDims(pp=1, dp=3, tp=2, world_size=6, ep=4)
