@@ -33,6 +33,8 @@ def single_process(tmp_path_factory):
     pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2-ddp"),
     pytest.param("dp=2,ep=2,zero=3,mbs=1,gbs=4", id="dp2-ep2-fsdp"),
     pytest.param("tp=2,ep=2,mbs=1,gbs=4", id="tp2-ep2"),  # the tp ranks split the slots
+    pytest.param("tp=2,dp=2,ep=2,zero=1,mbs=1,gbs=4", id="tp2-dp2-ep2-edp2", marks=pytest.mark.slow),
+    pytest.param("pp=2,tp=2,ep=2,mbs=1,gbs=4", id="pp2-tp2-ep2", marks=pytest.mark.slow),
 ])
 def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, plan):
     result = run_execute(plan, tmp_path / "run", "--steps", str(STEPS), model=MOE, timeout=240)
