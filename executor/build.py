@@ -1,7 +1,7 @@
 """Turn a Plan into this rank's parallelised model chunks, in torchtitan's order:
 
 build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) -> CP (the
-model file's context_parallel hook) -> recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
+model file's context_parallel hook) -> EP -> recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
 (materialize.py) -> DDP ->
 pipeline schedule.
 """
@@ -27,6 +27,7 @@ from smplan.model.structure import (
 
 from . import grad_compress
 from .context_parallel import SequenceShard, apply_context_parallel
+from .expert_parallel import apply_ep, expert_parameters
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
 from .parallelize import (
@@ -49,6 +50,7 @@ class ModelParts:
     reference: nn.Module = field(repr=False)  # the meta-built full model (for batch hooks)
     layout: Layout | None = field(default=None, repr=False)  # find_layout(reference)
     loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
+    expert_banks: list[nn.Module] = field(default_factory=list)  # ep > 1: sharded banks, gradients reduced over edp
     powersgd: object | None = field(default=None, repr=False)  # PowerSGDState under grad_compress=powersgd
 
     def parameters(self):
@@ -77,7 +79,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
-    chunks = []
+    chunks, expert_banks = [], []
     for sid in stage_ids:
         spec = stages[sid]
         chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
@@ -88,6 +90,11 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                      plan.sequence_parallel)
         if sequence is not None:
             apply_context_parallel(chunk, model_file.hook(CP_HOOK), sequence)
+        banks = []
+        if dims.ep_enabled:  # without SP the tp ranks hold the same tokens: they split the slots
+            banks = apply_ep(chunk, dims["ep"], dims["tp"] if not plan.sequence_parallel else None)
+        expert_banks += banks
+        ignored = expert_parameters(banks) or None
         names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
         if names:
             apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
@@ -95,17 +102,17 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         use_ddp = False
         if dims.grad_replicas_enabled:  # gradients average over dp (x cp under context parallelism)
             if plan.zero > 0:
-                apply_fsdp(chunk, blocks, dims.grad_mesh(), reshard_after_forward=plan.zero == 3,
-                           mp_policy=mp_policy, parts=present_parts(chunk, layout, "after"))
+                apply_fsdp(chunk, blocks, dims.grad_mesh(), reshard_after_forward=plan.zero == 3, mp_policy=mp_policy,
+                           parts=present_parts(chunk, layout, "after"), ignored_params=ignored)
             elif dims.tp_enabled or dims.pp_enabled:
                 # DDP takes no DTensor parameters, and its reducer breaks when a pipeline
                 # schedule runs several forwards before the first backward.
-                apply_replicate(chunk, blocks, dims.grad_mesh(), mp_policy=mp_policy)
+                apply_replicate(chunk, blocks, dims.grad_mesh(), mp_policy=mp_policy, ignored_params=ignored)
             else:
                 use_ddp = True
         materialize(chunk, meta, device, seed, model_file.hook(INIT_HOOK))
         if use_ddp:
-            chunk = apply_ddp(chunk, dims.grad_mesh())
+            chunk = apply_ddp(chunk, dims.grad_mesh(), ignored_params=ignored)
             powersgd = grad_compress.register(chunk, dims.grad_mesh().get_group(), compress, seed)
         chunks.append(chunk)
     schedule = None
@@ -114,7 +121,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                                   plan.num_microbatches, loss_fn)
     return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout,
                       loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
-                      powersgd=powersgd)
+                      expert_banks=expert_banks, powersgd=powersgd)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

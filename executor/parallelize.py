@@ -150,7 +150,7 @@ def apply_recompute(container: nn.Module, names: list[str], mode: str) -> None:
 
 
 def apply_fsdp(model: nn.Module, blocks: list[nn.Module], dp_mesh, reshard_after_forward: bool,
-               mp_policy=None, parts: list[nn.Module] = ()) -> None:
+               mp_policy=None, parts: list[nn.Module] = (), ignored_params: set | None = None) -> None:
     """FSDP2 `fully_shard` per block and per given part (`parts`: the head), then the root
     (ZeRO 3: reshard after forward; ZeRO 1/2: keep the gathered parameters until backward;
     gradients are sharded either way).
@@ -161,7 +161,8 @@ def apply_fsdp(model: nn.Module, blocks: list[nn.Module], dp_mesh, reshard_after
     root: as a unit of its own, its sequence-parallel output (a view of the local shard)
     makes FSDP2 warn that an in-place op could skip its all-gather. A part sharing a
     parameter with another (tied embedding and head) stays with the root, which keeps one
-    sharded parameter for both names.
+    sharded parameter for both names. `ignored_params` (expert-parallel experts, reduced
+    over edp by expert_parallel.py) are left alone.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -169,8 +170,10 @@ def apply_fsdp(model: nn.Module, blocks: list[nn.Module], dp_mesh, reshard_after
     for part in _untied(parts, model):
         fully_shard(part, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy)
     for block in blocks:
-        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy)
-    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy)
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy,
+                    ignored_params=ignored_params)
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy,
+                ignored_params=ignored_params)
 
 
 def _untied(parts: list[nn.Module], model: nn.Module) -> list[nn.Module]:
@@ -182,7 +185,8 @@ def _untied(parts: list[nn.Module], model: nn.Module) -> list[nn.Module]:
             and all(names[id(p)] == 1 for p in m.parameters())]
 
 
-def apply_replicate(model: nn.Module, blocks: list[nn.Module], dp_mesh, mp_policy=None) -> None:
+def apply_replicate(model: nn.Module, blocks: list[nn.Module], dp_mesh, mp_policy=None,
+                    ignored_params: set | None = None) -> None:
     """ZeRO 0 under TP or PP: FSDP2's `replicate` (DDP cannot take DTensor parameters,
     nor several forwards in flight before a backward); per block so gradient
     all-reduces overlap backward."""
@@ -191,13 +195,18 @@ def apply_replicate(model: nn.Module, blocks: list[nn.Module], dp_mesh, mp_polic
 
     mp_policy = mp_policy or MixedPrecisionPolicy()
     for block in blocks:
-        replicate(block, mesh=dp_mesh, mp_policy=mp_policy)
-    replicate(model, mesh=dp_mesh, mp_policy=mp_policy)
+        replicate(block, mesh=dp_mesh, mp_policy=mp_policy, ignored_params=ignored_params)
+    replicate(model, mesh=dp_mesh, mp_policy=mp_policy, ignored_params=ignored_params)
 
 
-def apply_ddp(model: nn.Module, dp_mesh, bucket_cap_mb: float = 25.0) -> nn.Module:
-    """ZeRO 0 without TP: classic DDP (bucketed all-reduce overlapping backward)."""
+def apply_ddp(model: nn.Module, dp_mesh, bucket_cap_mb: float = 25.0, ignored_params: set | None = None) -> nn.Module:
+    """ZeRO 0 without TP: classic DDP (bucketed all-reduce overlapping backward); it neither
+    broadcasts nor reduces `ignored_params`."""
     from torch.nn.parallel import DistributedDataParallel
+
+    if ignored_params:
+        names = [n for n, p in model.named_parameters() if p in ignored_params]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
 
     device = next(model.parameters()).device
     return DistributedDataParallel(

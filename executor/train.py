@@ -19,6 +19,7 @@ from .build import build_model_parts
 from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig, parse_slow_rank
 from .context_parallel import SequenceShard, sequence_length, weighted_loss
 from .data import BatchSource
+from .expert_parallel import reduce_expert_grads
 from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
 from .metrics import (
@@ -69,7 +70,8 @@ class Trainer:
         dist.init_process_group(backend, timeout=timedelta(seconds=cfg.collective_timeout_s))
         self.rank = dist.get_rank()
         self.dims = ParallelDims(self.plan.pp, self.plan.dp, self.plan.tp, dist.get_world_size(),
-                                 gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), cp=self.plan.cp)
+                                 gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), cp=self.plan.cp,
+                                 ep=self.plan.ep)
         self.dims.build_mesh(self.device.type)
         self.loss_fn = plain_loss(self.model_file.hook("loss") or (lambda out, y: F.cross_entropy(out.float(), y)))
         # Context parallelism: this rank's share of every sequence; its loss is weighted so
@@ -165,6 +167,9 @@ class Trainer:
         """One optimizer step: loss, grad_norm, phases_s, sync_wait_s, maybe block_grad_norms."""
         timer = PhaseTimer(self.device)
         local = self._forward_backward(step, timer)
+        if self.parts.expert_banks:  # ep > 1: the data-parallel wrappers left the experts to us
+            reduce_expert_grads(self.parts.expert_banks, self.dims["edp"], self.plan.dp)
+            timer.mark("expert_grad_reduce")
         pp_group = self.dims["pp"].get_group() if self.dims.pp_enabled else None
         out = {}
         every = self.cfg.grad_norms_every

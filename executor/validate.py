@@ -7,13 +7,15 @@ import fnmatch
 import inspect
 from dataclasses import dataclass
 
-from smplan.planner.feasibility import context_parallel_problem, pipeline_fill_problem
+from smplan.planner.feasibility import context_parallel_problem, expert_parallel_problem, pipeline_fill_problem
 from smplan.planner.plan import Plan
 from torch import nn
 
 from smplan.model import (
     CP_HOOK,
     context_parallel_support_problem,
+    expert_bank_problem,
+    expert_banks,
     pipeline_problem,
     tensor_parallel_problem,
 )
@@ -101,6 +103,8 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
         problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x))
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
+    if plan.ep > 1:
+        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None)
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     if plan.cp > 1:
@@ -109,11 +113,8 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
 
 
 def _check_executable(plan: Plan) -> None:
-    """What the planner and simulator price but the executor does not run yet (issue 17):
+    """What the planner and simulator price but the executor does not run yet:
     refused in one line rather than run as something else."""
-    if plan.ep > 1:
-        raise PlanMismatchError(f"ep={plan.ep}: expert parallelism is planned and simulated but not executed yet; "
-                                "use ep=1 to run (the experts are then replicated over dp)")
     if plan.grad_compress.startswith("powersgd") and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1 or plan.zero):
         raise PlanMismatchError(f"grad_compress={plan.grad_compress} runs as torch's DDP hook, which this executor uses "
                                 "only for zero=0 without tp or pp (FSDP2 replicate/shard has no PowerSGD); "
@@ -135,6 +136,26 @@ def _check_cp(plan: Plan, model_file, ref: str, seq_len: int) -> None:
     problem = context_parallel_problem(plan.cp, seq_len)
     if problem:
         raise PlanMismatchError(problem)
+
+
+def _check_ep(plan: Plan, meta: nn.Module, inputs) -> None:
+    """Expert parallelism as executor/expert_parallel.py runs it: the experts split over ep of
+    a stage's dp x tp ranks (the plan already checks that ep divides them), every bank's
+    experts divisible by ep, and banks that can be split (the planner's rule too:
+    smplan.model.capabilities). Not with sequence parallelism yet (untested: no model here has both)."""
+    ep = plan.ep
+    if plan.cp > 1:  # the expert grid would fold over dp x cp x tp (executor/mesh.py folds dp x tp)
+        raise PlanMismatchError(f"ep={ep} with cp={plan.cp} is not run by this executor yet; use cp=1")
+    if plan.sequence_parallel and plan.tp > 1:
+        raise PlanMismatchError(f"ep={ep} with sequence parallelism is not run by this executor yet; use sp=0")
+    banks = expert_banks(meta)
+    for experts in sorted({bank.num_experts for _, bank in banks}) or [0]:
+        problem = expert_parallel_problem(ep, experts)
+        if problem:
+            raise PlanMismatchError(problem)
+    problem = expert_bank_problem(meta, inputs, lambda model, x: model(x)) if inputs is not None else None
+    if problem:
+        raise PlanMismatchError(f"ep={ep}: {problem}")
 
 
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:

@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from smplan.model import (
     CP_HOOK,
     context_parallel_support_problem,
+    expert_bank_problem,
     find_layout,
     pipeline_problem,
     tensor_parallel_problem,
@@ -86,6 +87,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer"))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
     cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), Path(str(mf.path)).name)
+    ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf))
     sharded = _sharded_params({**tp_modules, **outer_modules})
     params_of, active_of, sharded_of, expert_of = _params_by_part(model, container, run, blocks, parts, sharded)
     pre, post, block = [], [], None
@@ -116,7 +118,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         and _takes_sp(mf, "tp_plan_outer"),
         num_heads=_num_heads(model),
         file_sha256=mf.sha256,
-        unsupported={dim: why for dim, why in (("tp", tp_problem), ("pp", pp_problem), ("cp", cp_problem)) if why},
+        unsupported={dim: why for dim, why in (("tp", tp_problem), ("pp", pp_problem), ("cp", cp_problem),
+                                                ("ep", ep_problem)) if why},
     )
 
 

@@ -131,6 +131,8 @@ def validate_constraints(
         if tp > 1 and heads and heads % tp:
             ok = max(t for t in _divisors(tp_domain_gpus(cluster)) if heads % t == 0 and t <= tp)
             raise PlanError(f"tp={tp} does not divide the model's {heads} attention heads; use tp={ok}")
+    if fixed.get("ep", 1) > 1 and "ep" in profile.unsupported:
+        raise PlanError(f"ep={fixed['ep']}: {profile.unsupported['ep']}")
     pp = fixed.get("pp")
     if pp is not None and pp > 1 and "pp" in profile.unsupported:
         raise PlanError(f"pp={pp}: {profile.unsupported['pp']}; use pp=1")
@@ -300,7 +302,7 @@ def _eps(profile: ModelProfile, fixed: dict, grid: int) -> list[int]:
     experts = profile.num_experts
     if "ep" in fixed:
         return [fixed["ep"]] if grid % fixed["ep"] == 0 else []
-    if not experts:
+    if not experts or "ep" in profile.unsupported:  # the banks cannot be split (capabilities)
         return [1]
     return [e for e in _divisors(grid) if experts % e == 0]
 

@@ -72,3 +72,67 @@ def context_parallel_support_problem(hook, name: str) -> str | None:
         return (f"{name} defines no {CP_HOOK}(model, sequence) hook (attention must see the whole sequence's "
                 "K/V, masked by global position; see examples/gpt.py)")
     return None
+
+
+def expert_banks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of every bank of routed experts: a module with integer `num_experts`
+    and `top_k` (0 < top_k <= num_experts), as the profiler counts them (params_active)."""
+    out = []
+    for name, module in model.named_modules():
+        experts, top_k = getattr(module, "num_experts", None), getattr(module, "top_k", None)
+        if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
+            out.append((name, module))
+    return out
+
+
+def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:
+    """Why the expert banks of `model` cannot be split over expert-parallel ranks, or None
+    (also None for a model without banks: feasibility.expert_parallel_problem says ep needs some).
+
+    Expert parallelism (executor/expert_parallel.py, torchtitan's GroupedExperts contract)
+    shards dim 0 of every parameter of a bank and hands each rank a [num_experts / ep, slots,
+    hidden] slice of the dispatch buffer, so every parameter must have num_experts rows in
+    dim 0 and the forward must take one [num_experts, slots, hidden] tensor and return one of
+    the same shape (examples/moe.py's `Experts`). Checked for real: the model runs once on the
+    meta device (`call(model, inputs)`) with hooks on the banks.
+    """
+    banks = expert_banks(model)
+    for name, bank in banks:
+        for pname, p in bank.named_parameters():
+            if p.dim() == 0 or p.shape[0] != bank.num_experts:
+                return (f"expert bank {name} holds {pname} of shape {tuple(p.shape)}, not num_experts="
+                        f"{bank.num_experts} rows in dim 0 (one slice per expert), so it cannot be split over ep "
+                        "ranks; batch the expert weights as examples/moe.py's Experts does, or use ep=1")
+    if not banks:
+        return None
+    seen: dict[str, str | None] = {}
+
+    def check(name: str, bank: nn.Module):
+        def hook(mod, args, kwargs, output):
+            x = args[0] if len(args) == 1 and not kwargs else None
+            ok = (isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[0] == mod.num_experts
+                  and isinstance(output, torch.Tensor) and output.shape == x.shape)
+            seen.setdefault(name, None if ok else (
+                f"expert bank {name}'s forward takes {_describe(args, kwargs)} and returns {_shape(output)}, "
+                f"not one [num_experts={mod.num_experts}, slots, hidden] buffer in and out, so its tokens cannot be "
+                "dispatched to ep ranks; give the bank examples/moe.py's Experts interface, or use ep=1"))
+        return bank.register_forward_hook(hook, with_kwargs=True)
+
+    handles = [check(name, bank) for name, bank in banks]
+    try:
+        with torch.no_grad():
+            call(model, inputs)
+    except Exception as err:  # the model must run on meta anyway (profiling); say it did not
+        return f"{type(model).__name__} did not run on the meta device ({type(err).__name__}); use ep=1"
+    finally:
+        for h in handles:
+            h.remove()
+    return next((why for why in seen.values() if why), None)
+
+
+def _shape(value) -> str:
+    return f"[{', '.join(map(str, value.shape))}]" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _describe(args, kwargs) -> str:
+    return "(" + ", ".join([_shape(a) for a in args] + [f"{k}=..." for k in kwargs]) + ")"

@@ -134,8 +134,29 @@ def test_json_mode_prints_one_object_and_progress_goes_to_stderr(tmp_path):
     assert "starting 2 processes" in proc.stderr and "step 2/2" in proc.stderr
 
 
-def test_expert_parallelism_is_refused_until_the_executor_runs_it(cli_runner, tmp_path):
-    moe = f"{EXAMPLES / 'moe.py'}:tiny"
-    result = _invoke(cli_runner, "ep=2,dp=2,mbs=1,gbs=2", "--model", moe, "-o", str(tmp_path / "r"))
-    assert result.exit_code == 2 and "ep=2: expert parallelism is planned and simulated" in result.output
+MOE = f"{EXAMPLES / 'moe.py'}:tiny"  # 4 experts per bank, top 2
+
+LISTED = str(EXAMPLES.parent / 'tests' / 'model' / 'listed_experts.py')  # experts in a ModuleList
+
+
+@pytest.mark.parametrize(
+    ("plan", "needle"),
+    [
+        ("ep=3,dp=3,mbs=1,gbs=3", "ep=3 does not divide the model's 4 experts per MoE block"),
+        ("ep=2,dp=3,mbs=1,gbs=3", "ep=2 must divide tp*cp*dp=3"),
+    ],
+)
+def test_bad_expert_parallel_layouts_are_one_line(cli_runner, tmp_path, plan, needle):
+    result = _invoke(cli_runner, plan, "--model", MOE, "-o", str(tmp_path / "r"))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and needle in lines[0], result.output
     assert not (tmp_path / "r").exists()
+
+
+def test_expert_bank_that_cannot_be_split_is_refused_with_the_planners_reason(cli_runner, tmp_path):
+    result = _invoke(cli_runner, "ep=2,dp=2,mbs=1,gbs=2", "--model", LISTED, "-o", str(tmp_path / "r"))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "ep=2: expert bank blocks.0.bank holds experts.0.weight of shape (8, 8)" in lines[0]
+    profiled = cli_runner.invoke(cli, ["plan", LISTED, "--hw", "h100x8", "--nodes", "1", "--fix", "ep=2"])
+    assert profiled.exit_code == 2 and "expert bank blocks.0.bank holds experts.0.weight" in profiled.output

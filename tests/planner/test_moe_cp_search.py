@@ -90,10 +90,12 @@ def test_ilp_equals_brute_force_with_ep_and_cp(moe):
 
 
 def test_search_splits_experts_and_fixes_hold(moe):
+    # On 80 GB, ep=1 (79.95 GiB) and ep=2 (58.95 GiB) are 0.4% apart in step time, too close
+    # to assert either; on 70 GB only split experts fit, and the search must find them.
+    best = plan_search(moe, load_cluster("h100x8", nodes=2, overrides={"gpu.memory_gib": 70}),
+                       global_batch=32, top=1)[0]
+    assert best.ep > 1 and best.predicted.peak_memory_gib <= 70
     cluster = load_cluster("h100x8", nodes=2)
-    # ep=1 (experts replicated, mbs=2) and ep=2 come within 0.5% of each other here: both are offered
-    plans = plan_search(moe, cluster, global_batch=32, top=4)
-    assert any(p.ep > 1 for p in plans) and all(p.predicted.peak_memory_gib <= 80 for p in plans)
     plans = plan_search(moe, cluster, global_batch=32, fix="cp=2,ep=8", top=2)
     assert all(p.cp == 2 and p.ep == 8 and p.world_size == 16 for p in plans)
 
