@@ -7,7 +7,11 @@ import fnmatch
 import inspect
 from dataclasses import dataclass
 
-from smplan.planner.feasibility import context_parallel_problem, expert_parallel_problem, pipeline_fill_problem
+from smplan.planner.feasibility import (
+    context_parallel_problem,
+    expert_parallel_problem,
+    pipeline_fill_problem,
+)
 from smplan.planner.plan import Plan
 from torch import nn
 
