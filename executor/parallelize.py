@@ -36,10 +36,19 @@ def _attention_core(op, args) -> bool:
     return any(_square(t) and t.dim() >= 4 for t in args)  # scale, mask, softmax, dropout
 
 
+# Row reductions a block recomputes even under "selective": torch's composite RMSNorm (CPU;
+# torch/_refs rms_norm) updates its mean in place (`mean(...).add_(eps)`), and a cached output
+# that is mutated makes selective checkpointing raise. They are [.., 1] rows: nothing to save;
+# the in-place op that mutates them is recomputed with them.
+_RECOMPUTED_REDUCTIONS = {torch.ops.aten.mean.dim, torch.ops.aten.sum.dim_IntList, torch.ops.aten.var.correction}
+
+
 def _selective_policy(ctx, op, *args, **kwargs):
     from torch.utils.checkpoint import CheckpointPolicy
 
-    return CheckpointPolicy.PREFER_RECOMPUTE if _attention_core(op, args) else CheckpointPolicy.MUST_SAVE
+    if _attention_core(op, args) or op in _RECOMPUTED_REDUCTIONS or op._schema.is_mutable:  # in-place: its input is recomputed
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return CheckpointPolicy.MUST_SAVE
 
 
 # torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,

@@ -139,7 +139,10 @@ def test_sac_costs_less_than_full_and_is_offered_by_the_search():
     assert plans[0].recompute == "sac" and plans[0].predicted.peak_memory_gib < tight.gpu.memory_gib
 
 
-def test_executor_sac_policy_gives_the_same_gradients():
+@pytest.mark.parametrize("mode,attention", [("sac", "sdpa"), ("selective", "sdpa"), ("selective", "explicit")])
+def test_executor_recompute_policies_give_the_same_gradients(mode, attention):
+    """On an RMSNorm model too: torch's composite RMSNorm (CPU) adds eps to its mean in place,
+    which a cached output must not see (the selective policy recomputes both)."""
     import copy
 
     from smplan.executor.parallelize import apply_recompute
@@ -147,10 +150,10 @@ def test_executor_sac_policy_gives_the_same_gradients():
 
     mf = load_model_file(GPT)
     torch.manual_seed(0)
-    ref = mf.build(dict(layers=2, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=50, seq_len=16, attention="sdpa",
+    ref = mf.build(dict(layers=2, hidden=32, heads=4, kv_heads=2, ffn=64, vocab=50, seq_len=16, attention=attention,
                         mlp="swiglu", norm="rmsnorm", dropout=0.0), device="cpu", dtype=torch.float32)
     sac = copy.deepcopy(ref)
-    apply_recompute(sac.blocks, ["0", "1"], "sac")
+    apply_recompute(sac.blocks, ["0", "1"], mode)
     x, y = mf.hook("batch")(2, ref)
     for model in (ref, sac):
         mf.hook("loss")(model(x), y).backward()
