@@ -9,8 +9,8 @@ order tp, cp, dp, pp), i.e. the layout's dp ranks split into dp x cp; gradients 
 both, through the flattened "dp_cp" mesh (torchtitan's dp_shard_cp). With cp = 1 the mesh
 is the plain (pp, dp, tp) one, as before.
 
-Expert parallelism (ep > 1) folds the expert layers' grid ep x edp into the dp x tp ranks
-of a stage (Megatron-Core MoE parallel folding, no expert tensor parallelism): the (dp, tp)
+Expert parallelism (ep > 1) folds the expert layers' grid ep x edp into the dp x cp x tp ranks
+of a stage (Megatron-Core MoE parallel folding, no expert tensor parallelism): the (dp, cp, tp)
 dimensions are flattened and unflattened into (edp, ep), ep the faster one, so an ep group
 is ep consecutive ranks (NVLink first, as the planner's cost model assumes) and `["ep"]`,
 `["edp"]` are sub-meshes of the same root mesh.
@@ -35,7 +35,7 @@ class ParallelDims:
     world_size: int
     gpus_per_node: int = 1
     cp: int = 1
-    ep: int = 1  # expert parallel, folded into the dp x tp ranks of a stage
+    ep: int = 1  # expert parallel, folded into the dp x cp x tp ranks of a stage
     _mesh: object = field(default=None, repr=False)
     _expert_mesh: object = field(default=None, repr=False)
 
@@ -45,8 +45,9 @@ class ParallelDims:
                 f"pp*dp*cp*tp={self.pp}*{self.dp}*{self.cp}*{self.tp}={self.pp * self.dp * self.cp * self.tp} but "
                 f"{self.world_size} processes were started; start dp*tp*pp*cp processes"
             )
-        if (self.dp * self.tp) % self.ep:
-            raise MeshError(f"ep={self.ep} must divide dp*tp={self.dp * self.tp} (the expert grid folds into them)")
+        if (self.dp * self.cp * self.tp) % self.ep:
+            raise MeshError(f"ep={self.ep} must divide dp*cp*tp={self.dp * self.cp * self.tp} "
+                            "(the expert grid folds into them)")
 
     @property
     def layout(self) -> ParallelLayout:
@@ -83,15 +84,16 @@ class ParallelDims:
 
         if not self.cp_enabled:
             self._mesh = init_device_mesh(device_type, self.layout.mesh_shape, mesh_dim_names=MESH_DIMS)
-            if self.ep_enabled:
-                grid = self._mesh["dp", "tp"]._flatten("dp_tp")
-                self._expert_mesh = grid._unflatten(0, (self.dp * self.tp // self.ep, self.ep), ("edp", "ep"))
-            return self._mesh
-        if self.ep_enabled:  # the expert grid would fold over dp x cp x tp (executor/validate.py refuses it)
-            raise MeshError(f"ep={self.ep} with cp={self.cp} is not run by this executor yet; use cp=1")
-        self._mesh = init_device_mesh(device_type, (self.pp, self.dp, self.cp, self.tp),
-                                      mesh_dim_names=("pp", "dp", "cp", "tp"))
-        self._mesh["dp", "cp"]._flatten("dp_cp")
+            folded = ("dp", "tp")
+        else:
+            self._mesh = init_device_mesh(device_type, (self.pp, self.dp, self.cp, self.tp),
+                                          mesh_dim_names=("pp", "dp", "cp", "tp"))
+            self._mesh["dp", "cp"]._flatten("dp_cp")
+            folded = ("dp", "cp", "tp")
+        if self.ep_enabled:  # the expert grid ep x edp folds into the stage's dp x cp x tp ranks
+            grid = self._mesh[folded]._flatten("_".join(folded))
+            ranks = self.dp * self.cp * self.tp
+            self._expert_mesh = grid._unflatten(0, (ranks // self.ep, self.ep), ("edp", "ep"))
         return self._mesh
 
     @property

@@ -168,7 +168,7 @@ class Trainer:
         timer = PhaseTimer(self.device)
         local = self._forward_backward(step, timer)
         if self.parts.expert_banks:  # ep > 1: the data-parallel wrappers left the experts to us
-            reduce_expert_grads(self.parts.expert_banks, self.dims["edp"], self.plan.dp)
+            reduce_expert_grads(self.parts.expert_banks, self.dims["edp"], self.plan.dp * self.plan.cp)
             timer.mark("expert_grad_reduce")
         pp_group = self.dims["pp"].get_group() if self.dims.pp_enabled else None
         out = {}

@@ -144,12 +144,10 @@ def _check_cp(plan: Plan, model_file, ref: str, seq_len: int) -> None:
 
 def _check_ep(plan: Plan, meta: nn.Module, inputs) -> None:
     """Expert parallelism as executor/expert_parallel.py runs it: the experts split over ep of
-    a stage's dp x tp ranks (the plan already checks that ep divides them), every bank's
+    a stage's dp x cp x tp ranks (the plan already checks that ep divides them), every bank's
     experts divisible by ep, and banks that can be split (the planner's rule too:
     smplan.model.capabilities). Not with sequence parallelism yet (untested: no model here has both)."""
     ep = plan.ep
-    if plan.cp > 1:  # the expert grid would fold over dp x cp x tp (executor/mesh.py folds dp x tp)
-        raise PlanMismatchError(f"ep={ep} with cp={plan.cp} is not run by this executor yet; use cp=1")
     if plan.sequence_parallel and plan.tp > 1:
         raise PlanMismatchError(f"ep={ep} with sequence parallelism is not run by this executor yet; use sp=0")
     banks = expert_banks(meta)

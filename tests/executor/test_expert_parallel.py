@@ -33,6 +33,7 @@ def single_process(tmp_path_factory):
     pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2-ddp"),
     pytest.param("dp=2,ep=2,zero=3,mbs=1,gbs=4", id="dp2-ep2-fsdp"),
     pytest.param("tp=2,ep=2,mbs=1,gbs=4", id="tp2-ep2"),  # the tp ranks split the slots
+    pytest.param("cp=2,ep=2,mbs=1,gbs=4", id="cp2-ep2"),  # the experts fold over the cp ranks too
     pytest.param("tp=2,dp=2,ep=2,zero=1,mbs=1,gbs=4", id="tp2-dp2-ep2-edp2", marks=pytest.mark.slow),
     pytest.param("pp=2,tp=2,ep=2,mbs=1,gbs=4", id="pp2-tp2-ep2", marks=pytest.mark.slow),
 ])
@@ -146,9 +147,10 @@ def test_expert_gradients_are_summed_over_edp(tmp_path):
     _spawn(_shard_worker, 4, "dp=4,ep=2,mbs=1,gbs=4", tmp_path, timeout_s=240)
 
 
-def test_the_expert_grid_must_fold_into_the_dp_x_tp_ranks():
+def test_the_expert_grid_must_fold_into_the_dp_x_cp_x_tp_ranks():
     from smplan.executor.mesh import MeshError, ParallelDims
 
     assert ParallelDims(pp=1, dp=2, tp=2, world_size=4, ep=4).ep_enabled
-    with pytest.raises(MeshError, match="ep=4 must divide dp\\*tp=6"):
+    assert ParallelDims(pp=1, dp=1, tp=2, cp=2, world_size=4, ep=4).ep_enabled
+    with pytest.raises(MeshError, match="ep=4 must divide dp\\*cp\\*tp=6"):
         ParallelDims(pp=1, dp=3, tp=2, world_size=6, ep=4)
