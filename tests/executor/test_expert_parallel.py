@@ -48,9 +48,13 @@ def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, pl
         assert mine["grad_norm"] == pytest.approx(ref["grad_norm"], rel=RTOL), (plan, mine["step"])
 
 
-def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path, single_process):
+@pytest.mark.parametrize("plan", [
+    pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2"),
+    # ZeRO: the experts also sharded over edp by FSDP, saved whole by DCP all the same
+    pytest.param("dp=4,ep=2,zero=1,mbs=1,gbs=4", id="dp4-ep2-zero1-edp2", marks=pytest.mark.slow),
+])
+def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path, single_process, plan):
     args = ("--steps", "4", "--checkpoint-every", "2")
-    plan = "dp=2,ep=2,mbs=1,gbs=4"
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"
     first = run_execute(plan, clean, *args, model=MOE, timeout=240)
     assert first.returncode == 0, first.stdout[-4000:]
