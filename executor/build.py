@@ -27,7 +27,7 @@ from smplan.model.structure import (
 
 from . import grad_compress
 from .context_parallel import SequenceShard, apply_context_parallel
-from .expert_parallel import apply_ep, expert_parameters
+from .expert_parallel import apply_ep, expert_parameters, shard_over_edp
 from .materialize import INIT_HOOK, build_meta, materialize
 from .mesh import ParallelDims
 from .parallelize import (
@@ -102,6 +102,8 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         use_ddp = False
         if dims.grad_replicas_enabled:  # gradients average over dp (x cp under context parallelism)
             if plan.zero > 0:
+                if banks and dims["edp"].size() > 1:  # ZeRO shards the experts over edp too
+                    shard_over_edp(banks, dims["edp"], plan.zero == 3, mp_policy, plan.dp * plan.cp)
                 apply_fsdp(chunk, blocks, dims.grad_mesh(), reshard_after_forward=plan.zero == 3, mp_policy=mp_policy,
                            parts=present_parts(chunk, layout, "after"), ignored_params=ignored)
             elif dims.tp_enabled or dims.pp_enabled:

@@ -33,6 +33,14 @@ Gradients: the data-parallel wrapper (DDP / FSDP2) ignores the expert parameters
 experts) and divides by dp: each rank's expert gradient already holds the contributions of
 the tokens of its ep group, so summed over edp it covers every dp rank's tokens, and dp is
 the divisor the dense gradients' average uses (torchtitan's `gradient_divide_factor`).
+
+Under ZeRO (zero >= 1, edp > 1) `shard_over_edp` also gives each bank its own FSDP2
+`fully_shard` over the edp mesh, as torchtitan does for MoE experts (`dp_mod_ep` mesh) and
+as Megatron-Core's distributed optimizer shards expert parameters over the expert data
+parallel group: the parameters become 2-D DTensors (edp, ep), so each rank keeps 1/edp of
+its experts' optimizer states (and for zero 3 of their weights). FSDP's reduce-scatter then
+sums the expert gradients over edp with divide factor dp, and `reduce_expert_grads` leaves
+those banks alone.
 """
 
 from __future__ import annotations
@@ -155,6 +163,19 @@ def _all_to_all(x: torch.Tensor, mesh) -> torch.Tensor:
     return funcol.wait_tensor(funcol.all_to_all_single_autograd(x.contiguous(), None, None, mesh))
 
 
+def shard_over_edp(banks: list[nn.Module], edp_mesh, reshard_after_forward: bool, mp_policy, dp: int) -> None:
+    """FSDP2 `fully_shard` of every bank over `edp_mesh` (before the chunk's own fully_shard,
+    which then skips them); gradients summed over edp and divided by dp."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    for bank in banks:
+        fully_shard(bank, mesh=edp_mesh, reshard_after_forward=reshard_after_forward,
+                    mp_policy=mp_policy or MixedPrecisionPolicy())
+        bank.set_gradient_divide_factor(float(dp))
+        # plain sum then /dp: PREMUL_SUM (FSDP's choice for a custom factor) is NCCL-only
+        bank.set_force_sum_reduction_for_comms(True)
+
+
 def expert_parameters(banks: list[nn.Module]) -> set[nn.Parameter]:
     """What the data-parallel wrappers must leave alone (reduced over edp instead)."""
     return {p for bank in banks for p in bank.parameters()}
@@ -162,9 +183,12 @@ def expert_parameters(banks: list[nn.Module]) -> set[nn.Parameter]:
 
 @torch.no_grad()
 def reduce_expert_grads(banks: list[nn.Module], edp_mesh, dp: int) -> None:
-    """Sum the expert gradients over edp and divide by dp (see the module docstring)."""
+    """Sum the expert gradients over edp and divide by dp (see the module docstring); banks
+    sharded over edp by `shard_over_edp` were reduced by FSDP already."""
+    from torch.distributed.fsdp import FSDPModule
     from torch.distributed.tensor import DTensor
 
+    banks = [bank for bank in banks if not isinstance(bank, FSDPModule)]
     grads = [p.grad for bank in banks for p in bank.parameters() if p.grad is not None]
     local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
     if not local:

@@ -36,6 +36,7 @@ def single_process(tmp_path_factory):
     pytest.param("cp=2,ep=2,mbs=1,gbs=4", id="cp2-ep2"),  # the experts fold over the cp ranks too
     pytest.param("tp=2,dp=2,ep=2,zero=1,mbs=1,gbs=4", id="tp2-dp2-ep2-edp2", marks=pytest.mark.slow),
     pytest.param("pp=2,tp=2,ep=2,mbs=1,gbs=4", id="pp2-tp2-ep2", marks=pytest.mark.slow),
+    pytest.param("dp=4,ep=2,zero=3,mbs=1,gbs=4", id="dp4-ep2-zero3-edp2", marks=pytest.mark.slow),
 ])
 def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, plan):
     result = run_execute(plan, tmp_path / "run", "--steps", str(STEPS), model=MOE, timeout=240)
@@ -48,9 +49,13 @@ def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, pl
         assert mine["grad_norm"] == pytest.approx(ref["grad_norm"], rel=RTOL), (plan, mine["step"])
 
 
-def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path, single_process):
+@pytest.mark.parametrize("plan", [
+    pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2"),
+    # ZeRO: the experts also sharded over edp by FSDP, saved whole by DCP all the same
+    pytest.param("dp=4,ep=2,zero=1,mbs=1,gbs=4", id="dp4-ep2-zero1-edp2", marks=pytest.mark.slow),
+])
+def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path, single_process, plan):
     args = ("--steps", "4", "--checkpoint-every", "2")
-    plan = "dp=2,ep=2,mbs=1,gbs=4"
     clean, faulty = tmp_path / "clean", tmp_path / "faulty"
     first = run_execute(plan, clean, *args, model=MOE, timeout=240)
     assert first.returncode == 0, first.stdout[-4000:]
@@ -119,15 +124,25 @@ def _shard_worker(rank: int, world: int, spec: str, init_file: str) -> None:
         mf.hook("loss")(chunk(x[mine]), y[mine]).backward()
         reduce_expert_grads(parts.expert_banks, dims["edp"], plan.dp)
         experts = 0
+        edp = dims["edp"].size() if plan.zero else 1  # ZeRO also shards the experts over edp
         for name, p in chunk.named_parameters():
             name = name.removeprefix("module.")
             ref = ref_params[name]
-            if ".experts." in name:
+            if ".experts." in name and edp > 1:
+                experts += 1
+                assert isinstance(p, DTensor) and p.device_mesh.mesh_dim_names == ("edp", "ep"), (spec, name)
+                assert p.to_local().numel() * plan.ep * edp == ref.numel(), (spec, name, p.to_local().shape)
+                assert torch.equal(p.full_tensor(), ref.detach()), f"{spec}: initial {name} differs"
+                torch.testing.assert_close(p.grad.full_tensor(), ref.grad, rtol=1e-5, atol=1e-7)
+            elif ".experts." in name:
                 experts += 1
                 assert isinstance(p, DTensor) and p.to_local().shape[0] == per, (spec, name, p.shape)
                 local = slice(ep_rank * per, (ep_rank + 1) * per)
                 assert torch.equal(p.to_local(), ref.detach()[local]), f"{spec}: initial {name} differs"
                 torch.testing.assert_close(p.grad.to_local(), ref.grad[local], rtol=1e-5, atol=1e-7)
+            elif isinstance(p, DTensor):  # FSDP-sharded dense parameter
+                assert torch.equal(p.full_tensor(), ref.detach()), f"{spec}: {name} differs"
+                torch.testing.assert_close(p.grad.full_tensor(), ref.grad, rtol=1e-5, atol=1e-7)
             else:
                 assert torch.equal(p.detach(), ref.detach()), f"{spec}: {name} differs"
                 torch.testing.assert_close(p.grad, ref.grad, rtol=1e-5, atol=1e-7)
@@ -145,6 +160,13 @@ def test_each_rank_holds_its_experts_and_their_single_process_gradient(tmp_path)
 def test_expert_gradients_are_summed_over_edp(tmp_path):
     """dp=4, ep=2: two ranks hold each expert (edp=2), and their gradients meet."""
     _spawn(_shard_worker, 4, "dp=4,ep=2,mbs=1,gbs=4", tmp_path, timeout_s=240)
+
+
+@pytest.mark.slow
+def test_zero_shards_the_experts_over_edp(tmp_path):
+    """dp=4, ep=2, zero=3: each expert lives on an edp pair, FSDP halves it again (1/4 of a
+    bank per rank), and the gradients FSDP reduce-scatters equal the single-process ones."""
+    _spawn(_shard_worker, 4, "dp=4,ep=2,zero=3,mbs=1,gbs=4", tmp_path, timeout_s=240)
 
 
 def test_the_expert_grid_must_fold_into_the_dp_x_cp_x_tp_ranks():
