@@ -109,8 +109,10 @@ FRAMEWORK_DEFAULTS = {
         # mpt-*.yaml: attn_impl triton/flash, GELU 4h MLP, LayerNorm, learned positions (NumParams
         # matches a seq_len-row table), dropout 0. GPUs per node not stated: MosaicML's A100
         # nodes are 8-GPU; "1600 Gbps node-node" per node / 8 GPUs = 25 GB/s per GPU.
+        # mpt-*.yaml `loss_fn: fused_crossentropy`: flash-attn's losses.cross_entropy kernel, which
+        # keeps the bf16 logits and writes a bf16 gradient (no fp32 logits) -> examples/gpt.py loss="chunked".
         zero=3, sp_when_tp=False, attention="sdpa", mlp="gelu", norm="layernorm", learned_positions=True,
-        dropout=0.0, gpus_per_node=8,
+        dropout=0.0, gpus_per_node=8, loss="chunked",
     ),
     "torchtitan_docs_performance_2024.csv": dict(
         # torchtitan docs/performance.md + train_configs: FSDP2 (ZeRO-3), TP with sequence
@@ -384,7 +386,7 @@ def nemo_2407(folder: Path) -> list[Row]:
 def llm_foundry(folder: Path) -> list[Row]:
     name = "llm_foundry_mpt_a100.csv"
     d = FRAMEWORK_DEFAULTS[name]
-    layout = {k: d[k] for k in ("mlp", "norm", "learned_positions")}
+    layout = {k: d[k] for k in ("mlp", "norm", "learned_positions", "loss")}
     return map_rows(name, read_rows(folder, name), layout)
 
 

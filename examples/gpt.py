@@ -51,6 +51,7 @@ class GPTConfig:
     norm: str = "layernorm"  # "layernorm" or "rmsnorm"
     dropout: float = 0.1
     learned_positions: bool = True
+    loss: str = "fp32"  # "fp32" (F.cross_entropy on fp32 logits) or "chunked" (see `loss`)
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "seq_len", "vocab"):
@@ -70,6 +71,8 @@ class GPTConfig:
             raise ValueError(f"mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
         if self.norm not in ("layernorm", "rmsnorm"):
             raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {self.norm!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
 
     @property
     def head_dim(self) -> int:
@@ -184,8 +187,12 @@ class Head(nn.Module):
         self.norm = _norm(cfg)
         self.out = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
 
+        self.loss = cfg.loss
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.norm(x))
+        logits = self.out(self.norm(x))
+        logits.smplan_loss = self.loss  # read by `loss` (the hook sees only outputs and targets)
+        return logits
 
 
 class GPT(nn.Module):
@@ -220,10 +227,13 @@ def model(
     norm: str = "layernorm",
     dropout: float = 0.1,
     learned_positions: bool = True,
+    loss: str = "fp32",
 ) -> GPT:
-    """A GPT; the defaults are a tiny model that trains in seconds on a CPU."""
+    """A GPT; the defaults are a tiny model that trains in seconds on a CPU. `loss="chunked"`
+    computes the cross-entropy a chunk of tokens at a time and keeps only the low-precision
+    logits and their gradient (see `loss`)."""
     return GPT(GPTConfig(layers, hidden, heads, seq_len, vocab, ffn, kv_heads, attention, mlp,
-                         norm, dropout, learned_positions))
+                         norm, dropout, learned_positions, loss))
 
 
 def _preset(defaults: dict):
@@ -261,8 +271,63 @@ def batch(micro_batch_size: int, model: GPT | None = None, seed: int = 0):
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
+LOSSES = ("fp32", "chunked")
+# Tokens per chunk of the chunked loss: bounds its fp32 temporaries to CHUNK_TOKENS x vocab
+# (about 12 B each: fp32 logits, log-softmax, gradient), e.g. 150 MB at vocab 50k. A design
+# choice, like torchtune's CEWithChunkedOutputLoss(num_output_chunks=8).
+CHUNK_TOKENS = 256
+
+
 def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy. Default ("fp32"): `F.cross_entropy` on fp32 logits, which
+    keeps an fp32 log-softmax for backward. With the model's `loss="chunked"`: `chunked_cross_entropy`.
+    Vocab-sharded logits (a DTensor, tp > 1) always take the fp32 path: loss_parallel implements
+    exactly `F.cross_entropy` on them, and each rank holds only vocab / tp of the logits."""
+    from torch.distributed.tensor import DTensor
+
+    if getattr(outputs, "smplan_loss", "fp32") == "chunked" and not isinstance(outputs, DTensor):
+        return chunked_cross_entropy(outputs.flatten(0, 1), targets.flatten(0, 1))
     return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def chunked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: int = CHUNK_TOKENS):
+    """Mean cross-entropy of [tokens, vocab] logits that never materialises fp32 logits of more
+    than `chunk_tokens` tokens: what a fused cross-entropy kernel does (flash-attn's
+    losses.cross_entropy, which llm-foundry's `loss_fn: fused_crossentropy` uses; Liger-Kernel's
+    LigerCrossEntropy), with torch's own op per chunk. Keeps the logits (in their dtype) for
+    backward, which writes their gradient chunk by chunk into one tensor of the same dtype."""
+    return _ChunkedCrossEntropy.apply(logits, targets, chunk_tokens)
+
+
+def _counted(targets: torch.Tensor) -> torch.Tensor:
+    """Tokens the mean is over: F.cross_entropy's default ignore_index (-100) drops the rest."""
+    return (targets != -100).sum()
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, targets, chunk_tokens):
+        ctx.save_for_backward(logits, targets)
+        ctx.chunk_tokens = chunk_tokens
+        total = logits.new_zeros((), dtype=torch.float32)
+        for x, t in zip(logits.split(chunk_tokens), targets.split(chunk_tokens), strict=True):
+            total = total + F.cross_entropy(x.float(), t, reduction="sum")
+        return total / _counted(targets)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, targets = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        scale = grad_out / _counted(targets)
+        # Recompute each chunk's fp32 cross-entropy and take torch's own gradient of it; the
+        # inner graph is transient (a no-op saved-tensor hook keeps it out of outer hooks).
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            for x, t, g in zip(logits.split(ctx.chunk_tokens), targets.split(ctx.chunk_tokens),
+                               grad.split(ctx.chunk_tokens), strict=True):
+                x = x.detach().requires_grad_()
+                (gx,) = torch.autograd.grad(F.cross_entropy(x.float(), t, reduction="sum") * scale, x)
+                g.copy_(gx)
+        return grad, None, None
 
 
 def context_parallel(model: GPT, sequence) -> None:

@@ -70,6 +70,10 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
             loss_fn = mf.hook("loss")
             if loss_fn is not None and targets is not None:
                 parts.enter("loss", force_kind="post")
+                # The logits are the memory model's loss buffer (logits + their gradient); the
+                # loss part counts what it keeps beyond them (an fp32 log-softmax, or nothing).
+                tracer.counted_elsewhere.update(storage_key(t) for t in tree_leaves(outputs)
+                                                if isinstance(t, torch.Tensor))
                 loss = _user_call(mf, "loss", loss_fn, outputs, targets)
                 parts.current.input_bytes = tensor_bytes((outputs, targets))
                 parts.current.output_bytes = tensor_bytes(loss)

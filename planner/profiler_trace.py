@@ -127,6 +127,9 @@ class Tracer(TorchDispatchMode):
         super().__init__()
         self.seq_len = seq_len
         self.excluded = excluded_storages  # parameters and buffers: not activations
+        # Storages whose memory the memory model counts elsewhere (the logits, in its loss
+        # buffer): a part that saves them keeps no extra bytes. Saved-bytes only.
+        self.counted_elsewhere: set[int] = set()
         self.part: PartStats | None = None
         self.sharded: set[int] = set()
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
@@ -274,7 +277,7 @@ class Tracer(TorchDispatchMode):
         self.needed.add(storage_key(t))  # saved for backward: written to HBM
         if part is not None:
             key = storage_key(t)
-            if key not in self.excluded and key not in part.saved_keys:
+            if key not in self.excluded and key not in self.counted_elsewhere and key not in part.saved_keys:
                 part.saved_keys.add(key)
                 self._alive.append(t)
                 try:

@@ -48,6 +48,21 @@ def test_llm_foundry_row_is_pure_fsdp_with_flash_attention():
     assert m.hw_set == {"inter_node.bandwidth_gbps": 25.0}  # 1600 Gb/s per 8-GPU node
 
 
+def test_llm_foundry_rows_use_the_fused_style_loss_and_no_other_source_does(tmp_path):
+    # mpt-*.yaml loss_fn: fused_crossentropy -> examples/gpt.py loss="chunked" (bf16 logits + grad)
+    name = "llm_foundry_mpt_a100.csv"
+    r = row(run="mpt1b", gpu="A100 80GB", gpus=8, layers=24, hidden=2048, heads=16, kv_heads=16, ffn=8192,
+            vocab=50368, seq_len=2048, dp=8, micro_batch=8, global_batch=64, recompute="none",
+            zero="PyTorch FSDP FULL_SHARD", precision="amp_bf16 (MP mode DEFAULT)", value=2000)
+    (tmp_path / name).write_text(",".join(HEADER) + "\n" + ",".join(dict(r, source="s")[k] for k in HEADER) + "\n")
+    (m,) = sources.llm_foundry(tmp_path)
+    assert isinstance(m, Mapped) and m.model_args["loss"] == "chunked"
+    from examples import gpt
+
+    assert gpt.model(**{**m.model_args, "layers": 1}).config.loss == "chunked"  # a builder argument gpt.py takes
+    assert [k for k, d in FRAMEWORK_DEFAULTS.items() if "loss" in d] == [name]
+
+
 def test_torchtitan_rows_full_ac_and_op_sac_map():
     name = "torchtitan_docs_performance_2024.csv"
     d = FRAMEWORK_DEFAULTS[name]
