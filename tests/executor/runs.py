@@ -101,3 +101,20 @@ def assert_same_state(a: dict, b: dict) -> None:
             assert torch.equal(a[key], b[key]), key
         else:
             assert a[key] == b[key], key
+
+
+def spawn_workers(fn, world: int, spec: str, tmp_path, timeout_s: float) -> None:
+    """fn(rank, world, spec, init_file) on `world` spawned processes (a file:// rendezvous in
+    tmp_path); fails past timeout_s and kills whatever is still alive, on success or failure."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(fn, args=(world, spec, str(tmp_path / "init")), nprocs=world,
+                             start_method="spawn", join=False)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, f"{spec}: workers ran past {timeout_s:g} s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()

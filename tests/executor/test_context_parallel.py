@@ -5,7 +5,6 @@ ending where one process does."""
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
@@ -20,7 +19,14 @@ from smplan.executor.context_parallel import (
 )
 from smplan.planner.model_file import load_model_file
 
-from tests.executor.runs import GPT_TINY, assert_same_state, checkpoint_state, metrics, run_execute
+from tests.executor.runs import (
+    GPT_TINY,
+    assert_same_state,
+    checkpoint_state,
+    metrics,
+    run_execute,
+    spawn_workers,
+)
 
 # -- one process: positions and masks ---------------------------------------------------------
 
@@ -156,24 +162,10 @@ def _check_model(rank: int, cp: int, ref_name: str, args: dict) -> None:
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
-def _spawn(fn, world: int, spec: str, tmp_path, timeout_s: float) -> None:
-    """Run fn(rank, world, spec, init_file) on `world` spawned processes; kill them on timeout."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.start_processes(fn, args=(world, spec, str(tmp_path / "init")), nprocs=world,
-                             start_method="spawn", join=False)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, f"{spec}: workers ran past {timeout_s:g} s"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
 
 
 def test_two_cp_ranks_compute_what_one_process_does(tmp_path):
-    _spawn(_worker, 2, ",".join(MODELS), tmp_path, timeout_s=150)
+    spawn_workers(_worker, 2, ",".join(MODELS), tmp_path, timeout_s=150)
 
 
 # -- smplan execute ------------------------------------------------------------------------------

@@ -6,14 +6,19 @@ the single-process ones, and a SIGKILLed run resumes bit for bit from its DCP ch
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from tests.executor.runs import assert_same_state, checkpoint_state, metrics, run_execute
+from tests.executor.runs import (
+    assert_same_state,
+    checkpoint_state,
+    metrics,
+    run_execute,
+    spawn_workers,
+)
 
 MOE = str(Path(__file__).resolve().parents[2] / "examples" / "moe.py") + ":tiny"
 STEPS = 6
@@ -81,20 +86,6 @@ def test_sigkill_and_restart_with_experts_sharded_is_bit_identical(tmp_path, sin
 
 
 # -- in-process workers: what each rank holds, and its gradients -------------------------------
-def _spawn(fn, world: int, spec: str, tmp_path, timeout_s: float) -> None:
-    """fn(rank, world, spec, init_file) on `world` spawned processes; killed on timeout."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.start_processes(fn, args=(world, spec, str(tmp_path / "init")), nprocs=world,
-                             start_method="spawn", join=False)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, f"{spec}: workers ran past {timeout_s:g} s"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
 
 
 def _shard_worker(rank: int, world: int, spec: str, init_file: str) -> None:
@@ -153,20 +144,20 @@ def _shard_worker(rank: int, world: int, spec: str, init_file: str) -> None:
 
 
 def test_each_rank_holds_its_experts_and_their_single_process_gradient(tmp_path):
-    _spawn(_shard_worker, 2, "dp=2,ep=2,mbs=2,gbs=4", tmp_path, timeout_s=180)
+    spawn_workers(_shard_worker, 2, "dp=2,ep=2,mbs=2,gbs=4", tmp_path, timeout_s=180)
 
 
 @pytest.mark.slow
 def test_expert_gradients_are_summed_over_edp(tmp_path):
     """dp=4, ep=2: two ranks hold each expert (edp=2), and their gradients meet."""
-    _spawn(_shard_worker, 4, "dp=4,ep=2,mbs=1,gbs=4", tmp_path, timeout_s=240)
+    spawn_workers(_shard_worker, 4, "dp=4,ep=2,mbs=1,gbs=4", tmp_path, timeout_s=240)
 
 
 @pytest.mark.slow
 def test_zero_shards_the_experts_over_edp(tmp_path):
     """dp=4, ep=2, zero=3: each expert lives on an edp pair, FSDP halves it again (1/4 of a
     bank per rank), and the gradients FSDP reduce-scatters equal the single-process ones."""
-    _spawn(_shard_worker, 4, "dp=4,ep=2,zero=3,mbs=1,gbs=4", tmp_path, timeout_s=240)
+    spawn_workers(_shard_worker, 4, "dp=4,ep=2,zero=3,mbs=1,gbs=4", tmp_path, timeout_s=240)
 
 
 def test_the_expert_grid_must_fold_into_the_dp_x_cp_x_tp_ranks():

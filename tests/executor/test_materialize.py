@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from tests.executor.runs import spawn_workers
 
 HERE = Path(__file__).resolve()
 GPT_TINY = f"{HERE.parents[2] / 'examples' / 'gpt.py'}:tiny"
@@ -271,25 +272,11 @@ def _worker(rank: int, world: int, spec: str, init_file: str) -> None:
         dist.destroy_process_group()
 
 
-def _spawn(fn, world: int, spec: str, tmp_path, timeout_s: float) -> None:
-    """Run fn(rank, world, spec, init_file) on `world` spawned processes; kill them on timeout."""
-    import torch.multiprocessing as mp
-
-    ctx = mp.start_processes(fn, args=(world, spec, str(tmp_path / "init")), nprocs=world,
-                             start_method="spawn", join=False)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, f"{spec}: workers ran past {timeout_s:g} s"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
 
 
 @pytest.mark.parametrize("spec", ["dp=2,zero=0,mbs=2,gbs=4", "dp=2,zero=3,mbs=2,gbs=4"])
 def test_tied_weights_under_data_parallel(spec, tmp_path):
-    _spawn(_worker, 2, spec, tmp_path, timeout_s=120)
+    spawn_workers(_worker, 2, spec, tmp_path, timeout_s=120)
 
 
 def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
@@ -312,7 +299,7 @@ def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
 
 @pytest.mark.parametrize("spec", ["tp=2,dp=2,zero=3,mbs=1,gbs=2", "pp=2,tp=2,mbs=1,gbs=2"])
 def test_every_layout_starts_from_the_single_process_weights(spec, tmp_path):
-    _spawn(_init_worker, 4, spec, tmp_path, timeout_s=180)
+    spawn_workers(_init_worker, 4, spec, tmp_path, timeout_s=180)
 
 
 HOOKED = '''
