@@ -186,13 +186,16 @@ def read_tensors(path: Path, names: list[str], stored: dict) -> dict:
 
 def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, force: bool = False,
                max_shard_gib: float = DEFAULT_MAX_SHARD_GIB) -> ExportResult:
-    from safetensors.torch import save_file
-
     if max_shard_gib <= 0:
         raise ExportError(f"--max-shard-gib must be positive, got {max_shard_gib}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     step, path = pick_checkpoint(run_dir, step)
     check_out_dir(out_dir, force)
+    try:  # the `hf` extra: the folder is transformers' layout, written with its own tools
+        from safetensors.torch import save_file
+        import transformers  # noqa: F401
+    except ImportError as err:
+        raise ExportError(f"smplan export needs {err.name}: pip install 'smplan[hf]'") from None
     model_file, args, model = source_model(run_dir, checkpoint.read_meta(path))
     stored = checkpoint_tensors(path)
     names = hub_names(model, stored)

@@ -58,7 +58,11 @@ def resolve(path: str | Path) -> tuple[str, Path]:
 
 
 def _safetensors_shapes(folder: Path) -> dict:
-    from safetensors import safe_open
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise InitFromError(f"--init-from {folder} is a safetensors folder, which needs the safetensors "
+                            "package: pip install 'smplan[hf]'") from None
 
     shapes, seen = {}, {}
     for file in sorted(folder.glob("*.safetensors")):
