@@ -6,6 +6,7 @@ One 2-process tp=2 run counts what each rank reads of an exported folder: its sh
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 
 import pytest
@@ -301,3 +302,11 @@ def test_each_tp_rank_reads_only_its_slices(tmp_path, llama):
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
+
+
+def test_without_the_hf_extra_export_says_what_to_install(tmp_path, llama, cli_runner, monkeypatch):
+    run, _ = make_run(tmp_path, llama)
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)  # as if `pip install smplan` alone
+    result = cli_runner.invoke(cli, ["export", str(run), str(tmp_path / "out")])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [
+        "error: smplan export needs safetensors.torch: pip install 'smplan[hf]'"], result.output
