@@ -184,7 +184,7 @@ def single_process(tmp_path_factory):
 
 @pytest.mark.parametrize("plan", [
     pytest.param("cp=2,mbs=1,gbs=4", id="cp"),
-    pytest.param("cp=2,zero=3,mbs=1,gbs=4", id="cp-fsdp"),
+    pytest.param("cp=2,zero=3,mbs=1,gbs=4", id="cp-fsdp", marks=pytest.mark.slow),
     pytest.param("dp=2,cp=2,mbs=1,gbs=4", id="dp-cp", marks=pytest.mark.slow),
     pytest.param("tp=2,sp=1,cp=2,mbs=1,gbs=4", id="tp-sp-cp", marks=pytest.mark.slow),
     pytest.param("pp=2,cp=2,mbs=1,gbs=4", id="pp-cp", marks=pytest.mark.slow),
@@ -199,6 +199,7 @@ def test_execute_with_cp_ends_at_the_single_process_loss(tmp_path, single_proces
         assert many["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-4)
 
 
+@pytest.mark.slow  # moe under cp also runs in test_expert_parallel[cp2-ep2]
 def test_moe_with_cp2_ends_at_the_single_process_loss(tmp_path):
     """examples/moe.py's hook (grouped-query and latent attention; routing on local tokens,
     dropless, so each token meets the same experts)."""

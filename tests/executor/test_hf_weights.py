@@ -71,7 +71,7 @@ def _loss_of_export(out, stream) -> float:
 
 
 @pytest.mark.parametrize("plan, source", [("tp=2,mbs=1,gbs=4", "safetensors"),
-                                          ("dp=2,zero=3,mbs=1,gbs=4", "dcp")])
+                                          pytest.param("dp=2,zero=3,mbs=1,gbs=4", "dcp", marks=pytest.mark.slow)])
 def test_init_from_starts_at_the_trained_loss(trained, tmp_path, plan, source):
     llama, stream, run, out = trained
     expected = _loss_of_export(out, stream)
