@@ -87,7 +87,7 @@ def test_profile_counts_what_each_loss_keeps():
     assert total["fp32"] - total["chunked"] == pytest.approx(2 * 4 * logits, rel=0.01)
 
 
-@pytest.mark.parametrize("plan", ["dp=2,zero=3,mbs=2,gbs=4", pytest.param("tp=2,mbs=2,gbs=4", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("plan", [pytest.param("dp=2,zero=3,mbs=2,gbs=4", marks=pytest.mark.slow), pytest.param("tp=2,mbs=2,gbs=4", marks=pytest.mark.slow)])
 def test_executor_trains_with_the_chunked_loss_to_the_same_loss(tmp_path, plan):
     """FSDP runs the chunked loss (512 tokens: 2 chunks); tp=2 hands it vocab-sharded logits, which
     take the fp32 path under loss_parallel. Either way the step's loss is the default's."""

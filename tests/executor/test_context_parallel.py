@@ -211,6 +211,7 @@ def test_moe_with_cp2_ends_at_the_single_process_loss(tmp_path):
     assert runs["cp=2,mbs=1,gbs=4"] == pytest.approx(runs["mbs=1,gbs=4"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_cp2_resumes_bit_identically_after_sigkill(tmp_path):
     """As tests/executor/test_resume_matrix.py: SIGKILL a worker after the step-2 checkpoint."""
     args = ("--steps", "4", "--checkpoint-every", "2", "--arg", "dropout=0.1")

@@ -55,7 +55,7 @@ def test_expert_parallelism_is_a_pure_layout_change(tmp_path, single_process, pl
 
 
 @pytest.mark.parametrize("plan", [
-    pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2"),
+    pytest.param("dp=2,ep=2,mbs=1,gbs=4", id="dp2-ep2", marks=pytest.mark.slow),
     # ZeRO: the experts also sharded over edp by FSDP, saved whole by DCP all the same
     pytest.param("dp=4,ep=2,zero=1,mbs=1,gbs=4", id="dp4-ep2-zero1-edp2", marks=pytest.mark.slow),
 ])

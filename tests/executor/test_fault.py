@@ -33,6 +33,7 @@ def test_failure_without_restarts_exits_cleanly(tmp_path):
     assert "training failed after 0 restart(s)" in result.stdout
 
 
+@pytest.mark.slow
 def test_resume_continues_a_finished_run(tmp_path, reference):
     """pp=2 x dp=2 (replicate per stage): 4 steps, then the same command to 6 resumes at step-4."""
     plan, ckpt = "pp=2,dp=2,mbs=1,gbs=4", str(tmp_path / "ckpt")

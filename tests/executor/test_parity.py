@@ -26,7 +26,11 @@ PLANS = {
 }
 
 
-@pytest.mark.parametrize("name", list(PLANS))
+# The rest of the layouts run in every suite; these two only with -m slow (CI time on 2 cores).
+SLOW = {"pp2-tp2-full", "pp2-dp2-interleaved-selective-zero2"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in PLANS])
 def test_plan_matches_single_process(name, reference, tmp_path):
     result = run_execute(PLANS[name], tmp_path, "--steps", str(STEPS))
     assert result.returncode == 0, result.stdout

@@ -13,13 +13,13 @@ ARGS = ("--steps", "4", "--checkpoint-every", "2", "--arg", "dropout=0.1")
 # (plan, processes); world size at most 4 (2 cores). Slow ones: 4 processes.
 COMBINATIONS = [
     pytest.param("dp=2,zero=0,mbs=1,gbs=4", id="ddp"),
-    pytest.param("dp=2,zero=1,mbs=1,gbs=4", id="fsdp-zero1"),
-    pytest.param("dp=2,zero=2,mbs=1,gbs=4", id="fsdp-zero2"),
+    pytest.param("dp=2,zero=1,mbs=1,gbs=4", id="fsdp-zero1", marks=pytest.mark.slow),
+    pytest.param("dp=2,zero=2,mbs=1,gbs=4", id="fsdp-zero2", marks=pytest.mark.slow),
     pytest.param("dp=2,zero=3,mbs=1,gbs=4", id="fsdp-zero3"),
-    pytest.param("tp=2,mbs=1,gbs=4", id="tp"),
+    pytest.param("tp=2,mbs=1,gbs=4", id="tp", marks=pytest.mark.slow),
     pytest.param("tp=2,sp=1,mbs=1,gbs=4", id="tp-sp"),
     pytest.param("pp=2,mbs=1,gbs=4", id="pp-1f1b"),
-    pytest.param("pp=2,v=2,schedule=interleaved,mbs=1,gbs=4", id="pp-interleaved"),
+    pytest.param("pp=2,v=2,schedule=interleaved,mbs=1,gbs=4", id="pp-interleaved", marks=pytest.mark.slow),
     pytest.param("dp=2,tp=2,zero=1,sp=1,mbs=1,gbs=4", id="dp-tp-sp-zero1", marks=pytest.mark.slow),
     pytest.param("pp=2,dp=2,zero=1,mbs=1,gbs=4", id="pp-fsdp", marks=pytest.mark.slow),
     pytest.param("pp=2,tp=2,mbs=1,gbs=4", id="pp-tp", marks=pytest.mark.slow),
