@@ -5,6 +5,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+if os.environ.get("CI"):  # CI runs one fixed set of property examples; locally they are random
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True)
+    settings.load_profile("ci")
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
