@@ -95,14 +95,14 @@ FRAMEWORK_DEFAULTS = {
         # no dropout. Recompute is not in the table and the recipes change it per release
         # (validation README): None = the planner chooses it (and how many blocks per stage).
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute=None, attention="sdpa", dropout=0.0,
-        gpus_per_node=8,
+        gpus_per_node=8, attention_kernel="cudnn",  # TE DotProductAttention -> cuDNN fused attention
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
         # use_distributed_optimizer true, sequence_parallel true with tp > 1, flash/TE attention,
         # no activation checkpointing in the perf configs, dropout 0.
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute="none", attention="sdpa", dropout=0.0,
-        gpus_per_node=8,
+        gpus_per_node=8, attention_kernel="cudnn",  # NeMo 24.07 runs TE's cuDNN fused attention
     ),
     "llm_foundry_mpt_a100.csv": dict(
         # llm-foundry benchmarking README: pure FSDP FULL_SHARD (ZeRO-3), no TP/PP;
@@ -113,6 +113,9 @@ FRAMEWORK_DEFAULTS = {
         # keeps the bf16 logits and writes a bf16 gradient (no fp32 logits) -> examples/gpt.py loss="chunked".
         zero=3, sp_when_tp=False, attention="sdpa", mlp="gelu", norm="layernorm", learned_positions=True,
         dropout=0.0, gpus_per_node=8, loss="chunked",
+        # The 2023 mpt-*.yaml pretrain configs set attn_impl: triton, the 2022 Triton flash kernel
+        # (FlashAttention-1 class; the file's note: "triton/flash (yaml attn_impl)")
+        attention_kernel="flash1",
     ),
     "torchtitan_docs_performance_2024.csv": dict(
         # torchtitan docs/performance.md + train_configs: FSDP2 (ZeRO-3), TP with sequence
@@ -120,7 +123,7 @@ FRAMEWORK_DEFAULTS = {
         # RMSNorm, RoPE), no dropout, no gradient accumulation (micro-batch = local batch =
         # global batch / dp). Grand Teton / DGX A100 nodes are 8 GPUs.
         zero=3, sp_when_tp=True, attention="sdpa", mlp="swiglu", norm="rmsnorm", learned_positions=False,
-        dropout=0.0, gpus_per_node=8,
+        dropout=0.0, gpus_per_node=8, attention_kernel="flash2",  # torch SDPA's flash backend (FA2)
     ),
 }
 
@@ -365,7 +368,8 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
                     capacity_factor=1.0, stages=even_stages(blocks, pp * vp, recompute))
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")
-    return Mapped(source, run, plan, args, dtype, hw, nodes, measured, inter_node_override(r["interconnect"], gpn),
+    stated = {**inter_node_override(r["interconnect"], gpn), "efficiency.attention_kernel": d["attention_kernel"]}
+    return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated,
                   choose)
 
 

@@ -192,8 +192,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     step, path = pick_checkpoint(run_dir, step)
     check_out_dir(out_dir, force)
     try:  # the `hf` extra: the folder is transformers' layout, written with its own tools
-        from safetensors.torch import save_file
         import transformers  # noqa: F401
+        from safetensors.torch import save_file
     except ImportError as err:
         raise ExportError(f"smplan export needs {err.name}: pip install 'smplan[hf]'") from None
     model_file, args, model = source_model(run_dir, checkpoint.read_meta(path))

@@ -39,12 +39,31 @@ class PeakTflops:
         return value
 
 
+ATTENTION_KERNELS = ("flash1", "flash2", "cudnn")
+
+
+@dataclass(frozen=True)
+class AttentionKernels:
+    """Fraction of the dense bf16 peak that each fused attention kernel sustains on this GPU,
+    forward + backward at head dim 128 and long sequences (hwprofiles.perf.flash_attention_time_s
+    scales it by head dim and sequence). Published kernel benchmarks, not fitted; defaults are
+    the A100 figures (FlashAttention-2, Dao 2023, Fig. 4: ~200 of 312 TFLOP/s fwd+bwd, hdim 128).
+    """
+
+    # FlashAttention-1 and the 2022 Triton flash kernel: "25-40% of the theoretical maximum" on
+    # A100 (Dao 2023, FlashAttention-2, abstract)
+    flash1: float = 0.38
+    flash2: float = 0.63  # FlashAttention-2 (torch SDPA's flash backend, flash-attn 2.x)
+    cudnn: float = 0.63  # cuDNN fused attention (Transformer Engine, SDPA's cuDNN backend); FA3-class on Hopper
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
     memory_gib: float
     memory_bandwidth_gbps: float  # GB/s (HBM), datasheet
     peak_tflops: PeakTflops
+    attention: AttentionKernels = field(default_factory=AttentionKernels)
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,14 @@ class Efficiency:
     # node alike -> 15.7 / 25 GB/s = 0.63 by hand. `plan_vs_vtrain.py --fit` fits it with the
     # others (those rows are its fourth set).
     single_nic_network: float = 0.66  # [0.661]
+    # Which fused attention kernel the software stack runs for SDPA-style attention (a key of
+    # Gpu.attention): "flash1" (flash-attn 1, Triton flash), "flash2" (torch SDPA, flash-attn 2)
+    # or "cudnn" (Transformer Engine).
+    attention_kernel: str = "flash2"
+    # ZeRO-3 parameters gathered at once, at most (0: no cap). FSDP gathers whole wrapped blocks
+    # (the one in use and the prefetched next); DeepSpeed gathers module by module and keeps at
+    # most `stage3_max_live_parameters` (1e9 by default, DeepSpeed config docs) of them.
+    zero3_max_live_params: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -187,6 +214,7 @@ def from_dict(data: dict, source: str = "hardware profile") -> Cluster:
 
 _NESTED_TYPES = {
     "PeakTflops": PeakTflops,
+    "AttentionKernels": AttentionKernels,
     "Gpu": Gpu,
     "Link": Link,
     "Reliability": Reliability,
@@ -337,3 +365,11 @@ def _validate(c: Cluster) -> None:
     non_negative("efficiency.matmul_half_dim", e.matmul_half_dim)
     non_negative("efficiency.host_overhead_us_per_layer", e.host_overhead_us_per_layer)
     non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)
+    non_negative("efficiency.zero3_max_live_params", e.zero3_max_live_params)
+    for kernel in ATTENTION_KERNELS:
+        value = getattr(c.gpu.attention, kernel)
+        if not 0 < value <= 1:
+            raise HardwareProfileError(f"gpu.attention.{kernel} must be in (0, 1], got {value}")
+    if e.attention_kernel not in ATTENTION_KERNELS:
+        raise HardwareProfileError(
+            f"efficiency.attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {e.attention_kernel!r}")

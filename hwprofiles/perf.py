@@ -62,6 +62,47 @@ def matmul_time_s(
     return max(compute_s, memory_bound_time_s(bytes_moved, cluster))
 
 
+# Shape of a fused attention kernel's rate (FlashAttention-2, Dao 2023, Fig. 4-7): at head dim
+# 64 it is ~0.83x the head-dim-128 rate, and a row of L attended keys runs at L / (L + 128) of
+# the long-sequence rate (causal 512 ~0.65x, 2k ~0.9x of 16k); both curves read off those figures.
+ATTENTION_HALF_HEAD_DIM = 32
+ATTENTION_HALF_KEYS = 128
+ATTENTION_REFERENCE_HEAD_DIM = 128  # Gpu.attention figures are at this head dim
+# A fused attention kernel's backward runs 2.5x its forward FLOPs (it recomputes the scores:
+# 5 GEMMs vs 2; Dao 2023, benchmark_flash_attention.py counts fwd+bwd as 3.5x fwd).
+FLASH_BACKWARD_FLOPS_RATIO = 2.5
+
+
+def flash_attention_efficiency(head_dim: int, keys_per_query: float, cluster: Cluster) -> float:
+    """Fraction of the dense bf16 peak a fused attention kernel sustains (forward + backward).
+
+    The stack's kernel (`efficiency.attention_kernel`) at this GPU's published rate
+    (`gpu.attention`), scaled by head dim and by the keys each query attends to.
+    """
+    rate = getattr(cluster.gpu.attention, cluster.efficiency.attention_kernel)
+    h = ATTENTION_HALF_HEAD_DIM
+    by_head_dim = (head_dim / (head_dim + h)) / (ATTENTION_REFERENCE_HEAD_DIM / (ATTENTION_REFERENCE_HEAD_DIM + h))
+    by_length = keys_per_query / (keys_per_query + ATTENTION_HALF_KEYS)
+    return min(1.0, rate * by_head_dim * by_length)
+
+
+def flash_attention_time_s(
+    queries: int, keys: int, head_dim: int, heads: int, causal: bool, cluster: Cluster, backward: bool = False
+) -> float:
+    """Seconds of one fused attention call (forward, or its backward) over `heads` (batch x heads).
+
+    FLOPs: q k^T and p v, 2 x 2 x queries x keys x head_dim per head, half of it under a
+    causal mask (the kernels skip masked tiles; Dao 2023); backward 2.5x that.
+    """
+    _check_dims(queries, keys, head_dim)
+    keys_per_query = keys / 2.0 if causal else float(keys)
+    flops = 4.0 * queries * keys_per_query * head_dim * heads
+    if backward:
+        flops *= FLASH_BACKWARD_FLOPS_RATIO
+    peak = cluster.gpu.peak_tflops.for_dtype("bf16") * 1e12
+    return flops / (peak * flash_attention_efficiency(head_dim, keys_per_query, cluster))
+
+
 def memory_bound_time_s(bytes_moved: float, cluster: Cluster) -> float:
     """Seconds for an element-wise kernel that streams `bytes_moved` through HBM.
 

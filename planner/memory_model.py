@@ -20,7 +20,8 @@ Sources:
 - Buffers: the logits and their gradient on the last stage (/ tp only when the head is
   vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward; under ZeRO-3 two blocks'
-  gathered parameters (the one in use and the prefetched next).
+  gathered parameters (the one in use and the prefetched next; FSDP), at most
+  `efficiency.zero3_max_live_params` of them (DeepSpeed gathers module by module).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
 - Context parallelism: activations, the logits buffer and the recompute buffer / cp (each
   rank keeps its share of the sequence); the dense model states are replicated over cp and
@@ -202,7 +203,9 @@ def chunk_memory(
         if recompute in ("full", "sac"):
             buffers += b * part_saved_bytes(block, tp, sp, **moe)
         if zero >= 3:
-            buffers += 2.0 * sum(split_params(block, tp, ep)) * state_bytes_per_param(dtype)[0]
+            gathered = 2.0 * sum(split_params(block, tp, ep))
+            cap = cluster.efficiency.zero3_max_live_params
+            buffers += (min(gathered, cap) if cap > 0 else gathered) * state_bytes_per_param(dtype)[0]
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve)
 

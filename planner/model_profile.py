@@ -29,6 +29,10 @@ class MatmulShape:
     batch: int = 1
     count: int = 1
     tp_dim: str | None = None
+    # "gemm" (cuBLAS-style), or a fused attention kernel's two GEMMs (q k^T, p v):
+    # "flash" / "flash_causal" (SDPA flash, memory-efficient or cuDNN kernels), timed by
+    # hwprofiles.perf.flash_attention_time_s; a causal one skips the masked half of the scores.
+    kernel: str = "gemm"
 
     @property
     def flops(self) -> float:

@@ -4,6 +4,10 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
 - GEMMs from the profile's matmul shapes with the tensor-parallel dimension divided by
   tp, timed by `smplan.hwprofiles.perf.matmul_time_s`; backward = 2x forward (input and weight
   gradients, same shapes).
+- Fused attention kernels (SDPA flash / memory-efficient / cuDNN) at bf16/fp16 are not GEMMs:
+  `perf.flash_attention_time_s` times them from queries, keys, head dim and the causal mask,
+  with a backward of 2.5x the forward FLOPs (the kernel recomputes the scores). They save no
+  scores, so selective recompute re-runs nothing of them.
 - Element-wise HBM traffic (`memory_bound_time_s`): the tp-sharded share / tp, the rest
   / tp too under sequence parallelism, less what the framework's fused kernels keep on
   chip (efficiency.elementwise_fusion); backward moves twice the forward traffic.
@@ -41,7 +45,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
-from smplan.hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
+from smplan.hwprofiles.perf import (
+    collective_time_s,
+    flash_attention_time_s,
+    matmul_time_s,
+    memory_bound_time_s,
+)
 from smplan.hwprofiles.topology import GroupSpan
 
 from .model_profile import BlockProfile
@@ -113,6 +122,11 @@ def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: 
     return total
 
 
+# Fused attention kernels run in half precision (torch SDPA's flash and cuDNN backends take
+# fp16/bf16 only); an fp32 plan runs the math path, timed as its GEMMs.
+FLASH_DTYPES = ("bf16", "fp16", "fp8")
+
+
 def _gemm_dtype(mm, dtype: str) -> str:
     """FP8 runs the linears (and experts) in FP8; attention's per-head GEMMs stay bf16."""
     if dtype != "fp8":
@@ -133,9 +147,15 @@ def pass_times(
     tp = tp_span.size
     cp = cp_span.size if cp_span is not None else 1
     ep = ep_span.size if ep_span is not None else 1
-    gemm = core_gemm = 0.0
+    gemm = core_gemm = flash_f = flash_b = 0.0
     for mm in part.matmuls:
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
+        if mm.kernel != "gemm" and dtype in FLASH_DTYPES:
+            # a fused attention kernel: each of its two GEMM records is half a call
+            causal = mm.kernel == "flash_causal"
+            flash_f += 0.5 * flash_attention_time_s(m, n, k, batch, causal, cluster)
+            flash_b += 0.5 * flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True)
+            continue
         t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
         gemm += t
         if mm.tp_dim == "batch":
@@ -155,8 +175,8 @@ def pass_times(
     if cp > 1 and part.attention_kv_bytes_per_sample:
         # all of K and V (the gathered size; heads / tp), gathered forward, gradients reduce-scattered backward
         kv = part.attention_kv_bytes_per_sample * b / tp
-        cp_f = max(0.0, collective_time_s("all_gather", kv, cp_span, cluster) - core_gemm)
-        cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm)
+        cp_f = max(0.0, collective_time_s("all_gather", kv, cp_span, cluster) - core_gemm - flash_f)
+        cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm - flash_b)
     # Like the TP collectives these sit on the critical path (inside the pass).
     host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
     z_f, z_b, overlapped = zero_comm
@@ -164,9 +184,9 @@ def pass_times(
     def busy(compute: float, comm: float) -> float:
         return max(compute, comm) if overlapped else compute + comm
 
-    fwd_gpu = gemm + elem + tp_f + ep_f + cp_f
+    fwd_gpu = gemm + flash_f + elem + tp_f + ep_f + cp_f
     fwd = max(busy(fwd_gpu, z_f), host)
-    bwd_gpu = 2.0 * (gemm + elem) + tp_b + ep_b + cp_b
+    bwd_gpu = 2.0 * (gemm + elem) + flash_b + tp_b + ep_b + cp_b
     bwd = max(busy(bwd_gpu, z_b), host)
     # Full recompute re-runs the forward inside the backward pass, on the parameters that
     # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
@@ -188,7 +208,7 @@ def pass_times(
         sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
     sac_tp = tp_f * (0.5 if sp else 1.0)
     sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host) - bwd
-    core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch")
+    core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")
     flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample,
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
     return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b, sac_extra, sac_tp)

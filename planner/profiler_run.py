@@ -464,8 +464,8 @@ def _expert_fractions(model: nn.Module) -> dict[int, float]:
 def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
     per = 1.0 / samples
     matmuls = tuple(  # shapes of the batch(1) call
-        MatmulShape(m=m, n=n, k=k, batch=b, count=c, tp_dim=d)
-        for (m, n, k, b, d), c in sorted(stats.matmuls.items(), key=lambda kv: -2 * kv[0][0] * kv[0][1] * kv[0][2])
+        MatmulShape(m=m, n=n, k=k, batch=b, count=c, tp_dim=d, kernel=kern)
+        for (m, n, k, b, d, kern), c in sorted(stats.matmuls.items(), key=lambda kv: -2 * kv[0][0] * kv[0][1] * kv[0][2])
     )
     ew = stats.elementwise_bytes
     return BlockProfile(
@@ -497,7 +497,8 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         saved_bytes_sac_replicated_per_sample=stats.sac_saved["replicated"] * per,
         saved_bytes_sac_unsplit_per_sample=stats.sac_saved["unsplit"] * per,
         sac_recompute_matmuls=tuple(
-            MatmulShape(m=m, n=n, k=k, batch=b, count=c, tp_dim=d) for (m, n, k, b, d), c in stats.sac_matmuls.items()
+            MatmulShape(m=m, n=n, k=k, batch=b, count=c, tp_dim=d, kernel=kern)
+            for (m, n, k, b, d, kern), c in stats.sac_matmuls.items()
         ),
     )
 

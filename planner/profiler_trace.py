@@ -89,7 +89,7 @@ class PartStats:
     elementwise_bytes: float = 0.0
     elementwise_sharded_bytes: float = 0.0
     fusible_bytes: float = 0.0  # of elementwise_bytes: what vertical fusion keeps on chip
-    matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim) -> count
+    matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim, kernel) -> count
     collectives: list[TPCollective] = field(default_factory=list)
     calls: int = 0
     # Mixture of experts: the routed expert bank's size and what its GEMMs and dispatch do.
@@ -102,7 +102,7 @@ class PartStats:
     saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
     # Op-level selective checkpointing (SAC_SAVE_OPS): bytes of the outputs it saves, by what
     # divides them ("unsplit": a row-parallel GEMM's partial sums, whole on every tp rank), the
-    # GEMMs it re-runs ((m, n, k, batch, tp_dim) -> count) and the matmuls seen so far.
+    # GEMMs it re-runs ((m, n, k, batch, tp_dim, kernel) -> count) and the matmuls seen so far.
     sac_saved: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0, "unsplit": 0.0})
     sac_keys: set = field(default_factory=set)
     sac_matmuls: Counter = field(default_factory=Counter)
@@ -192,10 +192,11 @@ class Tracer(TorchDispatchMode):
         self._track_core(packet, inputs, out)
         sac_saved = self._sac(part, packet, out, sharded)
         if packet in _GEMM_LIKE:
+            kernel = _kernel(func, args, kwargs)
             for shape in _gemm_shapes(packet, args, out):
-                part.matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
+                part.matmuls[(*shape, self._tp_dim(packet, sharded), kernel)] += 1
                 if not sac_saved:
-                    part.sac_matmuls[(*shape, self._tp_dim(packet, sharded))] += 1
+                    part.sac_matmuls[(*shape, self._tp_dim(packet, sharded), kernel)] += 1
             self.needed.update(storage_key(t) for t in inputs)
         elif not func.is_view and packet not in _NO_TRAFFIC:
             moved = 0
@@ -297,6 +298,15 @@ class Tracer(TorchDispatchMode):
         return "tp_sharded" if key in self.sharded else "replicated"
 
 
+def _kernel(func, args, kwargs) -> str:
+    """"gemm", or "flash" / "flash_causal" for the fused attention kernels (by their is_causal argument)."""
+    if func._overloadpacket not in _ATTENTION:
+        return "gemm"
+    names = [a.name for a in func._schema.arguments]
+    causal = kwargs.get("is_causal", args[names.index("is_causal")] if "is_causal" in names[: len(args)] else False)
+    return "flash_causal" if causal else "flash"
+
+
 def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
     """(m, n, k, batch) of the GEMMs one op runs (attention kernels run two)."""
     if packet in (aten.mm, aten.addmm):
@@ -317,9 +327,11 @@ def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
         groups = b.shape[0]
         return [(max(a.shape[0] // groups, 1), b.shape[2], a.shape[1], groups)]
     if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: q k^T, then p v
+        # Both as (queries, keys, head dim): the same FLOPs, and the kernel's timing
+        # (perf.flash_attention_time_s, half a call per GEMM) reads its dims unambiguously.
         q, k = args[0], args[1]
         heads = q.shape[0] * q.shape[1]
-        return [(q.shape[2], k.shape[2], q.shape[3], heads), (q.shape[2], q.shape[3], k.shape[2], heads)]
+        return [(q.shape[2], k.shape[2], q.shape[3], heads)] * 2
     return []
 
 

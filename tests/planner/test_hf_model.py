@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from smplan.planner import ModelFileError, load_model_file, profile_model  # noqa: E402
 from smplan.planner.model_file import file_digest  # noqa: E402
+from smplan.planner.model_profile import MatmulShape  # noqa: E402
 
 from tests.conftest import ROOT  # noqa: E402
 
@@ -60,7 +61,9 @@ def test_gqa_attention_is_the_fused_kernel(tmp_path):
     mha = profile_model(write_config(tmp_path / "mha", num_key_value_heads=4), cache=False).blocks[0]
     assert gqa.saved_bytes_attention_core_per_sample == 0 == mha.saved_bytes_attention_core_per_sample
     attention = lambda b: [m for m in b.matmuls if m.batch == 4 and m.m == 32]  # noqa: E731
-    assert attention(gqa) == attention(mha) and len(attention(gqa)) == 2
+    # one causal flash call: q k^T and p v as one (queries, keys, head dim) shape counted twice
+    assert attention(gqa) == attention(mha) == [MatmulShape(32, 32, 16, batch=4, count=2, tp_dim="batch",
+                                                            kernel="flash_causal")]
     saved = lambda b: b.saved_bytes_tp_sharded_per_sample + b.saved_bytes_replicated_per_sample  # noqa: E731
     assert saved(gqa) < saved(mha)  # k and v are kept at 2 heads, not expanded to 4
     projections = 2 * 32 * 64 * 32 * 2  # k and v: 32 tokens x 64 -> 32 (2 heads of 16) instead of 64

@@ -1,0 +1,103 @@
+"""Fused attention kernels: timed from queries, keys, head dim and the causal mask (perf.flash_attention_time_s),
+tagged by the profiler (MatmulShape.kernel) and costed as such by the pass model; ZeRO-3's gathered-parameter cap."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from smplan.hwprofiles import HardwareProfileError, load_cluster
+from smplan.hwprofiles.perf import (
+    FLASH_BACKWARD_FLOPS_RATIO,
+    PerfModelError,
+    flash_attention_efficiency,
+    flash_attention_time_s,
+    matmul_time_s,
+)
+from smplan.planner import estimate, profile_model
+from smplan.planner.memory_model import chunk_memory
+from smplan.planner.plan import Plan, even_stages
+
+A100 = load_cluster("a100x8")
+H100 = load_cluster("h100x8")
+
+
+def test_long_sequence_rate_is_the_published_kernel_rate():
+    """At head dim 128 and 64k keys the kernel runs within 0.2% of its gpu.attention figure."""
+    s, d, heads = 65536, 128, 8
+    t = flash_attention_time_s(s, s, d, heads, causal=False, cluster=A100)
+    tflops = 4 * s * s * d * heads / t / 1e12
+    assert tflops == pytest.approx(0.63 * 312, rel=2e-3)
+
+
+def test_causal_skips_the_masked_half():
+    """Half the FLOPs; a little more than half the time (each query attends to fewer keys)."""
+    full = flash_attention_time_s(4096, 4096, 128, 32, causal=False, cluster=A100)
+    causal = flash_attention_time_s(4096, 4096, 128, 32, causal=True, cluster=A100)
+    assert 0.5 < causal / full < 0.55
+
+
+def test_backward_is_two_and_a_half_forwards():
+    fwd = flash_attention_time_s(2048, 2048, 64, 16, causal=True, cluster=H100)
+    bwd = flash_attention_time_s(2048, 2048, 64, 16, causal=True, cluster=H100, backward=True)
+    assert bwd / fwd == pytest.approx(FLASH_BACKWARD_FLOPS_RATIO)
+
+
+@given(st.sampled_from([32, 64, 80, 128, 256]), st.integers(16, 1 << 17), st.booleans())
+def test_efficiency_bounded_and_grows_with_head_dim_and_length(head_dim, keys, causal):
+    eff = flash_attention_efficiency(head_dim, keys, A100)
+    assert 0 < eff <= 1
+    assert flash_attention_efficiency(head_dim * 2, keys, A100) >= eff
+    assert flash_attention_efficiency(head_dim, keys * 2, A100) >= eff
+
+
+def test_the_stacks_kernel_decides_the_rate():
+    """cuDNN (FA3-class) on H100 is faster than FlashAttention-2, which beats FlashAttention-1."""
+    times = {k: flash_attention_time_s(8192, 8192, 128, 32, True, H100.with_overrides({"efficiency.attention_kernel": k}))
+             for k in ("flash1", "flash2", "cudnn")}
+    assert times["cudnn"] < times["flash2"] < times["flash1"]
+    with pytest.raises(HardwareProfileError, match="attention_kernel must be one of flash1, flash2, cudnn"):
+        H100.with_overrides({"efficiency.attention_kernel": "flash9"})
+    with pytest.raises(PerfModelError):
+        flash_attention_time_s(0, 8, 8, 1, True, H100)
+
+
+def test_flash_is_faster_than_the_same_gemms_on_the_gemm_curve():
+    """The old costing (two GEMMs at the min-dimension curve, the whole s x s square) was ~3x slower."""
+    s, d, heads = 8192, 128, 32
+    gemms = 2 * matmul_time_s(s, s, d, A100, batch=heads)
+    assert flash_attention_time_s(s, s, d, heads, True, A100) < gemms / 2.5
+
+
+def _tiny(attention):
+    return profile_model("examples/gpt.py:tiny", {"attention": attention, "seq_len": 64}, cache=False)
+
+
+def test_profiler_tags_sdpa_as_a_causal_flash_call_and_explicit_attention_as_gemms():
+    flash = [m for m in _tiny("sdpa").blocks[0].matmuls if m.kernel != "gemm"]
+    assert flash and {m.kernel for m in flash} == {"flash_causal"} and all(m.count % 2 == 0 for m in flash)
+    assert all(m.kernel == "gemm" for m in _tiny("explicit").blocks[0].matmuls)
+
+
+def test_sdpa_model_steps_faster_than_explicit_attention_at_long_sequences():
+    """Through the public estimate: the fused kernel's time replaces the s x s GEMMs and softmax traffic."""
+    times = {}
+    for attention in ("explicit", "sdpa"):
+        profile = profile_model("examples/gpt.py:llama3_8b", {"attention": attention, "seq_len": 8192, "layers": 2},
+                                cache=False)
+        plan = Plan(model="examples/gpt.py:llama3_8b", hw="h100x8", nodes=1, dp=8, tp=1, pp=1, micro_batch=1,
+                    global_batch=8, stages=even_stages(2, 1, "full"))
+        times[attention] = estimate(plan, profile, H100).step_time_s
+    assert times["sdpa"] < 0.85 * times["explicit"]  # 0.81 measured with 2 blocks (the head is a large share)
+
+
+def test_zero3_gathered_parameters_capped_by_max_live_params():
+    """DeepSpeed keeps at most stage3_max_live_parameters gathered; FSDP two whole blocks."""
+    profile = profile_model("examples/gpt.py:gpt3_175b", {"layers": 2}, cache=False)
+
+    def buffers(cluster):
+        return chunk_memory(profile, cluster, tp=1, dp=64, sp=False, zero=3, micro_batch=1, flight=1.0,
+                            recompute="full", first=True, last=False, device_first_chunk=True, dtype="bf16").buffers
+
+    fsdp = buffers(A100)
+    capped = buffers(A100.with_overrides({"efficiency.zero3_max_live_params": 1e9}))
+    block = profile.blocks[0].params  # 12 h^2 ~ 1.8e9 for h = 12288
+    assert fsdp - capped == pytest.approx((2 * block - 1e9) * 2, rel=1e-6)
