@@ -50,7 +50,8 @@ def with_efficiency(text: str, efficiency: Efficiency, notes: list[str] | tuple[
         kept.pop()
     table = ["", *(f"# {n}" for n in notes), "[efficiency]"]
     for f in dataclasses.fields(efficiency):
-        table.append(f"{f.name} = {float(getattr(efficiency, f.name)):.6g}")
+        value = getattr(efficiency, f.name)
+        table.append(f"{f.name} = {value!r}" if isinstance(value, str) else f"{f.name} = {float(value):.6g}")
     return "\n".join(kept + table) + "\n"
 
 

@@ -37,7 +37,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   does not save (`BlockProfile.sac_recompute_matmuls`), all element-wise work and the TP
   collectives whose outputs it does not keep.
 - dtype fp8: linear (and expert) GEMMs at the fp8 peak, attention-core GEMMs and
-  element-wise work at bf16 (Transformer Engine / torchao float8: FP8 linears only).
+  element-wise work at bf16 (Transformer Engine / torchao float8: FP8 linears only), plus the
+  HBM traffic of casting each FP8 GEMM's input (forward) and output gradient (backward).
 """
 
 from __future__ import annotations
@@ -125,6 +126,10 @@ def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: 
 # Fused attention kernels run in half precision (torch SDPA's flash and cuDNN backends take
 # fp16/bf16 only); an fp32 plan runs the math path, timed as its GEMMs.
 FLASH_DTYPES = ("bf16", "fp16", "fp8")
+# An FP8 linear quantises its bf16 input (forward) and output gradient (backward) with one fused
+# cast-transpose kernel: read 2 bytes, write the fp8 copy and its transpose, 1 + 1 (Transformer
+# Engine `fp8_cast_transpose_fused`, FP8 primer); the weights' cast is cached across micro-batches.
+FP8_CAST_BYTES_PER_ELEMENT = 4
 
 
 def _gemm_dtype(mm, dtype: str) -> str:
@@ -147,7 +152,7 @@ def pass_times(
     tp = tp_span.size
     cp = cp_span.size if cp_span is not None else 1
     ep = ep_span.size if ep_span is not None else 1
-    gemm = core_gemm = flash_f = flash_b = 0.0
+    gemm = core_gemm = flash_f = flash_b = cast_f = cast_b = 0.0
     for mm in part.matmuls:
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
         if mm.kernel != "gemm" and dtype in FLASH_DTYPES:
@@ -160,6 +165,9 @@ def pass_times(
         gemm += t
         if mm.tp_dim == "batch":
             core_gemm += t
+        if _gemm_dtype(mm, dtype) == "fp8":
+            cast_f += m * k * batch * FP8_CAST_BYTES_PER_ELEMENT  # the GEMM's input
+            cast_b += m * n * batch * FP8_CAST_BYTES_PER_ELEMENT  # its output gradient
     frac = part.elementwise_tp_sharded_fraction
     share = (frac / tp + (1.0 - frac) / (tp if sp else 1)) / cp
     # The framework's fused kernels keep `elementwise_fusion` of the fusible traffic on chip.
@@ -184,9 +192,10 @@ def pass_times(
     def busy(compute: float, comm: float) -> float:
         return max(compute, comm) if overlapped else compute + comm
 
-    fwd_gpu = gemm + flash_f + elem + tp_f + ep_f + cp_f
+    cast_f, cast_b = memory_bound_time_s(cast_f, cluster), memory_bound_time_s(cast_b, cluster)
+    fwd_gpu = gemm + flash_f + cast_f + elem + tp_f + ep_f + cp_f
     fwd = max(busy(fwd_gpu, z_f), host)
-    bwd_gpu = 2.0 * (gemm + elem) + flash_b + tp_b + ep_b + cp_b
+    bwd_gpu = 2.0 * (gemm + elem) + flash_b + cast_b + tp_b + ep_b + cp_b
     bwd = max(busy(bwd_gpu, z_b), host)
     # Full recompute re-runs the forward inside the backward pass, on the parameters that
     # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each

@@ -1,5 +1,5 @@
-"""Fused attention kernels: timed from queries, keys, head dim and the causal mask (perf.flash_attention_time_s),
-tagged by the profiler (MatmulShape.kernel) and costed as such by the pass model; ZeRO-3's gathered-parameter cap."""
+"""Kernel costs: fused attention timed from queries, keys, head dim and the causal mask (perf.flash_attention_time_s),
+tagged by the profiler (MatmulShape.kernel); FP8 cast traffic; the ZeRO-3 gathered-parameter cap."""
 
 import pytest
 from hypothesis import given
@@ -101,3 +101,26 @@ def test_zero3_gathered_parameters_capped_by_max_live_params():
     capped = buffers(A100.with_overrides({"efficiency.zero3_max_live_params": 1e9}))
     block = profile.blocks[0].params  # 12 h^2 ~ 1.8e9 for h = 12288
     assert fsdp - capped == pytest.approx((2 * block - 1e9) * 2, rel=1e-6)
+
+
+def test_fp8_linear_pays_its_cast_traffic():
+    """An FP8 GEMM's forward adds reading its bf16 input and writing the fp8 copy and its transpose
+    (4 bytes per element); its backward the same for the output gradient."""
+    from smplan.hwprofiles import GroupSpan
+    from smplan.hwprofiles.perf import memory_bound_time_s
+    from smplan.planner.model_profile import BlockProfile, MatmulShape
+    from smplan.planner.pass_model import FP8_CAST_BYTES_PER_ELEMENT, pass_times
+
+    m, n, k = 8192, 4096, 4096
+    part = BlockProfile(name="linear", kind="block", params=n * k, forward_flops_per_sample=2.0 * m * n * k,
+                        saved_bytes_tp_sharded_per_sample=0.0, saved_bytes_replicated_per_sample=0.0,
+                        saved_bytes_attention_core_per_sample=0.0, output_bytes_per_sample=0.0,
+                        matmuls=(MatmulShape(m, n, k),))
+    one = GroupSpan(size=1, ranks_per_node=1)
+    cluster = H100.with_overrides({"efficiency.host_overhead_us_per_layer": 0.0})
+    fp8 = pass_times(part, one, False, 1, cluster, "fp8")
+    gemm = matmul_time_s(m, n, k, cluster, dtype="fp8")
+    assert fp8.forward_s == pytest.approx(gemm + memory_bound_time_s(m * k * FP8_CAST_BYTES_PER_ELEMENT, cluster))
+    assert fp8.backward_s == pytest.approx(2 * gemm + memory_bound_time_s(m * n * FP8_CAST_BYTES_PER_ELEMENT, cluster))
+    bf16 = pass_times(part, one, False, 1, cluster, "bf16")
+    assert bf16.forward_s == pytest.approx(matmul_time_s(m, n, k, cluster, dtype="bf16"))
