@@ -11,7 +11,8 @@ matching preset with the row's dims as `--arg`s and plan `ep`.
 
 Where a source leaves a setting out, the assumption lives in FRAMEWORK_DEFAULTS below (one
 dict per source, each entry citing where it comes from); nothing is set per row and nothing
-is fitted per row or per source. The measured figure becomes a step time by plain
+is fitted per row or per source. Each source names the software stack it ran on
+(SOURCE_STACKS, a bundled `--stack`), applied as `smplan simulate --stack` applies it. The measured figure becomes a step time by plain
 arithmetic: step_s = global_batch * seq_len / (tokens_per_s_per_gpu * gpus).
 
 The vTrain and Megatron SC21 files keep the reading of benchmarks/published.py.
@@ -36,7 +37,7 @@ from published import (
     plan_for,
     vtrain_rows,
 )
-from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles import DEFAULT_STACK, load_cluster
 from smplan.planner import Plan, PlanError, even_stages
 from validation_data import validation_file
 
@@ -57,6 +58,7 @@ class Mapped:
     # Plan keys the source leaves out and the planner picks, as a user would with
     # `smplan plan --fix <every key the row states>` (benchmarks/validate_published.py).
     choose: tuple[str, ...] = ()
+    stack: str = DEFAULT_STACK  # the source's software stack (`--stack`, SOURCE_STACKS)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,23 @@ GPU_PROFILES = {
     # NVL72 racks: 4-GPU compute trays (the rows' gpus_per_node) in one 72-GPU NVLink domain.
     "GB200 (DGX-GB200 NVL72)": "gb200nvl72",
     "GB300 (DGX-GB300 NVL72)": "gb300nvl72",
+}
+
+# The training framework each source ran on, as a bundled stack (`smplan stack list`), per file.
+SOURCE_STACKS = {
+    # vTrain (Bang et al. 2024, MICRO) profiled Megatron-DeepSpeed on A100s; Narayanan et al. 2021
+    # (SC21) ran 2021 Megatron-LM, the code Megatron-DeepSpeed forked: eager, hand-fused kernels.
+    "vtrain_multi_node.csv": "megatron-deepspeed",
+    "vtrain_single_node.csv": "megatron-deepspeed",
+    "megatron_sc21_table1.csv": "megatron-deepspeed",
+    "megatron_sc21_table2.csv": "megatron-deepspeed",
+    # Megatron-Bridge and NeMo 24.07 perf summaries: Megatron-Core underneath (their docs).
+    "megatron_bridge_perf_summary.csv": "megatron-core",
+    "nemo_perf_summary_2407_h100.csv": "megatron-core",
+    # llm-foundry trains through Composer with PyTorch FSDP1 (its benchmarking README).
+    "llm_foundry_mpt_a100.csv": "pytorch-fsdp",
+    # torchtitan's own docs/performance.md.
+    "torchtitan_docs_performance_2024.csv": "torchtitan",
 }
 
 # What each source leaves out, in one place. Cited per entry; never a fitted number.
@@ -140,7 +159,7 @@ def _from_published(source: str, rows: list[dict]) -> list[Row]:
     for i, r in enumerate(rows):
         nodes = nodes_for(r)
         out.append(Mapped(source, f"{r['label']}#{i}", plan_for(r, nodes), model_args(r), r["dtype"], "a100x8",
-                          nodes, r["measured_s"], dict(r["hw_set"])))
+                          nodes, r["measured_s"], dict(r["hw_set"]), stack=SOURCE_STACKS[source]))
     return out
 
 
@@ -366,7 +385,7 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")
     return Mapped(source, run, plan, args, dtype, hw, nodes, measured, inter_node_override(r["interconnect"], gpn),
-                  choose)
+                  choose, stack=SOURCE_STACKS[source])
 
 
 def map_rows(source: str, rows: Iterable[dict], layout: dict | None = None) -> list[Row]:
