@@ -11,7 +11,8 @@ matching preset with the row's dims as `--arg`s and plan `ep`.
 
 Where a source leaves a setting out, the assumption lives in FRAMEWORK_DEFAULTS below (one
 dict per source, each entry citing where it comes from); nothing is set per row and nothing
-is fitted per row or per source. The measured figure becomes a step time by plain
+is fitted per row or per source. Each source names the software stack it ran on
+(SOURCE_STACKS, a bundled `--stack`), applied as `smplan simulate --stack` applies it. The measured figure becomes a step time by plain
 arithmetic: step_s = global_batch * seq_len / (tokens_per_s_per_gpu * gpus).
 
 The vTrain and Megatron SC21 files keep the reading of benchmarks/published.py.
@@ -36,7 +37,7 @@ from published import (
     plan_for,
     vtrain_rows,
 )
-from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles import DEFAULT_STACK, load_cluster
 from smplan.planner import Plan, PlanError, even_stages
 from validation_data import validation_file
 
@@ -57,6 +58,7 @@ class Mapped:
     # Plan keys the source leaves out and the planner picks, as a user would with
     # `smplan plan --fix <every key the row states>` (benchmarks/validate_published.py).
     choose: tuple[str, ...] = ()
+    stack: str = DEFAULT_STACK  # the source's software stack (`--stack`, SOURCE_STACKS)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,23 @@ GPU_PROFILES = {
     "GB300 (DGX-GB300 NVL72)": "gb300nvl72",
 }
 
+# The training framework each source ran on, as a bundled stack (`smplan stack list`), per file.
+SOURCE_STACKS = {
+    # vTrain (Bang et al. 2024, MICRO) profiled Megatron-DeepSpeed on A100s; Narayanan et al. 2021
+    # (SC21) ran 2021 Megatron-LM, the code Megatron-DeepSpeed forked: eager, hand-fused kernels.
+    "vtrain_multi_node.csv": "megatron-deepspeed",
+    "vtrain_single_node.csv": "megatron-deepspeed",
+    "megatron_sc21_table1.csv": "megatron-deepspeed",
+    "megatron_sc21_table2.csv": "megatron-deepspeed",
+    # Megatron-Bridge and NeMo 24.07 perf summaries: Megatron-Core underneath (their docs).
+    "megatron_bridge_perf_summary.csv": "megatron-core",
+    "nemo_perf_summary_2407_h100.csv": "megatron-core",
+    # llm-foundry trains through Composer with PyTorch FSDP1 (its benchmarking README).
+    "llm_foundry_mpt_a100.csv": "pytorch-fsdp",
+    # torchtitan's own docs/performance.md.
+    "torchtitan_docs_performance_2024.csv": "torchtitan",
+}
+
 # What each source leaves out, in one place. Cited per entry; never a fitted number.
 FRAMEWORK_DEFAULTS = {
     "megatron_bridge_perf_summary.csv": dict(
@@ -95,14 +114,14 @@ FRAMEWORK_DEFAULTS = {
         # no dropout. Recompute is not in the table and the recipes change it per release
         # (validation README): None = the planner chooses it (and how many blocks per stage).
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute=None, attention="sdpa", dropout=0.0,
-        gpus_per_node=8, attention_kernel="cudnn",  # TE DotProductAttention -> cuDNN fused attention
+        gpus_per_node=8,
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
         # use_distributed_optimizer true, sequence_parallel true with tp > 1, flash/TE attention,
         # no activation checkpointing in the perf configs, dropout 0.
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute="none", attention="sdpa", dropout=0.0,
-        gpus_per_node=8, attention_kernel="cudnn",  # NeMo 24.07 runs TE's cuDNN fused attention
+        gpus_per_node=8,
     ),
     "llm_foundry_mpt_a100.csv": dict(
         # llm-foundry benchmarking README: pure FSDP FULL_SHARD (ZeRO-3), no TP/PP;
@@ -123,7 +142,7 @@ FRAMEWORK_DEFAULTS = {
         # RMSNorm, RoPE), no dropout, no gradient accumulation (micro-batch = local batch =
         # global batch / dp). Grand Teton / DGX A100 nodes are 8 GPUs.
         zero=3, sp_when_tp=True, attention="sdpa", mlp="swiglu", norm="rmsnorm", learned_positions=False,
-        dropout=0.0, gpus_per_node=8, attention_kernel="flash2",  # torch SDPA's flash backend (FA2)
+        dropout=0.0, gpus_per_node=8,
     ),
 }
 
@@ -143,7 +162,7 @@ def _from_published(source: str, rows: list[dict]) -> list[Row]:
     for i, r in enumerate(rows):
         nodes = nodes_for(r)
         out.append(Mapped(source, f"{r['label']}#{i}", plan_for(r, nodes), model_args(r), r["dtype"], "a100x8",
-                          nodes, r["measured_s"], dict(r["hw_set"])))
+                          nodes, r["measured_s"], dict(r["hw_set"]), stack=SOURCE_STACKS[source]))
     return out
 
 
@@ -368,9 +387,10 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
                     capacity_factor=1.0, stages=even_stages(blocks, pp * vp, recompute))
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")
-    stated = {**inter_node_override(r["interconnect"], gpn), "efficiency.attention_kernel": d["attention_kernel"]}
-    return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated,
-                  choose)
+    stated = inter_node_override(r["interconnect"], gpn)
+    if "attention_kernel" in d:  # the source states a kernel other than its stack's
+        stated["efficiency.attention_kernel"] = d["attention_kernel"]
+    return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated, choose, stack=SOURCE_STACKS[source])
 
 
 def map_rows(source: str, rows: Iterable[dict], layout: dict | None = None) -> list[Row]:

@@ -131,9 +131,10 @@ class Predictor:
         self._plans: dict = {}  # id(row) -> (row, its completed plan), chosen once with the bundled factors
 
     def base_cluster(self, m: Mapped):
-        key = (m.hw, m.nodes, tuple(sorted(m.hw_set.items())))
-        if key not in self._clusters:
-            self._clusters[key] = load_cluster(m.hw, nodes=m.nodes, overrides={**m.hw_set, **self.global_set})
+        key = (m.hw, m.nodes, tuple(sorted(m.hw_set.items())), m.stack)
+        if key not in self._clusters:  # the source's stack, then --hw-set over it, as `smplan simulate` does
+            self._clusters[key] = load_cluster(m.hw, nodes=m.nodes, overrides={**m.hw_set, **self.global_set},
+                                               stack=m.stack)
         return self._clusters[key]
 
     def cluster(self, m: Mapped, efficiency: dict | None = None):

@@ -1,4 +1,5 @@
-"""Hardware profiles, their loader and validation, and the hardware performance model."""
+"""Hardware profiles and software-stack profiles, their loaders and validation, and the
+hardware performance model."""
 
 from .calibrated import uncalibrated_warning
 from .cluster import Cluster, Efficiency, Gpu, HardwareProfileError, Link, PeakTflops, settable_keys
@@ -16,6 +17,16 @@ from .perf import (
     p2p_time_s,
     single_nic_collective_time_s,
 )
+from .stack import (
+    DEFAULT_STACK,
+    STACK_KEYS,
+    Stack,
+    StackError,
+    bundled_stacks,
+    load_stack,
+    read_stack,
+    with_stack,
+)
 from .topology import GroupSpan, ParallelLayout
 
 __all__ = [
@@ -24,6 +35,7 @@ __all__ = [
     "COLLECTIVES",
     "DTYPE_BYTES",
     "Cluster",
+    "DEFAULT_STACK",
     "Efficiency",
     "Gpu",
     "GroupSpan",
@@ -32,15 +44,22 @@ __all__ = [
     "ParallelLayout",
     "PeakTflops",
     "PerfModelError",
+    "STACK_KEYS",
+    "Stack",
+    "StackError",
     "bundled_profiles",
+    "bundled_stacks",
     "collective_time_s",
     "link_for",
     "load_cluster",
+    "load_stack",
     "matmul_efficiency",
     "matmul_time_s",
     "memory_bound_time_s",
     "p2p_time_s",
+    "read_stack",
     "parse_override",
     "settable_keys",
     "single_nic_collective_time_s",
+    "with_stack",
 ]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from .cluster import Cluster, HardwareProfileError, from_dict
+from .stack import STACK_KEYS, apply_stack
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -66,13 +67,17 @@ def load_cluster(
     name_or_path: str,
     nodes: int | None = None,
     overrides: dict[str, object] | list[str] | tuple[str, ...] | None = None,
+    stack: str | None = None,
 ) -> Cluster:
-    """The Cluster for a profile, with `nodes` and dotted overrides applied.
+    """The Cluster for a profile under a software stack, with `nodes` and dotted overrides applied.
 
-    `overrides` is a dict, or a list of `key=value` strings as given to `--hw-set`.
+    `overrides` is a dict, or a list of `key=value` strings as given to `--hw-set`; they win
+    over the stack (`stack` None: the default, megatron-core; precedence in hwprofiles/stack.py).
     """
     data = read_profile(name_or_path)
     cluster = from_dict(data, source=f"hardware profile {name_or_path!r}")
+    stated = data.get("efficiency", {})  # a table, or from_dict would have refused it
+    cluster = apply_stack(cluster, stack, [k for k in STACK_KEYS if k in stated])
     changes: dict[str, object] = {}
     if overrides:
         items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides)

@@ -116,15 +116,15 @@ def _toml_value(value: object) -> str:
     return json.dumps(str(value))  # a JSON string is a TOML basic string
 
 
-def check_writable(path: str | Path, force: bool = False) -> Path:
+def check_writable(path: str | Path, force: bool = False, option: str = "-o") -> Path:
     """Reject an output path before any work is spent on it: an existing file needs `force`."""
     path = Path(path)
     if path.exists() and not force:
-        raise HardwareProfileError(f"{path} exists; pass --force to overwrite it or choose another -o")
+        raise HardwareProfileError(f"{path} exists; pass --force to overwrite it or choose another {option}")
     if path.is_dir():
-        raise HardwareProfileError(f"{path} is a folder; choose a file name for -o")
+        raise HardwareProfileError(f"{path} is a folder; choose a file name for {option}")
     if not path.parent.is_dir():
-        raise HardwareProfileError(f"folder {str(path.parent)!r} does not exist; create it or choose another -o")
+        raise HardwareProfileError(f"folder {str(path.parent)!r} does not exist; create it or choose another {option}")
     return path
 
 

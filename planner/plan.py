@@ -102,6 +102,8 @@ class Plan:
     model_args: dict = field(default_factory=dict)
     seq_len: int | None = None
     hw_overrides: dict = field(default_factory=dict)
+    # Software stack (hwprofiles/stack.py): a bundled name or a .toml path, as --stack takes it
+    stack: str = "megatron-core"
     predicted: Figures | None = None
     version: int = PLAN_VERSION
 

@@ -232,6 +232,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "model_args": lambda p, k, v: _scalars(p, k, v, allow_null=True),
         "seq_len": lambda p, k, v: None if v is None else _whole(p, k, v, 1, MAX_SEQ_LEN),
         "hw_overrides": lambda p, k, v: _scalars(p, k, v, allow_null=False),
+        "stack": _text,
         "predicted": lambda p, k, v: _figures(p, v),
         "version": lambda p, k, v: _version(p, v),
         "recompute": lambda p, k, v: _choice(p, k, v, RECOMPUTE),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smplan.hwprofiles import load_cluster, parse_override
+from smplan.hwprofiles import DEFAULT_STACK, load_cluster, load_stack, parse_override
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
 
@@ -19,15 +19,21 @@ def resolve_target(
     plan_text: str | None = None,
     model_args: dict | None = None,
     seq_len: int | None = None,
+    stack: str | None = None,
 ):
-    """(plan, profile, cluster) from `PLAN.json`, or from `MODEL --hw HW --plan "tp=.."`."""
+    """(plan, profile, cluster) from `PLAN.json`, or from `MODEL --hw HW --plan "tp=.."`.
+
+    `stack` (--stack) replaces a plan file's stack, as `hw` replaces its hardware; for a model
+    it is recorded in the plan and gives `overlap_dp` its default (hwprofiles/stack.py)."""
     if target.endswith(".json") or (Path(target).is_file() and Path(target).suffix == ".json"):
         if plan_text:
             raise PlanError(f"{target} is a plan file; drop --plan (or give a model file instead of the plan)")
         plan = Plan.load(target)
         overrides = dict(plan.hw_overrides)
         overrides.update(dict(parse_override(item) for item in hw_set))
-        cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides)
+        if stack:
+            plan = plan.replace(stack=stack)
+        cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides, stack=plan.stack)
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
         return plan, profile, cluster
     if not hw:
@@ -35,7 +41,8 @@ def resolve_target(
     if not plan_text:
         raise PlanError('a model needs --plan "tp=..,pp=..,dp=..,mbs=..,gbs=.." (omitted keys take defaults)')
     keys = parse_inline(plan_text)
-    cluster = load_cluster(hw, nodes=nodes, overrides=list(hw_set))
+    cluster = load_cluster(hw, nodes=nodes, overrides=list(hw_set), stack=stack)
+    keys.setdefault("overlap_dp", load_stack(stack).overlap_grad_reduce)
     keys.setdefault("dtype", default_dtype(cluster.gpu.peak_tflops))  # as `plan` does: fp16 on a V100
     profile = profile_model(target, model_args or {}, seq_len, keys["dtype"])
     plan = plan_from_inline(
@@ -48,5 +55,5 @@ def resolve_target(
         model_args=model_args,
         seq_len=seq_len,
         hw_overrides=dict(parse_override(item) for item in hw_set),
-    )
+    ).replace(stack=stack or DEFAULT_STACK)
     return plan, profile, cluster

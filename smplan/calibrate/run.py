@@ -25,7 +25,7 @@ from smplan.calibrate.fit import (
     median,
     spearman,
 )
-from smplan.hwprofiles import Cluster, load_cluster, parse_override
+from smplan.hwprofiles import STACK_KEYS, Cluster, load_cluster, load_stack, parse_override
 from smplan.hwprofiles.profile_file import (
     check_writable,
     profile_path,
@@ -57,6 +57,8 @@ class CalibrateOptions:
     hw_set: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()  # explicit plans ("dp=2,mbs=4") instead of the automatic pick
     rounds: int = 1  # run the whole list this many times, keep each plan's fastest (noisy machines)
+    stack: str | None = None  # --stack: the software stack the runs are predicted under (None: the default)
+    stack_output: str | None = None  # --stack-output: write the fitted stack keys as a stack TOML here
 
 
 @dataclass
@@ -88,6 +90,7 @@ class CalibrationReport:
     fit: FitResult | None = None
     efficiency_before: dict = field(default_factory=dict)
     output: str | None = None
+    stack_output: str | None = None
 
     @property
     def median_ape_before(self) -> float:
@@ -114,6 +117,7 @@ class CalibrationReport:
         return {
             "hw": self.hw,
             "output": self.output,
+            "stack_output": self.stack_output,
             "plans": [r.to_dict() for r in self.before],
             "calibrated": [r.to_dict() for r in self.after],
             "failed": [{"plan": m.label, "error": m.error, "run_dir": m.run_dir} for m in self.failed],
@@ -129,9 +133,9 @@ class CalibrationReport:
         }
 
 
-def local_cluster(hw: str, nproc: int, hw_set: Sequence[str] = ()) -> Cluster:
+def local_cluster(hw: str, nproc: int, hw_set: Sequence[str] = (), stack: str | None = None) -> Cluster:
     """The profile as one node of `nproc` local processes (all runs here are on one machine)."""
-    cluster = load_cluster(hw, overrides=list(hw_set))
+    cluster = load_cluster(hw, overrides=list(hw_set), stack=stack)
     return cluster.with_overrides({"nodes": 1, "gpus_per_node": nproc})
 
 
@@ -163,6 +167,12 @@ def check_options(opts: CalibrateOptions) -> None:
         raise PlanError(f"--rounds must be at least 1, got {opts.rounds}")
     if opts.output and not opts.check:
         check_writable(opts.output, opts.force)
+    if opts.stack_output and not opts.check:
+        if not set(STACK_KEYS) & set(opts.keys):
+            raise CalibrationError(f"--stack-output writes the fitted stack keys, but none of {', '.join(STACK_KEYS)} "
+                                   "is fitted; fit host_overhead_us_per_layer or drop --stack-output")
+        check_writable(opts.stack_output, opts.force, "--stack-output")
+        load_stack(opts.stack)  # its values the file starts from
 
 
 def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, profile) -> list[tuple[str, Plan]]:
@@ -230,7 +240,7 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
               progress: Callable[[str], None] = lambda line: None) -> CalibrationReport:
     """Execute the plans, compare with the predictions, fit (unless `opts.check`), write `opts.output`."""
     check_options(opts)
-    cluster = local_cluster(hw, opts.nproc, opts.hw_set)
+    cluster = local_cluster(hw, opts.nproc, opts.hw_set, opts.stack)
     source = profile_path(hw)
     _, dtype = device_dtype()
     profile = profile_model(model, model_args, dtype=dtype)
@@ -262,4 +272,25 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
             notes.append(f"with --hw-set {' '.join(opts.hw_set)} (lines marked 'set by --hw-set').")
         write_profile(with_efficiency(text, report.fit.efficiency, notes), opts.output, opts.force)
         report.output = opts.output
+    if opts.stack_output:
+        write_calibrated_stack(model, opts, report, len(ok))
     return report
+
+
+def write_calibrated_stack(model: str, opts: CalibrateOptions, report: CalibrationReport, num_plans: int) -> None:
+    """The stack `opts.stack` with the fitted stack keys, as a TOML that --stack PATH loads."""
+    from smplan.hwprofiles.stack import stack_toml, write_stack
+
+    base = load_stack(opts.stack)
+    fitted = [k for k in STACK_KEYS if k in opts.keys]
+    values = {k: getattr(report.fit.efficiency, k) for k in fitted}
+    name = Path(opts.stack_output).stem
+    stack = dataclasses.replace(base, name=name, description=f"{base.name} calibrated on this machine", **values)
+    when = time.strftime("%Y-%m-%d")
+    notes = [f"Calibrated by `smplan calibrate {model}` on {when}: {num_plans} plans x {opts.steps} steps on "
+             f"{opts.nproc} processes, from {base.source};",
+             f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after."]
+    comments = {k: (f"fitted by smplan calibrate, {when}" if k in fitted else f"from {base.source}")
+                for k in (*STACK_KEYS, "overlap_grad_reduce")}
+    write_stack(stack_toml(stack, notes, comments), opts.stack_output, opts.force)
+    report.stack_output = opts.stack_output

@@ -7,7 +7,14 @@ import click
 from smplan.calibrate import CalibrateOptions
 from smplan.calibrate import calibrate as run_calibration
 
-from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
+from .options import (
+    OneSpelling,
+    echo_json,
+    json_option,
+    model_args_from,
+    model_args_option,
+    stack_option,
+)
 from .table import format_table
 
 
@@ -15,6 +22,7 @@ from .table import format_table
 @click.argument("model", metavar="MODEL")
 @click.option("--hw", required=True, metavar="NAME|PATH",
               help="Profile to calibrate, e.g. the output of `smplan hw probe -o myhw.toml`.")
+@stack_option
 @click.option("--hw-set", "hw_set", multiple=True, metavar="KEY=VALUE",
               help="Override a hardware value before calibrating (dotted key). Repeatable.")
 @model_args_option
@@ -31,13 +39,16 @@ from .table import format_table
               help="Global batch of every plan (samples per step).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the calibrated profile here (a TOML that --hw PATH loads).")
-@click.option("--force", is_flag=True, help="Overwrite an existing -o file.")
+@click.option("--stack-output", type=click.Path(dir_okay=False), default=None,
+              help="Also write the fitted stack keys (host_overhead_us_per_layer) over --stack's values as a "
+                   "stack TOML here (a file that --stack PATH loads).")
+@click.option("--force", is_flag=True, help="Overwrite an existing -o or --stack-output file.")
 @click.option("--check", is_flag=True, help="Only report the prediction error; fit and write nothing.")
 @click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
               help="Where the runs' metrics and logs go (default runs/calibrate-TIME).")
 @json_option
-def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, rounds, nproc, global_batch, output, force,
-              check, runs_dir, as_json):
+def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, rounds, nproc, global_batch, output, stack_output,
+              force, check, runs_dir, as_json):
     """Hold the cost model against real runs of MODEL and fit HW's global efficiency factors.
 
     Runs --plans plans for --steps steps each with `smplan execute`'s library, predicts
@@ -54,7 +65,7 @@ def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, rounds, 
     """
     opts = CalibrateOptions(plans=num_plans, steps=steps, rounds=rounds, nproc=nproc, global_batch=global_batch, output=output,
                             force=force, check=check, runs_dir=runs_dir, hw_set=tuple(hw_set),
-                            choices=tuple(choices))
+                            choices=tuple(choices), stack=stack, stack_output=stack_output)
     report = run_calibration(model, model_args_from(model_args), hw, opts,
                              progress=lambda line: click.echo(line, err=True))
     if as_json:
@@ -82,7 +93,9 @@ def calibrate(model, hw, hw_set, model_args, num_plans, choices, steps, rounds, 
         click.echo(f"warning: {report.warning}")
     if report.output:
         click.echo(f"wrote {report.output} (use it with --hw {report.output})")
-    else:
+    if report.stack_output:
+        click.echo(f"wrote {report.stack_output} (use it with --stack {report.stack_output})")
+    if not report.output and not report.stack_output:
         click.echo("(no -o given: nothing written)")
 
 

@@ -47,11 +47,11 @@ def list_profiles(as_json: bool) -> None:
 @click.argument("name", metavar="NAME|PATH")
 @hw_options(required=False)
 @json_option
-def show(name: str, hw: str | None, nodes: int | None, hw_set: tuple[str, ...], as_json: bool) -> None:
-    """Every value of one profile (with --nodes / --hw-set applied)."""
+def show(name: str, hw: str | None, stack: str | None, nodes: int | None, hw_set: tuple[str, ...], as_json: bool) -> None:
+    """Every value of one profile (with --stack / --nodes / --hw-set applied)."""
     if hw is not None and hw != name:
         raise UserError(f"hw show got two profiles, {name} and --hw {hw}; give one: smplan hw show {hw}")
-    cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set))
+    cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
     data = cluster.to_dict()
     if as_json:
         data["num_gpus"] = cluster.num_gpus

@@ -12,6 +12,7 @@ from smplan import __version__
 # `smplan --help` stays fast and one broken command cannot take down the others.
 COMMANDS = {
     "hw": "smplan.cli.hw:hw",
+    "stack": "smplan.cli.stack:stack",
     "profile": "smplan.cli.profile:profile",
     "plan": "smplan.cli.plan:plan",
     "simulate": "smplan.cli.simulate:simulate",
@@ -60,6 +61,7 @@ def cli() -> None:
     \b
     Typical flow:
       smplan hw list                                   # bundled hardware profiles
+      smplan stack list                                # bundled software stacks (--stack)
       smplan profile examples/gpt.py:gpt3_175b         # what the model costs
       smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 -o plan.json
       smplan simulate plan.json --gantt step.png       # step time, timeline

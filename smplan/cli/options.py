@@ -6,12 +6,25 @@ import json
 
 import click
 
-from smplan.hwprofiles import Cluster, load_cluster
+from smplan.hwprofiles import DEFAULT_STACK, Cluster, bundled_stacks, load_cluster
 from smplan.planner import parse_model_args
 
 
+def stack_option(fn):
+    """`--stack NAME|PATH`: the software stack (hwprofiles/stack.py)."""
+    return click.option(
+        "--stack",
+        default=None,
+        metavar="NAME|PATH",
+        help="Software stack: what the training framework, not the GPU, decides (host launch time per layer, "
+             "kernel fusion, DP gradient-reduce overlap). A bundled name "
+             f"({', '.join(bundled_stacks())}; smplan stack list) or a path to a .toml file. "
+             f"Default: a plan file's stack, else {DEFAULT_STACK}. --hw-set efficiency.KEY=... still wins.",
+    )(fn)
+
+
 def hw_options(required: bool = True, default: str | None = None):
-    """`--hw NAME|PATH`, `--nodes N`, `--hw-set key=value` (repeatable)."""
+    """`--hw NAME|PATH`, `--stack NAME|PATH`, `--nodes N`, `--hw-set key=value` (repeatable)."""
 
     def decorate(fn):
         fn = click.option(
@@ -22,6 +35,7 @@ def hw_options(required: bool = True, default: str | None = None):
             help="Override a hardware value, dotted key (e.g. inter_node.bandwidth_gbps=50). Repeatable.",
         )(fn)
         fn = click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (overrides the profile).")(fn)
+        fn = stack_option(fn)
         fn = click.option(
             "--hw",
             required=required and default is None,
@@ -48,8 +62,8 @@ def json_option(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")(fn)
 
 
-def cluster_from(hw: str, nodes: int | None, hw_set: tuple[str, ...]) -> Cluster:
-    return load_cluster(hw, nodes=nodes, overrides=list(hw_set))
+def cluster_from(hw: str, nodes: int | None, hw_set: tuple[str, ...], stack: str | None = None) -> Cluster:
+    return load_cluster(hw, nodes=nodes, overrides=list(hw_set), stack=stack)
 
 
 def model_args_from(items: tuple[str, ...]) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from smplan.hwprofiles import parse_override
+from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
 from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
 
@@ -43,7 +43,7 @@ from .table import format_table
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--explain", "show_explain", is_flag=True, help="Say why the runner-ups lost.")
 @json_option
-def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len, dtype, fix, objective, top,
+def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, seq_len, dtype, fix, objective, top,
          output, force, show_explain, as_json) -> None:
     """Find the fastest (or cheapest) way to train MODEL on the cluster.
 
@@ -58,14 +58,15 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     --hw-set efficiency.memory_reserve_gib=8.
     """
     check_output_file(output, "-o/--output", force)
-    cluster = cluster_from(hw, max_nodes or nodes, hw_set)
+    cluster = cluster_from(hw, max_nodes or nodes, hw_set, stack)
     warn_if_uncalibrated(hw)
     result = plan_model(
         model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,
         global_batch=global_batch, fix=",".join(fix) or None, objective=objective, top=top, max_nodes=max_nodes,
         min_nodes=nodes if max_nodes else None, progress=lambda msg: click.echo(msg, err=True),
+        overlap_dp=load_stack(stack).overlap_grad_reduce,  # the stack's default; --fix overlap_dp=.. wins
     )
-    plans = result.plans
+    plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
         plans[0].replace(hw=_hw_ref(hw), hw_overrides=dict(parse_override(kv) for kv in hw_set)).save(output)
@@ -85,7 +86,8 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
     where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}" if max_nodes
              else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name})")
     gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
-    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}")
+    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}, "
+               f"stack {stack or DEFAULT_STACK}")
     click.echo(format_table(headers, rows))
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s")
     if show_explain:
@@ -98,6 +100,7 @@ def plan(model, hw, nodes, hw_set, max_nodes, model_args, global_batch, seq_len,
 
 
 def _hw_ref(hw: str) -> str:
+    """A --hw or --stack value as a plan file records it: a bundled name, or a path made absolute."""
     path = Path(hw)
     return str(path.resolve()) if path.suffix == ".toml" or path.exists() else hw
 

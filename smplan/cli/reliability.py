@@ -59,7 +59,7 @@ def _interval(value: str) -> float | None:
 @click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True,
               help="Failure-simulation runs (different random failure times); the report gives mean and spread.")
 @json_option
-def reliability(target, hw, nodes, hw_set, plan_text, model_args, seq_len, days, tokens, interval, mtbf_hours,
+def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, days, tokens, interval, mtbf_hours,
                 restart_minutes, checkpoint_minutes, async_checkpoint, spares, repair_hours, weibull_shape, seeds, as_json):
     """Goodput and wall-clock of a whole run of PLAN.json under failures.
 
@@ -71,7 +71,8 @@ def reliability(target, hw, nodes, hw_set, plan_text, model_args, seq_len, days,
         raise ReliabilityError("give exactly one of --days D or --tokens T")
     minutes = _interval(interval)
     plan, profile, cluster = resolve_target(
-        target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
+        target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,
+        stack=stack,
     )
     warn_if_uncalibrated(hw or plan.hw)
     result = plan_reliability(

@@ -38,7 +38,7 @@ from .table import format_table
 @click.option("--dp-pattern", type=click.Choice(DP_PATTERNS), default="allreduce", show_default=True, help="What-if: parameter servers (ps) instead of all-reduce.")
 @click.option("--ps-servers", type=click.IntRange(min=1), default=None, help="Parameter-server nodes for --dp-pattern ps (default: one per node).")
 @json_option
-def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_path, gantt_path, force, no_contention, dp_pattern, ps_servers, as_json):
+def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, trace_path, gantt_path, force, no_contention, dp_pattern, ps_servers, as_json):
     """Simulate one step of PLAN.json, or of MODEL with --hw and --plan.
 
     \b
@@ -54,7 +54,8 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
         raise UserError(f"--ps-servers applies to --dp-pattern ps only (this run uses {dp_pattern}); "
                         "add --dp-pattern ps or drop --ps-servers")
     plan, profile, cluster = resolve_target(
-        target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len
+        target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,
+        stack=stack,
     )
     warn_if_uncalibrated(hw or plan.hw)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
@@ -76,7 +77,7 @@ def simulate(target, hw, nodes, hw_set, plan_text, model_args, seq_len, trace_pa
     f = result.figures
     click.echo(f"{plan.model}: tp={plan.tp} pp={plan.pp} dp={plan.dp} on {plan.world_size} GPUs ({cluster.name}), "
                f"{plan.schedule}, {plan.num_microbatches} micro-batches of {plan.micro_batch}, "
-               f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}")
+               f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}")
     rows = [
         ["step time (s)", f.step_time_s],
         ["tokens/s", f.tokens_per_s],

@@ -46,7 +46,7 @@ from .table import format_table
               help="Chart image format.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: CPU count).")
 @json_option
-def whatif(model, hw, nodes, hw_set, varies, tokens, days, model_args, plan, global_batch, seq_len,
+def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, plan, global_batch, seq_len,
            checkpoint_interval_min, seeds, delta, out_dir, force, fmt, jobs, as_json):
     """What if the cluster, the model or the plan changed? Sweep, simulate, chart.
 
@@ -69,7 +69,7 @@ def whatif(model, hw, nodes, hw_set, varies, tokens, days, model_args, plan, glo
         return load_model_file(model).accepts(name)
 
     q = Question(
-        model=model, hw=hw, nodes=nodes, hw_overrides=dict(parse_override(s) for s in hw_set),
+        model=model, hw=hw, nodes=nodes, hw_overrides=dict(parse_override(s) for s in hw_set), stack=stack,
         model_args=model_args_from(model_args), varies=tuple(parse_vary(v, accepts) for v in varies),
         tokens=tokens, days=days, plan=plan, global_batch=global_batch, seq_len=seq_len,
         checkpoint_interval_min=checkpoint_interval_min, seeds=seeds, sensitivity_delta=delta,

@@ -17,6 +17,7 @@ class Question:
     hw: str = "a100x8"
     nodes: int | None = None
     hw_overrides: dict = field(default_factory=dict)  # --hw-set
+    stack: str | None = None  # --stack NAME|PATH; None = the default stack (hwprofiles/stack.py)
     model_args: dict = field(default_factory=dict)  # --arg
     varies: tuple[Vary, ...] = ()
     tokens: float | None = None  # --tokens
@@ -69,6 +70,7 @@ class Question:
             "hw": self.hw,
             "nodes": self.nodes,
             "hw_overrides": dict(self.hw_overrides),
+            "stack": self.stack,
             "vary": {v.key: list(v.values) for v in self.varies},
             "tokens": self.tokens,
             "days": self.days,

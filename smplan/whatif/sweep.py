@@ -10,6 +10,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from smplan.hwprofiles import load_stack
 from smplan.planner import parse_inline
 from smplan.report.points import POINTS_VERSION, derive
 
@@ -32,6 +33,7 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None) -> dict:
     `progress(done, total, label)` is called after every point; `jobs` processes evaluate
     points in parallel (default: the CPU count; 1 = in this process).
     """
+    load_stack(q.stack)  # a wrong --stack is the user's one-line error, not a reason on every point
     specs = grid(list(q.varies))
     q = _one_global_batch(q, specs)
     profiles = _profiles(q, specs)

@@ -1,0 +1,203 @@
+"""Software-stack profiles: what the training framework decides, not the GPU.
+
+A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
+
+- `host_overhead_us_per_layer`: CPU time to launch one layer pass (eager Python, CUDA graphs);
+- `elementwise_fusion`: share of the fusible element-wise traffic its kernels keep on chip;
+- `overlap_grad_reduce`: whether the DP gradient reduce overlaps backward, the planner's
+  default for a plan's `overlap_dp` when the user does not fix it;
+- `attention_kernel`: the fused attention kernel SDPA-style attention runs on ("flash1",
+  "flash2", "cudnn"), timed at the GPU's published rate for it (`gpu.attention`);
+- `zero3_max_live_params`: ZeRO-3 parameters gathered at once, at most (0: FSDP's two whole
+  blocks; DeepSpeed's `stage3_max_live_parameters`).
+
+All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
+stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
+NAME|PATH` loads one (`load_stack`), default `megatron-core` (`DEFAULT_STACK`), and the plan
+file records it (`Plan.stack`).
+
+Precedence, lowest first, for each key a stack sets (`loader.load_cluster` applies it):
+
+1. the hardware profile (the `Efficiency` defaults; no bundled hardware file states these keys);
+2. the stack;
+3. `--hw-set efficiency.KEY=VALUE`: an explicit per-run override always wins.
+
+A hardware file that states a stack key in its own `[efficiency]` table (a profile written
+by `smplan calibrate`, which fits `host_overhead_us_per_layer` on the machine) keeps that
+value over the default stack, whether megatron-core is named or not; any other stack, given
+with `--stack` or recorded in a plan file, replaces it. The rule depends only on which stack
+is in effect, so a plan file read back simulates as it was planned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cluster import ATTENTION_KERNELS, MAX_NUMBER, Cluster, HardwareProfileError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+STACK_DIR = Path(__file__).parent / "stacks"
+DEFAULT_STACK = "megatron-core"
+# The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
+STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params")
+
+
+class StackError(HardwareProfileError):
+    """A stack name, file or value the user gave is wrong; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    description: str
+    host_overhead_us_per_layer: float  # CPU launch time per layer pass; overlaps GPU work
+    elementwise_fusion: float  # 0: eager PyTorch, 1: every fusible element-wise chain fused
+    overlap_grad_reduce: bool  # DP gradient reduce overlapped with backward (the plan's overlap_dp default)
+    attention_kernel: str = "flash2"  # optional in a file: torch SDPA's flash backend
+    zero3_max_live_params: float = 0.0  # optional in a file: no cap (FSDP)
+    source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
+
+    def efficiency(self) -> dict[str, float | str]:
+        """The `Efficiency` fields this stack sets."""
+        return {key: getattr(self, key) for key in STACK_KEYS}
+
+
+# TOML keys: the dataclass fields but `source`, which the loader sets.
+_REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
+_KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params")
+
+
+def bundled_stacks() -> list[str]:
+    return sorted(p.stem for p in STACK_DIR.glob("*.toml"))
+
+
+def stack_path(name_or_path: str) -> Path:
+    """The file behind `--stack NAME|PATH` (a bundled name, or a path to a .toml file)."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = STACK_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            raise StackError(f"unknown stack {name_or_path!r}; use one of {', '.join(bundled_stacks())} "
+                             "or a path to a .toml file (smplan stack list)")
+    if not path.is_file():
+        raise StackError(f"stack file {str(path)!r} does not exist; check the path or use a bundled stack "
+                         f"({', '.join(bundled_stacks())})")
+    return path
+
+
+def read_stack(name_or_path: str) -> dict:
+    """Parsed TOML of a bundled stack name (`torchtitan`) or of a path to a .toml file."""
+    path = stack_path(name_or_path)
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise StackError(f"stack file {str(path)!r} is not valid TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise StackError(f"cannot read stack file {str(path)!r}: {err}") from None
+    except ValueError:  # int() refuses literals over sys.get_int_max_str_digits() digits
+        raise StackError(f"stack file {str(path)!r} has a number too long to read; fix it") from None
+
+
+def load_stack(name_or_path: str | None = None) -> Stack:
+    """The Stack of a bundled name or a .toml path (None: the default, megatron-core)."""
+    name_or_path = name_or_path or DEFAULT_STACK
+    path = stack_path(name_or_path)
+    bundled = path.parent == STACK_DIR and path.stem == name_or_path
+    source = f"bundled stack {name_or_path!r}" if bundled else f"stack file {str(path)!r}"
+    return stack_from_dict(read_stack(name_or_path), source, default_name=path.stem)
+
+
+def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stack") -> Stack:
+    """A Stack from parsed TOML, with one clear error per problem (unknown keys refused)."""
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        raise StackError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(_KEYS)}")
+    missing = [k for k in _REQUIRED if k not in data]
+    if missing:
+        raise StackError(f"{source}: missing key {missing[0]!r}; add it "
+                         f"(see hwprofiles/stacks/{DEFAULT_STACK}.toml)")
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise StackError(f"{source}: {key!r} must be text, got {data[key]!r}")
+    if not isinstance(data["overlap_grad_reduce"], bool):
+        raise StackError(f"{source}: 'overlap_grad_reduce' must be true or false, got {data['overlap_grad_reduce']!r}")
+    host = _number(data, "host_overhead_us_per_layer", source, 0.0, MAX_NUMBER, "microseconds per layer pass")
+    fusion = _number(data, "elementwise_fusion", source, 0.0, 1.0, "a share from 0 to 1")
+    kernel = data.get("attention_kernel", "flash2")
+    if kernel not in ATTENTION_KERNELS:
+        raise StackError(f"{source}: 'attention_kernel' must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}")
+    live = (_number(data, "zero3_max_live_params", source, 0.0, MAX_NUMBER, "parameters; 0 for no cap")
+            if "zero3_max_live_params" in data else 0.0)
+    return Stack(name=data.get("name", default_name), description=data.get("description", ""),
+                 host_overhead_us_per_layer=host, elementwise_fusion=fusion,
+                 overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
+                 zero3_max_live_params=live, source=source)
+
+
+def _number(data: dict, key: str, source: str, low: float, high: float, unit: str) -> float:
+    value = data[key]
+    # `not low <= value <= high` is True for NaN too
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise StackError(f"{source}: {key!r} must be a number from {low:g} to {high:g} ({unit}), got {value!r}")
+    return float(value)
+
+
+def with_stack(cluster: Cluster, stack: Stack, keep: Iterable[str] = ()) -> Cluster:
+    """`cluster` with the stack's efficiency fields, except the keys in `keep`."""
+    values = {k: v for k, v in stack.efficiency().items() if k not in set(keep)}
+    return dataclasses.replace(cluster, efficiency=dataclasses.replace(cluster.efficiency, **values))
+
+
+def apply_stack(cluster: Cluster, name_or_path: str | None, stated: Iterable[str] = ()) -> Cluster:
+    """`cluster` under the stack `name_or_path` (None: the default). `stated`: the efficiency
+    keys the hardware file itself gives; the default stack keeps them, any other replaces them."""
+    keep = set(stated) if (name_or_path or DEFAULT_STACK) == DEFAULT_STACK else set()
+    return with_stack(cluster, load_stack(name_or_path), keep)
+
+
+def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str] | None = None) -> str:
+    """A stack TOML file that `load_stack(PATH)` reads back: `notes` as its header comment,
+    `comments[key]` as the one-line comment that says where each value comes from."""
+    comments = comments or {}
+    values = {"name": _quoted(stack.name), "description": _quoted(stack.description),
+              "host_overhead_us_per_layer": f"{stack.host_overhead_us_per_layer:.6g}",
+              "elementwise_fusion": f"{stack.elementwise_fusion:.6g}",
+              "overlap_grad_reduce": "true" if stack.overlap_grad_reduce else "false",
+              "attention_kernel": _quoted(stack.attention_kernel),
+              "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}"}
+    lines = [f"# {n}" for n in notes]
+    lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_stack(text: str, path: str | Path, force: bool = False, option: str = "--stack-output") -> Path:
+    """Write a stack TOML only if it loads back; an existing file needs `force`."""
+    from .profile_file import check_writable
+
+    path = check_writable(path, force, option)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        try:
+            load_stack(str(tmp))
+        except StackError as err:
+            why = str(err).replace(str(tmp), str(path))
+            raise StackError(f"the stack would not load ({why}); nothing written to {path}") from None
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _quoted(text: str) -> str:
+    import json
+
+    return json.dumps(text)  # a JSON string is a TOML basic string

@@ -1,0 +1,60 @@
+"""`smplan stack ...`: list and show software-stack profiles (hwprofiles/stack.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from smplan.hwprofiles import DEFAULT_STACK, bundled_stacks, load_stack
+from smplan.hwprofiles.stack import stack_path
+
+from .options import echo_json, json_option
+from .table import format_table
+
+
+@click.group()
+def stack() -> None:
+    """Software stacks: what the training framework, not the GPU, decides.
+
+    A stack sets the host (CPU) launch time per layer pass, the share of element-wise
+    traffic its fused kernels keep on chip, and whether the DP gradient reduce overlaps
+    backward (the plan's overlap_dp default). plan, simulate, whatif, reliability and
+    calibrate take --stack NAME|PATH; the default is megatron-core, and a plan file
+    records its stack. --hw-set efficiency.KEY=VALUE still wins over the stack.
+    """
+
+
+@stack.command("list")
+@json_option
+def list_stacks(as_json: bool) -> None:
+    """Table of the bundled stacks."""
+    stacks = [load_stack(name) for name in bundled_stacks()]
+    if as_json:
+        echo_json({"default": DEFAULT_STACK, "stacks": [_public(s) for s in stacks]})
+        return
+    rows = [[s.name + (" (default)" if s.name == DEFAULT_STACK else ""), s.host_overhead_us_per_layer,
+             s.elementwise_fusion, "yes" if s.overlap_grad_reduce else "no", s.description] for s in stacks]
+    click.echo(format_table(["name", "host us/layer", "fusion", "overlap grad reduce", "description"], rows,
+                            align="lrrll"))
+    click.echo("\nDetails and sources: smplan stack show NAME; use one with --stack NAME or --stack PATH.toml")
+
+
+@stack.command("show")
+@click.argument("name", metavar="NAME|PATH")
+@json_option
+def show(name: str, as_json: bool) -> None:
+    """Every value of one stack; the TOML's comments cite where each value comes from."""
+    s = load_stack(name)
+    if as_json:
+        echo_json(_public(s))
+        return
+    click.echo(f"{s.name}: {s.description}")
+    click.echo(f"  from {s.source}: {stack_path(name)}")
+    for key, value in _public(s).items():
+        if key not in ("name", "description", "source"):
+            click.echo(f"  {key} = {value}")
+
+
+def _public(s) -> dict:
+    return dataclasses.asdict(s)
