@@ -9,7 +9,10 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 - `attention_kernel`: the fused attention kernel SDPA-style attention runs on ("flash1",
   "flash2", "cudnn"), timed at the GPU's published rate for it (`gpu.attention`);
 - `zero3_max_live_params`: ZeRO-3 parameters gathered at once, at most (0: FSDP's two whole
-  blocks; DeepSpeed's `stage3_max_live_parameters`).
+  blocks; DeepSpeed's `stage3_max_live_parameters`);
+- `single_nic_network`: the share of one GPU's NIC that the layer-by-layer collectives of
+  ZeRO-2/3 / FSDP reach across nodes (small per-module messages in DeepSpeed, one flat
+  parameter per block in FSDP).
 
 All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
 stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
@@ -47,7 +50,8 @@ else:  # pragma: no cover
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
-STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params")
+STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
+              "single_nic_network")
 
 
 class StackError(HardwareProfileError):
@@ -63,6 +67,7 @@ class Stack:
     overlap_grad_reduce: bool  # DP gradient reduce overlapped with backward (the plan's overlap_dp default)
     attention_kernel: str = "flash2"  # optional in a file: torch SDPA's flash backend
     zero3_max_live_params: float = 0.0  # optional in a file: no cap (FSDP)
+    single_nic_network: float = 0.66  # optional in a file: the Efficiency default (DeepSpeed ZeRO-3 fit)
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -72,7 +77,7 @@ class Stack:
 
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
-_KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params")
+_KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network")
 
 
 def bundled_stacks() -> list[str]:
@@ -136,10 +141,12 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
         raise StackError(f"{source}: 'attention_kernel' must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}")
     live = (_number(data, "zero3_max_live_params", source, 0.0, MAX_NUMBER, "parameters; 0 for no cap")
             if "zero3_max_live_params" in data else 0.0)
+    nic = (_number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1")
+           if "single_nic_network" in data else Stack.single_nic_network)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
-                 zero3_max_live_params=live, source=source)
+                 zero3_max_live_params=live, single_nic_network=nic, source=source)
 
 
 def _number(data: dict, key: str, source: str, low: float, high: float, unit: str) -> float:
@@ -172,7 +179,8 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "elementwise_fusion": f"{stack.elementwise_fusion:.6g}",
               "overlap_grad_reduce": "true" if stack.overlap_grad_reduce else "false",
               "attention_kernel": _quoted(stack.attention_kernel),
-              "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}"}
+              "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}",
+              "single_nic_network": f"{stack.single_nic_network:.6g}"}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
     return "\n".join(lines) + "\n"

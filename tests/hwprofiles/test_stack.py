@@ -108,6 +108,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'attention_kernel' must be one of flash1, flash2, cudnn"),
     ("host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nzero3_max_live_params = -1\n",
      "'zero3_max_live_params' must be a number from 0"),
+    ("host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nsingle_nic_network = 2\n",
+     "'single_nic_network' must be a number from 0.001 to 1"),
 ])
 def test_bad_stack_file_is_one_line(tmp_path, body, expected):
     path = tmp_path / "bad.toml"
@@ -174,6 +176,8 @@ def test_the_stack_names_its_attention_kernel_and_zero3_gather_cap(tmp_path):
     assert kernels == {"megatron-core": "cudnn", "megatron-deepspeed": "flash2", "pytorch-fsdp": "flash2",
                        "torchtitan": "flash2"}
     assert load_cluster("a100x8", stack="megatron-deepspeed").efficiency.zero3_max_live_params == 1e9
+    nic = {s: load_cluster("a100x8", stack=s).efficiency.single_nic_network for s in bundled_stacks()}
+    assert nic == {"megatron-core": 0.66, "megatron-deepspeed": 0.66, "pytorch-fsdp": 0.85, "torchtitan": 0.85}
     plain = load_stack(str(_stack_file(tmp_path)))
     assert (plain.attention_kernel, plain.zero3_max_live_params) == ("flash2", 0.0)
     assert load_stack(str(_stack_file(tmp_path, name="fa1", extra='attention_kernel = "flash1"\n'))).attention_kernel == "flash1"
