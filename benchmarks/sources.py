@@ -21,6 +21,7 @@ The vTrain and Megatron SC21 files keep the reading of benchmarks/published.py.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable
@@ -148,10 +149,12 @@ FRAMEWORK_DEFAULTS = {
 
 # Recompute as the sources name it -> the plan's key; the others are skipped with a reason.
 RECOMPUTE_NAMES = {"": None, "none": "none", "full ac": "full", "full activation checkpointing": "full",
-                   "selective op ac": "sac"}
-RECOMPUTE_UNSUPPORTED = {
-    "selective layer ac": "layer-selective AC (every k-th layer): no per-layer recompute key in the CLI plan",
-}
+                   "selective op ac": "sac", "selective layer ac": "full"}
+RECOMPUTE_UNSUPPORTED: dict[str, str] = {}
+# torchtitan's layer-selective AC checkpoints every k-th TransformerBlock whole, k =
+# `selective_ac_option` ("2" in its train_configs): full recompute on half of each stage's
+# blocks, the plan file's per-stage `recompute_blocks`.
+EVERY_KTH_LAYER = {"selective layer ac": 2}
 
 
 # ----------------------------------------------------------------- old files (published.py)
@@ -384,13 +387,21 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
         plan = Plan(model=model, hw=hw, nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=mbs,
                     global_batch=gbs, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
                     sequence_parallel=bool(d["sp_when_tp"] and tp > 1 and not moe), overlap_dp=True, dtype=dtype,
-                    capacity_factor=1.0, stages=even_stages(blocks, pp * vp, recompute))
+                    capacity_factor=1.0, stages=_every_kth(even_stages(blocks, pp * vp, recompute),
+                                                           EVERY_KTH_LAYER.get(rec_name, 1)))
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")
     stated = inter_node_override(r["interconnect"], gpn)
     if "attention_kernel" in d:  # the source states a kernel other than its stack's
         stated["efficiency.attention_kernel"] = d["attention_kernel"]
     return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated, choose, stack=SOURCE_STACKS[source])
+
+
+def _every_kth(stages: tuple, k: int) -> tuple:
+    """Each stage with every k-th of its blocks recomputed (k = 1: as given)."""
+    if k == 1:
+        return stages
+    return tuple(dataclasses.replace(st, recompute_blocks=st.num_blocks // k) for st in stages)
 
 
 def map_rows(source: str, rows: Iterable[dict], layout: dict | None = None) -> list[Row]:
