@@ -23,7 +23,8 @@ from .table import format_table
 @click.argument("model", metavar="MODEL")
 @hw_options(required=False, default="a100x8")
 @click.option("--vary", "varies", multiple=True, metavar="KEY=V1,V2,...",
-              help="Sweep KEY over values: nodes, hw, global_batch, seq_len, checkpoint_interval_min, a plan "
+              help="Sweep KEY over values: nodes, hw, stack (software stacks: smplan stack list), global_batch, "
+                   "seq_len, checkpoint_interval_min, a plan "
                    "key (tp, pp, mbs, recompute...), a hardware key (inter_node.bandwidth_gbps...), or "
                    "arg.NAME. Repeatable: the points are every combination.")
 @click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None, help="Train this many tokens (e.g. 1e12): time, cost, goodput.")

@@ -1,7 +1,8 @@
 """The grid of a what-if sweep: `--vary KEY=V1,V2,...` items and the points they span.
 
 A KEY is one of (checked in this order):
-- `nodes`, `hw` (a profile name or path: compare GPU types), `seq_len`, `global_batch`
+- `nodes`, `hw` (a profile name or path: compare GPU types), `stack` (a software stack name
+  or path: compare frameworks), `seq_len`, `global_batch`
   (also `gbs`), `checkpoint_interval_min`;
 - a plan dimension (`tp`, `pp`, `dp`, `mbs`, `recompute`, `schedule`, `v`, `sp`, `zero`,
   `overlap_dp`, `grad_compress`): fixed in the search at that value, or replaced in the --plan;
@@ -16,13 +17,13 @@ import difflib
 import itertools
 from dataclasses import dataclass, field
 
-from smplan.hwprofiles import HardwareProfileError, load_cluster, settable_keys
+from smplan.hwprofiles import HardwareProfileError, load_cluster, load_stack, settable_keys
 from smplan.hwprofiles.loader import parse_scalar
 from smplan.planner.plan import INLINE_KEYS
 
 MAX_POINTS = 512
 PLAN_KEYS = {k: v for k, v in INLINE_KEYS.items() if v != "global_batch"}
-SPECIAL = ("nodes", "hw", "seq_len", "global_batch", "gbs", "checkpoint_interval_min")
+SPECIAL = ("nodes", "hw", "stack", "seq_len", "global_batch", "gbs", "checkpoint_interval_min")
 
 
 class VaryError(ValueError):
@@ -32,7 +33,7 @@ class VaryError(ValueError):
 @dataclass(frozen=True)
 class Vary:
     key: str  # as given (the label uses it)
-    kind: str  # "nodes", "hw", "seq_len", "global_batch", "checkpoint", "plan", "cluster", "arg"
+    kind: str  # "nodes", "hw", "stack", "seq_len", "global_batch", "checkpoint", "plan", "cluster", "arg"
     target: str  # the field the value goes to: plan field, cluster key, builder argument
     values: tuple
 
@@ -44,6 +45,7 @@ class PointSpec:
     id: int
     settings: dict  # the varied values, KEY -> value, in --vary order
     hw: str | None = None
+    stack: str | None = None
     nodes: int | None = None
     seq_len: int | None = None
     global_batch: int | None = None
@@ -66,14 +68,15 @@ def parse_vary(item: str, builder_accepts=None) -> Vary:
     if not texts:
         raise VaryError(f"--vary {key}= lists no values; give at least one, e.g. {key}=1,2")
     kind, target = classify(key, builder_accepts)
-    values = tuple(_hw_value(t) if kind == "hw" else _value(key, kind, t) for t in texts)
+    check = {"hw": _hw_value, "stack": _stack_value}.get(kind)
+    values = tuple(check(t) if check else _value(key, kind, t) for t in texts)
     if len(set(values)) != len(values):
         raise VaryError(f"--vary {key} lists a value twice: {raw}")
     return Vary(key, kind, target, values)
 
 
 def classify(key: str, builder_accepts=None) -> tuple[str, str]:
-    if key in ("nodes", "hw", "seq_len"):
+    if key in ("nodes", "hw", "stack", "seq_len"):
         return key, key
     if key in ("global_batch", "gbs"):
         return "global_batch", "global_batch"
@@ -93,7 +96,7 @@ def classify(key: str, builder_accepts=None) -> tuple[str, str]:
     near = difflib.get_close_matches(key, known, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
     raise VaryError(
-        f"--vary key {key!r} is unknown; {hint}use nodes, hw, global_batch, seq_len, checkpoint_interval_min, "
+        f"--vary key {key!r} is unknown; {hint}use nodes, hw, stack, global_batch, seq_len, checkpoint_interval_min, "
         f"a plan key ({', '.join(sorted(PLAN_KEYS))}), a hardware key (smplan hw show NAME), or arg.NAME "
         "for a model argument"
     )
@@ -106,6 +109,15 @@ def _hw_value(text: str) -> str:
         load_cluster(text)
     except HardwareProfileError as err:
         raise VaryError(f"--vary hw: {err}") from None
+    return text
+
+
+def _stack_value(text: str) -> str:
+    """A stack name or .toml path, loaded now (a typo is an error, not an infeasible point)."""
+    try:
+        load_stack(text)
+    except HardwareProfileError as err:
+        raise VaryError(f"--vary stack: {err}") from None
     return text
 
 
@@ -149,7 +161,7 @@ def grid(varies: list[Vary]) -> list[PointSpec]:
         settings = {}
         for v, value in zip(varies, combo, strict=True):
             settings[v.key] = value
-            if v.kind in ("nodes", "hw", "seq_len", "global_batch"):
+            if v.kind in ("nodes", "hw", "stack", "seq_len", "global_batch"):
                 kw[v.kind] = value
             elif v.kind == "checkpoint":
                 kw["checkpoint_interval_min"] = float(value)

@@ -26,14 +26,20 @@ class InfeasiblePoint(ValueError):
 
 def point_cluster(q: Question, spec: PointSpec) -> Cluster:
     overrides = {**q.hw_overrides, **spec.cluster_overrides}
-    return load_cluster(spec.hw or q.hw, nodes=spec.nodes or q.nodes, overrides=overrides, stack=q.stack)
+    return load_cluster(spec.hw or q.hw, nodes=spec.nodes or q.nodes, overrides=overrides, stack=_stack(q, spec))
+
+
+def _stack(q: Question, spec: PointSpec) -> str:
+    """This point's stack: a --vary stack value, else --stack, else the default."""
+    return spec.stack or q.stack or DEFAULT_STACK
 
 
 def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Cluster) -> Plan:
     """The fixed plan with this point's overrides, or the planner's best plan here."""
     gbs = spec.global_batch or q.global_batch
     common = dict(model=q.model, hw=cluster.name, nodes=cluster.nodes)
-    overlap_dp = load_stack(q.stack).overlap_grad_reduce  # the stack's default for an unfixed overlap_dp
+    stack = _stack(q, spec)
+    overlap_dp = load_stack(stack).overlap_grad_reduce  # the stack's default for an unfixed overlap_dp
     if q.plan is not None:
         keys = {"overlap_dp": overlap_dp, **parse_inline(q.plan), **spec.plan_keys}
         if gbs:
@@ -41,7 +47,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
         return plan_from_inline(
             keys, gpus_per_node=cluster.gpus_per_node, num_blocks=profile.num_blocks,
             model_args=profile.args, seq_len=profile.seq_len or None, hw_overrides=_overrides(q, spec), **common,
-        ).replace(stack=q.stack or DEFAULT_STACK)
+        ).replace(stack=stack)
     from smplan.planner.search import plan_search
 
     constraints: dict = {"top": 1, "dtype": q.dtype, "overlap_dp": overlap_dp}
@@ -54,7 +60,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
         raise InfeasiblePoint(f"no plan fits {cluster.num_gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gib:g} GiB)")
     best = plans[0]
     return best.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec),
-                        stack=q.stack or DEFAULT_STACK)
+                        stack=stack)
 
 
 def _overrides(q: Question, spec: PointSpec) -> dict:

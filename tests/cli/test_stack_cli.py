@@ -154,6 +154,23 @@ def test_whatif_records_and_applies_the_stack(cli_runner, tmp_path):
     assert figures["slow"] > 2 * figures["base"]
 
 
+def test_whatif_varies_the_stack(cli_runner, tmp_path):
+    """--vary stack=A,B: one point per stack, each planned and simulated under its own stack."""
+    from smplan import report
+
+    slow = str(_stack_file(tmp_path))
+    out = tmp_path / "sweep"
+    result = cli_runner.invoke(cli, ["whatif", GPT, "--hw", "a100x8", "--plan", INLINE, "--jobs", "1", "--seeds", "2",
+                                     "--vary", f"stack=megatron-core,{slow}", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    base, slowed = report.load(out / "points.json")["points"]
+    assert (base["plan"]["stack"], slowed["plan"]["stack"]) == (DEFAULT_STACK, slow)
+    assert slowed["figures"]["step_time_s"] > 2 * base["figures"]["step_time_s"]
+    line = _one_error_line(cli_runner.invoke(cli, ["whatif", GPT, "--hw", "a100x8", "--plan", INLINE,
+                                                   "--vary", "stack=megatron-core,nope"]))
+    assert "--vary stack: unknown stack 'nope'" in line
+
+
 @pytest.fixture
 def probed(tmp_path):
     """A profile as `smplan hw probe` writes it, with CPU-like figures (as tests/cli/test_calibrate_cli.py)."""
