@@ -131,15 +131,21 @@ def check_writable(path: str | Path, force: bool = False, option: str = "-o") ->
 def write_profile(text: str, path: str | Path, force: bool = False) -> Path:
     """Write `text` to `path` only if it loads back (passes validation): through a temporary
     file and an atomic rename, so a failure leaves whatever was at `path` untouched."""
-    path = check_writable(path, force)
+    return write_checked(text, path, lambda p: load_cluster(p), "profile", force)
+
+
+def write_checked(text: str, path: str | Path, load, what: str, force: bool = False, option: str = "-o") -> Path:
+    """Write `text` to `path` only if `load(a temporary copy)` accepts it, then rename it into place;
+    a HardwareProfileError (or subclass) from `load` becomes one line naming `path`."""
+    path = check_writable(path, force, option)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text)
         try:
-            load_cluster(str(tmp))
+            load(str(tmp))
         except HardwareProfileError as err:
             why = str(err).replace(str(tmp), str(path))
-            raise HardwareProfileError(f"the profile would not load ({why}); nothing written to {path}") from None
+            raise type(err)(f"the {what} would not load ({why}); nothing written to {path}") from None
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -188,21 +188,9 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
 
 def write_stack(text: str, path: str | Path, force: bool = False, option: str = "--stack-output") -> Path:
     """Write a stack TOML only if it loads back; an existing file needs `force`."""
-    from .profile_file import check_writable
+    from .profile_file import write_checked
 
-    path = check_writable(path, force, option)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        try:
-            load_stack(str(tmp))
-        except StackError as err:
-            why = str(err).replace(str(tmp), str(path))
-            raise StackError(f"the stack would not load ({why}); nothing written to {path}") from None
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_checked(text, path, load_stack, "stack", force, option)
 
 
 def _quoted(text: str) -> str:

@@ -171,18 +171,6 @@ def test_whatif_varies_the_stack(cli_runner, tmp_path):
     assert "--vary stack: unknown stack 'nope'" in line
 
 
-@pytest.fixture
-def probed(tmp_path):
-    """A profile as `smplan hw probe` writes it, with CPU-like figures (as tests/cli/test_calibrate_cli.py)."""
-    from smplan.hwprofiles.probe import ProbeResult, to_toml
-
-    result = ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.15, "bf16": 0.15}, matmul_half_dim=40.0,
-                         memory_bandwidth_gbps=12.0, memory_gib=4.0, link_bandwidth_gbps=1.5, link_latency_us=100.0)
-    path = tmp_path / "probed.toml"
-    path.write_text(to_toml(result))
-    return path
-
-
 def test_calibrate_writes_the_fitted_stack_keys(cli_runner, probed, tmp_path, monkeypatch):
     """Measured 1.5x the prediction under torchtitan: the fitted host overhead lands in a stack
     file that --stack loads; the values it does not fit come from torchtitan."""
