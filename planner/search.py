@@ -21,6 +21,7 @@ costs ZeRO-0's communication with less memory and optimizer time (so dp > 1 star
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -154,7 +155,81 @@ def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str,
     if part is None:
         return None
     plan = _plan_of(cm, cand, part.blocks, part.recompute, gbs, model_ref)
+    if cand.schedule == "interleaved" and cand.v > 1:
+        plan = _best_spread(cm, cand, plan, cap, gbs, model_ref)
     return plan
+
+
+# Splits of the interleaved devices' blocks over their chunks tried, all combinations, when there
+# are at most this many (small models, where a block's place matters most).
+MAX_SPREADS = 64
+
+
+def _best_spread(cm: CostModel, cand: Candidate, plan: Plan, cap: float, gbs: int, model_ref: str) -> Plan:
+    """The ILP sees an interleaved device's chunks only through their sums and spreads its blocks
+    evenly, the remainder on its first chunks; the estimate also sees where they sit (the DP
+    overlap window, the first chunk's in-flight activations). Try the other splits of each
+    device's blocks over its chunks (`_placements`) and keep the fastest that fits."""
+    p, v = cand.pp, cand.v
+    blocks = [st.num_blocks for st in plan.stages]
+    recs = [st.num_recomputed for st in plan.stages]
+    per_device = []
+    for d in range(p):
+        chunks = list(range(d, p * v, p))
+        n, r = sum(blocks[c] for c in chunks), sum(recs[c] for c in chunks)
+        per_device.append(_placements(n, r, v))
+
+    def build(choice: list[int]) -> Plan | None:
+        b, rc = [0] * (p * v), [0] * (p * v)
+        for d, k in enumerate(choice):
+            for j, (nb, nr) in enumerate(per_device[d][k]):
+                b[d + j * p], rc[d + j * p] = nb, nr
+        if min(b) < 1:
+            return None
+        out = _plan_of(cm, cand, b, rc, gbs, model_ref)
+        return out if out.predicted.peak_memory_gib * 2**30 <= cap * (1 + 1e-9) else None
+
+    def better(a: Plan | None, b: Plan) -> bool:
+        return a is not None and a.predicted.step_time_s < b.predicted.step_time_s * (1 - 1e-12)
+
+    if math.prod(len(o) for o in per_device) > MAX_SPREADS:
+        # Many blocks per chunk: one block's place moves the estimate by far less than the
+        # 0.04% seen with 5 blocks (tests/planner/test_search.py), and trying them all costs
+        # seconds (gpt3_175b, v=8: 0.6 s -> 10 s); keep the ILP's spread.
+        return plan
+    for choice in itertools.product(*(range(len(o)) for o in per_device)):
+        trial = build(list(choice))
+        if better(trial, plan):
+            plan = trial
+    return plan
+
+
+# Per device, every split of its blocks over its chunks is tried up to this many splits, else
+# only the even ones (n // v each, the remainder on any of the chunks).
+MAX_SPLITS_PER_DEVICE = 24
+
+
+def _placements(n: int, r: int, v: int) -> list[list[tuple[int, int]]]:
+    """Ways to put a device's n blocks (r recomputed) on its v chunks, the ILP's even spread first."""
+    even = [[n // v + (1 if j in extra else 0) for j in range(v)] for extra in itertools.combinations(range(v), n % v)]
+    splits = even
+    if math.comb(n - 1, v - 1) <= MAX_SPLITS_PER_DEVICE:
+        cuts = (itertools.combinations(range(1, n), v - 1))
+        every = [[b - a for a, b in zip((0, *c), (*c, n), strict=True)] for c in cuts]
+        splits = even + [sizes for sizes in every if sizes not in even]
+    return [_spread(sizes, r) for sizes in splits]
+
+
+def _spread(sizes: list[int], r: int) -> list[tuple[int, int]]:
+    """(blocks, recomputed) per chunk: r recomputed blocks as evenly as the chunks hold them."""
+    v = len(sizes)
+    out, left = [], r
+    for j, size in enumerate(sizes):
+        # as even as the chunks allow, but never leaving more than the later chunks hold
+        take = max(min(size, -(-left // (v - j))), left - sum(sizes[j + 1:]))
+        out.append((size, take))
+        left -= take
+    return out
 
 
 def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_ref: str) -> Plan:
