@@ -98,6 +98,9 @@ class Efficiency:
     """The few global efficiency factors of the performance model (calibrated, not per run).
 
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
+    The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overhead,
+    element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network) are set by the
+    software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
     # Fitted together (one set, no per-row terms) by `benchmarks/plan_vs_vtrain.py --fit`:
