@@ -29,14 +29,17 @@ class MatmulShape:
     batch: int = 1
     count: int = 1
     tp_dim: str | None = None
-    # "gemm" (cuBLAS-style), or a fused attention kernel's two GEMMs (q k^T, p v):
-    # "flash" / "flash_causal" (SDPA flash, memory-efficient or cuDNN kernels), timed by
+    # "gemm" (cuBLAS-style), or one fused attention call per count, m queries x n keys x k head
+    # dim: "flash" / "flash_causal" (SDPA flash, memory-efficient or cuDNN kernels), timed by
     # hwprofiles.perf.flash_attention_time_s; a causal one skips the masked half of the scores.
     kernel: str = "gemm"
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+        """Forward FLOPs as the flop counter counts them: a fused attention call is two GEMMs
+        (q k^T and p v, each 2 m n k per head), the whole square even under a causal mask."""
+        gemms = 1 if self.kernel == "gemm" else 2
+        return 2.0 * gemms * self.m * self.n * self.k * self.batch * self.count
 
 
 @dataclass(frozen=True)

@@ -156,10 +156,9 @@ def pass_times(
     for mm in part.matmuls:
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
         if mm.kernel != "gemm" and dtype in FLASH_DTYPES:
-            # a fused attention kernel: each of its two GEMM records is half a call
-            causal = mm.kernel == "flash_causal"
-            flash_f += 0.5 * flash_attention_time_s(m, n, k, batch, causal, cluster)
-            flash_b += 0.5 * flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True)
+            causal = mm.kernel == "flash_causal"  # a fused attention call: queries, keys, head dim
+            flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster)
+            flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True)
             continue
         t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
         gemm += t

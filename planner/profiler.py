@@ -29,7 +29,7 @@ from .model_file import file_digest, load_model_file
 from .model_profile import ModelProfile
 
 # Bump when the numbers a profile holds change meaning; old cache entries are then ignored.
-PROFILER_VERSION = 13  # 2: elementwise_fusible_bytes_per_sample; 3: tp_plan_outer, params_tp_sharded, output_tp_sharded; 4: unsupported dimensions; 5: experts (num_experts, top_k, params_expert, expert/router FLOPs, all-to-all bytes), attention K/V bytes; 6: K/V bytes of unfused attention too; 7: saved_bytes_expert_per_sample; 8: GQA SDPA as flash, grouped_mm experts; 9: fused RMSNorm's saved bytes, attention core by origin, sac fields; 10: unsupported["cp"] (no context_parallel hook); 11: unsupported["ep"], fusion keys never reused; 12: the loss's saved bytes exclude its input (the logits, counted in the loss buffer); 13: fused attention kernels tagged (MatmulShape.kernel), one shape per call
+PROFILER_VERSION = 14  # 2: elementwise_fusible_bytes_per_sample; 3: tp_plan_outer, params_tp_sharded, output_tp_sharded; 4: unsupported dimensions; 5: experts (num_experts, top_k, params_expert, expert/router FLOPs, all-to-all bytes), attention K/V bytes; 6: K/V bytes of unfused attention too; 7: saved_bytes_expert_per_sample; 8: GQA SDPA as flash, grouped_mm experts; 9: fused RMSNorm's saved bytes, attention core by origin, sac fields; 10: unsupported["cp"] (no context_parallel hook); 11: unsupported["ep"], fusion keys never reused; 12: the loss's saved bytes exclude its input (the logits, counted in the loss buffer); 13: fused attention kernels tagged (MatmulShape.kernel), one shape per call; 14: one record per fused attention call
 DTYPES = ("bf16", "fp16", "fp32")
 
 

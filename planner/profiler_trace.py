@@ -326,12 +326,11 @@ def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
         a, b = args[0], args[1]
         groups = b.shape[0]
         return [(max(a.shape[0] // groups, 1), b.shape[2], a.shape[1], groups)]
-    if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: q k^T, then p v
-        # Both as (queries, keys, head dim): the same FLOPs, and the kernel's timing
-        # (perf.flash_attention_time_s, half a call per GEMM) reads its dims unambiguously.
+    if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: one call, q k^T then p v
+        # One record (queries, keys, head dim); MatmulShape.flops counts its two GEMMs.
         q, k = args[0], args[1]
         heads = q.shape[0] * q.shape[1]
-        return [(q.shape[2], k.shape[2], q.shape[3], heads)] * 2
+        return [(q.shape[2], k.shape[2], q.shape[3], heads)]
     return []
 
 

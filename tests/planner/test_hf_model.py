@@ -61,8 +61,8 @@ def test_gqa_attention_is_the_fused_kernel(tmp_path):
     mha = profile_model(write_config(tmp_path / "mha", num_key_value_heads=4), cache=False).blocks[0]
     assert gqa.saved_bytes_attention_core_per_sample == 0 == mha.saved_bytes_attention_core_per_sample
     attention = lambda b: [m for m in b.matmuls if m.batch == 4 and m.m == 32]  # noqa: E731
-    # one causal flash call: q k^T and p v as one (queries, keys, head dim) shape counted twice
-    assert attention(gqa) == attention(mha) == [MatmulShape(32, 32, 16, batch=4, count=2, tp_dim="batch",
+    # one causal flash call: queries x keys x head dim, its two GEMMs in MatmulShape.flops
+    assert attention(gqa) == attention(mha) == [MatmulShape(32, 32, 16, batch=4, count=1, tp_dim="batch",
                                                             kernel="flash_causal")]
     saved = lambda b: b.saved_bytes_tp_sharded_per_sample + b.saved_bytes_replicated_per_sample  # noqa: E731
     assert saved(gqa) < saved(mha)  # k and v are kept at 2 heads, not expanded to 4

@@ -73,7 +73,8 @@ def _tiny(attention):
 
 def test_profiler_tags_sdpa_as_a_causal_flash_call_and_explicit_attention_as_gemms():
     flash = [m for m in _tiny("sdpa").blocks[0].matmuls if m.kernel != "gemm"]
-    assert flash and {m.kernel for m in flash} == {"flash_causal"} and all(m.count % 2 == 0 for m in flash)
+    assert [(m.m, m.n, m.kernel, m.count) for m in flash] == [(64, 64, "flash_causal", 1)]
+    assert flash[0].flops == 4 * 64 * 64 * flash[0].k * flash[0].batch  # q k^T and p v
     assert all(m.kernel == "gemm" for m in _tiny("explicit").blocks[0].matmuls)
 
 
