@@ -148,10 +148,19 @@ def solve_partition(
     recs = [int(round(x.value())) for x in r] if allow_recompute else [0] * G
     blocks, rec = [0] * C, [0] * C
     for g, cs in enumerate(groups):
-        for j, c in enumerate(cs):
-            blocks[c] = counts[g] // len(cs) + (1 if j < counts[g] % len(cs) else 0)
-        left = recs[g]
-        for c in cs:
-            rec[c] = min(blocks[c], -(-left // max(1, len(cs) - cs.index(c))))
-            left -= rec[c]
+        v = len(cs)
+        even = [counts[g] // v + (1 if j < counts[g] % v else 0) for j in range(v)]
+        for c, (nb, nr) in zip(cs, spread(even, recs[g]), strict=True):
+            blocks[c], rec[c] = nb, nr
     return Partition(tuple(blocks), tuple(rec), float(pulp.value(prob.objective)))
+
+
+def spread(sizes: list[int], recomputed: int) -> list[tuple[int, int]]:
+    """(blocks, recomputed blocks) per chunk of one device: `recomputed` as evenly as the
+    chunks of `sizes` hold them (never more on one chunk than it has, none left over)."""
+    out, left = [], recomputed
+    for j, size in enumerate(sizes):
+        take = max(min(size, -(-left // (len(sizes) - j))), left - sum(sizes[j + 1:]))
+        out.append((size, take))
+        left -= take
+    return out

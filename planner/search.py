@@ -33,7 +33,7 @@ from .bounds import compute_lower_bound, lower_bound, mesh_key_of
 from .cost_model import CostModel
 from .explain import nearest_feasible_change
 from .feasibility import default_dtype
-from .ilp import solve_partition
+from .ilp import solve_partition, spread
 from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
 from .plan import Plan, PlanError, Stage
@@ -217,19 +217,7 @@ def _placements(n: int, r: int, v: int) -> list[list[tuple[int, int]]]:
         cuts = (itertools.combinations(range(1, n), v - 1))
         every = [[b - a for a, b in zip((0, *c), (*c, n), strict=True)] for c in cuts]
         splits = even + [sizes for sizes in every if sizes not in even]
-    return [_spread(sizes, r) for sizes in splits]
-
-
-def _spread(sizes: list[int], r: int) -> list[tuple[int, int]]:
-    """(blocks, recomputed) per chunk: r recomputed blocks as evenly as the chunks hold them."""
-    v = len(sizes)
-    out, left = [], r
-    for j, size in enumerate(sizes):
-        # as even as the chunks allow, but never leaving more than the later chunks hold
-        take = max(min(size, -(-left // (v - j))), left - sum(sizes[j + 1:]))
-        out.append((size, take))
-        left -= take
-    return out
+    return [spread(sizes, r) for sizes in splits]
 
 
 def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_ref: str) -> Plan:
