@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cluster import ATTENTION_KERNELS, MAX_NUMBER, Cluster, HardwareProfileError
+from .cluster import ATTENTION_KERNELS, MAX_NUMBER, Cluster, Efficiency, HardwareProfileError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,9 +65,10 @@ class Stack:
     host_overhead_us_per_layer: float  # CPU launch time per layer pass; overlaps GPU work
     elementwise_fusion: float  # 0: eager PyTorch, 1: every fusible element-wise chain fused
     overlap_grad_reduce: bool  # DP gradient reduce overlapped with backward (the plan's overlap_dp default)
-    attention_kernel: str = "flash2"  # optional in a file: torch SDPA's flash backend
-    zero3_max_live_params: float = 0.0  # optional in a file: no cap (FSDP)
-    single_nic_network: float = 0.66  # optional in a file: the Efficiency default (DeepSpeed ZeRO-3 fit)
+    # Optional in a file: then the hardware-side default (Efficiency's).
+    attention_kernel: str = Efficiency.attention_kernel
+    zero3_max_live_params: float = Efficiency.zero3_max_live_params
+    single_nic_network: float = Efficiency.single_nic_network
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -136,11 +137,11 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
         raise StackError(f"{source}: 'overlap_grad_reduce' must be true or false, got {data['overlap_grad_reduce']!r}")
     host = _number(data, "host_overhead_us_per_layer", source, 0.0, MAX_NUMBER, "microseconds per layer pass")
     fusion = _number(data, "elementwise_fusion", source, 0.0, 1.0, "a share from 0 to 1")
-    kernel = data.get("attention_kernel", "flash2")
+    kernel = data.get("attention_kernel", Stack.attention_kernel)
     if kernel not in ATTENTION_KERNELS:
         raise StackError(f"{source}: 'attention_kernel' must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}")
     live = (_number(data, "zero3_max_live_params", source, 0.0, MAX_NUMBER, "parameters; 0 for no cap")
-            if "zero3_max_live_params" in data else 0.0)
+            if "zero3_max_live_params" in data else Stack.zero3_max_live_params)
     nic = (_number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1")
            if "single_nic_network" in data else Stack.single_nic_network)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),

@@ -68,8 +68,7 @@ def parse_vary(item: str, builder_accepts=None) -> Vary:
     if not texts:
         raise VaryError(f"--vary {key}= lists no values; give at least one, e.g. {key}=1,2")
     kind, target = classify(key, builder_accepts)
-    check = {"hw": _hw_value, "stack": _stack_value}.get(kind)
-    values = tuple(check(t) if check else _value(key, kind, t) for t in texts)
+    values = tuple(_loaded(kind, t) if kind in ("hw", "stack") else _value(key, kind, t) for t in texts)
     if len(set(values)) != len(values):
         raise VaryError(f"--vary {key} lists a value twice: {raw}")
     return Vary(key, kind, target, values)
@@ -102,22 +101,13 @@ def classify(key: str, builder_accepts=None) -> tuple[str, str]:
     )
 
 
-def _hw_value(text: str) -> str:
-    """A profile name or .toml path, loaded now so that a typo is an error, not an
-    "infeasible" point in the report."""
+def _loaded(kind: str, text: str) -> str:
+    """A profile (hw) or stack name or .toml path, loaded now so that a typo is an error, not
+    an "infeasible" point in the report."""
     try:
-        load_cluster(text)
+        (load_cluster if kind == "hw" else load_stack)(text)
     except HardwareProfileError as err:
-        raise VaryError(f"--vary hw: {err}") from None
-    return text
-
-
-def _stack_value(text: str) -> str:
-    """A stack name or .toml path, loaded now (a typo is an error, not an infeasible point)."""
-    try:
-        load_stack(text)
-    except HardwareProfileError as err:
-        raise VaryError(f"--vary stack: {err}") from None
+        raise VaryError(f"--vary {kind}: {err}") from None
     return text
 
 
