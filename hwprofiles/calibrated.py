@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from .loader import PROFILE_DIR, read_profile
+from .paths import is_path
 
 
 def uncalibrated_warning(name_or_path: str) -> str | None:
     """A one-line warning for a profile that was never calibrated, else None."""
     data = read_profile(name_or_path)
     path = Path(name_or_path)
-    is_file = path.suffix == ".toml" or path.exists()  # read_profile's rule for a path vs a name
-    bundled = not is_file or path.resolve().parent == PROFILE_DIR.resolve()
+    bundled = not is_path(name_or_path) or path.resolve().parent == PROFILE_DIR.resolve()
     if bundled or "efficiency" in data:
         return None
     return (f"warning: {name_or_path} has never been calibrated (no [efficiency] table), so predictions use "

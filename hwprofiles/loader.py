@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from .cluster import Cluster, HardwareProfileError, from_dict
+from .paths import toml_path
 from .stack import STACK_KEYS, apply_stack
 
 if sys.version_info >= (3, 11):
@@ -22,14 +23,12 @@ def bundled_profiles() -> list[str]:
 
 def read_profile(name_or_path: str) -> dict:
     """Parsed TOML of a bundled profile name (`a100x8`) or of a path to a .toml file."""
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" or path.exists()):
-        path = PROFILE_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            raise HardwareProfileError(
-                f"unknown hardware profile {name_or_path!r}; use one of "
-                f"{', '.join(bundled_profiles())} or a path to a .toml file (smplan hw list)"
-            )
+    path = toml_path(name_or_path, PROFILE_DIR)
+    if path is None:
+        raise HardwareProfileError(
+            f"unknown hardware profile {name_or_path!r}; use one of "
+            f"{', '.join(bundled_profiles())} or a path to a .toml file (smplan hw list)"
+        )
     if not path.is_file():
         raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path")
     try:

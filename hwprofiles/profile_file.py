@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .cluster import Efficiency, HardwareProfileError, from_dict
 from .loader import PROFILE_DIR, load_cluster
+from .paths import toml_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,15 +27,12 @@ _TABLE = re.compile(r"^\s*\[([^\]]+)\]")
 
 def profile_path(name_or_path: str) -> Path:
     """The file behind `--hw NAME|PATH` (same lookup as `loader.read_profile`)."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
-            raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path or run `smplan hw probe -o {path}`")
-        return path
-    bundled = PROFILE_DIR / f"{name_or_path}.toml"
-    if not bundled.is_file():
+    path = toml_path(name_or_path, PROFILE_DIR)
+    if path is None:
         raise HardwareProfileError(f"unknown hardware profile {name_or_path!r}; use a bundled name (smplan hw list) or a .toml path")
-    return bundled
+    if not path.is_file():
+        raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path or run `smplan hw probe -o {path}`")
+    return path
 
 
 def with_efficiency(text: str, efficiency: Efficiency, notes: list[str] | tuple[str, ...] = ()) -> str:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cluster import ATTENTION_KERNELS, MAX_NUMBER, Cluster, Efficiency, HardwareProfileError
+from .paths import is_path, toml_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -87,12 +88,10 @@ def bundled_stacks() -> list[str]:
 
 def stack_path(name_or_path: str) -> Path:
     """The file behind `--stack NAME|PATH` (a bundled name, or a path to a .toml file)."""
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" or path.exists()):
-        path = STACK_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            raise StackError(f"unknown stack {name_or_path!r}; use one of {', '.join(bundled_stacks())} "
-                             "or a path to a .toml file (smplan stack list)")
+    path = toml_path(name_or_path, STACK_DIR)
+    if path is None:
+        raise StackError(f"unknown stack {name_or_path!r}; use one of {', '.join(bundled_stacks())} "
+                         "or a path to a .toml file (smplan stack list)")
     if not path.is_file():
         raise StackError(f"stack file {str(path)!r} does not exist; check the path or use a bundled stack "
                          f"({', '.join(bundled_stacks())})")
@@ -116,7 +115,7 @@ def load_stack(name_or_path: str | None = None) -> Stack:
     """The Stack of a bundled name or a .toml path (None: the default, megatron-core)."""
     name_or_path = name_or_path or DEFAULT_STACK
     path = stack_path(name_or_path)
-    bundled = path.parent == STACK_DIR and path.stem == name_or_path
+    bundled = not is_path(name_or_path)
     source = f"bundled stack {name_or_path!r}" if bundled else f"stack file {str(path)!r}"
     return stack_from_dict(read_stack(name_or_path), source, default_name=path.stem)
 
