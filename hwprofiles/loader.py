@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from .cluster import Cluster, HardwareProfileError, from_dict
-from .paths import toml_path
+from .paths import read_toml, toml_path
 from .stack import STACK_KEYS, apply_stack
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -31,15 +25,7 @@ def read_profile(name_or_path: str) -> dict:
         )
     if not path.is_file():
         raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise HardwareProfileError(f"hardware file {str(path)!r} is not valid TOML: {err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise HardwareProfileError(f"cannot read hardware file {str(path)!r}: {err}") from None
-    except ValueError:  # int() refuses literals over sys.get_int_max_str_digits() (4300) digits
-        raise HardwareProfileError(f"hardware file {str(path)!r} has a number over {sys.get_int_max_str_digits()} "
-                                   "digits long; no profile value is that large, fix it") from None
+    return read_toml(path, "hardware file", HardwareProfileError)
 
 
 def parse_override(text: str) -> tuple[str, object]:

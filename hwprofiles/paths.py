@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 def is_path(name_or_path: str) -> bool:
@@ -19,3 +25,16 @@ def toml_path(name_or_path: str, folder: Path) -> Path | None:
         return Path(name_or_path)
     bundled = folder / f"{name_or_path}.toml"
     return bundled if bundled.exists() else None
+
+
+def read_toml(path: Path, what: str, error: type[Exception]) -> dict:
+    """Parsed TOML of `path` (a "hardware file", a "stack file"); any problem is one `error` line."""
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{what} {str(path)!r} is not valid TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"cannot read {what} {str(path)!r}: {err}") from None
+    except ValueError:  # int() refuses literals over sys.get_int_max_str_digits() (4300) digits
+        raise error(f"{what} {str(path)!r} has a number over {sys.get_int_max_str_digits()} digits long; "
+                    "no value is that large, fix it") from None

@@ -35,18 +35,12 @@ is in effect, so a plan file read back simulates as it was planned.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .cluster import ATTENTION_KERNELS, MAX_NUMBER, Cluster, Efficiency, HardwareProfileError
-from .paths import is_path, toml_path
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .paths import is_path, read_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
@@ -101,14 +95,7 @@ def stack_path(name_or_path: str) -> Path:
 def read_stack(name_or_path: str) -> dict:
     """Parsed TOML of a bundled stack name (`torchtitan`) or of a path to a .toml file."""
     path = stack_path(name_or_path)
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise StackError(f"stack file {str(path)!r} is not valid TOML: {err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise StackError(f"cannot read stack file {str(path)!r}: {err}") from None
-    except ValueError:  # int() refuses literals over sys.get_int_max_str_digits() digits
-        raise StackError(f"stack file {str(path)!r} has a number too long to read; fix it") from None
+    return read_toml(path, "stack file", StackError)
 
 
 def load_stack(name_or_path: str | None = None) -> Stack:

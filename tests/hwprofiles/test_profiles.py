@@ -4,7 +4,8 @@ import re
 
 import pytest
 from smplan.hwprofiles import HardwareProfileError, bundled_profiles, load_cluster
-from smplan.hwprofiles.loader import PROFILE_DIR, tomllib
+from smplan.hwprofiles.loader import PROFILE_DIR
+from smplan.hwprofiles.paths import tomllib
 
 EXPECTED_PROFILES = {
     "v100x8",
