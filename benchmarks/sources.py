@@ -116,6 +116,11 @@ FRAMEWORK_DEFAULTS = {
         # (validation README): None = the planner chooses it (and how many blocks per stage).
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute=None, attention="sdpa", dropout=0.0,
         gpus_per_node=8,
+        # Its perf configs (scripts/performance/configs/*/*_workload_base_configs.py) set
+        # moe_a2a_overlap=True for Qwen3 (235B, 30B) and DeepSeek-V3 on H100 and Qwen3-235B on
+        # B200, where the all-to-all crosses InfiniBand; False or unset elsewhere (NVL72 racks use
+        # HybridEP and CUDA graphs instead; GPT-OSS never sets it): (MoE preset, profile) pairs.
+        ep_a2a_overlap_on=(("qwen3", "h100x8"), ("qwen3", "b200x8"), ("deepseek", "h100x8")),
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
@@ -394,6 +399,9 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
     stated = inter_node_override(r["interconnect"], gpn)
     if "attention_kernel" in d:  # the source states a kernel other than its stack's
         stated["efficiency.attention_kernel"] = d["attention_kernel"]
+    if moe and "ep_a2a_overlap_on" in d:  # the source's recipe says whether the all-to-alls overlap
+        on = any(name in preset and hw == gpu for name, gpu in d["ep_a2a_overlap_on"])
+        stated["efficiency.ep_a2a_overlap"] = 1.0 if on else 0.0
     return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated, choose, stack=SOURCE_STACKS[source])
 
 

@@ -133,6 +133,11 @@ class Efficiency:
     # (the one in use and the prefetched next); DeepSpeed gathers module by module and keeps at
     # most `stage3_max_live_parameters` (1e9 by default, DeepSpeed config docs) of them.
     zero3_max_live_params: float = 0.0
+    # Share of each MoE block's expert all-to-alls that runs hidden behind the compute of the
+    # micro-batch paired with it (Megatron-Core's EP A2A overlap, `overlap_moe_expert_parallel_comm`:
+    # the forward of one micro-batch and the backward of another run together, each one's
+    # dispatch/combine on a second stream under the other's GEMMs). 0: every all-to-all waits.
+    ep_a2a_overlap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -369,6 +374,8 @@ def _validate(c: Cluster) -> None:
     non_negative("efficiency.host_overhead_us_per_layer", e.host_overhead_us_per_layer)
     non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)
     non_negative("efficiency.zero3_max_live_params", e.zero3_max_live_params)
+    if not 0.0 <= e.ep_a2a_overlap <= 1.0:
+        raise HardwareProfileError(f"efficiency.ep_a2a_overlap must be in [0, 1], got {e.ep_a2a_overlap}")
     for kernel in ATTENTION_KERNELS:
         value = getattr(c.gpu.attention, kernel)
         if not 0 < value <= 1:

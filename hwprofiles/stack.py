@@ -12,7 +12,9 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
   blocks; DeepSpeed's `stage3_max_live_parameters`);
 - `single_nic_network`: the share of one GPU's NIC that the layer-by-layer collectives of
   ZeRO-2/3 / FSDP reach across nodes (small per-module messages in DeepSpeed, one flat
-  parameter per block in FSDP).
+  parameter per block in FSDP);
+- `ep_a2a_overlap`: the share of the expert all-to-alls hidden behind the paired micro-batch's
+  compute (Megatron-Core's EP A2A overlap; 0 where the framework waits for each one).
 
 All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
 stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
@@ -46,7 +48,7 @@ STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
-              "single_nic_network")
+              "single_nic_network", "ep_a2a_overlap")
 
 
 class StackError(HardwareProfileError):
@@ -64,6 +66,7 @@ class Stack:
     attention_kernel: str = Efficiency.attention_kernel
     zero3_max_live_params: float = Efficiency.zero3_max_live_params
     single_nic_network: float = Efficiency.single_nic_network
+    ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -73,7 +76,8 @@ class Stack:
 
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
-_KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network")
+_KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network",
+         "ep_a2a_overlap")
 
 
 def bundled_stacks() -> list[str]:
@@ -130,10 +134,13 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
             if "zero3_max_live_params" in data else Stack.zero3_max_live_params)
     nic = (_number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1")
            if "single_nic_network" in data else Stack.single_nic_network)
+    a2a = (_number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1")
+           if "ep_a2a_overlap" in data else Stack.ep_a2a_overlap)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
-                 zero3_max_live_params=live, single_nic_network=nic, source=source)
+                 zero3_max_live_params=live, single_nic_network=nic, ep_a2a_overlap=a2a,
+                 source=source)
 
 
 def _number(data: dict, key: str, source: str, low: float, high: float, unit: str) -> float:
@@ -167,7 +174,8 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "overlap_grad_reduce": "true" if stack.overlap_grad_reduce else "false",
               "attention_kernel": _quoted(stack.attention_kernel),
               "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}",
-              "single_nic_network": f"{stack.single_nic_network:.6g}"}
+              "single_nic_network": f"{stack.single_nic_network:.6g}",
+              "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}"}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
   so one GPU's expert work is the replica's / (tp * cp). Each MoE block all-to-alls its
   dispatch and combine buffers in forward and again in backward (4 per block), over the ep
-  group's span, not overlapped (Megatron-Core's default alltoall dispatcher). ep = 1 keeps
+  group's span; the stack's `ep_a2a_overlap` share of them hides behind the compute of the
+  paired micro-batch (Megatron-Core's EP A2A overlap), the rest is exposed. ep = 1 keeps
   the experts replicated on the tp ranks (as the model file's tp_plan does).
 - capacity_factor multiplies the expert GEMM rows and the all-to-all bytes (the busiest
   expert sets the pace; GShard, Lepikhin et al. 2020).
@@ -107,6 +108,26 @@ def _gemm_dims(mm, tp: int, b: int, cp: int = 1, ep: int = 1, capacity_factor: f
     elif mm.tp_dim == "batch":
         batch = max(1, -(-batch // tp))
     return m, n, k, batch
+
+
+def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: float, overlap: float
+                         ) -> tuple[float, float]:
+    """The expert all-to-all seconds (forward, backward) left on the critical path.
+
+    Megatron-Core's EP A2A overlap runs the forward of one micro-batch with the backward of
+    another and puts each one's dispatch / combine on a second stream under the other's
+    GEMMs (Megatron-Bridge changelog: "EP A2A communication overlap with computation in both
+    1F1B pipelining and non-pipelined training"; `overlap_moe_expert_parallel_comm`): the pair
+    takes max(compute, all-to-all) instead of their sum. `overlap` is the share of the
+    all-to-alls that may hide; what stays exposed is split as the two passes' all-to-alls are.
+    The warm-up and cool-down micro-batches of a pipeline, which have no partner, are counted as
+    overlapped too (the steady state sets the step time when micro-batches >> stages).
+    """
+    total = ep_f + ep_b
+    if overlap <= 0.0 or total <= 0.0:
+        return ep_f, ep_b
+    exposed = total - min(overlap * total, compute_f + compute_b)
+    return ep_f * exposed / total, ep_b * exposed / total
 
 
 def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: float, cluster: Cluster) -> float:
@@ -192,6 +213,9 @@ def pass_times(
         return max(compute, comm) if overlapped else compute + comm
 
     cast_f, cast_b = memory_bound_time_s(cast_f, cluster), memory_bound_time_s(cast_b, cluster)
+    # The share of the all-to-alls the stack hides behind the paired micro-batch's compute.
+    ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem,
+                                      2.0 * (gemm + elem) + flash_b + cast_b, cluster.efficiency.ep_a2a_overlap)
     fwd_gpu = gemm + flash_f + cast_f + elem + tp_f + ep_f + cp_f
     fwd = max(busy(fwd_gpu, z_f), host)
     bwd_gpu = 2.0 * (gemm + elem) + flash_b + cast_b + tp_b + ep_b + cp_b

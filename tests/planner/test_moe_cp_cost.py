@@ -41,7 +41,7 @@ def test_expert_states_are_divided_by_ep_and_sharded_over_edp(moe):
 
 
 def test_all_to_all_is_four_per_moe_block_over_the_ep_span(moe):
-    cl = load_cluster("h100x8", nodes=2)
+    cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0})  # every all-to-all waits
     plan = _plan("dp=16,ep=16,mbs=1,gbs=16", moe, nodes=2)
     costs = plan_costs(plan, moe, cl).stages[0]
     block = moe.blocks[0]
@@ -56,8 +56,38 @@ def test_all_to_all_is_four_per_moe_block_over_the_ep_span(moe):
     assert fig.breakdown["ep_all_to_all"] > 0 and sum(fig.breakdown.values()) == pytest.approx(fig.step_time_s)
 
 
+def test_a2a_overlap_hides_the_all_to_alls_up_to_the_paired_compute(moe):
+    """Megatron-Core's EP A2A overlap: a forward/backward pair takes max(compute, all-to-all)."""
+    from smplan.planner.pass_model import pass_times
+
+    block, span, tp = moe.blocks[0], strided_span(16, 1, 8), strided_span(1, 1, 8)
+    times = {o: pass_times(block, tp, False, 1, load_cluster("h100x8", nodes=2, overrides={
+        "efficiency.ep_a2a_overlap": o, "efficiency.host_overhead_us_per_layer": 0.0}), "bf16", ep_span=span)
+        for o in (0.0, 0.5, 1.0)}
+    raw = times[0.0].ep_forward_s + times[0.0].ep_backward_s
+    compute = times[0.0].forward_s + times[0.0].backward_s - raw
+    assert raw > 0 and compute > 0
+    for o in (0.5, 1.0):
+        t = times[o]
+        exposed = t.ep_forward_s + t.ep_backward_s
+        assert exposed == pytest.approx(raw - min(o * raw, compute), rel=1e-6, abs=1e-12)
+        assert t.forward_s + t.backward_s == pytest.approx(compute + exposed, rel=1e-6)  # the rest is unchanged
+        # what stays exposed is split as the two passes' all-to-alls are
+        assert t.ep_forward_s * times[0.0].ep_backward_s == pytest.approx(t.ep_backward_s * times[0.0].ep_forward_s)
+    plan = _plan("dp=16,ep=16,mbs=1,gbs=16", moe, nodes=2)
+    steps = [estimate(plan, moe, load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": o}))
+             .step_time_s for o in (0.0, 0.5, 1.0)]
+    assert steps[0] > steps[1] >= steps[2]
+
+
+def test_megatron_core_stack_overlaps_the_all_to_alls_and_fsdp_stacks_do_not():
+    assert load_cluster("h100x8").efficiency.ep_a2a_overlap == 1.0
+    for stack in ("torchtitan", "pytorch-fsdp", "megatron-deepspeed"):
+        assert load_cluster("h100x8", stack=stack).efficiency.ep_a2a_overlap == 0.0
+
+
 def test_capacity_factor_scales_expert_work(moe):
-    cl = load_cluster("h100x8", nodes=1)
+    cl = load_cluster("h100x8", nodes=1, overrides={"efficiency.ep_a2a_overlap": 0.0})
     base = plan_costs(_plan("dp=8,ep=8,mbs=1,gbs=8", moe), moe, cl).stages[0]
     busy = plan_costs(_plan("dp=8,ep=8,mbs=1,gbs=8,cf=2", moe), moe, cl).stages[0]
     span, block = strided_span(8, 1, 8), moe.blocks[0]
@@ -108,7 +138,7 @@ def test_fp8_runs_linears_at_the_fp8_peak_and_keeps_fp8_weight_copies(moe):
 def test_mesh_key_carries_the_new_degrees(moe):
     key = mesh_key(_plan("dp=4,cp=2,ep=8,mbs=1,gbs=4,cf=1.5", moe))
     assert (key.ep, key.cp, key.capacity_factor) == (8, 2, 1.5)
-    assert CostModel(moe, load_cluster("h100x8", nodes=1)).pass_of(moe.blocks[0], key).ep_forward_s > 0
+    assert CostModel(moe, load_cluster("h100x8", nodes=1, overrides={"efficiency.ep_a2a_overlap": 0.0})).pass_of(moe.blocks[0], key).ep_forward_s > 0
 
 
 def test_expert_activations_grow_with_capacity_and_split_over_tp_under_ep(moe):

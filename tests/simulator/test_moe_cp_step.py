@@ -17,10 +17,11 @@ def _plan(text, profile, nodes):
                             num_blocks=profile.num_blocks)
 
 
+@pytest.mark.parametrize("overlap", [0.0, 0.5])  # share of the all-to-alls hidden (ep_a2a_overlap)
 @pytest.mark.parametrize("text", ["dp=16,pp=2,ep=16,mbs=1,gbs=64,zero=1", "dp=4,pp=2,ep=4,cp=2,mbs=1,gbs=16,zero=1"])
-def test_moe_cp_step_equals_closed_form_without_contention(text):
+def test_moe_cp_step_equals_closed_form_without_contention(text, overlap):
     prof = profile_model("examples/moe.py:mixtral_8x7b", args={"layers": 4, "experts": 16}, seq_len=1024)
-    cl = load_cluster("h100x8", nodes=4)
+    cl = load_cluster("h100x8", nodes=4, overrides={"efficiency.ep_a2a_overlap": overlap})
     plan = _plan(text, prof, 4)
     costs = plan_costs(plan, prof, cl)
     assert any(s.ep_comm_forward_s > 0 for s in costs.stages)
