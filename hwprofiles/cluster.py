@@ -57,6 +57,27 @@ class AttentionKernels:
     cudnn: float = 0.63  # cuDNN fused attention (Transformer Engine, SDPA's cuDNN backend); FA3-class on Hopper
 
 
+# A100 SXM's measured matmul ceiling (below): the GPU efficiency.matmul_max was fitted on.
+REFERENCE_MATMUL_CEILING = 0.869
+
+
+@dataclass(frozen=True)
+class MatmulCeiling:
+    """Measured maximum achievable matmul throughput over the dense datasheet peak, per input
+    dtype: the best of a brute-force search over shapes, mean of 100 torch.matmul runs (Bekman,
+    ml-engineering, "Maximum Achievable Matmul FLOPS comparison table"). The share of it reached
+    in training is one global factor, efficiency.matmul_max, fitted on A100; a GPU whose ceiling
+    is lower or higher runs its GEMMs at matmul_max x ceiling / REFERENCE_MATMUL_CEILING
+    (hwprofiles.perf.matmul_efficiency). Defaults: A100's figure, for GPUs not measured there.
+    """
+
+    bf16: float = REFERENCE_MATMUL_CEILING  # A100 SXM: 271.2 of 312 TFLOP/s (also fp16, tf32, fp32 GEMMs)
+    fp8: float = 0.0  # 0: not measured, the bf16 figure stands in (A100 has no fp8)
+
+    def for_dtype(self, dtype: str) -> float:
+        return (self.fp8 or self.bf16) if dtype == "fp8" else self.bf16
+
+
 @dataclass(frozen=True)
 class Gpu:
     name: str
@@ -64,6 +85,7 @@ class Gpu:
     memory_bandwidth_gbps: float  # GB/s (HBM), datasheet
     peak_tflops: PeakTflops
     attention: AttentionKernels = field(default_factory=AttentionKernels)
+    matmul_ceiling: MatmulCeiling = field(default_factory=MatmulCeiling)
 
 
 @dataclass(frozen=True)
@@ -138,6 +160,9 @@ class Efficiency:
     # the forward of one micro-batch and the backward of another run together, each one's
     # dispatch/combine on a second stream under the other's GEMMs). 0: every all-to-all waits.
     ep_a2a_overlap: float = 0.0
+    # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
+    # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
+    tp_comm_overlap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -223,6 +248,7 @@ def from_dict(data: dict, source: str = "hardware profile") -> Cluster:
 _NESTED_TYPES = {
     "PeakTflops": PeakTflops,
     "AttentionKernels": AttentionKernels,
+    "MatmulCeiling": MatmulCeiling,
     "Gpu": Gpu,
     "Link": Link,
     "Reliability": Reliability,
@@ -374,8 +400,14 @@ def _validate(c: Cluster) -> None:
     non_negative("efficiency.host_overhead_us_per_layer", e.host_overhead_us_per_layer)
     non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)
     non_negative("efficiency.zero3_max_live_params", e.zero3_max_live_params)
+    if not 0.0 <= e.tp_comm_overlap <= 1.0:
+        raise HardwareProfileError(f"efficiency.tp_comm_overlap must be in [0, 1], got {e.tp_comm_overlap}")
     if not 0.0 <= e.ep_a2a_overlap <= 1.0:
         raise HardwareProfileError(f"efficiency.ep_a2a_overlap must be in [0, 1], got {e.ep_a2a_overlap}")
+    for dtype in ("bf16", "fp8"):
+        value = getattr(c.gpu.matmul_ceiling, dtype)
+        if not (0 < value <= 1 or (dtype == "fp8" and value == 0)):
+            raise HardwareProfileError(f"gpu.matmul_ceiling.{dtype} must be in (0, 1], got {value}")
     for kernel in ATTENTION_KERNELS:
         value = getattr(c.gpu.attention, kernel)
         if not 0 < value <= 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .cluster import DTYPES, Cluster
+from .cluster import DTYPES, REFERENCE_MATMUL_CEILING, Cluster
 from .topology import GroupSpan
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -31,17 +31,20 @@ class PerfModelError(ValueError):
 # ---------------------------------------------------------------------------- compute
 
 
-def matmul_efficiency(m: int, n: int, k: int, cluster: Cluster) -> float:
-    """Achievable fraction of dense peak for an (m x k) @ (k x n) GEMM.
+def matmul_efficiency(m: int, n: int, k: int, cluster: Cluster, dtype: str = "bf16") -> float:
+    """Achievable fraction of dense peak for an (m x k) @ (k x n) GEMM at `dtype`.
 
     Saturating curve in the smallest dimension: small head sizes and hidden/tp slices
     under-fill the tensor cores and tiles (DESIGN.md "What decides accuracy"; the
     half-dimension was fitted to published Megatron-LM A100 runs, docs/DESIGN.md "Validation").
+    Its ceiling, efficiency.matmul_max, was fitted on A100; on another GPU it scales with the
+    GPU's measured matmul ceiling for the dtype (Gpu.matmul_ceiling) over A100's.
     """
     _check_dims(m, n, k)
     eff = cluster.efficiency
     d = min(m, n, k)
-    return eff.matmul_max * d / (d + eff.matmul_half_dim)
+    scale = cluster.gpu.matmul_ceiling.for_dtype(dtype) / REFERENCE_MATMUL_CEILING
+    return min(1.0, eff.matmul_max * scale) * d / (d + eff.matmul_half_dim)
 
 
 def matmul_time_s(
@@ -57,7 +60,7 @@ def matmul_time_s(
     if batch < 1:
         raise PerfModelError(f"batch must be at least 1, got {batch}")
     peak = cluster.gpu.peak_tflops.for_dtype(dtype) * 1e12
-    compute_s = 2.0 * batch * m * n * k / (peak * matmul_efficiency(m, n, k, cluster))
+    compute_s = 2.0 * batch * m * n * k / (peak * matmul_efficiency(m, n, k, cluster, dtype))
     bytes_moved = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
     return max(compute_s, memory_bound_time_s(bytes_moved, cluster))
 

@@ -13,6 +13,8 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 - `single_nic_network`: the share of one GPU's NIC that the layer-by-layer collectives of
   ZeRO-2/3 / FSDP reach across nodes (small per-module messages in DeepSpeed, one flat
   parameter per block in FSDP);
+- `tp_comm_overlap`: the share of the sequence-parallel TP collectives hidden under the linear
+  GEMMs (Transformer Engine userbuffers; torchtitan's async TP);
 - `ep_a2a_overlap`: the share of the expert all-to-alls hidden behind the paired micro-batch's
   compute (Megatron-Core's EP A2A overlap; 0 where the framework waits for each one).
 
@@ -48,7 +50,7 @@ STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
-              "single_nic_network", "ep_a2a_overlap")
+              "single_nic_network", "tp_comm_overlap", "ep_a2a_overlap")
 
 
 class StackError(HardwareProfileError):
@@ -66,6 +68,7 @@ class Stack:
     attention_kernel: str = Efficiency.attention_kernel
     zero3_max_live_params: float = Efficiency.zero3_max_live_params
     single_nic_network: float = Efficiency.single_nic_network
+    tp_comm_overlap: float = Efficiency.tp_comm_overlap
     ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
@@ -77,7 +80,7 @@ class Stack:
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
 _KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network",
-         "ep_a2a_overlap")
+         "tp_comm_overlap", "ep_a2a_overlap")
 
 
 def bundled_stacks() -> list[str]:
@@ -134,12 +137,15 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
             if "zero3_max_live_params" in data else Stack.zero3_max_live_params)
     nic = (_number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1")
            if "single_nic_network" in data else Stack.single_nic_network)
+    tp_overlap = (_number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1")
+                  if "tp_comm_overlap" in data else Stack.tp_comm_overlap)
     a2a = (_number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1")
            if "ep_a2a_overlap" in data else Stack.ep_a2a_overlap)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
-                 zero3_max_live_params=live, single_nic_network=nic, ep_a2a_overlap=a2a,
+                 zero3_max_live_params=live, single_nic_network=nic, tp_comm_overlap=tp_overlap,
+                 ep_a2a_overlap=a2a,
                  source=source)
 
 
@@ -175,6 +181,7 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "attention_kernel": _quoted(stack.attention_kernel),
               "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}",
               "single_nic_network": f"{stack.single_nic_network:.6g}",
+              "tp_comm_overlap": f"{stack.tp_comm_overlap:.6g}",
               "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}"}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]

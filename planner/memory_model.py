@@ -107,8 +107,9 @@ def split_params(part: BlockProfile, tp: int, ep: int) -> tuple[float, float]:
 
 
 def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str) -> float:
-    """FP8 weight copies and amax histories of `local_params` on one GPU (0 unless fp8)."""
-    if dtype != "fp8":
+    """FP8 weight copies and amax histories of `local_params` on one GPU (0 unless fp8; 0 for the
+    embedding and the output head, which stay bf16: pass_model._gemm_dtype)."""
+    if dtype != "fp8" or part.kind != "block":
         return 0.0
     gemms = sum(mm.count for mm in part.matmuls if mm.tp_dim != "batch")
     return local_params * FP8_WEIGHT_COPY_BYTES_PER_PARAM + gemms * FP8_AMAX_BYTES_PER_GEMM

@@ -153,11 +153,14 @@ FLASH_DTYPES = ("bf16", "fp16", "fp8")
 FP8_CAST_BYTES_PER_ELEMENT = 4
 
 
-def _gemm_dtype(mm, dtype: str) -> str:
-    """FP8 runs the linears (and experts) in FP8; attention's per-head GEMMs stay bf16."""
+def _gemm_dtype(mm, dtype: str, kind: str = "block") -> str:
+    """FP8 runs the blocks' linears (and experts) in FP8; attention's per-head GEMMs and the
+    output head stay bf16 (Megatron-Core's output_layer is a tensor_parallel.ColumnParallelLinear,
+    not a Transformer Engine module, so fp8_autocast leaves it alone; torchtitan's float8
+    converter skips the "output" module, its `filter_fqns` default)."""
     if dtype != "fp8":
         return dtype
-    return "bf16" if mm.tp_dim == "batch" else "fp8"
+    return "bf16" if mm.tp_dim == "batch" or kind != "block" else "fp8"
 
 
 def pass_times(
@@ -181,11 +184,11 @@ def pass_times(
             flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster)
             flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True)
             continue
-        t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
+        t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch)
         gemm += t
         if mm.tp_dim == "batch":
             core_gemm += t
-        if _gemm_dtype(mm, dtype) == "fp8":
+        if _gemm_dtype(mm, dtype, part.kind) == "fp8":
             cast_f += m * k * batch * FP8_CAST_BYTES_PER_ELEMENT  # the GEMM's input
             cast_b += m * n * batch * FP8_CAST_BYTES_PER_ELEMENT  # its output gradient
     frac = part.elementwise_tp_sharded_fraction
@@ -213,6 +216,14 @@ def pass_times(
         return max(compute, comm) if overlapped else compute + comm
 
     cast_f, cast_b = memory_bound_time_s(cast_f, cluster), memory_bound_time_s(cast_b, cluster)
+    if sp and cluster.efficiency.tp_comm_overlap > 0.0:
+        # Transformer Engine's userbuffers split each linear's GEMM into chunks and pipeline the
+        # sequence-parallel all-gather / reduce-scatter under them (TE `ub_overlap_ag/rs`; NeMo
+        # and Megatron-Bridge `tp_comm_overlap`): up to the linears' GEMM time hides.
+        o = cluster.efficiency.tp_comm_overlap
+        linear = gemm - core_gemm
+        tp_f -= min(o * tp_f, linear)
+        tp_b -= min(o * tp_b, 2.0 * linear)
     # The share of the all-to-alls the stack hides behind the paired micro-batch's compute.
     ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem,
                                       2.0 * (gemm + elem) + flash_b + cast_b, cluster.efficiency.ep_a2a_overlap)
@@ -237,7 +248,7 @@ def pass_times(
     sac_gemm = 0.0
     for mm in part.sac_recompute_matmuls:
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
-        sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype), batch=batch)
+        sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch)
     sac_tp = tp_f * (0.5 if sp else 1.0)
     sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")

@@ -157,6 +157,30 @@ def test_matmul_efficiency_half_point():
     )
 
 
+def test_matmul_ceiling_scales_the_a100_fit_by_each_gpus_measured_ceiling():
+    """efficiency.matmul_max was fitted on A100; another GPU's GEMMs run at its measured share of
+    peak (gpu.matmul_ceiling, per dtype) relative to A100's."""
+    h100 = load_cluster("h100x8")
+    shape = (8192, 8192, 8192)
+    ratio = matmul_efficiency(*shape, h100) / matmul_efficiency(*shape, A100)
+    assert ratio == pytest.approx(h100.gpu.matmul_ceiling.bf16 / A100.gpu.matmul_ceiling.bf16)
+    fp8 = matmul_efficiency(*shape, h100, dtype="fp8") / matmul_efficiency(*shape, h100)
+    assert fp8 == pytest.approx(h100.gpu.matmul_ceiling.fp8 / h100.gpu.matmul_ceiling.bf16) and fp8 < 1
+    # a GPU measured at bf16 only (MI300X) times fp8 GEMMs at its bf16 figure
+    mi = load_cluster("mi300xx8")
+    assert mi.gpu.matmul_ceiling.fp8 == 0.0
+    assert matmul_efficiency(*shape, mi, dtype="fp8") == matmul_efficiency(*shape, mi)
+    # the A100 profiles keep the fitted value exactly
+    assert matmul_efficiency(*shape, A100) == pytest.approx(A100.efficiency.matmul_max * 8192 / (8192 + 80))
+
+
+@pytest.mark.parametrize("value", [0.0, 1.5, -0.1])
+def test_matmul_ceiling_out_of_range_is_one_line(value):
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("h100x8", overrides={"gpu.matmul_ceiling.bf16": value})
+    assert "gpu.matmul_ceiling.bf16 must be in (0, 1]" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_roofline_skinny_matmul_is_memory_bound():
     m, n, k = 1, 8192, 8192  # a matrix-vector product: ~1 FLOP per byte
     bytes_moved = (m * k + k * n + m * n) * 2

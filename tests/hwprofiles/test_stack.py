@@ -112,6 +112,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'single_nic_network' must be a number from 0.001 to 1"),
     ("host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nep_a2a_overlap = 1.5\n",
      "'ep_a2a_overlap' must be a number from 0 to 1"),
+    ("host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\ntp_comm_overlap = -1\n",
+     "'tp_comm_overlap' must be a number from 0 to 1"),
 ])
 def test_bad_stack_file_is_one_line(tmp_path, body, expected):
     path = tmp_path / "bad.toml"

@@ -125,3 +125,55 @@ def test_fp8_linear_pays_its_cast_traffic():
     assert fp8.backward_s == pytest.approx(2 * gemm + memory_bound_time_s(m * n * FP8_CAST_BYTES_PER_ELEMENT, cluster))
     bf16 = pass_times(part, one, False, 1, cluster, "bf16")
     assert bf16.forward_s == pytest.approx(matmul_time_s(m, n, k, cluster, dtype="bf16"))
+
+
+def _linear_part(kind: str, m: int = 8192, n: int = 4096, k: int = 4096, tp_collectives: tuple = ()):
+    from smplan.planner.model_profile import BlockProfile, MatmulShape
+
+    return BlockProfile(name=kind, kind=kind, params=n * k, forward_flops_per_sample=2.0 * m * n * k,
+                        saved_bytes_tp_sharded_per_sample=0.0, saved_bytes_replicated_per_sample=0.0,
+                        saved_bytes_attention_core_per_sample=0.0, output_bytes_per_sample=0.0,
+                        matmuls=(MatmulShape(m, n, k, tp_dim="n"),), tp_collectives=tp_collectives)
+
+
+def test_fp8_keeps_the_output_head_in_bf16():
+    """FP8 recipes quantise the blocks' linears only (Megatron-Core's output_layer is not a TE
+    module; torchtitan filters "output"): a head part's GEMM runs at bf16, without casts."""
+    from smplan.hwprofiles import GroupSpan
+    from smplan.planner.pass_model import pass_times
+
+    one = GroupSpan(size=1, ranks_per_node=1)
+    cluster = H100.with_overrides({"efficiency.host_overhead_us_per_layer": 0.0})
+    head, block = _linear_part("post"), _linear_part("block")
+    assert pass_times(head, one, False, 1, cluster, "fp8").forward_s == pytest.approx(
+        pass_times(head, one, False, 1, cluster, "bf16").forward_s)
+    assert pass_times(block, one, False, 1, cluster, "fp8").forward_s < pass_times(head, one, False, 1, cluster,
+                                                                                   "fp8").forward_s
+
+
+def test_tp_comm_overlap_hides_sequence_parallel_collectives_under_the_linears():
+    """Transformer Engine userbuffers (stack key tp_comm_overlap): under sequence parallelism the
+    TP all-gather / reduce-scatter hide behind the linear GEMMs, up to their time; without SP
+    (no userbuffers) they still wait."""
+    from smplan.hwprofiles import GroupSpan
+    from smplan.planner.model_profile import TPCollective
+    from smplan.planner.pass_model import pass_times
+
+    tp = GroupSpan(size=8, ranks_per_node=8)
+    coll = (TPCollective(kind="all_reduce", phase="forward", bytes_per_sample=8192 * 4096 * 2.0),
+            TPCollective(kind="all_reduce", phase="backward", bytes_per_sample=8192 * 4096 * 2.0))
+    part = _linear_part("block", tp_collectives=coll)
+    base = H100.with_overrides({"efficiency.host_overhead_us_per_layer": 0.0, "efficiency.tp_comm_overlap": 0.0})
+    for sp in (True, False):
+        waits = pass_times(part, tp, sp, 1, base, "bf16")
+        for o in (0.5, 1.0):
+            hidden = pass_times(part, tp, sp, 1, base.with_overrides({"efficiency.tp_comm_overlap": o}), "bf16")
+            if not sp:
+                assert hidden == waits
+                continue
+            gemm = matmul_time_s(8192, 4096 // 8, 4096, base)
+            assert hidden.tp_forward_s == pytest.approx(waits.tp_forward_s - min(o * waits.tp_forward_s, gemm))
+            assert hidden.forward_s == pytest.approx(waits.forward_s - (waits.tp_forward_s - hidden.tp_forward_s))
+            assert hidden.tp_backward_s == pytest.approx(waits.tp_backward_s - min(o * waits.tp_backward_s, 2 * gemm))
+    assert load_cluster("h100x8").efficiency.tp_comm_overlap == 1.0  # megatron-core: TE userbuffers on
+    assert load_cluster("h100x8", stack="torchtitan").efficiency.tp_comm_overlap == 0.0  # async TP is opt-in
