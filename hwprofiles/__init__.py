@@ -15,6 +15,7 @@ from .perf import (
     matmul_time_s,
     memory_bound_time_s,
     p2p_time_s,
+    sharded_dp_collective_time_s,
     single_nic_collective_time_s,
 )
 from .stack import (
@@ -60,6 +61,7 @@ __all__ = [
     "read_stack",
     "parse_override",
     "settable_keys",
+    "sharded_dp_collective_time_s",
     "single_nic_collective_time_s",
     "with_stack",
 ]

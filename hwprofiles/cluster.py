@@ -40,6 +40,7 @@ class PeakTflops:
 
 
 ATTENTION_KERNELS = ("flash1", "flash2", "cudnn")
+ZERO_COLLECTIVES = ("per_nic", "ring")  # Efficiency.zero_collectives
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,11 @@ class Efficiency:
     # node alike -> 15.7 / 25 GB/s = 0.63 by hand. `plan_vs_vtrain.py --fit` fits it with the
     # others (those rows are its fourth set).
     single_nic_network: float = 0.66  # [0.661]
+    # How ZeRO-2/3 / FSDP's per-micro-batch gathers and reduce-scatters use the network across
+    # nodes: "per_nic" (each GPU's own NIC at single_nic_network: DeepSpeed's many small
+    # per-module collectives, the SC21 fit above) or "ring" (NCCL's multi-rail ring of a large
+    # collective, as a bucketed all-reduce: FSDP's one flat parameter per block).
+    zero_collectives: str = "per_nic"
     # Which fused attention kernel the software stack runs for SDPA-style attention (a key of
     # Gpu.attention): "flash1" (flash-attn 1, Triton flash), "flash2" (torch SDPA, flash-attn 2)
     # or "cudnn" (Transformer Engine).
@@ -412,6 +418,9 @@ def _validate(c: Cluster) -> None:
         value = getattr(c.gpu.attention, kernel)
         if not 0 < value <= 1:
             raise HardwareProfileError(f"gpu.attention.{kernel} must be in (0, 1], got {value}")
+    if e.zero_collectives not in ZERO_COLLECTIVES:
+        raise HardwareProfileError(
+            f"efficiency.zero_collectives must be one of {', '.join(ZERO_COLLECTIVES)}, got {e.zero_collectives!r}")
     if e.attention_kernel not in ATTENTION_KERNELS:
         raise HardwareProfileError(
             f"efficiency.attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {e.attention_kernel!r}")

@@ -195,6 +195,17 @@ def single_nic_collective_time_s(kind: str, bytes_per_rank: float, span: GroupSp
     return (n - 1) / n * bytes_per_rank / bw + (n - 1) * cluster.inter_node.latency_us * 1e-6
 
 
+def sharded_dp_collective_time_s(kind: str, bytes_per_rank: float, span: GroupSpan, cluster: Cluster) -> float:
+    """Seconds for one ZeRO-2/3 / FSDP per-micro-batch all_gather or reduce_scatter, as the
+    stack issues them (efficiency.zero_collectives): on each GPU's own NIC ("per_nic",
+    `single_nic_collective_time_s`) or as NCCL's multi-rail ring ("ring", `collective_time_s`)."""
+    if cluster.efficiency.zero_collectives == "ring":
+        if kind not in ("all_gather", "reduce_scatter"):
+            raise PerfModelError(f"sharded-DP collectives are all_gather and reduce_scatter, not {kind!r}")
+        return collective_time_s(kind, bytes_per_rank, span, cluster)
+    return single_nic_collective_time_s(kind, bytes_per_rank, span, cluster)
+
+
 def p2p_time_s(bytes_: float, cross_node: bool, cluster: Cluster) -> float:
     """Seconds for one GPU to send `bytes_` to one other GPU (pipeline stage boundary).
 

@@ -13,6 +13,8 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 - `single_nic_network`: the share of one GPU's NIC that the layer-by-layer collectives of
   ZeRO-2/3 / FSDP reach across nodes (small per-module messages in DeepSpeed, one flat
   parameter per block in FSDP);
+- `zero_collectives`: how those layer-by-layer collectives cross nodes: "per_nic" (each GPU's
+  own NIC, at `single_nic_network`: DeepSpeed) or "ring" (NCCL's multi-rail ring: FSDP);
 - `tp_comm_overlap`: the share of the sequence-parallel TP collectives hidden under the linear
   GEMMs (Transformer Engine userbuffers; torchtitan's async TP);
 - `ep_a2a_overlap`: the share of the expert all-to-alls hidden behind the paired micro-batch's
@@ -43,14 +45,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cluster import ATTENTION_KERNELS, MAX_NUMBER, Cluster, Efficiency, HardwareProfileError
+from .cluster import ATTENTION_KERNELS, MAX_NUMBER, ZERO_COLLECTIVES, Cluster, Efficiency, HardwareProfileError
 from .paths import is_path, read_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
-              "single_nic_network", "tp_comm_overlap", "ep_a2a_overlap")
+              "single_nic_network", "zero_collectives", "tp_comm_overlap",
+              "ep_a2a_overlap")
 
 
 class StackError(HardwareProfileError):
@@ -68,6 +71,7 @@ class Stack:
     attention_kernel: str = Efficiency.attention_kernel
     zero3_max_live_params: float = Efficiency.zero3_max_live_params
     single_nic_network: float = Efficiency.single_nic_network
+    zero_collectives: str = Efficiency.zero_collectives
     tp_comm_overlap: float = Efficiency.tp_comm_overlap
     ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
@@ -80,7 +84,7 @@ class Stack:
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
 _KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network",
-         "tp_comm_overlap", "ep_a2a_overlap")
+         "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap")
 
 
 def bundled_stacks() -> list[str]:
@@ -137,6 +141,9 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
             if "zero3_max_live_params" in data else Stack.zero3_max_live_params)
     nic = (_number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1")
            if "single_nic_network" in data else Stack.single_nic_network)
+    zero_coll = data.get("zero_collectives", Stack.zero_collectives)
+    if zero_coll not in ZERO_COLLECTIVES:
+        raise StackError(f"{source}: 'zero_collectives' must be one of {', '.join(ZERO_COLLECTIVES)}, got {zero_coll!r}")
     tp_overlap = (_number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1")
                   if "tp_comm_overlap" in data else Stack.tp_comm_overlap)
     a2a = (_number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1")
@@ -144,7 +151,8 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
-                 zero3_max_live_params=live, single_nic_network=nic, tp_comm_overlap=tp_overlap,
+                 zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll,
+                 tp_comm_overlap=tp_overlap,
                  ep_a2a_overlap=a2a,
                  source=source)
 
@@ -181,6 +189,7 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "attention_kernel": _quoted(stack.attention_kernel),
               "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}",
               "single_nic_network": f"{stack.single_nic_network:.6g}",
+              "zero_collectives": _quoted(stack.zero_collectives),
               "tp_comm_overlap": f"{stack.tp_comm_overlap:.6g}",
               "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}"}
     lines = [f"# {n}" for n in notes]

@@ -32,7 +32,7 @@ from smplan.hwprofiles.perf import (
     collective_time_s,
     memory_bound_time_s,
     p2p_time_s,
-    single_nic_collective_time_s,
+    sharded_dp_collective_time_s,
 )
 from smplan.hwprofiles.topology import GroupSpan, ParallelLayout, strided_span
 
@@ -190,9 +190,9 @@ class CostModel:
             rs = ag = 0.0
             for params, span in zip(split_params(part, tp, ep), (spans["dp"], spans["edp"]), strict=True):
                 if params and span.size > 1:
-                    rs += single_nic_collective_time_s("reduce_scatter", params * w, span, self.cluster)
+                    rs += sharded_dp_collective_time_s("reduce_scatter", params * w, span, self.cluster)
                     if zero >= 3:
-                        ag += single_nic_collective_time_s("all_gather", params * w, span, self.cluster)
+                        ag += sharded_dp_collective_time_s("all_gather", params * w, span, self.cluster)
             zc = (ag, ag + rs, overlap)
         return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zc, cp_span=spans["cp"],
                           ep_span=spans["ep"], capacity_factor=cf)

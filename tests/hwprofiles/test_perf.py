@@ -219,6 +219,31 @@ def test_zero_collectives_use_one_nic_whatever_the_members_per_node(kind):
         single_nic_collective_time_s("all_reduce", b, eight, A100)
 
 
+@pytest.mark.parametrize("kind", ["all_gather", "reduce_scatter"])
+def test_sharded_dp_collectives_follow_the_stacks_choice(kind):
+    """DeepSpeed's per-module collectives ("per_nic") use one NIC's share; FSDP's one flat
+    parameter per block ("ring") is a large NCCL collective over all the node's rails."""
+    from smplan.hwprofiles import sharded_dp_collective_time_s
+
+    b, span = 4e9, GroupSpan(16, 8)
+    per_nic = A100.with_overrides({"efficiency.zero_collectives": "per_nic"})
+    ring = A100.with_overrides({"efficiency.zero_collectives": "ring"})
+    assert sharded_dp_collective_time_s(kind, b, span, per_nic) == single_nic_collective_time_s(kind, b, span, per_nic)
+    assert sharded_dp_collective_time_s(kind, b, span, ring) == collective_time_s(kind, b, span, ring)
+    assert sharded_dp_collective_time_s(kind, b, span, ring) < sharded_dp_collective_time_s(kind, b, span, per_nic)
+    # inside one node both are the NVLink ring
+    assert sharded_dp_collective_time_s(kind, b, NODE, ring) == sharded_dp_collective_time_s(kind, b, NODE, per_nic)
+    with pytest.raises(PerfModelError, match="all_gather and reduce_scatter"):
+        sharded_dp_collective_time_s("all_reduce", b, span, ring)
+
+
+def test_zero_collectives_unknown_value_is_one_line():
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster("a100x8", overrides={"efficiency.zero_collectives": "tree"})
+    assert "efficiency.zero_collectives must be one of per_nic, ring" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_an_nvlink_domain_larger_than_a_node_keeps_collectives_on_nvlink():
     """On NVL72 a 64-rank expert all-to-all and a 32-rank all-reduce stay on NVLink across
     16 trays; the same groups on 8-GPU B200 nodes cross InfiniBand and take longer."""
