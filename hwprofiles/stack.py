@@ -45,7 +45,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cluster import ATTENTION_KERNELS, MAX_NUMBER, ZERO_COLLECTIVES, Cluster, Efficiency, HardwareProfileError
+from .cluster import (
+    ATTENTION_KERNELS,
+    MAX_NUMBER,
+    ZERO_COLLECTIVES,
+    Cluster,
+    Efficiency,
+    HardwareProfileError,
+)
 from .paths import is_path, read_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
