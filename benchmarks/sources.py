@@ -120,7 +120,7 @@ FRAMEWORK_DEFAULTS = {
         # moe_a2a_overlap=True for Qwen3 (235B, 30B) and DeepSeek-V3 on H100 and Qwen3-235B on
         # B200, where the all-to-all crosses InfiniBand; False or unset elsewhere (NVL72 racks use
         # HybridEP and CUDA graphs instead; GPT-OSS never sets it): (MoE preset, profile) pairs.
-        ep_a2a_overlap_on=(("qwen3", "h100x8"), ("qwen3", "b200x8"), ("deepseek", "h100x8")),
+        ep_a2a_overlap_on=(("qwen3", "h100x8"), ("qwen3_235b", "b200x8"), ("deepseek", "h100x8")),
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):

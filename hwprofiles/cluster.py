@@ -122,7 +122,8 @@ class Efficiency:
 
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overhead,
-    element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network) are set by the
+    element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives,
+    tp_comm_overlap, ep_a2a_overlap) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -413,7 +414,8 @@ def _validate(c: Cluster) -> None:
     for dtype in ("bf16", "fp8"):
         value = getattr(c.gpu.matmul_ceiling, dtype)
         if not (0 < value <= 1 or (dtype == "fp8" and value == 0)):
-            raise HardwareProfileError(f"gpu.matmul_ceiling.{dtype} must be in (0, 1], got {value}")
+            allowed = "(0, 1], or 0 for bf16's figure" if dtype == "fp8" else "(0, 1]"
+            raise HardwareProfileError(f"gpu.matmul_ceiling.{dtype} must be in {allowed}, got {value}")
     for kernel in ATTENTION_KERNELS:
         value = getattr(c.gpu.attention, kernel)
         if not 0 < value <= 1:

@@ -271,6 +271,8 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         "memory_bound = 1.0",
         "network = 1.0",
         "elementwise_fusion = 0.0         # eager PyTorch fuses no element-wise kernels",
+        "tp_comm_overlap = 0.0            # smplan execute waits for its TP collectives",
+        "ep_a2a_overlap = 0.0             # and for its expert all-to-alls",
         "",
     ]
     return "\n".join(lines)

@@ -175,10 +175,15 @@ class CostModel:
         sharded = key.dp * key.cp > 1 or (key.ep > 1 and key.tp * key.cp * key.dp > key.ep)  # a group to shard over
         zk = key.zero if key.zero >= 2 and sharded else 0
         self._parts[id(part)] = part
+        # Megatron-Core's EP A2A overlap pairs a forward with another micro-batch's backward: it
+        # needs a second micro-batch and, with pipeline stages, the interleaved schedule (its
+        # config checks); elsewhere every all-to-all waits.
+        partner = key.num_microbatches > 1 and (key.pp == 1 or key.v > 1)
         return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype,
-                          key.cp, key.ep, key.capacity_factor)
+                          key.cp, key.ep, key.capacity_factor, partner)
 
-    def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype, cp=1, ep=1, cf=1.0) -> PassTimes:
+    def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype, cp=1, ep=1, cf=1.0,
+                       a2a_partner=True) -> PassTimes:
         part = self._parts[part_id]
         spans = self.spans(tp, dp, cp, ep)
         zc = (0.0, 0.0, overlap)
@@ -195,7 +200,7 @@ class CostModel:
                         ag += sharded_dp_collective_time_s("all_gather", params * w, span, self.cluster)
             zc = (ag, ag + rs, overlap)
         return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zc, cp_span=spans["cp"],
-                          ep_span=spans["ep"], capacity_factor=cf)
+                          ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0)
 
     def chunk(self, key: MeshKey, chunk: int, recompute: str) -> ChunkModel:
         """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`."""

@@ -12,7 +12,9 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   / tp too under sequence parallelism, less what the framework's fused kernels keep on
   chip (efficiency.elementwise_fusion); backward moves twice the forward traffic.
 - TP collectives over the tp group (all-reduce; reduce-scatter + all-gather under
-  sequence parallelism, Korthikanti et al. 2022 section 4.2.2).
+  sequence parallelism, Korthikanti et al. 2022 section 4.2.2); under sequence parallelism the
+  stack's `tp_comm_overlap` share of a block's collectives hides under its linear GEMMs
+  (Transformer Engine userbuffers), never the head's.
 - Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host).
 - ZeRO-2/3 per-micro-batch collectives overlap the pass (max) or add to it.
 - Context parallelism (cp > 1): every GEMM's token rows (m), the element-wise traffic, the
@@ -29,7 +31,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   so one GPU's expert work is the replica's / (tp * cp). Each MoE block all-to-alls its
   dispatch and combine buffers in forward and again in backward (4 per block), over the ep
   group's span; the stack's `ep_a2a_overlap` share of them hides behind the compute of the
-  paired micro-batch (Megatron-Core's EP A2A overlap), the rest is exposed. ep = 1 keeps
+  paired micro-batch (Megatron-Core's EP A2A overlap; the cost model turns it off without a
+  partner micro-batch, and full recompute gives it back), the rest is exposed. ep = 1 keeps
   the experts replicated on the tp ranks (as the model file's tp_plan does).
 - capacity_factor multiplies the expert GEMM rows and the all-to-all bytes (the busiest
   expert sets the pace; GShard, Lepikhin et al. 2020).
@@ -37,7 +40,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   (Korthikanti et al. 2022 section 5); sac (torchtitan's op-level selective AC) the GEMMs it
   does not save (`BlockProfile.sac_recompute_matmuls`), all element-wise work and the TP
   collectives whose outputs it does not keep.
-- dtype fp8: linear (and expert) GEMMs at the fp8 peak, attention-core GEMMs and
+- dtype fp8: the blocks' linear (and expert) GEMMs at the fp8 peak (the output head stays
+  bf16), attention-core GEMMs and
   element-wise work at bf16 (Transformer Engine / torchao float8: FP8 linears only), plus the
   HBM traffic of casting each FP8 GEMM's input (forward) and output gradient (backward).
 """
@@ -166,12 +170,14 @@ def _gemm_dtype(mm, dtype: str, kind: str = "block") -> str:
 def pass_times(
     part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str,
     zero_comm: tuple = (0.0, 0.0, True), *, cp_span: GroupSpan | None = None, ep_span: GroupSpan | None = None,
-    capacity_factor: float = 1.0,
+    capacity_factor: float = 1.0, ep_a2a_overlap: float | None = None,
 ) -> PassTimes:
     """Seconds of one part's forward and backward passes for a micro-batch of `b`.
 
     `zero_comm` = (forward seconds, backward seconds, overlapped) of the part's ZeRO-2/3
     per-micro-batch collectives; `cp_span` / `ep_span` the context- and expert-parallel groups.
+    `ep_a2a_overlap`: the share of the all-to-alls that may hide (None: the stack's
+    efficiency.ep_a2a_overlap; the cost model passes 0 where the schedule has no partner).
     """
     tp = tp_span.size
     cp = cp_span.size if cp_span is not None else 1
@@ -208,7 +214,8 @@ def pass_times(
         kv = part.attention_kv_bytes_per_sample * b / tp
         cp_f = max(0.0, collective_time_s("all_gather", kv, cp_span, cluster) - core_gemm - flash_f)
         cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm - flash_b)
-    # Like the TP collectives these sit on the critical path (inside the pass).
+    # Like the TP collectives these sit on the critical path (inside the pass), less what the
+    # stack hides (below).
     host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
     z_f, z_b, overlapped = zero_comm
 
@@ -216,17 +223,22 @@ def pass_times(
         return max(compute, comm) if overlapped else compute + comm
 
     cast_f, cast_b = memory_bound_time_s(cast_f, cluster), memory_bound_time_s(cast_b, cluster)
-    if sp and cluster.efficiency.tp_comm_overlap > 0.0:
-        # Transformer Engine's userbuffers split each linear's GEMM into chunks and pipeline the
-        # sequence-parallel all-gather / reduce-scatter under them (TE `ub_overlap_ag/rs`; NeMo
-        # and Megatron-Bridge `tp_comm_overlap`): up to the linears' GEMM time hides.
+    tp_hidden_f = tp_hidden_b = 0.0
+    if sp and part.kind == "block" and cluster.efficiency.tp_comm_overlap > 0.0:
+        # Transformer Engine's userbuffers split each block linear's GEMM into chunks and pipeline
+        # the sequence-parallel all-gather / reduce-scatter under them (TE `ub_overlap_ag/rs`;
+        # NeMo and Megatron-Bridge `tp_comm_overlap`): up to the linears' GEMM time hides. The
+        # output head is not a TE module and keeps waiting.
         o = cluster.efficiency.tp_comm_overlap
         linear = gemm - core_gemm
-        tp_f -= min(o * tp_f, linear)
-        tp_b -= min(o * tp_b, 2.0 * linear)
-    # The share of the all-to-alls the stack hides behind the paired micro-batch's compute.
-    ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem,
-                                      2.0 * (gemm + elem) + flash_b + cast_b, cluster.efficiency.ep_a2a_overlap)
+        tp_hidden_f, tp_hidden_b = min(o * tp_f, linear), min(o * tp_b, 2.0 * linear)
+        tp_f, tp_b = tp_f - tp_hidden_f, tp_b - tp_hidden_b
+    # The share of the all-to-alls the stack hides behind the paired micro-batch's compute (what
+    # the TP collectives already hide under is not free for them).
+    raw_f, raw_b = ep_f, ep_b
+    overlap = cluster.efficiency.ep_a2a_overlap if ep_a2a_overlap is None else ep_a2a_overlap
+    ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem - tp_hidden_f,
+                                      2.0 * (gemm + elem) + flash_b + cast_b - tp_hidden_b, overlap)
     fwd_gpu = gemm + flash_f + cast_f + elem + tp_f + ep_f + cp_f
     fwd = max(busy(fwd_gpu, z_f), host)
     bwd_gpu = 2.0 * (gemm + elem) + flash_b + cast_b + tp_b + ep_b + cp_b
@@ -234,7 +246,10 @@ def pass_times(
     # Full recompute re-runs the forward inside the backward pass, on the parameters that
     # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
     # of the two sub-passes is still bounded by its own kernel launches on the host.
-    full_extra = busy(max(fwd_gpu, host) + max(bwd_gpu, host), z_b) - bwd
+    # Megatron-Core refuses the EP A2A overlap with full recompute: those blocks wait for all
+    # their all-to-alls, the forward's, the recomputed forward's and the backward's (what the
+    # overlap hid comes back here, in the backward pass).
+    full_extra = busy(max(fwd_gpu, host) + max(bwd_gpu, host), z_b) - bwd + 2.0 * (raw_f - ep_f) + (raw_b - ep_b)
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share

@@ -175,5 +175,9 @@ def test_tp_comm_overlap_hides_sequence_parallel_collectives_under_the_linears()
             assert hidden.tp_forward_s == pytest.approx(waits.tp_forward_s - min(o * waits.tp_forward_s, gemm))
             assert hidden.forward_s == pytest.approx(waits.forward_s - (waits.tp_forward_s - hidden.tp_forward_s))
             assert hidden.tp_backward_s == pytest.approx(waits.tp_backward_s - min(o * waits.tp_backward_s, 2 * gemm))
+    # the output head is not a Transformer Engine module: its collectives keep waiting
+    head = _linear_part("post", tp_collectives=coll)
+    on = base.with_overrides({"efficiency.tp_comm_overlap": 1.0})
+    assert pass_times(head, tp, True, 1, on, "bf16") == pass_times(head, tp, True, 1, base, "bf16")
     assert load_cluster("h100x8").efficiency.tp_comm_overlap == 1.0  # megatron-core: TE userbuffers on
     assert load_cluster("h100x8", stack="torchtitan").efficiency.tp_comm_overlap == 0.0  # async TP is opt-in

@@ -74,10 +74,32 @@ def test_a2a_overlap_hides_the_all_to_alls_up_to_the_paired_compute(moe):
         assert t.forward_s + t.backward_s == pytest.approx(compute + exposed, rel=1e-6)  # the rest is unchanged
         # what stays exposed is split as the two passes' all-to-alls are
         assert t.ep_forward_s * times[0.0].ep_backward_s == pytest.approx(t.ep_backward_s * times[0.0].ep_forward_s)
-    plan = _plan("dp=16,ep=16,mbs=1,gbs=16", moe, nodes=2)
+    plan = _plan("dp=16,ep=16,mbs=1,gbs=64", moe, nodes=2)  # 4 micro-batches: each has a partner
     steps = [estimate(plan, moe, load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": o}))
              .step_time_s for o in (0.0, 0.5, 1.0)]
     assert steps[0] > steps[1] >= steps[2]
+
+
+def test_a2a_overlap_needs_a_partner_micro_batch_and_no_full_recompute(moe):
+    """Megatron-Core's config checks: the overlap needs a second micro-batch, the interleaved
+    schedule when there are pipeline stages, and no full recompute."""
+    on = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0})
+    off = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0})
+
+    def ep_s(text, cl):
+        st = plan_costs(_plan(text, moe, nodes=2), moe, cl).stages[0]
+        return st.ep_comm_forward_s + st.ep_comm_backward_s
+
+    assert ep_s("dp=16,ep=16,mbs=1,gbs=64", on) < ep_s("dp=16,ep=16,mbs=1,gbs=64", off)
+    for text in ("dp=16,ep=16,mbs=1,gbs=16",  # one micro-batch
+                 "dp=8,pp=2,ep=8,mbs=1,gbs=64"):  # pipeline stages without the interleaved schedule
+        assert ep_s(text, on) == pytest.approx(ep_s(text, off))
+    inter = "dp=8,pp=2,ep=8,mbs=1,gbs=64,schedule=interleaved,v=2"
+    assert ep_s(inter, on) < ep_s(inter, off)
+    # full recompute gives back what the overlap hid: its blocks take as long as without it
+    full_on = plan_costs(_plan("dp=16,ep=16,mbs=1,gbs=64,recompute=full", moe, nodes=2), moe, on).stages[0]
+    full_off = plan_costs(_plan("dp=16,ep=16,mbs=1,gbs=64,recompute=full", moe, nodes=2), moe, off).stages[0]
+    assert full_on.forward_s + full_on.backward_s == pytest.approx(full_off.forward_s + full_off.backward_s)
 
 
 def test_megatron_core_stack_overlaps_the_all_to_alls_and_fsdp_stacks_do_not():
