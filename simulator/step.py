@@ -40,6 +40,10 @@ class SimEvent(NamedTuple):
     mb: int = -1
 
 
+# Below this a pass's overrun is float rounding of env.now = start + dur, not shared links.
+SHARED_TOLERANCE_S = 1e-12
+
+
 @dataclass
 class DeviceTimes:
     """What one pipeline rank did in the step (seconds)."""
@@ -285,7 +289,7 @@ class StepSimulation:
                     self._queue_reduce(d, c, start, dur, self.dp_seconds[c] * reduce_fraction)
             yield from self._pass(d, st, task.kind == "F")
             shared = env.now - start - dur  # > 0 only where its all-to-all / CP links were shared
-            if shared > 0:
+            if shared > SHARED_TOLERANCE_S:  # not the rounding of start + dur
                 ep_pass = st.ep_comm_forward_s if task.kind == "F" else st.ep_comm_backward_s
                 if ep_pass > 0:
                     times.ep_comm_s += shared
