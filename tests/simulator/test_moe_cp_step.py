@@ -54,3 +54,14 @@ def test_all_to_all_contends_with_dp_traffic_on_the_nic():
     assert on_inside.step_time_s == pytest.approx(off, rel=1e-9)
     assert any(row["shared_s"] > 0 for row in on_across.links)
     assert on_across.figures.breakdown["ep_all_to_all"] > estimate_from_costs(across).breakdown["ep_all_to_all"]
+
+
+def test_a_dense_plan_reports_no_expert_or_context_communication():
+    """The breakdown has ep/cp keys only where the plan has them, in the simulation too (no float
+    rounding of a pass's end shown as shared CP links)."""
+    prof = profile_model("examples/gpt.py:llama3_8b", args={"layers": 2}, seq_len=2048)
+    cl = load_cluster("h100x8", nodes=1)
+    plan = plan_from_inline("dp=8,zero=3,mbs=2,gbs=16", model=prof.model, hw="h100x8", nodes=1, gpus_per_node=8,
+                            num_blocks=prof.num_blocks)
+    breakdown = simulate_plan(plan, prof, cl, contention=True).figures.breakdown
+    assert "cp_comm_exposed" not in breakdown and "ep_all_to_all" not in breakdown
