@@ -39,17 +39,22 @@ from published import (  # noqa: E402
 )
 from smplan.hwprofiles import HardwareProfileError, load_cluster  # noqa: E402
 from smplan.planner import estimate  # noqa: E402
+from sources import SOURCE_STACKS  # noqa: E402
 from validation_data import ValidationDirError, add_validation_dir_option, resolve_validation_dir  # noqa: E402
 
 from smplan.calibrate.fit import spearman  # noqa: E402
 
+# Every file here (vTrain, SC21, vTrain's own --extra CSVs) ran Megatron-DeepSpeed or 2021
+# Megatron-LM: their stack, as validate_published.py's SOURCE_STACKS gives it.
+STACK = SOURCE_STACKS["vtrain_multi_node.csv"]
+
 
 def predict(row: dict, overrides: dict | None = None) -> float:
-    """The cost model's step time of a published row; `overrides` are dotted hardware keys
-    (`efficiency.matmul_max`, `intra_node.bandwidth_gbps`) applied on top of the row's own."""
+    """The cost model's step time of a published row under its stack; `overrides` are dotted
+    hardware keys (`efficiency.matmul_max`, `intra_node.bandwidth_gbps`) applied on top of the row's own."""
     over = dict(row["hw_set"])
     over.update(overrides or {})
-    cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=over)
+    cluster = load_cluster("a100x8", nodes=nodes_for(row), overrides=over, stack=STACK)
     return estimate(plan_for(row, cluster.nodes), row_profile(row), cluster).step_time_s
 
 
