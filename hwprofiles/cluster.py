@@ -407,10 +407,9 @@ def _validate(c: Cluster) -> None:
     non_negative("efficiency.host_overhead_us_per_layer", e.host_overhead_us_per_layer)
     non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)
     non_negative("efficiency.zero3_max_live_params", e.zero3_max_live_params)
-    if not 0.0 <= e.tp_comm_overlap <= 1.0:
-        raise HardwareProfileError(f"efficiency.tp_comm_overlap must be in [0, 1], got {e.tp_comm_overlap}")
-    if not 0.0 <= e.ep_a2a_overlap <= 1.0:
-        raise HardwareProfileError(f"efficiency.ep_a2a_overlap must be in [0, 1], got {e.ep_a2a_overlap}")
+    for key in ("tp_comm_overlap", "ep_a2a_overlap"):  # shares of a collective hidden under compute
+        if not 0.0 <= getattr(e, key) <= 1.0:
+            raise HardwareProfileError(f"efficiency.{key} must be in [0, 1], got {getattr(e, key)}")
     for dtype in ("bf16", "fp8"):
         value = getattr(c.gpu.matmul_ceiling, dtype)
         if not (0 < value <= 1 or (dtype == "fp8" and value == 0)):

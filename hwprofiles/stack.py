@@ -141,20 +141,13 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
         raise StackError(f"{source}: 'overlap_grad_reduce' must be true or false, got {data['overlap_grad_reduce']!r}")
     host = _number(data, "host_overhead_us_per_layer", source, 0.0, MAX_NUMBER, "microseconds per layer pass")
     fusion = _number(data, "elementwise_fusion", source, 0.0, 1.0, "a share from 0 to 1")
-    kernel = data.get("attention_kernel", Stack.attention_kernel)
-    if kernel not in ATTENTION_KERNELS:
-        raise StackError(f"{source}: 'attention_kernel' must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}")
-    live = (_number(data, "zero3_max_live_params", source, 0.0, MAX_NUMBER, "parameters; 0 for no cap")
-            if "zero3_max_live_params" in data else Stack.zero3_max_live_params)
-    nic = (_number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1")
-           if "single_nic_network" in data else Stack.single_nic_network)
-    zero_coll = data.get("zero_collectives", Stack.zero_collectives)
-    if zero_coll not in ZERO_COLLECTIVES:
-        raise StackError(f"{source}: 'zero_collectives' must be one of {', '.join(ZERO_COLLECTIVES)}, got {zero_coll!r}")
-    tp_overlap = (_number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1")
-                  if "tp_comm_overlap" in data else Stack.tp_comm_overlap)
-    a2a = (_number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1")
-           if "ep_a2a_overlap" in data else Stack.ep_a2a_overlap)
+    kernel = _choice(data, "attention_kernel", source, ATTENTION_KERNELS, Stack.attention_kernel)
+    live = _number(data, "zero3_max_live_params", source, 0.0, MAX_NUMBER, "parameters; 0 for no cap",
+                   Stack.zero3_max_live_params)
+    nic = _number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1", Stack.single_nic_network)
+    zero_coll = _choice(data, "zero_collectives", source, ZERO_COLLECTIVES, Stack.zero_collectives)
+    tp_overlap = _number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.tp_comm_overlap)
+    a2a = _number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.ep_a2a_overlap)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
@@ -164,12 +157,24 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  source=source)
 
 
-def _number(data: dict, key: str, source: str, low: float, high: float, unit: str) -> float:
+def _number(data: dict, key: str, source: str, low: float, high: float, unit: str,
+            default: float | None = None) -> float:
+    """`data[key]` checked to lie in [low, high]; `default` when an optional key is absent."""
+    if key not in data and default is not None:
+        return default
     value = data[key]
     # `not low <= value <= high` is True for NaN too
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
         raise StackError(f"{source}: {key!r} must be a number from {low:g} to {high:g} ({unit}), got {value!r}")
     return float(value)
+
+
+def _choice(data: dict, key: str, source: str, allowed: tuple[str, ...], default: str) -> str:
+    """`data[key]` (default when absent) checked to be one of `allowed`."""
+    value = data.get(key, default)
+    if value not in allowed:
+        raise StackError(f"{source}: {key!r} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
 
 
 def with_stack(cluster: Cluster, stack: Stack, keep: Iterable[str] = ()) -> Cluster:

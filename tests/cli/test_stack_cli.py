@@ -73,6 +73,18 @@ def test_bad_stack_files_are_one_line_exit_2(cli_runner, tmp_path):
     assert "unknown key 'speed'" in line and "valid keys: name, description" in line
 
 
+@pytest.mark.parametrize("setting, expected", [
+    ("efficiency.tp_comm_overlap=2", "efficiency.tp_comm_overlap must be in [0, 1]"),
+    ("efficiency.ep_a2a_overlap=-1", "efficiency.ep_a2a_overlap must be in [0, 1]"),
+    ("efficiency.zero_collectives=tree", "efficiency.zero_collectives must be one of per_nic, ring"),
+    ("gpu.matmul_ceiling.bf16=1.5", "gpu.matmul_ceiling.bf16 must be in (0, 1]"),
+])
+def test_new_stack_and_hardware_keys_out_of_range_are_one_line_exit_2(cli_runner, setting, expected):
+    line = _one_error_line(cli_runner.invoke(cli, ["simulate", GPT, "--hw", "h100x8", "--plan", INLINE,
+                                                   "--hw-set", setting]))
+    assert expected in line
+
+
 def test_stack_changes_the_prediction_and_hw_set_still_wins(cli_runner, tmp_path):
     slow = str(_stack_file(tmp_path))
     base = _simulate(cli_runner, GPT, "--hw", "a100x8", "--plan", INLINE)
