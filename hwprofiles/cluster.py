@@ -41,6 +41,7 @@ class PeakTflops:
 
 ATTENTION_KERNELS = ("flash1", "flash2", "cudnn")
 ZERO_COLLECTIVES = ("per_nic", "ring")  # Efficiency.zero_collectives
+GRAD_REDUCE_DTYPES = ("weights", "fp32")  # Efficiency.grad_reduce_dtype
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class Efficiency:
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overhead,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives,
-    tp_comm_overlap, ep_a2a_overlap) are set by the
+    tp_comm_overlap, ep_a2a_overlap, grad_reduce_dtype) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -170,6 +171,11 @@ class Efficiency:
     # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
     # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
     tp_comm_overlap: float = 0.0
+    # The dtype gradients are reduced in across data-parallel ranks (the DP all-reduce, ZeRO's and
+    # FSDP's reduce-scatters): "weights" (the weights' dtype: bf16/fp16 under mixed precision) or
+    # "fp32" (torchtitan's `mixed_precision_reduce` default; Megatron-LM's for bf16 unless
+    # --grad-reduce-in-bf16). Communication only: the memory model keeps its 16 B per parameter.
+    grad_reduce_dtype: str = "weights"
 
 
 @dataclass(frozen=True)
@@ -422,6 +428,9 @@ def _validate(c: Cluster) -> None:
     if e.zero_collectives not in ZERO_COLLECTIVES:
         raise HardwareProfileError(
             f"efficiency.zero_collectives must be one of {', '.join(ZERO_COLLECTIVES)}, got {e.zero_collectives!r}")
+    if e.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
+        raise HardwareProfileError(
+            f"efficiency.grad_reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {e.grad_reduce_dtype!r}")
     if e.attention_kernel not in ATTENTION_KERNELS:
         raise HardwareProfileError(
             f"efficiency.attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {e.attention_kernel!r}")

@@ -18,7 +18,9 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 - `tp_comm_overlap`: the share of the sequence-parallel TP collectives hidden under the linear
   GEMMs (Transformer Engine userbuffers; torchtitan's async TP);
 - `ep_a2a_overlap`: the share of the expert all-to-alls hidden behind the paired micro-batch's
-  compute (Megatron-Core's EP A2A overlap; 0 where the framework waits for each one).
+  compute (Megatron-Core's EP A2A overlap; 0 where the framework waits for each one);
+- `grad_reduce_dtype`: the dtype gradients cross the data-parallel group in: "weights" (bf16 /
+  fp16 under mixed precision) or "fp32" (torchtitan's FSDP2 `reduce_dtype`), twice the bytes.
 
 All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
 stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
@@ -47,6 +49,7 @@ from pathlib import Path
 
 from .cluster import (
     ATTENTION_KERNELS,
+    GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
     ZERO_COLLECTIVES,
     Cluster,
@@ -60,7 +63,7 @@ DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
               "single_nic_network", "zero_collectives", "tp_comm_overlap",
-              "ep_a2a_overlap")
+              "ep_a2a_overlap", "grad_reduce_dtype")
 
 
 class StackError(HardwareProfileError):
@@ -81,6 +84,7 @@ class Stack:
     zero_collectives: str = Efficiency.zero_collectives
     tp_comm_overlap: float = Efficiency.tp_comm_overlap
     ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
+    grad_reduce_dtype: str = Efficiency.grad_reduce_dtype
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -91,7 +95,7 @@ class Stack:
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
 _KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network",
-         "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap")
+         "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap", "grad_reduce_dtype")
 
 
 def bundled_stacks() -> list[str]:
@@ -148,12 +152,12 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     zero_coll = _choice(data, "zero_collectives", source, ZERO_COLLECTIVES, Stack.zero_collectives)
     tp_overlap = _number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.tp_comm_overlap)
     a2a = _number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.ep_a2a_overlap)
+    reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll,
-                 tp_comm_overlap=tp_overlap,
-                 ep_a2a_overlap=a2a,
+                 tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, grad_reduce_dtype=reduce_dtype,
                  source=source)
 
 
@@ -203,7 +207,8 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "single_nic_network": f"{stack.single_nic_network:.6g}",
               "zero_collectives": _quoted(stack.zero_collectives),
               "tp_comm_overlap": f"{stack.tp_comm_overlap:.6g}",
-              "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}"}
+              "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}",
+              "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype)}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
     return "\n".join(lines) + "\n"

@@ -192,10 +192,11 @@ class CostModel:
             # ZeRO-3 also all-gathers its parameters in forward and again in backward
             # (dense ones over dp x cp, routed experts over edp).
             w = state_bytes_per_param(dtype)[0]
+            g = grad_reduce_bytes_per_param(dtype, self.cluster)
             rs = ag = 0.0
             for params, span in zip(split_params(part, tp, ep), (spans["dp"], spans["edp"]), strict=True):
                 if params and span.size > 1:
-                    rs += sharded_dp_collective_time_s("reduce_scatter", params * w, span, self.cluster)
+                    rs += sharded_dp_collective_time_s("reduce_scatter", params * g, span, self.cluster)
                     if zero >= 3:
                         ag += sharded_dp_collective_time_s("all_gather", params * w, span, self.cluster)
             zc = (ag, ag + rs, overlap)
@@ -220,7 +221,8 @@ class CostModel:
         # DP: gradient bytes of the chunk's local parameters, once per step; under gradient
         # compression the dense ones send fewer elements or bytes (grad_compress.py).
         spec = grad_compress.parse(key.grad_compress)
-        gbytes = grad_compress.grad_bytes(state_bytes_per_param(key.dtype)[1], spec)
+        gbytes = grad_compress.grad_bytes(grad_reduce_bytes_per_param(key.dtype, cl), spec)
+        wbytes = state_bytes_per_param(key.dtype)[0]  # ZeRO's parameter all-gather after the step
         split0 = [split_params(p, key.tp, key.ep) for p in parts]
         d0 = sum(grad_compress.sent_elements(p, x[0], key.tp, spec) for p, x in zip(parts, split0, strict=True))
         e0 = sum(x[1] for x in split0)
@@ -238,7 +240,7 @@ class CostModel:
                 return 0.0
             if key.zero == 0:
                 return collective_time_s("all_reduce", size, span, cl)
-            ag = collective_time_s("all_gather", size, span, cl)
+            ag = collective_time_s("all_gather", local_params * wbytes, span, cl)
             if key.zero == 2:
                 return ag  # the reduce-scatters ran inside every backward
             return collective_time_s("reduce_scatter", size, span, cl) + ag
@@ -253,7 +255,9 @@ class CostModel:
             dp_s0, dp_s_blk = dp_s0 + comp0, dp_s_blk + comp_blk
 
         def bytes_factor(span) -> float:
-            return 0.0 if span.size == 1 else (2.0 if key.zero == 1 else 1.0) * gbytes
+            if span.size == 1:
+                return 0.0
+            return {0: gbytes, 1: gbytes + wbytes}.get(key.zero, wbytes)
 
         def opt_time(span) -> float:  # per local param
             share = 1.0 / (span.size if key.zero >= 1 else 1)
@@ -348,6 +352,14 @@ class CostModel:
             usd_per_gpu_hour=cl.cost.usd_per_gpu_hour,
             capacity_bytes=capacity_bytes(cl),
         )
+
+
+def grad_reduce_bytes_per_param(dtype: str, cluster: Cluster) -> float:
+    """Bytes per gradient element crossing the DP group: the weights' dtype, or fp32 where the
+    stack reduces in fp32 (efficiency.grad_reduce_dtype; torchtitan's FSDP2 reduce_dtype)."""
+    if cluster.efficiency.grad_reduce_dtype == "fp32":
+        return 4.0
+    return state_bytes_per_param(dtype)[1]
 
 
 def mesh_key(plan: Plan) -> MeshKey:

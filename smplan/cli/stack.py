@@ -41,9 +41,10 @@ def list_stacks(as_json: bool) -> None:
     rows = [[s.name + (" (default)" if s.name == DEFAULT_STACK else ""), s.host_overhead_us_per_layer,
              s.elementwise_fusion, s.attention_kernel, s.zero_collectives, s.single_nic_network,
              f"{s.zero3_max_live_params:.3g}" if s.zero3_max_live_params else "-", s.tp_comm_overlap, s.ep_a2a_overlap,
-             "yes" if s.overlap_grad_reduce else "no", s.description] for s in stacks]
+             "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description] for s in stacks]
     click.echo(format_table(["name", "host us/layer", "fusion", "attention", "ZeRO colls", "NIC share", "zero3 live params",
-                             "TP overlap", "a2a overlap", "overlap grad reduce", "description"], rows, align="lrrllrrrrll"))
+                             "TP overlap", "a2a overlap", "overlap grad reduce", "grad reduce", "description"], rows,
+                             align="lrrllrrrrlll"))
     click.echo("\nDetails and sources: smplan stack show NAME; use one with --stack NAME or --stack PATH.toml")
 
 

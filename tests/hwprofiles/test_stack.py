@@ -116,6 +116,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'tp_comm_overlap' must be a number from 0 to 1"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nzero_collectives = "tree"\n',
      "'zero_collectives' must be one of per_nic, ring"),
+    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\ngrad_reduce_dtype = "bf16"\n',
+     "'grad_reduce_dtype' must be one of weights, fp32"),
 ])
 def test_bad_stack_file_is_one_line(tmp_path, body, expected):
     path = tmp_path / "bad.toml"
@@ -187,6 +189,9 @@ def test_the_stack_names_its_attention_kernel_and_zero3_gather_cap(tmp_path):
     rails = {s: load_cluster("a100x8", stack=s).efficiency.zero_collectives for s in bundled_stacks()}
     assert rails == {"megatron-core": "ring", "megatron-deepspeed": "per_nic", "pytorch-fsdp": "ring",
                      "torchtitan": "ring"}
+    reduce = {s: load_cluster("a100x8", stack=s).efficiency.grad_reduce_dtype for s in bundled_stacks()}
+    assert reduce == {"megatron-core": "weights", "megatron-deepspeed": "weights", "pytorch-fsdp": "weights",
+                      "torchtitan": "fp32"}
     plain = load_stack(str(_stack_file(tmp_path)))
     assert (plain.attention_kernel, plain.zero3_max_live_params) == ("flash2", 0.0)
     assert load_stack(str(_stack_file(tmp_path, name="fa1", extra='attention_kernel = "flash1"\n'))).attention_kernel == "flash1"

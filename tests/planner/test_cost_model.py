@@ -129,3 +129,23 @@ def test_elementwise_fusion_shortens_passes_by_the_fusible_traffic():
         times[fusion] = CostModel(prof, cl).pass_of(block, key).forward_s
     saved_s = block.elementwise_fusible_bytes_per_sample / (cl.gpu.memory_bandwidth_gbps * 1e9 * cl.efficiency.memory_bound)
     assert times[0.0] - times[1.0] == pytest.approx(saved_s)
+
+
+def test_fp32_gradient_reduce_doubles_the_gradient_bytes_not_the_parameter_gathers():
+    """efficiency.grad_reduce_dtype = "fp32" (torchtitan's FSDP2 reduce_dtype): the DP all-reduce
+    and the reduce-scatters carry 4 B per gradient, ZeRO's parameter all-gathers stay at 2 B."""
+    from smplan.planner.cost_model import CostModel, MeshKey
+
+    bf16 = load_cluster("a100x8", nodes=2, overrides={"inter_node.bandwidth_gbps": 0.05})
+    fp32 = bf16.with_overrides({"efficiency.grad_reduce_dtype": "fp32"})
+    for zero, ratio in ((0, 2.0), (1, 1.5)):  # all-reduce: g; distributed optimizer: g + w
+        plan = _plan(nodes=2, dp=16, tp=1, pp=1, zero=zero, global_batch=32)
+        low, high = plan_costs(plan, PROF, bf16).stages[0], plan_costs(plan, PROF, fp32).stages[0]
+        assert high.dp_comm_bytes == pytest.approx(ratio * low.dp_comm_bytes)
+        assert high.dp_comm_s > low.dp_comm_s
+    key = MeshKey(tp=1, dp=16, pp=1, v=1, micro_batch=1, num_microbatches=2, sp=False, zero=3,
+                  overlap_dp=True, schedule="1f1b", dtype="bf16")
+    low, high = (CostModel(PROF, c).pass_of(PROF.blocks[0], key) for c in (bf16, fp32))
+    assert high.forward_s == pytest.approx(low.forward_s)  # the forward's gather: parameters, bf16
+    # network-bound backward: gather (2 B) + reduce-scatter (2 B -> 4 B) = 1.5x the bytes
+    assert high.backward_s == pytest.approx(1.5 * low.backward_s, rel=0.02)
