@@ -19,6 +19,7 @@ from smplan.executor.context_parallel import (
 )
 from smplan.planner.model_file import load_model_file
 
+from tests.executor.gloo_group import gloo_group
 from tests.executor.runs import (
     GPT_TINY,
     assert_same_state,
@@ -92,15 +93,11 @@ MODELS = {  # model file, builder arguments
 
 
 def _worker(rank: int, world: int, models: str, init_file: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_group(init_file, rank, world):
         _check_gather(rank, world)
         _check_token_weight(rank, world)
         for name in models.split(","):
             _check_model(rank, world, *MODELS[name])
-        dist.barrier()  # tear gloo down together (see executor/train.py: a lone destroy can abort a peer)
-    finally:
-        dist.destroy_process_group()
 
 
 def _check_gather(rank: int, cp: int) -> None:

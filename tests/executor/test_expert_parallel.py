@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
+from tests.executor.gloo_group import gloo_group
 from tests.executor.runs import (
     assert_same_state,
     checkpoint_state,
@@ -96,8 +96,7 @@ def _shard_worker(rank: int, world: int, spec: str, init_file: str) -> None:
     from torch.distributed.tensor import DTensor
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_group(init_file, rank, world):
         plan, mf = resolve_plan(spec, model=MOE)
         dims = ParallelDims(plan.pp, plan.dp, plan.tp, world, ep=plan.ep)
         dims.build_mesh("cpu")
@@ -138,9 +137,6 @@ def _shard_worker(rank: int, world: int, spec: str, init_file: str) -> None:
                 assert torch.equal(p.detach(), ref.detach()), f"{spec}: {name} differs"
                 torch.testing.assert_close(p.grad, ref.grad, rtol=1e-5, atol=1e-7)
         assert experts == 9  # w1, w2, w3 of the three MoE blocks
-        dist.barrier()  # tear gloo down together (a lone destroy can abort a peer)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_each_rank_holds_its_experts_and_their_single_process_gradient(tmp_path):

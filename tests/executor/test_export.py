@@ -18,6 +18,7 @@ from smplan.executor.init_from import InitFromError, check_source, open_source
 from smplan.executor.run import resolve_plan
 
 from smplan.cli.main import cli
+from tests.executor.gloo_group import gloo_group
 from tests.executor.runs import GPT_TINY
 
 transformers = pytest.importorskip("transformers")
@@ -227,7 +228,6 @@ def test_execute_refuses_other_weights_before_launch(tmp_path, llama, cli_runner
 def _read_worker(rank: int, world: int, spec: str, ref: str, folder: str, init_file: str) -> None:
     """Fill tp=2 shards from `folder`, counting the elements safetensors hands out."""
     import safetensors
-    import torch.distributed as dist
     from safetensors.torch import load_file
     from smplan.executor.build import build_model_parts
     from smplan.executor.init_from import load_weights
@@ -265,8 +265,7 @@ def _read_worker(rank: int, world: int, spec: str, ref: str, folder: str, init_f
             return Sliced()
 
     safetensors.safe_open = Counting
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_group(init_file, rank, world):
         plan, model_file = resolve_plan(spec, model=ref)
         dims = ParallelDims(plan.pp, plan.dp, plan.tp, world)
         dims.build_mesh("cpu")
@@ -280,9 +279,6 @@ def _read_worker(rank: int, world: int, spec: str, ref: str, folder: str, init_f
             local += tensor.to_local().numel() if hasattr(tensor, "to_local") else tensor.numel()
         total = sum(t.numel() for t in expected.values())
         assert sum(read) == local < 0.6 * total, (sum(read), local, total)  # its shards, not the model
-        dist.barrier()  # tear gloo down together (see executor/train.py)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_each_tp_rank_reads_only_its_slices(tmp_path, llama):

@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tests.executor.gloo_group import gloo_group
 from tests.executor.runs import spawn_workers
 
 HERE = Path(__file__).resolve()
@@ -233,8 +234,7 @@ def test_constructor_values_without_reset_parameters_and_unset_parameters_are_ca
 def _worker(rank: int, world: int, spec: str, init_file: str) -> None:
     from smplan.executor.build import full_initial_state
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_group(init_file, rank, world):
         plan, model_file, parts = _parts(spec, f"{HERE}:tiny_tied", world)
         chunk = parts.chunks[0]
         inner = getattr(chunk, "module", chunk)  # DDP wraps
@@ -267,9 +267,6 @@ def _worker(rank: int, world: int, spec: str, init_file: str) -> None:
         if rank == 0:
             assert losses == pytest.approx(eager, rel=1e-5), (losses, eager)
         assert inner.head.weight is inner.embed.weight, "tie lost in training"
-        dist.barrier()  # tear gloo down together (see executor/train.py: a lone destroy can abort a peer)
-    finally:
-        dist.destroy_process_group()
 
 
 
@@ -282,8 +279,7 @@ def test_tied_weights_under_data_parallel(spec, tmp_path):
 def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
     from smplan.executor.build import full_initial_state
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
+    with gloo_group(init_file, rank, world):
         _, model_file, parts = _parts(spec, GPT_TINY, world)
         expected = full_initial_state(model_file, {}, 7)
         seen = 0
@@ -292,9 +288,6 @@ def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
                 assert torch.equal(_full(tensor), expected[name]), f"{spec}: initial {name} differs"
                 seen += 1
         assert seen > 0
-        dist.barrier()  # tear gloo down together (see executor/train.py: a lone destroy can abort a peer)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("spec", ["tp=2,dp=2,zero=3,mbs=1,gbs=2", "pp=2,tp=2,mbs=1,gbs=2"])
