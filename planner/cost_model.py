@@ -37,7 +37,7 @@ from smplan.hwprofiles.perf import (
 from smplan.hwprofiles.topology import GroupSpan, ParallelLayout, strided_span
 
 from . import grad_compress
-from .costs import PlanCosts, StageCosts
+from .costs import PlanCosts, StageCosts, ZeroUnit
 from .feasibility import (
     SP_UNSUPPORTED,
     context_parallel_problem,
@@ -100,6 +100,21 @@ class ChunkModel:
     cpr_blk: float = 0.0
     ep_crosses_node: bool = False
     cp_crosses_node: bool = False
+    # ZeRO-2/3 units (ZeroUnit: the passes' time without their collectives, and the collectives):
+    # the first chunk's embedding, one per block (a recomputed block's backward adds zero_rec_s),
+    # the last chunk's head.
+    zero_pre: tuple = ()
+    zero_blk: ZeroUnit | None = None
+    zero_rec_s: float = 0.0
+    zero_post: tuple = ()
+    zero_overlapped: bool = True
+    zero_crosses_node: bool = False
+
+    def _zero_units(self, n: int, r: int) -> tuple:
+        if self.zero_blk is None:
+            return ()
+        rec = dataclasses.replace(self.zero_blk, backward_s=self.zero_blk.backward_s + self.zero_rec_s)
+        return (*self.zero_pre, *([rec] * r), *([self.zero_blk] * (n - r)), *self.zero_post)
 
     def stage_costs(self, n: int, r: int) -> StageCosts:
         return StageCosts(
@@ -122,6 +137,9 @@ class ChunkModel:
             cp_comm_backward_s=self.cpb0 + self.cpb_blk * n + self.cpr_blk * r,
             ep_crosses_node=self.ep_crosses_node,
             cp_crosses_node=self.cp_crosses_node,
+            zero_units=self._zero_units(n, r),
+            zero_overlapped=self.zero_overlapped,
+            zero_crosses_node=self.zero_crosses_node,
         )
 
 
@@ -200,8 +218,16 @@ class CostModel:
                     if zero >= 3:
                         ag += sharded_dp_collective_time_s("all_gather", params * w, span, self.cluster)
             zc = (ag, ag + rs, overlap)
-        return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zc, cp_span=spans["cp"],
-                          ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0)
+
+        def passes(zero_comm) -> PassTimes:
+            return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zero_comm, cp_span=spans["cp"],
+                              ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0)
+
+        out = passes(zc)
+        if zc[0] or zc[1]:
+            out = dataclasses.replace(out, zero_forward_s=zc[0], zero_backward_s=zc[1],
+                                      without_zero=passes((0.0, 0.0, overlap)))
+        return out
 
     def chunk(self, key: MeshKey, chunk: int, recompute: str) -> ChunkModel:
         """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`."""
@@ -320,6 +346,9 @@ class CostModel:
             cpr_blk=bp.cp_forward_s if recompute == "full" else 0.0,
             ep_crosses_node=spans["ep"].crosses_nodes,
             cp_crosses_node=spans["cp"].crosses_nodes,
+            **_zero_fields(bp, [self.pass_of(p, key) for p in prof.pre] if first else [],
+                           [self.pass_of(p, key) for p in prof.post] if last else [],
+                           recompute, key.overlap_dp, spans["dp"].crosses_nodes),
         )
 
     def plan_costs(self, plan: Plan) -> PlanCosts:
@@ -352,6 +381,22 @@ class CostModel:
             usd_per_gpu_hour=cl.cost.usd_per_gpu_hour,
             capacity_bytes=capacity_bytes(cl),
         )
+
+
+def _zero_unit(p: PassTimes) -> ZeroUnit:
+    bare = p.without_zero or p
+    return ZeroUnit(bare.forward_s, p.zero_forward_s, bare.backward_s, p.zero_backward_s)
+
+
+def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], recompute: str,
+                 overlapped: bool, crosses_node: bool) -> dict:
+    """ChunkModel's ZeRO-2/3 units: each part's passes without its collectives, and the collectives."""
+    if block.without_zero is None:
+        return {}
+    return dict(zero_pre=tuple(_zero_unit(p) for p in pre), zero_blk=_zero_unit(block),
+                zero_rec_s=block.without_zero.backward_with(recompute)[1],
+                zero_post=tuple(_zero_unit(p) for p in post),
+                zero_overlapped=overlapped, zero_crosses_node=crosses_node)
 
 
 def grad_reduce_bytes_per_param(dtype: str, cluster: Cluster) -> float:

@@ -41,6 +41,18 @@ class MemoryBreakdown:
 
 
 @dataclass(frozen=True)
+class ZeroUnit:
+    """One ZeRO-2/3 / FSDP unit of a chunk, one micro-batch: its passes' seconds without its
+    collectives and the collectives' seconds alone (forward: parameter all-gather; backward:
+    the all-gather again, ZeRO-3 only, and the gradient reduce-scatter)."""
+
+    forward_s: float
+    forward_comm_s: float
+    backward_s: float
+    backward_comm_s: float
+
+
+@dataclass(frozen=True)
 class StageCosts:
     """One pipeline stage (one model chunk under interleaving): seconds per micro-batch.
 
@@ -70,6 +82,13 @@ class StageCosts:
     cp_comm_backward_s: float = 0.0
     ep_crosses_node: bool = False  # whether the ep group spans nodes (NIC) or not (NVLink)
     cp_crosses_node: bool = False
+    # ZeRO-2/3 / FSDP: the units (embedding, blocks, head, in forward order) whose parameters
+    # each pass gathers and whose gradients it reduce-scatters layer by layer. forward_s /
+    # backward_s already hold those collectives overlapped (max) or added; the simulator plays
+    # them unit by unit on the DP links (prefetched gathers, trailing reduce-scatters). () : none.
+    zero_units: tuple[ZeroUnit, ...] = ()
+    zero_overlapped: bool = True
+    zero_crosses_node: bool = False
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,12 @@ class PassTimes:
     cp_backward_s: float = 0.0  # of backward_s: the exposed K/V gradient reduce-scatter
     sac_extra_s: float = 0.0  # added inside backward by op-level selective recompute
     sac_tp_s: float = 0.0  # of sac_extra_s: TP collectives it re-runs
+    # ZeRO-2/3's per-micro-batch collectives issued in each pass (parameter all-gathers, gradient
+    # reduce-scatters; whole, not the exposed part) and the passes without them (the cost model
+    # sets both; the simulator runs them block by block on the links).
+    zero_forward_s: float = 0.0
+    zero_backward_s: float = 0.0
+    without_zero: PassTimes | None = None
 
     def backward_with(self, recompute: str) -> tuple[float, float, float]:
         """(backward seconds, of which recompute, of which TP comm) under `recompute`."""

@@ -33,9 +33,9 @@ def breakdown(raw: RawStep, device: int | None = None) -> dict[str, float]:
     """Seconds of the step by kind on one rank (the critical one by default); sums to the step."""
     d = critical_device(raw) if device is None else device
     t = raw.devices[d]
-    dp_exposed = max(0.0, t.dp_end_s - t.compute_end_s) + t.wait_gather_s
+    dp_exposed = max(0.0, t.dp_end_s - t.compute_end_s) + t.wait_gather_s + t.zero_wait_s
     out = {
-        "compute": t.compute_s - t.recompute_s - t.tp_comm_s - t.ep_comm_s - t.cp_comm_s,
+        "compute": t.compute_s - t.recompute_s - t.tp_comm_s - t.ep_comm_s - t.cp_comm_s - t.zero_wait_s,
         "recompute": t.recompute_s,
         "tp_comm": t.tp_comm_s,
         "pp_p2p": t.wait_comm_s + t.send_wait_s,

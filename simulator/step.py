@@ -56,6 +56,7 @@ class DeviceTimes:
     wait_comm_s: float = 0.0  # idle while the awaited activation/gradient was on the wire
     wait_bubble_s: float = 0.0  # idle for any other reason (pipeline fill and drain)
     wait_gather_s: float = 0.0  # idle for a ZeRO parameter all-gather
+    zero_wait_s: float = 0.0  # ZeRO-2/3 passes run unit by unit beyond their cost-model time
     send_wait_s: float = 0.0  # held by its own blocking sends
     compute_end_s: float = 0.0
     dp_end_s: float = 0.0
@@ -148,9 +149,13 @@ class StepSimulation:
         cls = "nic" if crosses else "nvlink"
         return ((cls, d, "out"), (cls, d, "in"))
 
-    def _pass(self, d: int, st, forward: bool):
+    def _pass(self, d: int, st, forward: bool, chunk: int = -1, mb: int = -1):
         """One pass: compute, then its expert all-to-alls and exposed CP collectives on their
-        links (with contention off: the pass's cost-model time exactly)."""
+        links (with contention off: the pass's cost-model time exactly). A pass with ZeRO-2/3
+        collectives runs them unit by unit on the DP links instead (`_sharded_pass`)."""
+        if self.net is not None and st.zero_units:
+            yield from self._sharded_pass(d, st, forward, chunk, mb)
+            return
         if forward:
             comm = ((st.ep_comm_forward_s, st.ep_crosses_node), (st.cp_comm_forward_s, st.cp_crosses_node))
             dur = st.forward_s
@@ -165,6 +170,50 @@ class StepSimulation:
         for seconds, crosses in comm:
             if seconds > 0:
                 yield self.net.transfer(self._group_links(d, crosses), seconds)
+
+    def _sharded_pass(self, d: int, st, forward: bool, chunk: int, mb: int):
+        """A ZeRO-3 / FSDP pass as it runs (Zhao et al. 2023, PyTorch FSDP, section 3.3): each
+        unit (embedding, block, head) all-gathers its parameters before its compute, the next
+        unit's gather issued as soon as the current one's has landed (prefetch: two units
+        live); in backward, units in reverse, each reduce-scatters its gradients after its
+        compute, on the same links as the gathers, and the pass ends when the last
+        reduce-scatter has landed (FSDP2's final backward callback waits for it). ZeRO-2 has
+        only the reduce-scatters. Without overlap each collective waits for the one before
+        and the compute waits for it."""
+        env, overlapped = self.env, st.zero_overlapped
+        links = self._group_links(d, st.zero_crosses_node)  # the DP group's NIC share or NVLink port
+        units = st.zero_units if forward else st.zero_units[::-1]
+        # (compute, gather, reduce-scatter) per unit; backward gathers what forward gathered
+        steps = [(u.forward_s, u.forward_comm_s, 0.0) if forward else
+                 (u.backward_s, min(u.forward_comm_s, u.backward_comm_s), max(0.0, u.backward_comm_s - u.forward_comm_s))
+                 for u in units]
+
+        def transfer(name: str, seconds: float) -> simpy.Event | None:
+            if seconds <= 0:
+                return None
+            start = env.now
+            done = self._transfer(links, seconds)
+            if self.record:
+                done.callbacks.append(lambda _ev: self.events.append(SimEvent(d, "dp", name, start, env.now, chunk, mb)))
+            return done
+
+        gathered = transfer("zero-gather", steps[0][1])
+        reduced = None
+        for i, (compute, _, reduce) in enumerate(steps):
+            if gathered is not None:
+                yield gathered
+            nxt = steps[i + 1][1] if i + 1 < len(steps) else 0.0
+            gathered = transfer("zero-gather", nxt) if overlapped else None  # prefetch under this compute
+            yield env.timeout(compute)
+            if reduced is not None and not overlapped:
+                yield reduced
+            reduced = transfer("zero-reduce", reduce) or reduced
+            if not overlapped:
+                if reduced is not None:
+                    yield reduced
+                gathered = transfer("zero-gather", nxt)
+        if reduced is not None:
+            yield reduced
 
     def _ready_event(self, key: tuple[str, int, int]) -> simpy.Event:
         ev = self._ready.get(key)
@@ -287,9 +336,14 @@ class StepSimulation:
                 times.recompute_s += st.recompute_s
                 if i == last_b[c] and overlap[c] and self.dp_seconds[c] > 0:
                     self._queue_reduce(d, c, start, dur, self.dp_seconds[c] * reduce_fraction)
-            yield from self._pass(d, st, task.kind == "F")
+            yield from self._pass(d, st, task.kind == "F", c, j)
             shared = env.now - start - dur  # > 0 only where its all-to-all / CP links were shared
-            if shared > SHARED_TOLERANCE_S:  # not the rounding of start + dur
+            if st.zero_units and self.net is not None:
+                # the sharded pass, unit by unit, against the cost model's max(compute, collectives):
+                # the first gather and the last reduce-scatter stick out, shared links slow the rest
+                times.zero_wait_s += shared
+                dur += shared
+            elif shared > SHARED_TOLERANCE_S:  # not the rounding of start + dur
                 ep_pass = st.ep_comm_forward_s if task.kind == "F" else st.ep_comm_backward_s
                 if ep_pass > 0:
                     times.ep_comm_s += shared
