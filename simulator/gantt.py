@@ -14,6 +14,8 @@ COLOURS = {
     "send-grad": "#54a24b",
     "dp-reduce": "#b279a2",
     "dp-gather": "#9d755d",
+    "zero-gather": "#9d755d",
+    "zero-reduce": "#b279a2",
     "optimizer": "#bab0ac",
 }
 LABELS = {
@@ -24,6 +26,8 @@ LABELS = {
     "send-grad": "send gradient",
     "dp-reduce": "DP gradient comm",
     "dp-gather": "ZeRO all-gather",
+    "zero-gather": "ZeRO/FSDP per-layer all-gather",
+    "zero-reduce": "ZeRO/FSDP per-layer reduce-scatter",
     "optimizer": "optimizer",
 }
 # Within a stage's row: compute on top, sends and DP as thinner bars below.

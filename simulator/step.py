@@ -339,9 +339,11 @@ class StepSimulation:
             yield from self._pass(d, st, task.kind == "F", c, j)
             shared = env.now - start - dur  # > 0 only where its all-to-all / CP links were shared
             if st.zero_units and self.net is not None:
-                # the sharded pass, unit by unit, against the cost model's max(compute, collectives):
-                # the first gather and the last reduce-scatter stick out, shared links slow the rest
-                times.zero_wait_s += shared
+                # the sharded pass, unit by unit, against the cost model's max(compute, collectives)
+                # per part: the first gather and the last reduce-scatter stick out, shared links slow
+                # the rest (exposed DP time); a part's collectives hiding under the next part's
+                # compute can also make it shorter (less compute time)
+                times.zero_wait_s += max(0.0, shared)
                 dur += shared
             elif shared > SHARED_TOLERANCE_S:  # not the rounding of start + dur
                 ep_pass = st.ep_comm_forward_s if task.kind == "F" else st.ep_comm_backward_s

@@ -23,6 +23,8 @@ _LABELS = {
     "send-grad": "send gradient",
     "dp-reduce": "dp gradient reduce",
     "dp-gather": "zero param all-gather",
+    "zero-gather": "zero/fsdp layer all-gather",
+    "zero-reduce": "zero/fsdp layer reduce-scatter",
     "optimizer": "optimizer",
 }
 

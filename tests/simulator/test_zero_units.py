@@ -70,3 +70,13 @@ def test_fsdp_plan_units_are_its_blocks_embedding_and_head():
     zero1 = plan_from_inline("dp=16,zero=1,mbs=1,gbs=32", model=prof.model, hw="h100x8", nodes=2, gpus_per_node=8,
                              num_blocks=prof.num_blocks)
     assert plan_costs(zero1, prof, cl).stages[0].zero_units == ()
+
+
+def test_the_per_layer_collectives_are_named_in_the_trace_and_the_gantt(tmp_path):
+    from smplan.simulator.gantt import LABELS
+    from smplan.simulator.trace import trace_events
+
+    on = simulate_step(_costs(1.0, 0.5, 2.0, 0.5), layout(1, dp=16), cluster(), contention=True)
+    names = {e["name"] for e in trace_events(on.events) if e.get("ph") == "X"}
+    assert {"zero/fsdp layer all-gather mb0", "zero/fsdp layer reduce-scatter mb0"} <= names
+    assert {"zero-gather", "zero-reduce"} <= set(LABELS)
