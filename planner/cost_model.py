@@ -113,7 +113,8 @@ class ChunkModel:
     def _zero_units(self, n: int, r: int) -> tuple:
         if self.zero_blk is None:
             return ()
-        rec = dataclasses.replace(self.zero_blk, backward_s=self.zero_blk.backward_s + self.zero_rec_s)
+        rec = dataclasses.replace(self.zero_blk, backward_s=self.zero_blk.backward_s + self.zero_rec_s,
+                                  recompute_s=self.zero_rec_s)
         return (*self.zero_pre, *([rec] * r), *([self.zero_blk] * (n - r)), *self.zero_post)
 
     def stage_costs(self, n: int, r: int) -> StageCosts:
@@ -189,7 +190,8 @@ class CostModel:
                 "ep": strided_span(ep, 1, gpn), "edp": strided_span(edp, ep, gpn)}
 
     def pass_of(self, part: BlockProfile, key: MeshKey) -> PassTimes:
-        """Pass times of `part`; they depend on tp, dp, cp, ep, sp, mbs, zero, overlap, dtype only."""
+        """Pass times of `part`; they depend on tp, dp, cp, ep, sp, mbs, zero, overlap, dtype and
+        whether gradients are compressed to bf16 (ZeRO-2/3's reduce-scatters) only."""
         sharded = key.dp * key.cp > 1 or (key.ep > 1 and key.tp * key.cp * key.dp > key.ep)  # a group to shard over
         zk = key.zero if key.zero >= 2 and sharded else 0
         self._parts[id(part)] = part
@@ -197,11 +199,12 @@ class CostModel:
         # needs a second micro-batch and, with pipeline stages, the interleaved schedule (its
         # config checks); elsewhere every all-to-all waits.
         partner = key.num_microbatches > 1 and (key.pp == 1 or key.v > 1)
+        bf16_grads = grad_compress.parse(key.grad_compress).kind == "bf16"
         return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype,
-                          key.cp, key.ep, key.capacity_factor, partner)
+                          key.cp, key.ep, key.capacity_factor, partner, bf16_grads)
 
     def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype, cp=1, ep=1, cf=1.0,
-                       a2a_partner=True) -> PassTimes:
+                       a2a_partner=True, bf16_grads=False) -> PassTimes:
         part = self._parts[part_id]
         spans = self.spans(tp, dp, cp, ep)
         zc = (0.0, 0.0, overlap)
@@ -211,6 +214,8 @@ class CostModel:
             # (dense ones over dp x cp, routed experts over edp).
             w = state_bytes_per_param(dtype)[0]
             g = grad_reduce_bytes_per_param(dtype, self.cluster)
+            if bf16_grads:  # FSDP2's MixedPrecisionPolicy(reduce_dtype=bf16), grad_compress.py
+                g = min(g, grad_compress.BF16_BYTES)
             rs = ag = 0.0
             for params, span in zip(split_params(part, tp, ep), (spans["dp"], spans["edp"]), strict=True):
                 if params and span.size > 1:
@@ -348,7 +353,8 @@ class CostModel:
             cp_crosses_node=spans["cp"].crosses_nodes,
             **_zero_fields(bp, [self.pass_of(p, key) for p in prof.pre] if first else [],
                            [self.pass_of(p, key) for p in prof.post] if last else [],
-                           recompute, key.overlap_dp, spans["dp"].crosses_nodes),
+                           recompute, key.overlap_dp,
+                           spans["dp"].crosses_nodes or (eb > 0 and spans["edp"].crosses_nodes)),
         )
 
     def plan_costs(self, plan: Plan) -> PlanCosts:
@@ -383,9 +389,16 @@ class CostModel:
         )
 
 
-def _zero_unit(p: PassTimes) -> ZeroUnit:
-    bare = p.without_zero or p
-    return ZeroUnit(bare.forward_s, p.zero_forward_s, bare.backward_s, p.zero_backward_s)
+def _zero_unit(p: PassTimes, overlapped: bool) -> ZeroUnit:
+    """A part's passes without its ZeRO collectives, and the collectives. Overlapped, the closed
+    form took max(compute, collectives): the compute is the pass run without them. Not overlapped
+    it took max(compute + collectives, host): the compute is that less the collectives, so the
+    unit-by-unit pass adds back up to the closed form."""
+    if overlapped:
+        bare = p.without_zero or p
+        return ZeroUnit(bare.forward_s, p.zero_forward_s, bare.backward_s, p.zero_backward_s)
+    return ZeroUnit(p.forward_s - p.zero_forward_s, p.zero_forward_s, p.backward_s - p.zero_backward_s,
+                    p.zero_backward_s)
 
 
 def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], recompute: str,
@@ -393,9 +406,9 @@ def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], 
     """ChunkModel's ZeRO-2/3 units: each part's passes without its collectives, and the collectives."""
     if block.without_zero is None:
         return {}
-    return dict(zero_pre=tuple(_zero_unit(p) for p in pre), zero_blk=_zero_unit(block),
-                zero_rec_s=block.without_zero.backward_with(recompute)[1],
-                zero_post=tuple(_zero_unit(p) for p in post),
+    recompute_s = (block.without_zero if overlapped else block).backward_with(recompute)[1]
+    return dict(zero_pre=tuple(_zero_unit(p, overlapped) for p in pre), zero_blk=_zero_unit(block, overlapped),
+                zero_rec_s=recompute_s, zero_post=tuple(_zero_unit(p, overlapped) for p in post),
                 zero_overlapped=overlapped, zero_crosses_node=crosses_node)
 
 

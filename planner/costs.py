@@ -50,6 +50,7 @@ class ZeroUnit:
     forward_comm_s: float
     backward_s: float
     backward_comm_s: float
+    recompute_s: float = 0.0  # of backward_s: the recomputed forward
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """Gradient compression of the data-parallel all-reduce (the plan key `grad_compress`).
 
-- `none`: gradients are all-reduced as the cost model holds them (2 B/element for bf16,
-  fp16 and fp8 plans, 4 B for fp32: `memory_model.state_bytes_per_param`).
-- `bf16`: the all-reduce runs in bf16 (torch's `default_hooks.bf16_compress_hook` for DDP,
-  FSDP2's `MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)`); it shrinks only gradients
-  held wider than 2 B, i.e. fp32 plans.
+- `none`: gradients are reduced in the stack's dtype (`cost_model.grad_reduce_bytes_per_param`:
+  the weights' dtype, 2 B/element for bf16, fp16 and fp8 plans and 4 B for fp32, or 4 B where the
+  stack reduces in fp32, `efficiency.grad_reduce_dtype`).
+- `bf16`: the all-reduce and ZeRO/FSDP's reduce-scatters run in bf16 (torch's
+  `default_hooks.bf16_compress_hook` for DDP, FSDP2's `MixedPrecisionPolicy(reduce_dtype=
+  torch.bfloat16)`); it shrinks only gradients reduced wider than 2 B.
 - `powersgd:R`: rank-R PowerSGD (Vogels et al. 2019, "PowerSGD: Practical Low-Rank Gradient
   Compression for Distributed Optimization", Algorithm 1, as torch's
   `ddp_comm_hooks.powerSGD_hook` runs it): a gradient matrix m x n sends P (m x R) and

@@ -10,9 +10,11 @@ activation and gradient sends between chunks. TP collectives are inside forward_
 backward_s (they sit on the critical path); so are the expert all-to-alls and the exposed
 context-parallel collectives, which with contention on run at the end of their pass on the
 rank's NVLink port (group inside a node) or NIC share (group across nodes), sharing them
-with the sends and the DP stream. Per step: the DP gradient collective (or ZeRO
-reduce-scatter, with the parameter all-gather prefetched at the step's start) on the DP
-stream, bucketed and overlapped with each chunk's final backward when the plan overlaps
+with the sends and the DP stream. With contention on, a pass with ZeRO-2/3 / FSDP
+collectives runs unit by unit instead (`_sharded_pass`: per-layer all-gathers prefetched,
+reduce-scatters after each backward unit, on the DP links). Per step: the DP gradient
+collective (or ZeRO reduce-scatter, with the parameter all-gather prefetched at the step's
+start) on the DP stream, bucketed and overlapped with each chunk's final backward when the plan overlaps
 it, then the optimizer. With contention on, sends and DP buckets share links
 (network.py); with it off every transfer takes its cost-model time and the step equals
 the closed forms (1F1B and GPipe: (m+p-1)(t_f+t_b) for uniform stages).
@@ -128,6 +130,7 @@ class StepSimulation:
         )
         self.buckets = int(extras.get("dp_buckets", 0))
         self._gathered: dict[int, simpy.Event] = {}
+        self._dp_spans: list[list[tuple[float, float]]] = [[] for _ in range(self.pp)]  # DP links in use
 
     # -- links -----------------------------------------------------------------------
     def _transfer(self, links: tuple[LinkKey, ...], seconds: float) -> simpy.Event:
@@ -176,10 +179,11 @@ class StepSimulation:
         unit (embedding, block, head) all-gathers its parameters before its compute, the next
         unit's gather issued as soon as the current one's has landed (prefetch: two units
         live); in backward, units in reverse, each reduce-scatters its gradients after its
-        compute, on the same links as the gathers, and the pass ends when the last
-        reduce-scatter has landed (FSDP2's final backward callback waits for it). ZeRO-2 has
-        only the reduce-scatters. Without overlap each collective waits for the one before
-        and the compute waits for it."""
+        compute, on the same links as the gathers, and the pass ends when every reduce-scatter
+        has landed (FSDP2's final backward callback waits for them). ZeRO-2 has only the
+        reduce-scatters. Without overlap each collective waits for the one before and the
+        compute waits for it. The pass's expert all-to-alls and exposed CP collectives then
+        run on their links, as in `_pass` (taken out of the units' compute pro rata)."""
         env, overlapped = self.env, st.zero_overlapped
         links = self._group_links(d, st.zero_crosses_node)  # the DP group's NIC share or NVLink port
         units = st.zero_units if forward else st.zero_units[::-1]
@@ -187,33 +191,47 @@ class StepSimulation:
         steps = [(u.forward_s, u.forward_comm_s, 0.0) if forward else
                  (u.backward_s, min(u.forward_comm_s, u.backward_comm_s), max(0.0, u.backward_comm_s - u.forward_comm_s))
                  for u in units]
+        if forward:
+            comm = ((st.ep_comm_forward_s, st.ep_crosses_node), (st.cp_comm_forward_s, st.cp_crosses_node))
+        else:
+            comm = ((st.ep_comm_backward_s, st.ep_crosses_node), (st.cp_comm_backward_s, st.cp_crosses_node))
+        total = sum(c for c, _, _ in steps)
+        keep = 1.0 - min(1.0, sum(sec for sec, _ in comm) / total) if total > 0 else 1.0
 
         def transfer(name: str, seconds: float) -> simpy.Event | None:
             if seconds <= 0:
                 return None
             start = env.now
             done = self._transfer(links, seconds)
-            if self.record:
-                done.callbacks.append(lambda _ev: self.events.append(SimEvent(d, "dp", name, start, env.now, chunk, mb)))
+
+            def landed(_ev):
+                self._dp_spans[d].append((start, env.now))
+                if self.record:
+                    self.events.append(SimEvent(d, "dp", name, start, env.now, chunk, mb))
+
+            done.callbacks.append(landed)
             return done
 
         gathered = transfer("zero-gather", steps[0][1])
-        reduced = None
+        pending = []  # reduce-scatters in flight: a later, smaller one can land first
         for i, (compute, _, reduce) in enumerate(steps):
             if gathered is not None:
                 yield gathered
             nxt = steps[i + 1][1] if i + 1 < len(steps) else 0.0
             gathered = transfer("zero-gather", nxt) if overlapped else None  # prefetch under this compute
-            yield env.timeout(compute)
-            if reduced is not None and not overlapped:
-                yield reduced
-            reduced = transfer("zero-reduce", reduce) or reduced
-            if not overlapped:
-                if reduced is not None:
+            yield env.timeout(compute * keep)
+            reduced = transfer("zero-reduce", reduce)
+            if reduced is not None:
+                pending.append(reduced)
+                if not overlapped:
                     yield reduced
+            if not overlapped:
                 gathered = transfer("zero-gather", nxt)
-        if reduced is not None:
-            yield reduced
+        if pending:
+            yield env.all_of(pending)
+        for seconds, crosses in comm:
+            if seconds > 0:
+                yield self.net.transfer(self._group_links(d, crosses), seconds)
 
     def _ready_event(self, key: tuple[str, int, int]) -> simpy.Event:
         ev = self._ready.get(key)
@@ -273,7 +291,7 @@ class StepSimulation:
                 yield env.timeout(job.ready_s - env.now)
             start = env.now
             yield self._transfer(self._dp_links(d), job.seconds)
-            times.dp_busy_s += env.now - start
+            self._dp_spans[d].append((start, env.now))
             if self.record and env.now > start:
                 self.events.append(SimEvent(d, "dp", job.name, start, env.now, job.chunk))
             if job.not_before_s > env.now:
@@ -323,6 +341,10 @@ class StepSimulation:
                     times.wait_comm_s += on_wire
                     times.wait_bubble_s += env.now - t0 - on_wire
             start = env.now
+            sharded = bool(st.zero_units) and self.net is not None
+            # the recomputed forward: the sharded pass runs it unit by unit even where the closed
+            # form's max(compute, collectives) hid it
+            rec_s = sum(u.recompute_s for u in st.zero_units) if sharded else st.recompute_s
             if task.kind == "F":
                 dur = st.forward_s
                 times.tp_comm_s += st.tp_comm_forward_s
@@ -333,12 +355,12 @@ class StepSimulation:
                 times.tp_comm_s += st.tp_comm_backward_s
                 times.ep_comm_s += st.ep_comm_backward_s
                 times.cp_comm_s += st.cp_comm_backward_s
-                times.recompute_s += st.recompute_s
+                times.recompute_s += rec_s
                 if i == last_b[c] and overlap[c] and self.dp_seconds[c] > 0:
                     self._queue_reduce(d, c, start, dur, self.dp_seconds[c] * reduce_fraction)
             yield from self._pass(d, st, task.kind == "F", c, j)
             shared = env.now - start - dur  # > 0 only where its all-to-all / CP links were shared
-            if st.zero_units and self.net is not None:
+            if sharded:
                 # the sharded pass, unit by unit, against the cost model's max(compute, collectives)
                 # per part: the first gather and the last reduce-scatter stick out, shared links slow
                 # the rest (exposed DP time); a part's collectives hiding under the next part's
@@ -354,13 +376,9 @@ class StepSimulation:
                 dur += shared
             times.compute_s += dur
             if self.record:
-                if task.kind == "B" and st.recompute_s > 0:
-                    self.events.append(
-                        SimEvent(d, "compute", "R", start, start + st.recompute_s, c, j)
-                    )
-                    self.events.append(
-                        SimEvent(d, "compute", "B", start + st.recompute_s, env.now, c, j)
-                    )
+                if task.kind == "B" and rec_s > 0:
+                    self.events.append(SimEvent(d, "compute", "R", start, start + rec_s, c, j))
+                    self.events.append(SimEvent(d, "compute", "B", start + rec_s, env.now, c, j))
                 else:
                     self.events.append(SimEvent(d, "compute", task.kind, start, env.now, c, j))
             sent = None
@@ -400,6 +418,8 @@ class StepSimulation:
                 raise RuntimeError(
                     f"pipeline rank {d} deadlocked; the schedule's dependencies are inconsistent"
                 )
+        for d, spans in enumerate(self._dp_spans):  # the DP stream and ZeRO's per-unit collectives
+            self.devices[d].dp_busy_s = _covered_s(spans)
         self.events.sort(key=lambda e: (e.device, e.start, e.lane))
         return RawStep(
             step_time_s=max(t.end_s for t in self.devices),
@@ -408,3 +428,13 @@ class StepSimulation:
             link_busy_s=dict(self.net.busy_s) if self.net else {},
             link_shared_s=dict(self.net.shared_s) if self.net else {},
         )
+
+
+def _covered_s(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by the union of [start, end) spans."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total

@@ -80,3 +80,59 @@ def test_the_per_layer_collectives_are_named_in_the_trace_and_the_gantt(tmp_path
     names = {e["name"] for e in trace_events(on.events) if e.get("ph") == "X"}
     assert {"zero/fsdp layer all-gather mb0", "zero/fsdp layer reduce-scatter mb0"} <= names
     assert {"zero-gather", "zero-reduce"} <= set(LABELS)
+
+
+def test_the_pass_waits_for_every_reduce_scatter_not_the_last_issued():
+    """A big unit's reduce-scatter issued first, a small one's after it: sharing the link, the small
+    one lands first; the pass still ends when the big one has landed."""
+    big = ZeroUnit(1.0, 0.0, 0.1, 4.0)  # ZeRO-2: no gathers, a 4 s reduce-scatter
+    small = ZeroUnit(1.0, 0.0, 0.1, 0.1)
+    stage = StageCosts(forward_s=2.0, backward_s=4.0, zero_units=(small, big), zero_crosses_node=True)
+    costs = PlanCosts(stages=(stage,), num_microbatches=1, pp=1, tokens_per_step=1, samples_per_step=1)
+    on = simulate_step(costs, layout(1, dp=16), cluster(), contention=True)
+    backward = [e for e in on.events if e.name == "B"][0]
+    reduces = _names(on, "zero-reduce")
+    assert len(reduces) == 2 and backward.end == pytest.approx(max(e.end for e in reduces))
+    # backward runs big (0.1 s), then small (0.1 s) while big's reduce-scatter has the link alone,
+    # then both share it: 0.1 + 0.1 + 0.2 (0.1 s each, shared) + 3.8 (big's rest alone) = 4.2 s
+    assert backward.end - backward.start == pytest.approx(4.2)
+
+
+def test_zero2_reduce_scatters_without_gathers():
+    on = simulate_step(_costs(1.0, 0.0, 2.0, 0.5), layout(1, dp=16), cluster(), contention=True)
+    assert not _names(on, "zero-gather") and len(_names(on, "zero-reduce")) == 4
+    assert on.step_time_s == pytest.approx(4.0 + 8.0 + 0.5)  # the last reduce-scatter sticks out
+
+
+def _fsdp(text, stack=None, nodes=2, **links):
+    prof = profile_model("examples/gpt.py:llama3_8b", args={"layers": 4}, seq_len=2048)
+    cl = load_cluster("h100x8", nodes=nodes, overrides=links or None, stack=stack)
+    plan = plan_from_inline(text, model=prof.model, hw="h100x8", nodes=nodes, gpus_per_node=8,
+                            num_blocks=prof.num_blocks)
+    return plan, prof, cl
+
+
+def test_without_overlap_a_real_plan_adds_up_to_the_closed_form_even_where_the_host_bounds_a_part():
+    plan, prof, cl = _fsdp("dp=16,zero=3,mbs=1,gbs=32,overlap_dp=0")
+    closed = estimate_from_costs(plan_costs(plan, prof, cl)).step_time_s
+    assert simulate_plan(plan, prof, cl, contention=True).step_time_s == pytest.approx(closed, rel=1e-9)
+
+
+def test_network_bound_fsdp_with_full_recompute_reports_its_recompute_and_dp_link_use():
+    plan, prof, cl = _fsdp("dp=16,zero=3,mbs=1,gbs=32,recompute=full", **{"inter_node.bandwidth_gbps": 2.0})
+    sim = simulate_plan(plan, prof, cl, contention=True)
+    assert sim.figures.breakdown["recompute"] > 0  # hidden in the closed form, run in the timeline
+    assert estimate_from_costs(plan_costs(plan, prof, cl)).breakdown["recompute"] == pytest.approx(0.0, abs=1e-9)
+    assert sim.stage_utilisation[0]["dp_comm"] > 0.5  # the per-unit collectives keep the DP link busy
+
+
+def test_bf16_gradient_compression_shrinks_an_fp32_stacks_reduce_scatters():
+    """torchtitan reduces in fp32; grad_compress=bf16 (FSDP2's reduce_dtype) halves its reduce-scatters."""
+    slow = {"inter_node.bandwidth_gbps": 2.0}
+    plain, prof, cl = _fsdp("dp=16,zero=3,mbs=1,gbs=32", stack="torchtitan", **slow)
+    packed, _, _ = _fsdp("dp=16,zero=3,mbs=1,gbs=32,grad_compress=bf16", stack="torchtitan", **slow)
+    a, b = plan_costs(plain, prof, cl).stages[0], plan_costs(packed, prof, cl).stages[0]
+    assert b.backward_s < a.backward_s and b.forward_s == pytest.approx(a.forward_s)
+    unit_a, unit_b = a.zero_units[1], b.zero_units[1]
+    reduce_a = unit_a.backward_comm_s - unit_a.forward_comm_s
+    assert unit_b.backward_comm_s - unit_b.forward_comm_s == pytest.approx(reduce_a / 2, rel=0.01)
