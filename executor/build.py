@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from smplan.planner.feasibility import effective_zero
 from smplan.planner.grad_compress import parse as parse_grad_compress
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
@@ -100,11 +101,15 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
             apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
         blocks = [m for _, m in owned_blocks(chunk, layout)]  # now the wrapped ones
         use_ddp = False
+        # ZeRO-3 reshards after forward; with pipeline stages torchtitan keeps the parameters
+        # gathered (reshard_after_forward = not pp), as pipelining keeps gradients unsharded
+        # until the last backward: ZeRO-2/3 then run as ZeRO-1 (planner feasibility.effective_zero)
+        reshard = effective_zero(plan.zero, plan.pp) == 3
         if dims.grad_replicas_enabled:  # gradients average over dp (x cp under context parallelism)
             if plan.zero > 0:
                 if banks and dims["edp"].size() > 1:  # ZeRO shards the experts over edp too
-                    shard_over_edp(banks, dims["edp"], plan.zero == 3, mp_policy, plan.dp * plan.cp)
-                apply_fsdp(chunk, blocks, dims.grad_mesh(), reshard_after_forward=plan.zero == 3, mp_policy=mp_policy,
+                    shard_over_edp(banks, dims["edp"], reshard, mp_policy, plan.dp * plan.cp)
+                apply_fsdp(chunk, blocks, dims.grad_mesh(), reshard_after_forward=reshard, mp_policy=mp_policy,
                            parts=present_parts(chunk, layout, "after"), ignored_params=ignored)
             elif dims.tp_enabled or dims.pp_enabled:
                 # DDP takes no DTensor parameters, and its reducer breaks when a pipeline

@@ -14,6 +14,7 @@ from smplan.hwprofiles.perf import p2p_time_s
 from smplan.hwprofiles.topology import ParallelLayout
 
 from .cost_model import CostModel, MeshKey
+from .feasibility import effective_zero
 from .memory_model import chunk_memory, in_flight
 from .search_space import Candidate
 
@@ -27,7 +28,7 @@ def mesh_key_of(cand: Candidate) -> MeshKey:
         micro_batch=cand.mbs,
         num_microbatches=cand.m,
         sp=cand.sp,
-        zero=cand.zero,
+        zero=effective_zero(cand.zero, cand.pp),
         overlap_dp=cand.overlap_dp,
         schedule=cand.schedule,
         dtype=cand.dtype,
@@ -88,7 +89,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     sends = [(s_out if crosses[c % p] else s_in) for c in range(C - 1)] + [0.0]
     # memory: per device, const + slope * n - saved * r <= cap; activations scale with the
     # micro-batches in flight, so each kind of chunk is built once at flight 1.
-    common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=cand.zero, micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype,
+    common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=effective_zero(cand.zero, cand.pp), micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype,
                   cp=cand.cp, ep=cand.ep, capacity_factor=cand.capacity_factor)
     kinds: dict[tuple, tuple[float, ...]] = {}
 
@@ -190,7 +191,7 @@ def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) ->
     mids = max(0, p - len(ends))
     mid = cm.chunk(key, 1, cand.kind) if C > 2 else first
     opt = (sum(c.opt0 for c in ends) + first.opt_blk * L) / p
-    if cand.zero >= 3:  # with no gradient group (dp = cp = 1, no experts over edp) dp is 0 below
+    if effective_zero(cand.zero, cand.pp) >= 3:  # with no gradient group (dp = cp = 1, no experts over edp) dp is 0 below
         return opt
     dp0 = sum(c.dp_s0 for c in ends) + mid.dp_s0 * mids
     dp = (dp0 + first.dp_s_blk * L) / p

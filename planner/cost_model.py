@@ -41,6 +41,7 @@ from .costs import PlanCosts, StageCosts, ZeroUnit
 from .feasibility import (
     SP_UNSUPPORTED,
     context_parallel_problem,
+    effective_zero,
     expert_parallel_problem,
     fp8_problem,
 )
@@ -429,7 +430,7 @@ def mesh_key(plan: Plan) -> MeshKey:
         micro_batch=plan.micro_batch,
         num_microbatches=plan.num_microbatches,
         sp=bool(plan.sequence_parallel and plan.tp > 1),
-        zero=plan.zero,
+        zero=effective_zero(plan.zero, plan.pp),
         overlap_dp=plan.overlap_dp,
         schedule=plan.schedule,
         dtype=plan.dtype,

@@ -12,6 +12,17 @@ SP_UNSUPPORTED = ("sequence parallelism needs the model file's tp_plan(block, se
                   "tp_plan_outer(model, sequence_parallel) (the sequence split around the blocks); use sp=0")
 
 
+def effective_zero(zero: int, pp: int) -> int:
+    """The ZeRO stage a plan runs at. With pipeline stages torch.distributed.pipelining keeps
+    FSDP2's gradients unsharded and skips its reduce-scatter until the last micro-batch's
+    backward (torch/distributed/pipelining/stage.py: set_requires_gradient_sync(False),
+    set_reshard_after_backward(False)), and torchtitan keeps the parameters gathered from the
+    first forward (its reshard_after_forward = not pp): ZeRO-2/3 then hold and move what ZeRO-1
+    does (sharded optimizer states; one reduce-scatter and one all-gather per step). DeepSpeed
+    refuses ZeRO-2/3 with pipeline parallelism."""
+    return 1 if pp > 1 and zero >= 2 else zero
+
+
 def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int, micro_batch: int) -> str | None:
     """Why `num_microbatches` per replica cannot drive a `pp`-stage pipeline, or None.
 

@@ -69,8 +69,9 @@ def test_recompute_trades_time_for_memory():
 
 def test_zero3_saves_memory_and_sp_saves_memory():
     cluster = load_cluster("a100x8", nodes=2)
-    z0, z3 = estimate(_plan(zero=0), PROF, cluster), estimate(_plan(zero=3), PROF, cluster)
+    z0, z3 = estimate(_plan(zero=0, pp=1, dp=8), PROF, cluster), estimate(_plan(zero=3, pp=1, dp=8), PROF, cluster)
     assert z3.memory_breakdown_gib["weights"] < z0.memory_breakdown_gib["weights"]
+    z0 = estimate(_plan(zero=0), PROF, cluster)
     sp = estimate(_plan(sequence_parallel=True), PROF, cluster)
     assert sp.memory_breakdown_gib["activations"] < z0.memory_breakdown_gib["activations"]
 
@@ -149,3 +150,24 @@ def test_fp32_gradient_reduce_doubles_the_gradient_bytes_not_the_parameter_gathe
     assert high.forward_s == pytest.approx(low.forward_s)  # the forward's gather: parameters, bf16
     # network-bound backward: gather (2 B) + reduce-scatter (2 B -> 4 B) = 1.5x the bytes
     assert high.backward_s == pytest.approx(1.5 * low.backward_s, rel=0.02)
+
+
+def test_zero2_and_zero3_under_pipelining_run_as_zero1():
+    """torch.distributed.pipelining keeps FSDP2's gradients unsharded until the last backward and
+    torchtitan its parameters gathered: with pp > 1, ZeRO-2/3 cost and hold what ZeRO-1 does, and
+    the search offers only ZeRO-1 there."""
+    from smplan.planner.feasibility import effective_zero
+
+    cluster = load_cluster("a100x8", nodes=2)
+    z1 = estimate(_plan(zero=1), PROF, cluster)
+    for zero in (2, 3):
+        other = estimate(_plan(zero=zero), PROF, cluster)
+        assert other.step_time_s == z1.step_time_s and other.memory_breakdown_gib == z1.memory_breakdown_gib
+    assert [effective_zero(z, 1) for z in range(4)] == [0, 1, 2, 3]
+    assert [effective_zero(z, 2) for z in range(4)] == [0, 1, 1, 1]
+    from smplan.planner.search_space import enumerate_candidates
+
+    fixed = {"overlap_dp": True, "dtype": "bf16", "global_batch": 32}
+    cands = list(enumerate_candidates(PROF, cluster, fixed, None))
+    assert {c.zero for c in cands if c.pp > 1 and c.dp > 1} == {1}
+    assert {c.zero for c in cands if c.pp == 1 and c.dp > 1} == {1, 2, 3}
