@@ -3,10 +3,10 @@
 A mapped row is what a user would get from the CLI: `smplan simulate examples/gpt.py --arg ...
 --hw NAME --plan dp=..,tp=..,...` -- the builder's arguments from the row's model dims, a
 bundled hardware profile, the plan keys the row states. A row the CLI cannot express yet is
-kept as a `Skipped` with every reason that applies (MXFP8/FP4, a GPU without a bundled
-profile, an architecture no example builds, ...). FP8 rows (per-tensor / current scaling, as
-Transformer Engine's default recipe and torchao's float8 linears) plan `dtype=fp8` where the
-profile has an fp8 peak; cp > 1 rows plan `cp`; MoE rows build examples/moe.py from the
+kept as a `Skipped` with every reason that applies (FP4, a GPU without a bundled profile, an
+architecture no example builds, ...). FP8 rows (per-tensor / current scaling, as Transformer
+Engine's default recipe and torchao's float8 linears) plan `dtype=fp8` where the profile has
+an fp8 peak, MXFP8 rows `dtype=fp8,fp8_scaling=block`; cp > 1 rows plan `cp`; MoE rows build examples/moe.py from the
 matching preset with the row's dims as `--arg`s and plan `ep`.
 
 Where a source leaves a setting out, the assumption lives in FRAMEWORK_DEFAULTS below (one
@@ -220,17 +220,19 @@ def per_run(rows: Iterable[dict]) -> list[dict]:
 
 
 def precision_skip(precision: str) -> str | None:
-    """Why a row's precision has no plan dtype, or None (BF16, or FP8 with per-tensor scaling)."""
+    """Why a row's precision has no plan dtype, or None (BF16, FP8 per-tensor or block-scaled)."""
     p = precision.lower()
     if "fp4" in p:
         return "FP4"
-    # MXFP8 / "FP8-MX": block-scaled FP8 (OCP microscaling, 32-element blocks); dtype=fp8 is
-    # per-tensor scaled FP8, whose GEMM speed and scaling overheads differ.
-    if "mxfp8" in p or "fp8-mx" in p:
-        return "MXFP8: block-scaled FP8 has no dtype yet"
     if "not stated" in p:
         return "precision not stated"
     return None
+
+
+def precision_fp8_scaling(precision: str) -> str:
+    """MXFP8 / "FP8-MX" (OCP microscaling, 32-element blocks) -> "block"; other FP8 -> "tensor"."""
+    p = precision.lower()
+    return "block" if "mxfp8" in p or "fp8-mx" in p else "tensor"
 
 
 def precision_dtype(precision: str) -> str:
@@ -392,6 +394,7 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
         plan = Plan(model=model, hw=hw, nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=mbs,
                     global_batch=gbs, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
                     sequence_parallel=bool(d["sp_when_tp"] and tp > 1 and not moe), overlap_dp=True, dtype=dtype,
+                    fp8_scaling=precision_fp8_scaling(r["precision"]) if dtype == "fp8" else "tensor",
                     capacity_factor=1.0, stages=_every_kth(even_stages(blocks, pp * vp, recompute),
                                                            EVERY_KTH_LAYER.get(rec_name, 1)))
     except (PlanError, ValueError) as err:

@@ -36,6 +36,7 @@ def mesh_key_of(cand: Candidate) -> MeshKey:
         cp=cand.cp,
         capacity_factor=cand.capacity_factor,
         grad_compress=cand.grad_compress,
+        fp8_scaling=cand.fp8_scaling,
     )
 
 
@@ -90,7 +91,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     # memory: per device, const + slope * n - saved * r <= cap; activations scale with the
     # micro-batches in flight, so each kind of chunk is built once at flight 1.
     common = dict(tp=cand.tp, dp=cand.dp, sp=cand.sp, zero=effective_zero(cand.zero, cand.pp), micro_batch=cand.mbs, recompute=cand.kind, dtype=cand.dtype,
-                  cp=cand.cp, ep=cand.ep, capacity_factor=cand.capacity_factor)
+                  cp=cand.cp, ep=cand.ep, capacity_factor=cand.capacity_factor, fp8_scaling=cand.fp8_scaling)
     kinds: dict[tuple, tuple[float, ...]] = {}
 
     def terms(first: bool, last: bool, dev_first: bool) -> tuple[float, ...]:

@@ -164,6 +164,7 @@ class MeshKey:
     cp: int = 1
     capacity_factor: float = 1.0
     grad_compress: str = "none"
+    fp8_scaling: str = "tensor"
 
 
 class CostModel:
@@ -191,8 +192,8 @@ class CostModel:
                 "ep": strided_span(ep, 1, gpn), "edp": strided_span(edp, ep, gpn)}
 
     def pass_of(self, part: BlockProfile, key: MeshKey) -> PassTimes:
-        """Pass times of `part`; they depend on tp, dp, cp, ep, sp, mbs, zero, overlap, dtype and
-        whether gradients are compressed to bf16 (ZeRO-2/3's reduce-scatters) only."""
+        """Pass times of `part`; they depend on tp, dp, cp, ep, sp, mbs, zero, overlap, dtype, the
+        FP8 scaling and whether gradients are compressed to bf16 (ZeRO-2/3's reduce-scatters) only."""
         sharded = key.dp * key.cp > 1 or (key.ep > 1 and key.tp * key.cp * key.dp > key.ep)  # a group to shard over
         zk = key.zero if key.zero >= 2 and sharded else 0
         self._parts[id(part)] = part
@@ -202,10 +203,10 @@ class CostModel:
         partner = key.num_microbatches > 1 and (key.pp == 1 or key.v > 1)
         bf16_grads = grad_compress.parse(key.grad_compress).kind == "bf16"
         return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype,
-                          key.cp, key.ep, key.capacity_factor, partner, bf16_grads)
+                          key.cp, key.ep, key.capacity_factor, partner, bf16_grads, key.fp8_scaling)
 
     def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype, cp=1, ep=1, cf=1.0,
-                       a2a_partner=True, bf16_grads=False) -> PassTimes:
+                       a2a_partner=True, bf16_grads=False, fp8_scaling="tensor") -> PassTimes:
         part = self._parts[part_id]
         spans = self.spans(tp, dp, cp, ep)
         zc = (0.0, 0.0, overlap)
@@ -227,7 +228,8 @@ class CostModel:
 
         def passes(zero_comm) -> PassTimes:
             return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zero_comm, cp_span=spans["cp"],
-                              ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0)
+                              ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0,
+                              fp8_scaling=fp8_scaling)
 
         out = passes(zc)
         if zc[0] or zc[1]:
@@ -311,6 +313,7 @@ class CostModel:
             cp=key.cp,
             ep=key.ep,
             capacity_factor=key.capacity_factor,
+            fp8_scaling=key.fp8_scaling,
         )
         if spec.kind == "powersgd" and spans["dp"].size > 1:
             # torch's hook keeps an error-feedback residual of every bucket (Vogels et al. 2019,
@@ -438,6 +441,7 @@ def mesh_key(plan: Plan) -> MeshKey:
         cp=plan.cp,
         capacity_factor=plan.capacity_factor,
         grad_compress=plan.grad_compress,
+        fp8_scaling=plan.fp8_scaling,
     )
 
 

@@ -12,6 +12,17 @@ SP_UNSUPPORTED = ("sequence parallelism needs the model file's tp_plan(block, se
                   "tp_plan_outer(model, sequence_parallel) (the sequence split around the blocks); use sp=0")
 
 
+def fp8_scaling_problem(scaling: str, dtype: str) -> str | None:
+    """Why `fp8_scaling` does not fit the plan, or None ("block" is a way to run dtype=fp8)."""
+    from .plan import FP8_SCALINGS
+
+    if scaling not in FP8_SCALINGS:
+        return f"fp8_scaling must be one of {', '.join(FP8_SCALINGS)}, got {scaling!r}"
+    if scaling == "block" and dtype != "fp8":
+        return f"fp8_scaling=block scales FP8 tensors; it needs dtype=fp8 (the plan has dtype={dtype})"
+    return None
+
+
 def effective_zero(zero: int, pp: int) -> int:
     """The ZeRO stage a plan runs at. With pipeline stages torch.distributed.pipelining keeps
     FSDP2's gradients unsharded and skips its reduce-scatter until the last micro-batch's

@@ -35,7 +35,9 @@ Sources:
   FP8 copy of every weight that Transformer Engine caches for the step's micro-batches
   (1 B/param; TE `is_first_microbatch`, torchao float8 keeps none but we take the larger),
   plus the delayed-scaling amax history: 1024 fp32 values for each of the input, weight and
-  gradient of every FP8 GEMM (TE `DelayedScaling(amax_history_len=1024)`).
+  gradient of every FP8 GEMM (TE `DelayedScaling(amax_history_len=1024)`). Block-scaled FP8
+  (`fp8_scaling=block`, MXFP8) keeps a row-wise and a column-wise copy with their per-32-element
+  scales instead, and no amax history.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ GIB = 2.0**30
 FP8_WEIGHT_COPY_BYTES_PER_PARAM = 1.0
 # TE DelayedScaling: amax_history_len=1024 fp32 entries x (input, weight, grad) per FP8 GEMM.
 FP8_AMAX_BYTES_PER_GEMM = 1024 * 4 * 3
+# Block-scaled FP8 (fp8_scaling=block, MXFP8): TE's MXFP8Tensor keeps a row-wise and a
+# column-wise FP8 copy (its scales run along the reduction dimension, so backward's transposed
+# use is a second quantisation), each with one E8M0 scale byte per 32 elements (OCP
+# Microscaling Formats spec v1.0); no amax history (scales come from each block on the fly).
+FP8_BLOCK_WEIGHT_BYTES_PER_PARAM = 2.0 * (1.0 + 1.0 / 32)
 
 
 def state_bytes_per_param(dtype: str) -> tuple[float, float, float]:
@@ -106,25 +113,27 @@ def split_params(part: BlockProfile, tp: int, ep: int) -> tuple[float, float]:
     return local - part.params_expert, part.params_expert / ep
 
 
-def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str) -> float:
+def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str, fp8_scaling: str = "tensor") -> float:
     """FP8 weight copies and amax histories of `local_params` on one GPU (0 unless fp8; 0 for the
     embedding and the output head, which stay bf16: pass_model._gemm_dtype)."""
     if dtype != "fp8" or part.kind != "block":
         return 0.0
+    if fp8_scaling == "block":
+        return local_params * FP8_BLOCK_WEIGHT_BYTES_PER_PARAM
     gemms = sum(mm.count for mm in part.matmuls if mm.tp_dim != "batch")
     return local_params * FP8_WEIGHT_COPY_BYTES_PER_PARAM + gemms * FP8_AMAX_BYTES_PER_GEMM
 
 
-def part_state_bytes(part: BlockProfile, *, tp: int, dp: int, cp: int, ep: int, zero: int, dtype: str
-                     ) -> tuple[float, float, float]:
+def part_state_bytes(part: BlockProfile, *, tp: int, dp: int, cp: int, ep: int, zero: int, dtype: str,
+                     fp8_scaling: str = "tensor") -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes of `part` on one GPU: dense states over dp*cp, expert
     states over edp = tp*cp*dp/ep, plus FP8 copies (ZeRO-3 shards them with the weights)."""
     dense, expert = split_params(part, tp, ep)
     edp = max(1, tp * cp * dp // ep)
     wd, gd, od = model_state_bytes(dense, dtype, zero, dp * cp)
     we, ge, oe = model_state_bytes(expert, dtype, zero, edp)
-    fp8 = fp8_extra_bytes(part, dense, dtype) / (dp * cp if zero >= 3 else 1) \
-        + fp8_extra_bytes(part, expert, dtype) * (expert > 0) / (edp if zero >= 3 else 1)
+    fp8 = fp8_extra_bytes(part, dense, dtype, fp8_scaling) / (dp * cp if zero >= 3 else 1) \
+        + fp8_extra_bytes(part, expert, dtype, fp8_scaling) * (expert > 0) / (edp if zero >= 3 else 1)
     return wd + we + fp8, gd + ge, od + oe
 
 
@@ -182,15 +191,17 @@ def chunk_memory(
     cp: int = 1,
     ep: int = 1,
     capacity_factor: float = 1.0,
+    fp8_scaling: str = "tensor",
 ) -> ChunkMemory:
     """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
     block = profile.blocks[0]
     # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
     # whole, routed experts / ep; states sharded by ZeRO over dp*cp (dense) or edp (experts)
-    states = [part_state_bytes(p, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dtype=dtype) for p in parts]
+    fp8 = dict(dtype=dtype, fp8_scaling=fp8_scaling)
+    states = [part_state_bytes(p, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **fp8) for p in parts]
     w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
-    wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, dtype=dtype)
+    wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **fp8)
     b = micro_batch
     moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
     act0 = flight * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)

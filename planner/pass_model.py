@@ -43,7 +43,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
 - dtype fp8: the blocks' linear (and expert) GEMMs at the fp8 peak (the output head stays
   bf16), attention-core GEMMs and
   element-wise work at bf16 (Transformer Engine / torchao float8: FP8 linears only), plus the
-  HBM traffic of casting each FP8 GEMM's input (forward) and output gradient (backward).
+  HBM traffic of casting each FP8 GEMM's input (forward) and output gradient (backward);
+  block-scaled FP8 (MXFP8) also writes the scales, at the same GEMM rate.
 """
 
 from __future__ import annotations
@@ -161,6 +162,9 @@ FLASH_DTYPES = ("bf16", "fp16", "fp8")
 # cast-transpose kernel: read 2 bytes, write the fp8 copy and its transpose, 1 + 1 (Transformer
 # Engine `fp8_cast_transpose_fused`, FP8 primer); the weights' cast is cached across micro-batches.
 FP8_CAST_BYTES_PER_ELEMENT = 4
+# Block-scaled FP8 (MXFP8) writes the row-wise and column-wise copies' E8M0 scales too, one byte
+# per 32 elements each (OCP Microscaling Formats spec v1.0; TE's MXFP8 quantize kernel).
+FP8_BLOCK_SCALE_BYTES_PER_ELEMENT = 2.0 / 32
 
 
 def _gemm_dtype(mm, dtype: str, kind: str = "block") -> str:
@@ -176,7 +180,7 @@ def _gemm_dtype(mm, dtype: str, kind: str = "block") -> str:
 def pass_times(
     part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str,
     zero_comm: tuple = (0.0, 0.0, True), *, cp_span: GroupSpan | None = None, ep_span: GroupSpan | None = None,
-    capacity_factor: float = 1.0, ep_a2a_overlap: float | None = None,
+    capacity_factor: float = 1.0, ep_a2a_overlap: float | None = None, fp8_scaling: str = "tensor",
 ) -> PassTimes:
     """Seconds of one part's forward and backward passes for a micro-batch of `b`.
 
@@ -201,8 +205,9 @@ def pass_times(
         if mm.tp_dim == "batch":
             core_gemm += t
         if _gemm_dtype(mm, dtype, part.kind) == "fp8":
-            cast_f += m * k * batch * FP8_CAST_BYTES_PER_ELEMENT  # the GEMM's input
-            cast_b += m * n * batch * FP8_CAST_BYTES_PER_ELEMENT  # its output gradient
+            per = FP8_CAST_BYTES_PER_ELEMENT + (FP8_BLOCK_SCALE_BYTES_PER_ELEMENT if fp8_scaling == "block" else 0.0)
+            cast_f += m * k * batch * per  # the GEMM's input
+            cast_b += m * n * batch * per  # its output gradient
     frac = part.elementwise_tp_sharded_fraction
     share = (frac / tp + (1.0 - frac) / (tp if sp else 1)) / cp
     # The framework's fused kernels keep `elementwise_fusion` of the fusible traffic on chip.

@@ -14,7 +14,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .feasibility import capacity_factor_problem, expert_grid_problem, pipeline_fill_problem
+from .feasibility import (
+    capacity_factor_problem,
+    expert_grid_problem,
+    fp8_scaling_problem,
+    pipeline_fill_problem,
+)
 from .grad_compress import problem as grad_compress_problem
 from .plan_schema import check_derived, check_plan_dict
 
@@ -24,6 +29,10 @@ READABLE_VERSIONS = (1, 2)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "sac", "full")  # sac: torchtitan op-level selective AC
 DTYPES = ("bf16", "fp16", "fp32", "fp8")  # fp8: FP8 linears, bf16 elsewhere
+# How FP8 tensors are scaled: "tensor" (one scale per tensor: Transformer Engine's delayed and
+# current scaling, torchao float8) or "block" (a scale per block of 32 elements: MXFP8, the
+# OCP microscaling format Blackwell's tensor cores take natively; TE MXFP8BlockScaling).
+FP8_SCALINGS = ("tensor", "block")
 
 
 class PlanError(ValueError):
@@ -98,6 +107,8 @@ class Plan:
     capacity_factor: float = 1.0
     # DP gradient compression: none, bf16 or powersgd:R (planner/grad_compress.py)
     grad_compress: str = "none"
+    # FP8 scaling under dtype=fp8 (FP8_SCALINGS); files without the key read as "tensor"
+    fp8_scaling: str = "tensor"
     stages: tuple[Stage, ...] = ()
     model_args: dict = field(default_factory=dict)
     seq_len: int | None = None
@@ -238,6 +249,7 @@ INLINE_KEYS = {
     "cf": "capacity_factor",
     "capacity_factor": "capacity_factor",
     "grad_compress": "grad_compress",
+    "fp8_scaling": "fp8_scaling",
 }
 _INT_FIELDS = {"tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages", "zero"}
 _FLOAT_FIELDS = {"capacity_factor"}
@@ -345,6 +357,7 @@ def plan_from_inline(
         dtype=keys.get("dtype", "bf16"),
         capacity_factor=keys.get("capacity_factor", 1.0),
         grad_compress=keys.get("grad_compress", "none"),
+        fp8_scaling=keys.get("fp8_scaling", "tensor"),
         stages=even_stages(num_blocks, pp * v, recompute),
         model_args=dict(model_args or {}),
         seq_len=seq_len,
@@ -372,7 +385,7 @@ def validate(plan: Plan) -> None:
         raise PlanError(f"zero must be 0, 1, 2 or 3, got {plan.zero!r}")
     if plan.dtype not in DTYPES:
         raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {plan.dtype!r}")
-    problem = grad_compress_problem(plan.grad_compress, plan.zero)
+    problem = grad_compress_problem(plan.grad_compress, plan.zero) or fp8_scaling_problem(plan.fp8_scaling, plan.dtype)
     if problem:
         raise PlanError(problem)
     per_step = plan.dp * plan.micro_batch

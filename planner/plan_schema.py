@@ -198,7 +198,7 @@ def _version(p: _Problems, value):
 
 def check_plan_dict(data, source: str = "plan") -> dict:
     """Plan keyword arguments from a plan's JSON object; raise PlanError listing every problem."""
-    from .plan import DTYPES, RECOMPUTE, SCHEDULES, Plan
+    from .plan import DTYPES, FP8_SCALINGS, RECOMPUTE, SCHEDULES, Plan
 
     p = _Problems()
     if not isinstance(data, dict):
@@ -228,6 +228,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "overlap_dp": _boolean,
         "dtype": lambda p, k, v: _choice(p, k, v, DTYPES),
         "grad_compress": _grad_compress,
+        "fp8_scaling": lambda p, k, v: _choice(p, k, v, FP8_SCALINGS),
         "stages": lambda p, k, v: _stages(p, v),
         "model_args": lambda p, k, v: _scalars(p, k, v, allow_null=True),
         "seq_len": lambda p, k, v: None if v is None else _whole(p, k, v, 1, MAX_SEQ_LEN),

@@ -245,6 +245,7 @@ def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_
         overlap_dp=cand.overlap_dp,
         dtype=cand.dtype,
         grad_compress=cand.grad_compress,
+        fp8_scaling=cand.fp8_scaling,
         stages=tuple(stages),
         model_args=dict(prof.args),
         seq_len=prof.seq_len or None,

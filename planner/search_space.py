@@ -14,6 +14,7 @@ from .feasibility import (
     expert_grid_problem,
     expert_parallel_problem,
     fp8_problem,
+    fp8_scaling_problem,
     pipeline_fill_problem,
 )
 from .grad_compress import parse as parse_grad_compress
@@ -49,6 +50,7 @@ class Candidate:
     cp: int = 1
     capacity_factor: float = 1.0
     grad_compress: str = "none"  # only as fixed (--fix grad_compress=...): compression changes convergence
+    fp8_scaling: str = "tensor"  # only as fixed (--fix fp8_scaling=block): the recipe is the user's
 
     @property
     def mesh(self) -> tuple:
@@ -58,6 +60,7 @@ class Candidate:
         sched = self.schedule + (f" v={self.v}" if self.v > 1 else "")
         extra = (f" ep={self.ep}" if self.ep > 1 else "") + (f" cp={self.cp}" if self.cp > 1 else "")
         extra += f" grad_compress={self.grad_compress}" if self.grad_compress != "none" else ""
+        extra += f" fp8_scaling={self.fp8_scaling}" if self.fp8_scaling != "tensor" else ""
         return (
             f"dp={self.dp} tp={self.tp} pp={self.pp}{extra} mbs={self.mbs} {sched} zero={self.zero} "
             f"sp={int(self.sp)} recompute={self.kind}"
@@ -191,6 +194,9 @@ def validate_constraints(
         problem = grad_compress_problem(fixed["grad_compress"], fixed.get("zero", 0))
         if problem:
             raise PlanError(problem)
+    problem = fp8_scaling_problem(fixed.get("fp8_scaling", "tensor"), fixed["dtype"])
+    if problem:
+        raise PlanError(problem)
     if fixed.get("sequence_parallel") and tp == 1:
         raise PlanError("sequence parallelism needs tp > 1; drop sp=1 or fix tp>1")
     if fixed.get("sequence_parallel") and profile.supports_sequence_parallel is False:
@@ -282,7 +288,7 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                                 for kind, all_ in kinds:
                                     yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),
                                                     zero, kind, all_, fixed["overlap_dp"], fixed["dtype"],
-                                                    ep, cp, cf, gc)
+                                                    ep, cp, cf, gc, fixed.get("fp8_scaling", "tensor"))
 
 
 def _cps(profile: ModelProfile, fixed: dict, room: int) -> list[int]:

@@ -35,7 +35,7 @@ from .table import format_table
               help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100; "
                    "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
-              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf; v>1 implies schedule=interleaved). Repeatable, each key once.")
+              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf, grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
@@ -86,6 +86,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}" if max_nodes
              else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name})")
     gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
+    gc += f", {plans[0].fp8_scaling}-scaled" if plans[0].dtype == "fp8" else ""
     click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}, "
                f"stack {stack or DEFAULT_STACK}")
     click.echo(format_table(headers, rows))
@@ -125,7 +126,7 @@ def _plan_json(p) -> dict:
         "dp": p.dp, "tp": p.tp, "pp": p.pp, "ep": p.ep, "cp": p.cp, "micro_batch": p.micro_batch, "global_batch": p.global_batch,
         "schedule": p.schedule, "virtual_stages": p.virtual_stages, "zero": p.zero, "recompute": p.recompute,
         "sequence_parallel": p.sequence_parallel, "overlap_dp": p.overlap_dp, "dtype": p.dtype,
-        "capacity_factor": p.capacity_factor, "grad_compress": p.grad_compress,
+        "capacity_factor": p.capacity_factor, "grad_compress": p.grad_compress, "fp8_scaling": p.fp8_scaling,
         "stage_blocks": [[s.first_block, s.last_block] for s in p.stages],
         "recompute_blocks": [s.num_recomputed for s in p.stages],
         "usd_per_million_tokens": _usd_per_million(p),

@@ -91,10 +91,10 @@ def test_torchtitan_rows_full_ac_and_op_sac_map():
 
 def test_megatron_bridge_lists_every_reason_and_maps_a_dense_bf16_row():
     name = "megatron_bridge_perf_summary.csv"
-    moe = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB300 (DGX-GB300 NVL72)", experts=256, precision="MXFP8",
+    moe = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB300 (DGX-GB300 NVL72)", experts=256, precision="NVFP4",
                          cp=2, gpus_per_node=4)])
     assert isinstance(moe, Skipped)
-    assert moe.reasons == ["MXFP8: block-scaled FP8 has no dtype yet"]
+    assert moe.reasons == ["FP4"]
     rack = one(name, [row(run="mbridge_DeepSeekV3", gpu="GB200 (DGX-GB200 NVL72)", gpus=256, experts=256, topk=8,
                           ep=64, dp=64, pp=4, tp=1, gpus_per_node=4)])
     assert isinstance(rack, Mapped) and rack.hw == "gb200nvl72" and rack.nodes == 64  # 4-GPU trays
@@ -145,7 +145,8 @@ def test_fp8_rows_plan_dtype_fp8_and_mxfp8_stays_skipped():
     assert isinstance(bf16, Mapped) and bf16.plan.dtype == "bf16"
     for precision in ("MXFP8", "FP8-MX"):
         mx = one(name, [row(run="mbridge_LLAMA3_8B", gpu="B200 (DGX-B200)", dp=64, precision=precision)])
-        assert isinstance(mx, Skipped) and mx.reasons == ["MXFP8: block-scaled FP8 has no dtype yet"]
+        assert isinstance(mx, Mapped) and (mx.plan.dtype, mx.plan.fp8_scaling) == ("fp8", "block"), precision
+    assert one(name, [row(run="mbridge_LLAMA3_8B", dp=64, precision="FP8-CS")]).plan.fp8_scaling == "tensor"
     nv = one(name, [row(run="mbridge_LLAMA3_8B", gpu="B200 (DGX-B200)", dp=64, precision="NVFP4")])
     assert isinstance(nv, Skipped) and nv.reasons == ["FP4"]
 
