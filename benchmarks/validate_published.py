@@ -195,7 +195,7 @@ def score_source(name: str, rows: list[Row], pred: Predictor, show_rows: bool) -
             p = s.plan
             rec = p.recompute + (f"({sum(st.num_recomputed for st in p.stages)})" if p.recompute != "none" else "")
             print(f"  {name:>15} {r.run[:44]:<44} tp={p.tp:<2} pp={p.pp:<2} cp={p.cp} ep={p.ep:<2} dp={p.dp:<4} "
-                  f"{p.dtype} mbs={p.micro_batch:<2} "
+                  f"{'mxfp8' if p.fp8_scaling == 'block' else p.dtype:<5} mbs={p.micro_batch:<2} "
                   f"gbs={p.global_batch:<5} z={p.zero} rc={rec:<12} pred {s.predicted_s:9.3f} closed {s.closed_s:9.3f} "
                   f"meas {r.measured_s:9.3f} err {100 * s.error:+6.1f}% mem {s.peak_gib:5.1f}/{s.capacity_gib:.0f} GiB")
     return scored, skipped

@@ -88,6 +88,9 @@ class Gpu:
     peak_tflops: PeakTflops
     attention: AttentionKernels = field(default_factory=AttentionKernels)
     matmul_ceiling: MatmulCeiling = field(default_factory=MatmulCeiling)
+    # Tensor cores that take block-scaled FP8 (MXFP8, OCP microscaling) natively at the FP8 rate:
+    # Blackwell (NVIDIA Blackwell architecture technical brief, 5th-generation Tensor Cores).
+    block_scaled_fp8: bool = False
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,7 @@ _NESTED_TYPES = {
     "Efficiency": Efficiency,
     "Cluster": Cluster,
 }
-_SCALAR_TYPES = {"str": str, "int": int, "float": float}
+_SCALAR_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
 
 
 def _field_type(cls, name: str):
@@ -317,6 +320,10 @@ MIN_NUMBER = 1e-9
 
 
 def _coerce(value, typ, key: str, source: str):
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise HardwareProfileError(f"{source}: {key!r} must be true or false, got {_shown(value)}")
+        return value
     if typ is str:
         if not isinstance(value, str):
             raise HardwareProfileError(f"{source}: {key!r} must be text, got {_shown(value)}")

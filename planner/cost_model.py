@@ -44,6 +44,7 @@ from .feasibility import (
     effective_zero,
     expert_parallel_problem,
     fp8_problem,
+    fp8_scaling_problem,
 )
 from .memory_model import (
     ChunkMemory,
@@ -467,7 +468,8 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         raise PlanError(SP_UNSUPPORTED)
     problem = (expert_parallel_problem(plan.ep, profile.num_experts)
                or context_parallel_problem(plan.cp, profile.seq_len)
-               or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
+               or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name))
+               or fp8_scaling_problem(plan.fp8_scaling, plan.dtype, cluster.gpu.block_scaled_fp8, repr(cluster.name)))
     if problem:
         raise PlanError(problem)
     if plan.num_model_chunks > profile.num_blocks:

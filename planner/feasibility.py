@@ -12,14 +12,19 @@ SP_UNSUPPORTED = ("sequence parallelism needs the model file's tp_plan(block, se
                   "tp_plan_outer(model, sequence_parallel) (the sequence split around the blocks); use sp=0")
 
 
-def fp8_scaling_problem(scaling: str, dtype: str) -> str | None:
-    """Why `fp8_scaling` does not fit the plan, or None ("block" is a way to run dtype=fp8)."""
+def fp8_scaling_problem(scaling: str, dtype: str, block_scaled_fp8: bool | None = None, hw: str = "") -> str | None:
+    """Why `fp8_scaling` does not fit the plan, or None ("block" is a way to run dtype=fp8, on
+    GPUs whose tensor cores take block-scaled FP8: `block_scaled_fp8`, None when not known yet)."""
     from .plan import FP8_SCALINGS
 
     if scaling not in FP8_SCALINGS:
         return f"fp8_scaling must be one of {', '.join(FP8_SCALINGS)}, got {scaling!r}"
     if scaling == "block" and dtype != "fp8":
-        return f"fp8_scaling=block scales FP8 tensors; it needs dtype=fp8 (the plan has dtype={dtype})"
+        return (f"fp8_scaling=block scales FP8 tensors; it needs dtype=fp8 (the plan has dtype={dtype}): "
+                "add dtype=fp8 (smplan plan: --dtype fp8) or drop fp8_scaling")
+    if scaling == "block" and block_scaled_fp8 is False:
+        return (f"fp8_scaling=block (MXFP8) needs tensor cores that take block-scaled FP8 (Blackwell: b200x8, "
+                f"b300x8, gb200nvl72, gb300nvl72); {hw or 'this GPU'} has none: use fp8_scaling=tensor")
     return None
 
 

@@ -23,7 +23,9 @@ from .feasibility import (
 from .grad_compress import problem as grad_compress_problem
 from .plan_schema import check_derived, check_plan_dict
 
-# 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read.
+# 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read. Keys added
+# since with a default (grad_compress, fp8_scaling, stack) keep version 2: files without them read
+# as the default; a file that has them needs this smplan or later.
 PLAN_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")

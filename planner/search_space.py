@@ -194,7 +194,8 @@ def validate_constraints(
         problem = grad_compress_problem(fixed["grad_compress"], fixed.get("zero", 0))
         if problem:
             raise PlanError(problem)
-    problem = fp8_scaling_problem(fixed.get("fp8_scaling", "tensor"), fixed["dtype"])
+    problem = fp8_scaling_problem(fixed.get("fp8_scaling", "tensor"), fixed["dtype"], cluster.gpu.block_scaled_fp8,
+                                  repr(cluster.name))
     if problem:
         raise PlanError(problem)
     if fixed.get("sequence_parallel") and tp == 1:

@@ -76,7 +76,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         return
     f = result.figures
     click.echo(f"{plan.model}: tp={plan.tp} pp={plan.pp} dp={plan.dp} on {plan.world_size} GPUs ({cluster.name}), "
-               f"{plan.schedule}, {plan.num_microbatches} micro-batches of {plan.micro_batch}, "
+               f"{plan.schedule}, {plan.num_microbatches} micro-batches of {plan.micro_batch}, {plan.dtype}"
+               f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, "
                f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}")
     rows = [
         ["step time (s)", f.step_time_s],

@@ -119,6 +119,13 @@ def _value(key: str, kind: str, text: str):
             return str(parse_grad_compress(text))
         except ValueError as err:
             raise VaryError(f"--vary grad_compress: {err}") from None
+    if kind == "plan" and key in ("dtype", "fp8_scaling"):
+        from smplan.planner.plan import DTYPES, FP8_SCALINGS
+
+        choices = DTYPES if key == "dtype" else FP8_SCALINGS
+        if text not in choices:
+            raise VaryError(f"--vary {key} values must be one of {', '.join(choices)}, got {text!r}")
+        return text
     value = parse_scalar(text)
     whole = kind in ("nodes", "seq_len", "global_batch") or (kind == "plan" and key not in ("recompute", "schedule"))
     if kind == "plan" and key in ("sp", "sequence_parallel", "overlap_dp"):

@@ -122,7 +122,7 @@ def plan_label(plan: Plan) -> str:
     parts += [f"{k}={getattr(plan, k)}" for k in ("ep", "cp") if getattr(plan, k) > 1]
     parts += [f"mbs={plan.micro_batch}", f"gbs={plan.global_batch}"]
     if plan.dtype == "fp8":
-        parts.append("fp8")
+        parts.append("mxfp8" if plan.fp8_scaling == "block" else "fp8")
     if plan.schedule != "1f1b" and plan.pp > 1:
         parts.append(plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else ""))
     if plan.zero:
@@ -144,6 +144,12 @@ def plan_inline(plan: Plan) -> str:
     keys += [f"{k}={getattr(plan, k)}" for k in ("ep", "cp") if getattr(plan, k) > 1]
     if plan.capacity_factor != 1.0:
         keys.append(f"cf={plan.capacity_factor:g}")
+    if plan.dtype != "bf16":
+        keys.append(f"dtype={plan.dtype}")
+    if plan.fp8_scaling != "tensor":
+        keys.append(f"fp8_scaling={plan.fp8_scaling}")
+    if plan.grad_compress != "none":
+        keys.append(f"grad_compress={plan.grad_compress}")
     return ",".join(keys)
 
 

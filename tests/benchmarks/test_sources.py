@@ -136,7 +136,7 @@ def test_a_row_without_recompute_gets_the_planners_choice_with_its_stated_keys_f
     assert stated_row.choose == () and vp.complete_plan(stated_row, profile, small_gpu) is stated_row.plan
 
 
-def test_fp8_rows_plan_dtype_fp8_and_mxfp8_stays_skipped():
+def test_fp8_rows_plan_dtype_fp8_and_mxfp8_plans_block_scaling():
     name = "megatron_bridge_perf_summary.csv"
     for precision in ("FP8", "FP8-CS", "fp8 (Transformer Engine; bf16 elsewhere)"):
         m = one(name, [row(run="mbridge_LLAMA3_8B", dp=64, precision=precision)])

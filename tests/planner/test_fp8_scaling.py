@@ -76,3 +76,35 @@ def test_plan_fix_block_scaling_reports_it(cli_runner):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["plans"][0]["fp8_scaling"] == "block"
+
+
+def test_block_scaling_needs_tensor_cores_that_take_it(cli_runner):
+    """MXFP8 runs on Blackwell's tensor cores (gpu.block_scaled_fp8); on an H100 it is refused in
+    one line by plan and simulate, and --hw-set can state the capability."""
+    assert load_cluster("h100x8").gpu.block_scaled_fp8 is False
+    assert all(load_cluster(hw).gpu.block_scaled_fp8 for hw in ("b200x8", "b300x8", "gb200nvl72", "gb300nvl72"))
+    tiny = f"{EXAMPLES / 'gpt.py'}:tiny"
+    for args in (["simulate", tiny, "--hw", "h100x8", "--plan", "dp=8,mbs=1,gbs=8,dtype=fp8,fp8_scaling=block"],
+                 ["plan", tiny, "--hw", "h100x8", "--dtype", "fp8", "--fix", "fp8_scaling=block"]):
+        result = cli_runner.invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and "needs tensor cores that take block-scaled FP8" in lines[0], result.output
+    stated = cli_runner.invoke(cli, ["simulate", tiny, "--hw", "h100x8", "--hw-set", "gpu.block_scaled_fp8=true",
+                                     "--plan", "dp=8,mbs=1,gbs=8,dtype=fp8,fp8_scaling=block", "--json"])
+    assert stated.exit_code == 0, stated.output
+    bad = cli_runner.invoke(cli, ["simulate", tiny, "--hw", "h100x8", "--hw-set", "gpu.block_scaled_fp8=2",
+                                  "--plan", "dp=8,mbs=1,gbs=8"])
+    assert bad.exit_code == 2 and "must be true or false" in bad.output
+
+
+def test_whatif_varies_the_scaling_and_its_report_replays_it():
+    from smplan.whatif.grid import VaryError, _value
+    from smplan.whatif.point import plan_inline, plan_label
+
+    assert _value("fp8_scaling", "plan", "block") == "block" and _value("dtype", "plan", "fp8") == "fp8"
+    with pytest.raises(VaryError, match="one of tensor, block"):
+        _value("fp8_scaling", "plan", "mx")
+    block = _plan("dp=8,dtype=fp8,fp8_scaling=block,mbs=8,gbs=64")
+    assert "dtype=fp8" in plan_inline(block) and "fp8_scaling=block" in plan_inline(block)
+    assert "mxfp8" in plan_label(block)
