@@ -109,7 +109,6 @@ class ChunkModel:
     zero_blk: ZeroUnit | None = None
     zero_rec_s: float = 0.0
     zero_post: tuple = ()
-    zero_overlapped: bool = True
     zero_crosses_node: bool = False
 
     def _zero_units(self, n: int, r: int) -> tuple:
@@ -141,7 +140,6 @@ class ChunkModel:
             ep_crosses_node=self.ep_crosses_node,
             cp_crosses_node=self.cp_crosses_node,
             zero_units=self._zero_units(n, r),
-            zero_overlapped=self.zero_overlapped,
             zero_crosses_node=self.zero_crosses_node,
         )
 
@@ -414,7 +412,7 @@ def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], 
     recompute_s = (block.without_zero if overlapped else block).backward_with(recompute)[1]
     return dict(zero_pre=tuple(_zero_unit(p, overlapped) for p in pre), zero_blk=_zero_unit(block, overlapped),
                 zero_rec_s=recompute_s, zero_post=tuple(_zero_unit(p, overlapped) for p in post),
-                zero_overlapped=overlapped, zero_crosses_node=crosses_node)
+                zero_crosses_node=crosses_node)
 
 
 def grad_reduce_bytes_per_param(dtype: str, cluster: Cluster) -> float:

@@ -88,7 +88,6 @@ class StageCosts:
     # backward_s already hold those collectives overlapped (max) or added; the simulator plays
     # them unit by unit on the DP links (prefetched gathers, trailing reduce-scatters). () : none.
     zero_units: tuple[ZeroUnit, ...] = ()
-    zero_overlapped: bool = True
     zero_crosses_node: bool = False
 
 

@@ -184,7 +184,7 @@ class StepSimulation:
         reduce-scatters. Without overlap each collective waits for the one before and the
         compute waits for it. The pass's expert all-to-alls and exposed CP collectives then
         run on their links, as in `_pass` (taken out of the units' compute pro rata)."""
-        env, overlapped = self.env, st.zero_overlapped
+        env, overlapped = self.env, st.dp_overlappable  # the plan's overlap_dp, as for the DP stream
         links = self._group_links(d, st.zero_crosses_node)  # the DP group's NIC share or NVLink port
         units = st.zero_units if forward else st.zero_units[::-1]
         # (compute, gather, reduce-scatter) per unit; backward gathers what forward gathered

@@ -16,7 +16,7 @@ def _costs(compute_f, gather, compute_b, reduce, units=4, overlapped=True):
     unit = ZeroUnit(compute_f, gather, compute_b, gather + reduce)
     join = max if overlapped else (lambda a, b: a + b)
     stage = StageCosts(forward_s=units * join(compute_f, gather), backward_s=units * join(compute_b, gather + reduce),
-                       zero_units=(unit,) * units, zero_overlapped=overlapped, zero_crosses_node=True)
+                       zero_units=(unit,) * units, dp_overlappable=overlapped, zero_crosses_node=True)
     return PlanCosts(stages=(stage,), num_microbatches=1, pp=1, tokens_per_step=1, samples_per_step=1)
 
 
