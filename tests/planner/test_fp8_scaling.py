@@ -108,3 +108,20 @@ def test_whatif_varies_the_scaling_and_its_report_replays_it():
     block = _plan("dp=8,dtype=fp8,fp8_scaling=block,mbs=8,gbs=64")
     assert "dtype=fp8" in plan_inline(block) and "fp8_scaling=block" in plan_inline(block)
     assert "mxfp8" in plan_label(block)
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"fp8_scaling": "blocks"}, "fp8_scaling"),
+    ({"dtype": "bf16"}, "fp8_scaling=block scales FP8 tensors; it needs dtype=fp8"),
+])
+def test_a_plan_file_with_a_wrong_scaling_is_one_line_and_kept(cli_runner, tmp_path, change, expected):
+    plan = plan_from_inline("dp=8,mbs=1,gbs=8,dtype=fp8,fp8_scaling=block", model=f"{EXAMPLES / 'gpt.py'}:tiny",
+                            hw="b200x8", nodes=1, gpus_per_node=8, num_blocks=2)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(dict(plan.to_dict(), **change)))
+    before = path.read_text()
+    result = cli_runner.invoke(cli, ["simulate", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.output
+    assert path.read_text() == before
