@@ -6,12 +6,16 @@ Settings per the folder's README (nothing here is fitted per row):
   inter_node.bandwidth_gbps=12.5): fp16, full recompute, 1F1B, overlap_dp=0, zero=0,
   vocabulary 50257, no sequence parallelism.
 - Megatron-LM SC21 Table 1 (Selene, 200 Gb/s per GPU: the a100x8 profile as is): bf16, full
-  recompute, mbs=1, interleaved schedule with v=2 where pp > 1 and the layers and
-  micro-batches divide (the paper's schedule for its large runs), 1F1B otherwise; measured
-  step time = F / (TFLOP/s x GPUs), F = 96 B s l h^2 (1 + s/6h + V/16lh).
-- Megatron-LM SC21 Table 2: the same for PTD-P rows (tp=8, pp = model_parallel_size / 8);
-  ZeRO-3 rows are DeepSpeed ZeRO-3 with tp = model_parallel_size, pp=1, the table's
-  micro-batch, full recompute, gradients reduce-scattered per micro-batch.
+  recompute, and what the authors' own script (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh)
+  sets per size: the micro-batch, the layers per virtual pipeline stage (interleaved schedule;
+  1F1B where it sets none) and the DDP: torch's (all-reduce overlapped with backward) at pp=1,
+  Megatron's local one (all-reduce after the last backward) at pp > 1; measured step time =
+  F / (TFLOP/s x GPUs), F = 96 B s l h^2 (1 + s/6h + V/16lh).
+- Megatron-LM SC21 Table 2: PTD-P rows (tp=8, pp = model_parallel_size / 8, the table's
+  micro-batch) take the schedule and DDP the scripts give the same model (175B:
+  run_figure_12.sh, 530B: run_table_1.sh); ZeRO-3 rows are DeepSpeed ZeRO-3 with
+  tp = model_parallel_size, pp=1, the table's micro-batch, full recompute, gradients
+  reduce-scattered per micro-batch.
 Both measured frameworks shard the embedding, the output layer and the cross-entropy over
 the tp ranks (Megatron's vocab-parallel layers, Shoeybi et al. 2019 section 3), as
 examples/gpt.py's tp_plan_outer does; each row's profile is the one `smplan profile` /
@@ -36,7 +40,11 @@ from validation_data import validation_file  # noqa: E402
 GPT = str(ROOT / "examples" / "gpt.py")
 VTRAIN_HW = {"inter_node.bandwidth_gbps": 12.5}  # 800 Gb/s per 8-GPU node = 100 Gb/s per GPU
 # Shapes of Table 2's models (Narayanan et al. 2021, Table 1 rows of the same size).
-TABLE2_SHAPES = {174.6: dict(heads=96, hidden=12288, layers=96), 529.6: dict(heads=128, hidden=20480, layers=105)}
+# Table 2 has no script; its PTD-P rows take the schedule the authors' scripts give the same
+# model (NVIDIA/Megatron-LM examples/sc21): 175B at tp8 pp12 as run_figure_12.sh's interleaved
+# case (2 layers per virtual stage), 530B as run_table_1.sh (1 layer per virtual stage).
+TABLE2_SHAPES = {174.6: dict(heads=96, hidden=12288, layers=96, layers_per_virtual_stage=2),
+                 529.6: dict(heads=128, hidden=20480, layers=105, layers_per_virtual_stage=1)}
 
 
 def model_args(row: dict) -> dict:
@@ -132,23 +140,35 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def _megatron_row(label, heads, hidden, layers, tp, pp, gpus, gbs, mbs, tflops, zero=0) -> dict:
+# Table 1 as the authors ran it: NVIDIA/Megatron-LM examples/sc21/run_table_1.sh gives each
+# size's micro-batch (MBS) and --num-layers-per-virtual-pipeline-stage (None: plain 1F1B).
+SC21_TABLE1_SCRIPT = {1.7: (16, None), 3.6: (16, None), 7.5: (16, None), 18.4: (8, None), 39.1: (4, None),
+                      76.1: (2, 5), 145.6: (2, 5), 310.1: (1, 3), 529.6: (1, 1), 1008.0: (1, None)}
+
+
+def _megatron_row(label, heads, hidden, layers, tp, pp, gpus, gbs, mbs, tflops, zero=0,
+                  layers_per_virtual_stage: int | None = None) -> dict:
     s, vocab = 2048, 51200
     dp = gpus // (tp * pp)
     flops = 96 * gbs * s * layers * hidden**2 * (1 + s / (6 * hidden) + vocab / (16 * layers * hidden))  # the paper's F
-    v = 2 if pp > 1 and layers % (pp * 2) == 0 and (gbs // dp // mbs) % pp == 0 else 1
+    v = layers // pp // layers_per_virtual_stage if layers_per_virtual_stage else 1
+    # run_table_1.sh / run_figure_*.sh: DDP=torch (all-reduce overlapped with the last backward)
+    # with pp=1, DDP=local (one all-reduce after the last backward) with pp > 1.
     return dict(label=label, hidden=hidden, heads=heads, layers=layers, seq=s, vocab=vocab, tp=tp, pp=pp, dp=dp,
                 mbs=mbs, gbs=gbs, gpus=gpus, measured_s=flops / (tflops * 1e12 * gpus), zero=zero,
-                schedule="interleaved" if v > 1 else "1f1b", v=v, overlap_dp=True, dtype="bf16", hw_set={})
+                schedule="interleaved" if v > 1 else "1f1b", v=v, overlap_dp=pp == 1, dtype="bf16", hw_set={})
 
 
 def megatron_rows(folder: Path) -> list[dict]:
+    rows = []
     with open(validation_file(folder, "megatron_sc21_table1.csv")) as fh:
-        return [
-            _megatron_row(f"{r['params_b']}B", int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]),
-                          int(r["pp"]), int(r["gpus"]), int(r["global_batch"]), 1, float(r["tflops_per_gpu"]))
-            for r in csv.DictReader(fh)
-        ]
+        for r in csv.DictReader(fh):
+            # a size the script does not list: micro-batch 1, 1F1B
+            mbs, per_virtual_stage = SC21_TABLE1_SCRIPT.get(float(r["params_b"]), (1, None))
+            rows.append(_megatron_row(f"{r['params_b']}B", int(r["heads"]), int(r["hidden"]), int(r["layers"]),
+                                      int(r["tp"]), int(r["pp"]), int(r["gpus"]), int(r["global_batch"]), mbs,
+                                      float(r["tflops_per_gpu"]), layers_per_virtual_stage=per_virtual_stage))
+    return rows
 
 
 def megatron_table2_rows(folder: Path, scheme: str | None = None) -> list[dict]:
@@ -163,7 +183,8 @@ def megatron_table2_rows(folder: Path, scheme: str | None = None) -> list[dict]:
             tp, pp, zero = (mp, 1, 3) if r["scheme"] == "zero-3" else (8, mp // 8, 0)
             rows.append(_megatron_row(f"{r['scheme']} {r['params_b']}B", shape["heads"], shape["hidden"],
                                       shape["layers"], tp, pp, int(r["gpus"]), int(r["global_batch"]),
-                                      int(r["micro_batch"]), float(r["tflops_per_gpu"]), zero))
+                                      int(r["micro_batch"]), float(r["tflops_per_gpu"]), zero,
+                                      layers_per_virtual_stage=shape["layers_per_virtual_stage"] if pp > 1 else None))
     return rows
 
 

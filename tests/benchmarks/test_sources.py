@@ -235,6 +235,29 @@ def test_vtrain_and_sc21_files_keep_published_reading(tmp_path):
     assert s.plan.dp == 32 and s.plan.recompute == "full" and s.dtype == "bf16"
 
 
+def test_sc21_rows_take_the_authors_scripts(tmp_path):
+    """Table 1 as examples/sc21/run_table_1.sh ran it: its micro-batch, its layers per virtual
+    stage (none: 1F1B) and torch DDP (overlapped) only with pp=1; Table 2's PTD-P rows take the
+    schedule the scripts give the same model."""
+    (tmp_path / "megatron_sc21_table1.csv").write_text(
+        "params_b,heads,hidden,layers,tp,pp,gpus,global_batch,seq_len,vocab,tflops_per_gpu,pct_of_peak\n"
+        "1.7,24,2304,24,1,1,32,512,2048,51200,137,44\n"
+        "529.6,128,20480,105,8,35,2520,2520,2048,51200,163,52\n"
+        "1008.0,160,25600,128,8,64,3072,3072,2048,51200,163,52\n")
+    (tmp_path / "megatron_sc21_table2.csv").write_text(
+        "scheme,params_b,model_parallel_size,gpus,global_batch,micro_batch,tflops_per_gpu\n"
+        "ptd-p,174.6,96,384,1536,1,153\nzero-3,174.6,1,384,1536,4,144\n")
+    small, big, huge = sources.sc21_table1(tmp_path)
+    assert (small.plan.micro_batch, small.plan.schedule, small.plan.overlap_dp) == (16, "1f1b", True)
+    assert (big.plan.micro_batch, big.plan.schedule, big.plan.virtual_stages, big.plan.overlap_dp) == \
+        (1, "interleaved", 3, False)
+    assert (huge.plan.schedule, huge.plan.virtual_stages) == ("1f1b", 1)
+    ptdp, zero3 = sources.sc21_table2(tmp_path)
+    assert (ptdp.plan.pp, ptdp.plan.schedule, ptdp.plan.virtual_stages, ptdp.plan.overlap_dp) == \
+        (12, "interleaved", 4, False)
+    assert (zero3.plan.pp, zero3.plan.zero, zero3.plan.micro_batch) == (1, 3, 4)
+
+
 def test_loso_holds_each_source_out_once():
     splits = vp.loso_splits(["a", "b", "c"])
     assert [h for h, _ in splits] == ["a", "b", "c"]
