@@ -112,6 +112,17 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return read_jsonl(Path(run_dir) / METRICS_FILE)[0]
 
 
+def allocated_prediction_gib(predicted: dict, device: str) -> float | None:
+    """The predicted peak that `peak_memory_gib` measures: on a GPU, what the caching allocator
+    hands out (torch.cuda.max_memory_allocated), so the plan's total less its reserve for the CUDA
+    context and fragmentation (memory_breakdown_gib["reserve"]); on CPU none (RSS counts the
+    interpreter and libraries, nothing the plan predicts)."""
+    if device != "cuda" or predicted.get("peak_memory_gib") is None:
+        return None
+    reserve = (predicted.get("memory_breakdown_gib") or {}).get("reserve", 0.0)
+    return predicted["peak_memory_gib"] - reserve
+
+
 def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,
               dtype: str = "fp32") -> dict:
     """Medians over the steps after the first (warm-up), next to the plan's prediction."""
@@ -128,15 +139,17 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "device": device,
         "compute_dtype": dtype,  # CPU runs are fp32 whatever the plan says
         "plan": {k: plan[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
-                                      "virtual_stages", "zero", "sequence_parallel", "recompute")},
+                                      "virtual_stages", "zero", "sequence_parallel", "recompute", "dtype")},
         "measured": measured,
         "predicted": None,
         "ratio_measured_over_predicted": None,
     }
     if predicted:
         summary["predicted"] = {k: predicted.get(k) for k in MEASURED}
+        summary["predicted"]["peak_memory_gib"] = allocated_prediction_gib(predicted, device)
         summary["ratio_measured_over_predicted"] = {
-            k: (measured[k] / predicted[k]) if predicted.get(k) and k in measured else None for k in MEASURED
+            k: (measured[k] / summary["predicted"][k]) if summary["predicted"].get(k) and k in measured else None
+            for k in MEASURED
         }
     else:
         summary["note"] = "the plan carries no predicted figures (make it with `smplan plan` to compare)"

@@ -155,7 +155,10 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
-    ckpt_dir = opts.checkpoint_dir or (str(out / "checkpoints") if opts.checkpoint_every else None)
+    # The run directory's own checkpoints: written with --checkpoint-every, and resumed from
+    # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
+    own = out / "checkpoints"
+    ckpt_dir = opts.checkpoint_dir or (str(own) if opts.checkpoint_every or checkpoint.latest(own) else None)
     if opts.checkpoint_every < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
     if opts.grad_norms_every < 0:
@@ -167,7 +170,10 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     parse_slow_rank(opts.slow_rank)
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
-        checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
+        found = checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
+        if found and found[0] >= opts.steps:
+            raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
+                                    f"run; pass --steps N with N > {found[0]} to train on")
     _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     ref = model_file.absolute_ref
     factor = lr_scale(plan.global_batch, opts.reference_batch, opts.lr_scaling)

@@ -171,7 +171,9 @@ class CostModel:
 
     def __init__(self, profile: ModelProfile, cluster: Cluster):
         if not profile.blocks:
-            raise PlanError(f"model {profile.model!r} has no repeated blocks to place on pipeline stages")
+            raise PlanError(f"model {profile.model!r} has no repeated blocks (an nn.ModuleList or nn.Sequential of "
+                            "modules of one class), which smplan places and prices one by one; build it around such "
+                            "a stack (README: The model file)")
         self.profile = profile
         self.cluster = cluster
         self._parts: dict[int, BlockProfile] = {}  # cache by identity: hashing a profile is slow

@@ -43,6 +43,10 @@ BF16_BYTES = 2.0
 USAGE = "grad_compress must be none, bf16 or powersgd:R (R a whole number >= 1, e.g. powersgd:4)"
 
 
+class GradCompressError(ValueError):
+    """A `grad_compress` value that is not none, bf16 or powersgd:R; the message says which are."""
+
+
 @dataclass(frozen=True)
 class GradCompress:
     kind: str = "none"
@@ -55,7 +59,7 @@ class GradCompress:
 def parse(text: str) -> GradCompress:
     """`"powersgd:4"` -> GradCompress("powersgd", 4); ValueError (one line) otherwise."""
     if not isinstance(text, str):
-        raise ValueError(f"{USAGE}; got {text!r}")
+        raise GradCompressError(f"{USAGE}; got {text!r}")
     kind, sep, rank = text.strip().partition(":")
     if kind in ("none", "bf16") and not sep:
         return GradCompress(kind)
@@ -66,8 +70,8 @@ def parse(text: str) -> GradCompress:
             r = 0
         if 1 <= r <= MAX_RANK:
             return GradCompress("powersgd", r)
-        raise ValueError(f"powersgd rank must be a whole number in 1..{MAX_RANK}, got {rank!r}; e.g. powersgd:4")
-    raise ValueError(f"{USAGE}; got {text!r}")
+        raise GradCompressError(f"powersgd rank must be a whole number in 1..{MAX_RANK}, got {rank!r}; e.g. powersgd:4")
+    raise GradCompressError(f"{USAGE}; got {text!r}")
 
 
 def problem(text: str, zero: int) -> str | None:

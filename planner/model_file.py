@@ -169,6 +169,22 @@ def split_ref(ref: str) -> tuple[Path, str]:
     return Path(path), builder or "model"
 
 
+def beside(ref: str, folder: Path) -> str:
+    """`ref` found from `folder` when its relative path names nothing from the working directory
+    but does from `folder` (a plan file's model, run from another directory); else `ref` as is."""
+    from .hf_model import PREFIX, is_hf_ref
+
+    if not isinstance(ref, str) or not ref:
+        return ref
+    path, builder = split_ref(ref)
+    if path.is_absolute() or path.exists() or not (folder / path).exists():
+        return ref
+    found = str((folder / path).resolve())
+    if is_hf_ref(ref):
+        return PREFIX + found
+    return f"{found}:{builder}" if ":" in ref else found
+
+
 def file_digest(ref: str) -> tuple[Path, str, str]:
     """(path, builder name, sha256 of the file) without importing it (what a cache key needs);
     for `hf:DIR` the sha256 of DIR/config.json."""

@@ -21,6 +21,7 @@ from .feasibility import (
     pipeline_fill_problem,
 )
 from .grad_compress import problem as grad_compress_problem
+from .model_file import beside
 from .plan_schema import check_derived, check_plan_dict
 
 # 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read. Keys added
@@ -201,7 +202,11 @@ class Plan:
                             "long; no plan value is that large, regenerate it with `smplan plan`") from None
         except RecursionError:
             raise PlanError(f"plan file {str(path)!r} nests too deeply; regenerate it with `smplan plan`") from None
-        return Plan.from_dict(data, source=f"plan file {str(path)!r}")
+        plan = Plan.from_dict(data, source=f"plan file {str(path)!r}")
+        # A relative model path names the file from where `smplan plan` ran; run from elsewhere,
+        # it is looked up beside the plan file too.
+        model = beside(plan.model, path.parent)
+        return plan if model == plan.model else plan.replace(model=model)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -215,6 +220,9 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
 
 def even_stages(num_blocks: int, num_chunks: int, recompute: str = "none") -> tuple[Stage, ...]:
     """Split blocks into contiguous chunks as evenly as possible (earlier chunks get the extra)."""
+    if num_blocks == 0:
+        raise PlanError("the model has no repeated blocks (an nn.ModuleList or nn.Sequential of modules of one "
+                        "class), which smplan places and prices one by one; build it around such a stack")
     if num_chunks > num_blocks:
         raise PlanError(
             f"{num_chunks} pipeline stages need at least {num_chunks} blocks but the model has "

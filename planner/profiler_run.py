@@ -377,7 +377,7 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
 def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):
     fn = mf.hook("batch")
     if fn is None:
-        raise ModelFileError(f"{mf.path}: no batch() function; define batch(micro_batch_size, model=None) "
+        raise ModelFileError(f"{mf.path}: no batch() function; define batch(micro_batch_size, model=None, seed=0) "
                              "returning example (inputs, targets)")
     try:
         takes_model = "model" in inspect.signature(fn).parameters

@@ -37,7 +37,13 @@ from .ilp import solve_partition, spread
 from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
 from .plan import Plan, PlanError, Stage
-from .search_space import Candidate, enumerate_candidates, validate_constraints, why_no_candidates
+from .search_space import (
+    Candidate,
+    check_fix_syntax,
+    enumerate_candidates,
+    validate_constraints,
+    why_no_candidates,
+)
 
 
 class NoFeasiblePlan(PlanError):
@@ -272,6 +278,7 @@ def plan_model(
     from .profiler import profile_model
 
     dtype = dtype or default_dtype(cluster.gpu.peak_tflops)
+    check_fix_syntax(constraints.get("fix"))
     profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype, progress=constraints.get("progress"))
     constraints["dtype"] = constraints.get("dtype") or dtype
     result = search(profile, cluster, model_ref=ref, **constraints)

@@ -81,6 +81,14 @@ def tp_domain_gpus(cluster: Cluster) -> int:
     return domain & -domain
 
 
+def check_fix_syntax(fix) -> None:
+    """What --fix gets wrong without the model (its syntax, a grad_compress value), refused
+    before the model is profiled, so the error is the only line the user sees."""
+    fixed = parse_inline(fix) if isinstance(fix, str) else (fix or {})
+    if "grad_compress" in fixed:
+        parse_grad_compress(fixed["grad_compress"])
+
+
 def validate_constraints(
     profile: ModelProfile,
     cluster: Cluster,
@@ -233,18 +241,21 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
     gbs = fixed["global_batch"]
     rec = fixed.get("recompute")
     gc = fixed.get("grad_compress", "none")
-    powersgd = gc.startswith("powersgd")  # DDP-only: zero=0 (grad_compress.problem)
+    # PowerSGD is torch DDP's comm hook: zero=0 (grad_compress.problem), and no tp or pp, which
+    # the executor runs with FSDP2 / DTensor rather than DDP (executor.validate).
+    powersgd = gc.startswith("powersgd")
     kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
     if rec is None and profile.blocks and profile.blocks[0].supports_sac:
         kinds.insert(1, ("sac", False))
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
         tps = [fixed["tp"]] if "tp" in fixed else [
-            t for t in _divisors(tp_domain_gpus(cluster)) if t <= world and (t == 1 or (profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
+            t for t in _divisors(tp_domain_gpus(cluster)) if t <= world and (t == 1 or (
+                not powersgd and profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
         ]
         for tp, cp in ((t, c) for t in tps for c in _cps(profile, fixed, world // t if world % t == 0 else 0)):
             if world % (tp * cp):
                 continue
-            max_pp = 1 if "pp" in profile.unsupported else L  # the model cannot be cut (capabilities)
+            max_pp = 1 if "pp" in profile.unsupported or powersgd else L  # the model cannot be cut (capabilities)
             pps = [fixed["pp"]] if "pp" in fixed else [p for p in range(1, max_pp + 1) if world % (tp * cp * p) == 0]
             for pp in pps:
                 if world % (tp * cp * pp):

@@ -28,6 +28,9 @@ def resolve_target(
     if target.endswith(".json") or (Path(target).is_file() and Path(target).suffix == ".json"):
         if plan_text:
             raise PlanError(f"{target} is a plan file; drop --plan (or give a model file instead of the plan)")
+        if model_args or seq_len:  # its stage split was made for the file's shape
+            raise PlanError(f"{target} is a plan file, which fixes the model's --arg and --seq-len; drop them, or "
+                            "plan that shape again (smplan plan MODEL --arg ... -o plan.json)")
         plan = Plan.load(target)
         overrides = dict(plan.hw_overrides)
         overrides.update(dict(parse_override(item) for item in hw_set))

@@ -7,6 +7,7 @@ import click
 from smplan.calibrate import CalibrateOptions
 from smplan.calibrate import calibrate as run_calibration
 
+from .checks import check_can_write
 from .options import (
     OneSpelling,
     echo_json,
@@ -66,6 +67,9 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     opts = CalibrateOptions(plans=num_plans, steps=steps, rounds=rounds, nproc=nproc, global_batch=global_batch, output=output,
                             force=force, check=check, runs_dir=runs_dir, hw_set=tuple(hw_set),
                             choices=tuple(choices), stack=stack, stack_output=stack_output)
+    for path, option in ((output, "-o/--output"), (stack_output, "--stack-output")):
+        check_can_write(path, option)  # before the measured runs
+    check_can_write(runs_dir, "--runs-dir", folder=True)
     report = run_calibration(model, model_args_from(model_args), hw, opts,
                              progress=lambda line: click.echo(line, err=True))
     if as_json:

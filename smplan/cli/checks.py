@@ -4,6 +4,8 @@ numbers, output files in missing folders or with the wrong suffix, files that ex
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import click
@@ -73,3 +75,25 @@ def check_output_file(path: str | None, option: str, force: bool, suffixes: list
         raise UserError(f"{option} {path} is a folder; give a file path")
     if target.exists() and not force:
         raise UserError(f"{option} {path} exists; pass --force to overwrite it")
+    check_can_write(path, option)
+
+
+def check_can_write(path: str | None, option: str, folder: bool = False) -> None:
+    """Refuse, before any work, an output the user cannot write: the nearest folder of `path`
+    that exists (of a file's folder, or of a `folder` that will be created) must take a new
+    file. Permissions, read-only and pseudo file systems only show when one is made."""
+    if not path:
+        return
+    start = Path(path).absolute()
+    start = start if folder else start.parent
+    while not start.exists() and start != start.parent:
+        start = start.parent
+    if not start.is_dir():
+        raise UserError(f"{option} {path}: {start} is a file, not a folder; choose another path")
+    try:
+        handle, probe = tempfile.mkstemp(dir=start, prefix=".smplan-write-check-")
+    except OSError as err:
+        reason = (err.strerror or type(err).__name__).lower()
+        raise UserError(f"{option} {path}: cannot write in {start} ({reason}); choose another path") from None
+    os.close(handle)
+    os.unlink(probe)

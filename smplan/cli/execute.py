@@ -14,6 +14,7 @@ from smplan.executor.config import FAIL_ENV, SLOW_ENV
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 
+from .checks import check_can_write
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 
 
@@ -115,6 +116,8 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                           val_data=val_data, eval_every=eval_every, eval_batches=eval_batches,
                           init_from=init_from, reference_batch=reference_batch, lr_scaling=lr_scaling)
     check_options(opts)  # before the model file is even loaded
+    check_can_write(out, "-o/--output", folder=True)
+    check_can_write(checkpoint_dir, "--checkpoint-dir", folder=True)
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)
     try:
@@ -146,7 +149,12 @@ def _echo_summary(summary: dict) -> None:
         if predicted and predicted.get(key) is not None:
             r = ratio.get(key)
             line += f"  predicted {predicted[key]:.4g}" + (f"  ratio {r:.2f}" if r is not None else "")
+        elif predicted and key == "peak_memory_gib":
+            line += "  (process RSS on CPU: not compared with the prediction)"
         click.echo(line)
+    planned = summary.get("plan", {}).get("dtype")
+    if summary.get("compute_dtype") and planned and planned != summary["compute_dtype"]:
+        click.echo(f"  (ran in {summary['compute_dtype']}: the plan's {planned} applies on a GPU)")
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .checks import check_can_write
 from .options import echo_json, json_option
 
 
@@ -31,6 +32,7 @@ def export(run_dir, out_dir, step, max_shard_gib, force, as_json):
     """
     from smplan.executor.export import DEFAULT_MAX_SHARD_GIB, export_run
 
+    check_can_write(out_dir, "OUT_DIR", folder=True)
     result = export_run(run_dir, out_dir, step=step, force=force,
                         max_shard_gib=DEFAULT_MAX_SHARD_GIB if max_shard_gib is None else max_shard_gib)
     if as_json:

@@ -8,6 +8,7 @@ import click
 
 from smplan.hwprofiles import bundled_profiles, load_cluster
 
+from .checks import check_can_write
 from .main import UserError
 from .options import OneSpelling, echo_json, hw_options, json_option
 from .table import format_table
@@ -106,6 +107,7 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
 
     if output:
         check_writable(output, force)  # before ~10 s of measuring
+        check_can_write(output, "-o/--output")
     check_nproc(nproc)
     steps = progress_steps(nproc=nproc)
     with click.progressbar(length=steps, label="probing", file=sys.stderr) as bar:

@@ -41,10 +41,22 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt as err:  # Ctrl-C: one line and 130, not click's "Aborted!" and 1
             raise Interrupted(str(err) or "interrupted") from None
+        except click.UsageError as err:  # click's "Usage: / Try / Error:" block, as one line
+            raise UserError(usage_line(err)) from None
+        except OSError as err:
+            if err.filename is None:  # not about a path the user gave: a bug, keep the traceback
+                raise
+            raise UserError(path_line(err)) from None
         except Exception as err:
             if is_user_error(err):
                 raise UserError(str(err)) from None
             raise
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:  # `smplan --bogus`: the group's own options, parsed before invoke
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as err:
+            raise UserError(usage_line(err)) from None
 
     def get_command(self, ctx, name):
         if name not in COMMANDS or not _available(name):
@@ -73,6 +85,21 @@ def is_user_error(err: BaseException) -> bool:
     """A ValueError raised by one of our packages is the user's mistake, not a bug."""
     package = type(err).__module__.split(".")[0]
     return isinstance(err, ValueError) and package in OUR_PACKAGES
+
+
+def usage_line(err: click.UsageError) -> str:
+    """A click usage error (unknown option, value out of range, missing argument) as one line
+    that names the command's --help."""
+    message = err.format_message().rstrip(".")
+    command = err.ctx.command_path if err.ctx is not None else "smplan"
+    return f"{message}; see '{command} --help'"
+
+
+def path_line(err: OSError) -> str:
+    """A file the command could not read or write (permission denied, read-only file system,
+    a missing folder) as one line: what, where, and what to do."""
+    reason = (err.strerror or type(err).__name__).lower()
+    return f"cannot use {err.filename}: {reason}; choose another path or fix its permissions"
 
 
 class UserError(click.ClickException):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .checks import check_can_write
 from .main import UserError
 from .monitor import threshold_options
 from .options import echo_json, json_option
@@ -30,6 +31,7 @@ def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_j
 
     if out and Path(out).is_file() and not force:
         raise UserError(f"{out} exists; pass --force to overwrite it, or choose another -o")
+    check_can_write(str(out or Path(run_dir) / "report.html"), "-o/--output")
     run = load_run(run_dir)
     path = write_run_report(run, out or Path(run_dir) / "report.html",
                             Thresholds(straggler_pct, straggler_steps, memory_pct))

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .checks import FiniteFloat
+from .checks import FiniteFloat, check_can_write
 from .options import (
     echo_json,
     hw_options,
@@ -65,6 +65,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     from smplan.whatif import Question, parse_vary, run_whatif
 
     check_report_dir(out_dir, force)
+    check_can_write(out_dir, "-o/--output", folder=True)
 
     def accepts(name: str) -> bool:  # only loads (imports) the model file for an unknown --vary key
         return load_model_file(model).accepts(name)

@@ -63,9 +63,10 @@ def memory_chart(run: RunData, path=None):
     what = "process RSS (CPU)" if source == "rss" else "CUDA allocator peak"
     fig, ax = new_figure(f"Peak memory per rank ({what})", width=max(6, 0.6 * len(order) + 4), height=4.5)
     ax.bar([str(r) for r in order], peaks, color=color("weights"), gid="peak")
-    predicted = run.predicted.get("peak_memory_gib")
+    predicted = run.predicted_allocated_gib if source == "cuda_allocator" else None  # RSS: not comparable
     if predicted:
-        ax.axhline(predicted, color="black", linestyle="--", linewidth=1.5, label="predicted peak", gid="predicted")
+        ax.axhline(predicted, color="black", linestyle="--", linewidth=1.5, label="predicted peak (allocated)",
+                   gid="predicted")
         ax.legend(fontsize=8)
     ax.set_xlabel("rank")
     ax.set_ylabel("GiB")

@@ -44,6 +44,15 @@ class RunData:
         return self.plan.get("predicted") or {}
 
     @property
+    def predicted_allocated_gib(self) -> float | None:
+        """The plan's predicted peak without its reserve (CUDA context, fragmentation): what the
+        caching allocator's peak, the ranks' `peak_memory_gib` on a GPU, can reach."""
+        peak = self.predicted.get("peak_memory_gib")
+        if peak is None:
+            return None
+        return peak - (self.predicted.get("memory_breakdown_gib") or {}).get("reserve", 0.0)
+
+    @property
     def steps_total(self) -> int | None:
         return (self.config or {}).get("steps")
 

@@ -92,14 +92,14 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
     source = sources.pop() if len(sources) == 1 else None
     peaks = {row["rank"]: row["peak_memory_gib"] for row in rank_rows} or {"max": records[-1]["peak_memory_gib"]}
     compared = source == "cuda_allocator"
-    over = memory_over_prediction(peaks, predicted.get("peak_memory_gib"), th.memory_pct) if compared else {}
+    over = memory_over_prediction(peaks, run.predicted_allocated_gib, th.memory_pct) if compared else {}
     warnings = [
         f"rank {s.rank} is a straggler: its own step time is {s.excess_pct:.0f}% above the median rank's "
         f"for {s.steps} consecutive steps ({s.first_step}-{s.last_step}{', ongoing' if s.ongoing else ''})"
         for s in stragglers
     ]
     warnings += [f"rank {r} peak memory {peaks[r]:.2f} GiB is {pct:.0f}% above the predicted "
-                 f"{predicted['peak_memory_gib']:.2f} GiB" for r, pct in sorted(over.items())]
+                 f"{run.predicted_allocated_gib:.2f} GiB (allocated, without the reserve)" for r, pct in sorted(over.items())]
     total = run.steps_total
     done = records[-1]["step"]
     return {

@@ -136,3 +136,49 @@ def test_example_models_refuse_impossible_sizes(cli_runner, model, arg):
     result = cli_runner.invoke(cli, ["profile", model, "--arg", arg, "--no-cache"])
     assert result.exit_code == 2
     assert arg.split("=")[0] in _error_line(result)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["plan", TINY, "--hw", "a100x8", "--nodes", "0"], "'--nodes': 0 is not in the range"),
+    (["plan", TINY, "--bogus"], "No such option '--bogus'"),
+    (["plan"], "Missing argument 'MODEL'"),
+    (["nosuch"], "No such command 'nosuch'"),
+    (["profile", TINY, "--dtype", "fp7"], "'--dtype'"),
+    (["hw", "show", "--hw", "a100x8"], "Missing argument"),
+])
+def test_click_usage_errors_are_one_line_naming_the_help(cli_runner, args, says):
+    result = cli_runner.invoke(cli, args)
+    assert result.exit_code == 2
+    line = _error_line(result)
+    assert line.startswith("error: ") and says in line and "--help'" in line
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("args", [
+    ["plan", TINY, "--hw", "a100x8", "-o", "/proc/smplan-test.json"],
+    [*SIM, "--gantt", "/proc/smplan-test.png"],
+    ["whatif", TINY, "--hw", "a100x8", "--vary", "nodes=1", "-o", "/proc/smplan-test"],
+    ["execute", "dp=2,mbs=1,gbs=2", "--model", TINY, "--steps", "1", "--checkpoint-dir", "/proc/smplan-ck",
+     "--checkpoint-every", "1"],
+])
+def test_an_output_nobody_can_write_is_refused_before_any_work(cli_runner, args):
+    """/proc takes no new files, not even root's: the folder exists but the write would fail."""
+    result = cli_runner.invoke(cli, args)
+    assert result.exit_code == 2
+    assert "cannot write in /proc" in _error_line(result)
+
+
+def test_simulate_of_a_plan_file_refuses_a_new_shape(cli_runner, tmp_path):
+    plan = tmp_path / "p.json"
+    assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(plan)]).exit_code == 0
+    for extra in (["--seq-len", "8"], ["--arg", "layers=2"]):
+        result = cli_runner.invoke(cli, ["simulate", str(plan), *extra])
+        assert result.exit_code == 2
+        assert "fixes the model's --arg and --seq-len" in _error_line(result)
+
+
+def test_plan_refuses_a_bad_grad_compress_in_one_line(cli_runner):
+    for value, says in (("zip", "grad_compress must be none, bf16 or powersgd:R"), ("powersgd:0", "powersgd rank")):
+        result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", f"grad_compress={value}"])
+        assert result.exit_code == 2
+        assert says in _error_line(result)

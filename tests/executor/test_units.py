@@ -106,6 +106,15 @@ def test_summary_with_and_without_prediction(tmp_path):
     assert summary["ratio_measured_over_predicted"]["step_time_s"] == 2.0
     assert summary["ratio_measured_over_predicted"]["peak_memory_gib"] is None
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 4
+    # The plan's memory prediction counts a reserve (CUDA context, fragmentation) that the
+    # allocator's peak does not see: on a GPU it is compared without it; on CPU (RSS) not at all.
+    predicted = {"step_time_s": 1.0, "peak_memory_gib": 2.5, "memory_breakdown_gib": {"reserve": 2.0}}
+    on_cpu = summarize(tmp_path, predicted, plan.to_dict(), "cpu")
+    assert on_cpu["predicted"]["peak_memory_gib"] is None
+    assert on_cpu["ratio_measured_over_predicted"]["peak_memory_gib"] is None
+    on_gpu = summarize(tmp_path, predicted, plan.to_dict(), "cuda")
+    assert on_gpu["predicted"]["peak_memory_gib"] == 0.5
+    assert on_gpu["ratio_measured_over_predicted"]["peak_memory_gib"] == 2.0
 
 
 def test_validate_accepts_the_parity_plans(gpt_file):

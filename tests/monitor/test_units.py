@@ -162,6 +162,18 @@ def test_status_memory_above_prediction_on_gpu(tmp_path):
     assert run_status(run, Thresholds(memory_pct=30))["warnings"] == []
 
 
+def test_memory_is_compared_without_the_predicted_reserve(tmp_path):
+    """The plan's peak counts a reserve (CUDA context, fragmentation) the allocator's peak never
+    sees: 1.2 GiB measured against 3.0 predicted of which 2.0 reserve is 20% over, not 60% under."""
+    run = load_run(write_run(tmp_path / "r", memory_gib=1.2, memory_source="cuda_allocator"))
+    run.config["plan"]["predicted"] = {**run.predicted, "peak_memory_gib": 3.0,
+                                       "memory_breakdown_gib": {"reserve": 2.0}}
+    assert run.predicted_allocated_gib == pytest.approx(1.0)
+    status = run_status(run, Thresholds(memory_pct=10))
+    assert sorted(status["memory_over_prediction_pct"]) == [0, 1]
+    assert all("1.00 GiB (allocated" in w for w in status["warnings"] if "memory" in w)
+
+
 def test_status_of_a_run_in_progress(tmp_path):
     run = load_run(write_run(tmp_path / "r", steps=3, total_steps=10, finished=False))
     status = run_status(run)

@@ -217,3 +217,21 @@ def test_seq_len_has_an_upper_bound():
     assert Plan.from_dict(_plan(seq_len=2**24)).seq_len == 2**24
     with pytest.raises(PlanError, match=r"seq_len: got 16777217, expected a whole number >= 1 and <= 16777216"):
         Plan.from_dict(_plan(seq_len=2**24 + 1))
+
+
+def test_a_plan_file_finds_its_model_beside_it(tmp_path, monkeypatch):
+    """`smplan plan model.py -o p.json` in one folder, `smplan simulate folder/p.json` from another:
+    the relative model path is looked up beside the plan file when the working directory lacks it."""
+    import shutil
+    from pathlib import Path
+
+    from smplan.planner import Plan
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "gpt.py", work / "mymodel.py")
+    Plan(model="mymodel.py:tiny", hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(work / "p.json")
+    monkeypatch.chdir(tmp_path)
+    assert Plan.load(work / "p.json").model == f"{work.resolve() / 'mymodel.py'}:tiny"
+    monkeypatch.chdir(work)  # where it was made: the path stays as written
+    assert Plan.load("p.json").model == "mymodel.py:tiny"
