@@ -120,6 +120,27 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
     assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()
 
 
+def test_a_run_dir_with_its_own_checkpoint_resumes_without_checkpoint_every(cli_runner, tmp_path):
+    """RUN_DIR/checkpoints holds step 4: a second `execute -o RUN_DIR` resumes from it (it used to
+    say there was no checkpoint unless --checkpoint-every was given again), and --steps at or
+    below 4 is refused instead of starting processes that have nothing to do."""
+    from smplan.executor import checkpoint
+
+    out = tmp_path / "run"
+    step = out / "checkpoints" / "step-4"
+    step.mkdir(parents=True)
+    (step / checkpoint.MARKER).write_text("")
+    (step / checkpoint.META).write_text(json.dumps({"fingerprint": "another plan"}))
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 4.0, "step_time_s": 0.1}) + "\n"
+                                               for i in range(1, 5)))
+    found = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out), "--steps", "6")
+    assert found.exit_code == 2 and "was written by another plan" in found.output  # it is looked at
+    done = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out), "--steps", "3",
+                   "--force-resume")
+    assert done.exit_code == 2
+    assert "is at step 4, so --steps 3 leaves nothing to run" in done.output.strip().splitlines()[-1]
+
+
 def test_json_mode_prints_one_object_and_progress_goes_to_stderr(tmp_path):
     import shutil
 
