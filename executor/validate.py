@@ -77,7 +77,7 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
                    else f"dp*tp*pp*cp={plan.dp}*{plan.tp}*{plan.pp}*{plan.cp}")
         raise PlanMismatchError(
             f"the plan needs {degrees}={plan.world_size} processes but "
-            f"{world_size} were asked for; set --nproc-per-node x --nnodes = {plan.world_size}"
+            f"{world_size} were asked for; give --nproc-per-node and --nnodes whose product is {plan.world_size}"
         )
     fill = pipeline_fill_problem(plan.pp, plan.schedule, plan.num_microbatches, plan.dp, plan.micro_batch)
     if fill:  # the planner's rule too (smplan.planner.feasibility), so it never offers such a plan

@@ -23,6 +23,8 @@ def read_profile(name_or_path: str) -> dict:
             f"unknown hardware profile {name_or_path!r}; use one of "
             f"{', '.join(bundled_profiles())} or a path to a .toml file (smplan hw list)"
         )
+    if path.is_dir():
+        raise HardwareProfileError(f"hardware file {str(path)!r} is a folder; give the .toml file")
     if not path.is_file():
         raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path")
     return read_toml(path, "hardware file", HardwareProfileError)

@@ -44,7 +44,7 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
 
 def _shape(plan: Plan) -> str:
     sched = plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else "")
-    return f"dp={plan.dp} tp={plan.tp} pp={plan.pp} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"
+    return f"{plan.degrees} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"
 
 
 def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None) -> str:

@@ -169,6 +169,15 @@ def split_ref(ref: str) -> tuple[Path, str]:
     return Path(path), builder or "model"
 
 
+def _callable_without_arguments(fn) -> bool:
+    """Whether `fn` can be called with keyword arguments alone, as a builder is (`--arg`)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+
+
 def beside(ref: str, folder: Path) -> str:
     """`ref` found from `folder` when its relative path names nothing from the working directory
     but does from `folder` (a plan file's model, run from another directory); else `ref` as is."""
@@ -193,6 +202,9 @@ def file_digest(ref: str) -> tuple[Path, str, str]:
     if is_hf_ref(ref):
         return hf_digest(ref)
     path, builder_name = split_ref(ref)
+    if ref.endswith(":") and not Path(ref).exists():
+        raise ModelFileError(f"{ref!r} names no builder after ':'; drop the ':' (builder model) or give one, "
+                             f"e.g. {ref}tiny")
     if not path.exists():
         raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder] or hf:DIR")
     if path.suffix != ".py":
@@ -227,7 +239,8 @@ def load_model_file(ref: str) -> ModelFile:
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
                       and getattr(v, "__module__", None) == name and not isinstance(v, type)
-                      and n not in ("batch", "loss", "tp_plan", "tp_plan_outer", "data", "init_weights")]
+                      and n not in ("batch", "loss", "tp_plan", "tp_plan_outer", "data", "init_weights",
+                                    "context_parallel") and _callable_without_arguments(v)]
         hint = f"; functions there: {', '.join(candidates)}" if candidates else ""
         raise ModelFileError(
             f"{path}: no builder function {builder_name!r}; define def {builder_name}(**args) -> nn.Module "

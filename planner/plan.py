@@ -155,6 +155,12 @@ class Plan:
     def replace(self, **changes) -> Plan:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def degrees(self) -> str:
+        """"tp=8 pp=2 dp=4", with ep and cp where they are above 1: the layout in one phrase."""
+        extra = "".join(f" {k}={v}" for k, v in (("ep", self.ep), ("cp", self.cp)) if v > 1)
+        return f"tp={self.tp} pp={self.pp} dp={self.dp}{extra}"
+
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data["recompute"] = self.recompute

@@ -61,11 +61,12 @@ def profile_model(
         hit = profile_cache.load(key)
         if hit is not None:
             return dataclasses.replace(hit, model=ref)
-    if progress:  # profiling imports torch and traces a block: seconds of silence otherwise
+    model_file = load_model_file(ref)  # a wrong file or builder name is the only line the user sees
+    if progress:  # tracing a block takes seconds: say so
         progress(f"profiling {ref} on the meta device ({dtype}; cached for the next run) ...")
     from .profiler_run import run_profile  # imports torch: only when there is work to do
 
-    profile = run_profile(ref, load_model_file(ref), args, seq_len, dtype)
+    profile = run_profile(ref, model_file, args, seq_len, dtype)
     if cache:
         profile_cache.store(key, profile)
     return profile

@@ -283,6 +283,8 @@ def plan_model(
     constraints["dtype"] = constraints.get("dtype") or dtype
     result = search(profile, cluster, model_ref=ref, **constraints)
     result.unsupported = dict(profile.unsupported)
+    if not profile.has_tp_plan:  # tensor parallelism is the model file's to lay out
+        result.unsupported.setdefault("tp", "the model file defines no tp_plan(block) (README: The model file)")
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
     return result

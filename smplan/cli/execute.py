@@ -25,7 +25,7 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 @model_args_option
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Optimizer steps.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
-              help="Processes per node (default: dp*tp*pp / nnodes).")
+              help="Processes per node (default: the plan's world size, dp*tp*pp*cp, / nnodes).")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Nodes the run spans (torchrun --nnodes); more than 1 needs --rdzv-endpoint.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")

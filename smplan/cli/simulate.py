@@ -63,7 +63,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     if trace_path:
         write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})
     if gantt_path:
-        title = f"{plan.model}  tp={plan.tp} pp={plan.pp} dp={plan.dp} {plan.schedule}, {plan.num_microbatches} micro-batches"
+        title = f"{plan.model}  {plan.degrees} {plan.schedule}, {plan.num_microbatches} micro-batches"
         write_gantt(gantt_path, result.events, result.step_time_s, title)
     if as_json:
         out = result.to_dict()
@@ -75,7 +75,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         echo_json(out)
         return
     f = result.figures
-    click.echo(f"{plan.model}: tp={plan.tp} pp={plan.pp} dp={plan.dp} on {plan.world_size} GPUs ({cluster.name}), "
+    click.echo(f"{plan.model}: {plan.degrees} on {plan.world_size} GPUs ({cluster.name}), "
                f"{plan.schedule}, {plan.num_microbatches} micro-batches of {plan.micro_batch}, {plan.dtype}"
                f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, "
                f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}")

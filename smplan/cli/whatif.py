@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -79,7 +80,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     )
     warn_if_uncalibrated(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values))
     record = run_whatif(q, jobs=jobs, progress=ProgressBar())
-    click.echo(f"writing the report and its charts to {out_dir}/ ...", err=True)
+    click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:
         echo_json(record)

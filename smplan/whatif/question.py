@@ -42,6 +42,26 @@ class Question:
             raise QuestionError(f"seeds must be at least 1, got {self.seeds}")
         if not 0 < self.sensitivity_delta < 1:
             raise QuestionError(f"the sensitivity delta must be between 0 and 1, got {self.sensitivity_delta}")
+        if self.checkpoint_interval_min is not None and not self.timed:
+            raise QuestionError("--checkpoint-interval-min prices checkpoints over a run: add --tokens or --days")
+        self._check_fixed_and_varied()
+
+    def _check_fixed_and_varied(self) -> None:
+        """A setting both fixed and swept would silently take one of the two: refuse it."""
+        from smplan.planner.plan import parse_inline
+
+        plan_keys = set(parse_inline(self.plan)) if self.plan else set()
+        fixed = {"nodes": ("--nodes", self.nodes), "global_batch": ("--global-batch", self.global_batch),
+                 "seq_len": ("--seq-len", self.seq_len),
+                 "checkpoint": ("--checkpoint-interval-min", self.checkpoint_interval_min)}
+        for v in self.varies:
+            flag, value = fixed.get(v.kind, (None, None))
+            clash = (flag if value is not None else None) \
+                or (f"--plan's {v.target}" if v.kind == "plan" and v.target in plan_keys else None) \
+                or (f"--arg {v.target}" if v.kind == "arg" and v.target in self.model_args else None) \
+                or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None)
+            if clash:
+                raise QuestionError(f"--vary {v.key} and {clash} both set it; drop one")
 
     @property
     def timed(self) -> bool:
