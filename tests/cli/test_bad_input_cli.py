@@ -182,3 +182,33 @@ def test_plan_refuses_a_bad_grad_compress_in_one_line(cli_runner):
         result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", f"grad_compress={value}"])
         assert result.exit_code == 2
         assert says in _error_line(result)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--plan", "tp=2", "--vary", "tp=1,2"], "--vary tp and --plan's tp both set it"),
+    (["--vary", "nodes=1,2", "--nodes", "4"], "--vary nodes and --nodes"),
+    (["--vary", "seq_len=8", "--seq-len", "16"], "--vary seq_len and --seq-len"),
+    (["--vary", "arg.layers=2,4", "--arg", "layers=2"], "--vary arg.layers and --arg layers"),
+    (["--vary", "inter_node.bandwidth_gbps=10,20", "--hw-set", "inter_node.bandwidth_gbps=5"], "--hw-set"),
+    (["--vary", "inter_node.bandwidth_gbps=-1,5"], "must be greater than 0"),
+    (["--checkpoint-interval-min", "10"], "add --tokens or --days"),
+])
+def test_whatif_refuses_what_it_would_silently_ignore(cli_runner, tmp_path, extra, says):
+    out = tmp_path / "w"
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", *extra, "-o", str(out)])
+    assert result.exit_code == 2
+    assert says in _error_line(result)
+    assert not out.exists()
+
+
+def test_an_empty_builder_name_is_refused(cli_runner):
+    result = cli_runner.invoke(cli, ["profile", "examples/gpt.py:"])
+    assert result.exit_code == 2 and "names no builder after ':'" in _error_line(result)
+
+
+def test_layouts_name_cp_and_ep(cli_runner):
+    head = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "a100x8", "--plan", "dp=4,cp=2,mbs=1,gbs=4"])
+    assert head.exit_code == 0 and "tp=1 pp=1 dp=4 cp=2 on 8 GPUs" in head.output.splitlines()[0]
+    moe = cli_runner.invoke(cli, ["plan", "examples/moe.py:tiny", "--hw", "h100x8", "--explain", "--top", "5"])
+    explained = [line for line in moe.output.splitlines() if "step time (" in line]
+    assert explained and any(" ep=" in line for line in explained)
