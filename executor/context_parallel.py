@@ -53,6 +53,12 @@ def causal_mask(query_positions: torch.Tensor, key_positions: torch.Tensor) -> t
     return key_positions[None, :] > query_positions[:, None]
 
 
+# torch 2.13 names them *_single (the *_into_tensor / *_tensor spellings warn as deprecated);
+# older torch has only the old names.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 class _AllGatherSeq(torch.autograd.Function):
     """All-gather along `dim` over `group`; backward reduce-scatters (sums) the gradient
     back to the rank that owns each slice (Llama 3's K/V all-gather)."""
@@ -63,7 +69,7 @@ class _AllGatherSeq(torch.autograd.Function):
         n = dist.get_world_size(group)
         local = x.movedim(dim, 0).contiguous()
         out = local.new_empty((n * local.shape[0], *local.shape[1:]))
-        dist.all_gather_into_tensor(out, local, group=group)
+        _all_gather_single(out, local, group=group)
         return out.movedim(0, dim)
 
     @staticmethod
@@ -71,7 +77,7 @@ class _AllGatherSeq(torch.autograd.Function):
         n = dist.get_world_size(ctx.group)
         full = grad.movedim(ctx.dim, 0).contiguous()
         out = full.new_empty((full.shape[0] // n, *full.shape[1:]))
-        dist.reduce_scatter_tensor(out, full, op=dist.ReduceOp.SUM, group=ctx.group)
+        _reduce_scatter_single(out, full, op=dist.ReduceOp.SUM, group=ctx.group)
         return out.movedim(0, ctx.dim), None, None
 
 

@@ -38,6 +38,9 @@ class ParallelDims:
     ep: int = 1  # expert parallel, folded into the dp x cp x tp ranks of a stage
     _mesh: object = field(default=None, repr=False)
     _expert_mesh: object = field(default=None, repr=False)
+    # The flattened dp x cp mesh, kept as _flatten returns it: slicing a flattened dim from the
+    # root mesh is deprecated (torch 2.11+ warns "users need to bookkeep the flattened mesh").
+    _dp_cp_mesh: object = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.pp * self.dp * self.cp * self.tp != self.world_size:
@@ -65,7 +68,7 @@ class ParallelDims:
 
     def grad_mesh(self):
         """The 1-D mesh over which gradients are averaged and ZeRO shards: dp, or dp x cp."""
-        return self.mesh["dp_cp"] if self.cp_enabled else self.mesh["dp"]
+        return self["dp_cp"] if self.cp_enabled else self.mesh["dp"]
 
     @property
     def pp_enabled(self) -> bool:
@@ -88,7 +91,7 @@ class ParallelDims:
         else:
             self._mesh = init_device_mesh(device_type, (self.pp, self.dp, self.cp, self.tp),
                                           mesh_dim_names=("pp", "dp", "cp", "tp"))
-            self._mesh["dp", "cp"]._flatten("dp_cp")
+            self._dp_cp_mesh = self._mesh["dp", "cp"]._flatten("dp_cp")
             folded = ("dp", "cp", "tp")
         if self.ep_enabled:  # the expert grid ep x edp folds into the stage's dp x cp x tp ranks
             grid = self._mesh[folded]._flatten("_".join(folded))
@@ -112,6 +115,8 @@ class ParallelDims:
             if self._expert_mesh is None:
                 raise RuntimeError(f"no {dim} mesh: ep=1 or build_mesh() not called")
             return self._expert_mesh[dim]
+        if dim == "dp_cp" and self._dp_cp_mesh is not None:
+            return self._dp_cp_mesh
         return self.mesh[dim]
 
     def coord(self, dim: str) -> int:

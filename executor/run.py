@@ -248,7 +248,7 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
         progress(describe_lr_scale(opts.lr, cfg.lr_scale, plan.global_batch, opts.reference_batch, opts.lr_scaling))
     if progress and opts.launcher == "local":
-        progress(f"starting {nproc} processes ({plan.world_size} in all) for {opts.steps} steps; "
+        progress(f"starting {nproc} processes ({plan.world_size} in all) for {opts.steps} step{'s' if opts.steps != 1 else ''}; "
                  f"run directory {cfg.out_dir}; the first step comes after process start-up and model build")
     if opts.launcher == "slurm":
         script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,

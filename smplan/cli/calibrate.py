@@ -87,6 +87,8 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     for m in report.failed:
         click.echo(f"failed: {m.label}: {m.error}")
     if report.fit is None:
+        if check and (output or stack_output):
+            click.echo("(--check: nothing fitted, so -o / --stack-output were not written)")
         return
     click.echo("\ncalibrated:")
     click.echo(table(report.after))

@@ -69,6 +69,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     """
     if (days is None) == (tokens is None):
         raise ReliabilityError("give exactly one of --days D or --tokens T")
+    given = click.get_current_context().get_parameter_source("repair_hours")
+    if not spares and given is not click.core.ParameterSource.DEFAULT:
+        raise ReliabilityError("--repair-hours is how long a failed node waits for a spare: add --spares N")
     minutes = _interval(interval)
     plan, profile, cluster = resolve_target(
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,

@@ -76,7 +76,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         return
     f = result.figures
     click.echo(f"{plan.model}: {plan.degrees} on {plan.world_size} GPUs ({cluster.name}), "
-               f"{plan.schedule}, {plan.num_microbatches} micro-batches of {plan.micro_batch}, {plan.dtype}"
+               f"{plan.schedule}, {plan.num_microbatches} micro-batch{'es' if plan.num_microbatches != 1 else ''} of {plan.micro_batch}, {plan.dtype}"
                f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, "
                f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}")
     rows = [
