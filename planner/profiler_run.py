@@ -38,11 +38,14 @@ def run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype:
 
 
 def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype: str) -> ModelProfile:
+    # A builder without a seq_len argument still meets a seq_len its batch() already has: a plan
+    # file records the profile's length and `simulate PLAN.json` replays it.
+    batch_must_have = None
     if seq_len is not None:
-        if not mf.accepts("seq_len"):
-            raise ModelFileError(f"{mf.path}: --seq-len given but {mf.builder_name}() takes no seq_len argument; "
-                                 "drop --seq-len or add the argument to the builder")
-        args["seq_len"] = seq_len
+        if mf.accepts("seq_len"):
+            args["seq_len"] = seq_len
+        else:
+            batch_must_have = seq_len
     torch_dtype = TORCH_DTYPES[dtype]
     model = mf.build(args, device="meta", dtype=torch_dtype)
     model.train()  # dropout active: its masks are part of what backward keeps
@@ -51,6 +54,10 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     samples = max(int(first.shape[0]), 1) if first is not None and first.dim() else 1
     profile_seq = int(first.shape[1]) if first is not None and first.dim() >= 2 and not first.is_floating_point() \
         and not first.is_complex() else 0
+    if batch_must_have is not None and profile_seq != batch_must_have:
+        raise ModelFileError(f"{mf.path}: --seq-len {batch_must_have} given but {mf.builder_name}() takes no seq_len "
+                             f"argument and its batch() has {profile_seq or 'no'} tokens per sample; drop --seq-len or "
+                             "add the argument to the builder")
 
     container, run = find_blocks(model)
     blocks = [container.get_submodule(n) for n in run]

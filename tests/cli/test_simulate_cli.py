@@ -83,3 +83,40 @@ def test_plan_that_does_not_fit_is_simulated_with_a_warning(cli_runner):
     ok = json.loads(cli_runner.invoke(cli, ["simulate", GPT, "--hw", "a100x8", "--plan", "tp=1,pp=1,dp=8,mbs=1,gbs=8",
                                             "--json"]).output)
     assert ok["fits_memory"] is True
+
+
+def test_a_plan_of_a_builder_without_seq_len_simulates(cli_runner, tmp_path):
+    """`smplan plan` records the profile's sequence length; replaying the plan file must not
+    hand it to a builder that takes no seq_len (its batch() already has that length)."""
+    import json
+
+    model = tmp_path / "tokens.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.emb = nn.Embedding(50, 16)\n"
+        "        self.blocks = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))\n"
+        "        self.head = nn.Linear(16, 50)\n\n"
+        "    def forward(self, x):\n"
+        "        h = self.emb(x)\n"
+        "        for b in self.blocks:\n"
+        "            h = h + b(h)\n"
+        "        return self.head(h)\n\n\n"
+        "def model():\n    return Net()\n\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    t = torch.randint(0, 50, (micro_batch_size, 9), generator=g)\n"
+        "    return t[:, :-1], t[:, 1:]\n\n\n"
+        "def loss(out, targets):\n"
+        "    return nn.functional.cross_entropy(out.flatten(0, 1), targets.flatten())\n")
+    plan = tmp_path / "p.json"
+    made = cli_runner.invoke(cli, ["plan", str(model), "--hw", "a100x8", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    assert json.loads(plan.read_text())["seq_len"] == 8
+    replayed = cli_runner.invoke(cli, ["simulate", str(plan), "--json"])
+    assert replayed.exit_code == 0, replayed.output
+    wrong = cli_runner.invoke(cli, ["simulate", str(model), "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8",
+                                    "--seq-len", "16"])
+    assert wrong.exit_code == 2 and "takes no seq_len argument and its batch() has 8" in wrong.output
