@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from smplan.planner.model_file import split_ref
 from smplan.planner.plan import Plan
 
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
@@ -93,7 +94,7 @@ def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
 
 
 # Plan fields that change what is computed; predicted figures, hardware and node counts
-# do not (a checkpoint moves between clusters; DCP reshards it).
+# do not (a checkpoint moves between clusters; DCP reshards it). "model" counts as its builder.
 _FINGERPRINT_FIELDS = ("model", "model_args", "seq_len")
 
 
@@ -102,6 +103,9 @@ def fingerprint(plan: Plan, model_sha256: str) -> str:
     the whole parallel layout (DCP could reshard across layouts; --force-resume allows it)."""
     data = plan.to_dict()
     key = {k: data[k] for k in _FINGERPRINT_FIELDS}
+    # The file by its bytes (model_sha256) and its builder, not by the path it was reached by:
+    # a plan run from its own folder and resumed from another names it two ways.
+    key["model"] = split_ref(plan.model)[1]
     key["layout"] = {k: data[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                                           "virtual_stages", "zero", "sequence_parallel", "stage_blocks")}
     key["model_sha256"] = model_sha256

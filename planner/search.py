@@ -131,10 +131,13 @@ def search(
             best[mesh] = (value, plan)
     result.plans = [p for _, p in sorted(best.values(), key=lambda vp: vp[0])][:top]
     result.seconds = time.perf_counter() - t0
+    # PowerSGD narrows the search to plain DDP (tp=pp=1, zero=0): say so where nothing fits
+    why = (f"; grad_compress={fixed['grad_compress']} allows only tp=1, pp=1, zero=0 (torch DDP's hook): "
+           "grad_compress=bf16 keeps every layout" if fixed.get("grad_compress", "none").startswith("powersgd") else "")
     if not result.plans and not result.candidates:  # no shape meets the fixed keys and the batch
-        raise NoFeasiblePlan(why_no_candidates(profile, cluster, fixed, max_nodes, min_nodes))
+        raise NoFeasiblePlan(why_no_candidates(profile, cluster, fixed, max_nodes, min_nodes) + why)
     if not result.plans:
-        raise NoFeasiblePlan(nearest_feasible_change(profile, cluster, fixed, result, max_nodes))
+        raise NoFeasiblePlan(nearest_feasible_change(profile, cluster, fixed, result, max_nodes) + why)
     return result
 
 

@@ -86,7 +86,10 @@ def check_fix_syntax(fix) -> None:
     before the model is profiled, so the error is the only line the user sees."""
     fixed = parse_inline(fix) if isinstance(fix, str) else (fix or {})
     if "grad_compress" in fixed:
-        parse_grad_compress(fixed["grad_compress"])
+        spec = str(parse_grad_compress(fixed["grad_compress"]))
+        if spec.startswith("powersgd") and (fixed.get("tp", 1) > 1 or fixed.get("pp", 1) > 1):
+            raise PlanError(f"grad_compress={spec} runs as torch DDP's comm hook, which smplan execute "
+                            "applies without tp or pp; drop tp/pp or use grad_compress=bf16")
 
 
 def validate_constraints(
@@ -202,6 +205,7 @@ def validate_constraints(
         problem = grad_compress_problem(fixed["grad_compress"], fixed.get("zero", 0))
         if problem:
             raise PlanError(problem)
+        check_fix_syntax({k: fixed[k] for k in ("grad_compress", "tp", "pp") if k in fixed})  # DDP's hook: no tp, pp
     problem = fp8_scaling_problem(fixed.get("fp8_scaling", "tensor"), fixed["dtype"], cluster.gpu.block_scaled_fp8,
                                   repr(cluster.name))
     if problem:

@@ -84,8 +84,17 @@ def check_can_write(path: str | None, option: str, folder: bool = False) -> None
     file. Permissions, read-only and pseudo file systems only show when one is made."""
     if not path:
         return
-    start = Path(path).absolute()
-    start = start if folder else start.parent
+    target = Path(path).absolute()
+    if not folder:
+        if target.is_dir():
+            raise UserError(f"{option} {path} is a folder; give a file path")
+        if target.is_file():  # replacing it (--force) needs the file, not its folder, writable
+            if not os.access(target, os.W_OK):
+                raise UserError(f"{option} {path}: the file is not writable; choose another path")
+            return
+        if not target.parent.is_dir():
+            raise UserError(f"{option} {path}: folder {target.parent} does not exist; create it or choose another path")
+    start = target if folder else target.parent
     while not start.exists() and start != start.parent:
         start = start.parent
     if not start.is_dir():

@@ -41,6 +41,8 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt as err:  # Ctrl-C: one line and 130, not click's "Aborted!" and 1
             raise Interrupted(str(err) or "interrupted") from None
+        except click.exceptions.NoArgsIsHelpError:  # `smplan hw` alone: its help, as click shows it
+            raise
         except click.UsageError as err:  # click's "Usage: / Try / Error:" block, as one line
             raise UserError(usage_line(err)) from None
         except OSError as err:
@@ -55,6 +57,8 @@ class LazyGroup(click.Group):
     def make_context(self, info_name, args, parent=None, **extra):
         try:  # `smplan --bogus`: the group's own options, parsed before invoke
             return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:  # `smplan` alone: the help
+            raise
         except click.UsageError as err:
             raise UserError(usage_line(err)) from None
 

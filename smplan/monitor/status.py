@@ -116,7 +116,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
                  "sparkline": sparkline([r["loss"] for r in records], spark_width)},
         "grad_norm": {"last": records[-1]["grad_norm"],
                       "sparkline": sparkline([r["grad_norm"] for r in records], spark_width)},
-        "memory": {"predicted_peak_gib": predicted.get("peak_memory_gib"), "source": source,
+        "memory": {"predicted_peak_gib": run.predicted_allocated_gib, "source": source,
                    "compared": compared, "peak_gib_by_rank": peaks},
         "ranks": rank_rows,
         "stragglers": [s.to_dict() for s in stragglers],

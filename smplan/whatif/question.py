@@ -42,23 +42,47 @@ class Question:
             raise QuestionError(f"seeds must be at least 1, got {self.seeds}")
         if not 0 < self.sensitivity_delta < 1:
             raise QuestionError(f"the sensitivity delta must be between 0 and 1, got {self.sensitivity_delta}")
-        if self.checkpoint_interval_min is not None and not self.timed:
-            raise QuestionError("--checkpoint-interval-min prices checkpoints over a run: add --tokens or --days")
+        if not self.timed and (self.checkpoint_interval_min is not None
+                               or any(v.kind == "checkpoint" for v in self.varies)):
+            raise QuestionError("a checkpoint interval prices checkpoints over a run: add --tokens or --days")
         self._check_fixed_and_varied()
+        self._check_hardware_values()
+
+    def _check_hardware_values(self) -> None:
+        """A swept hardware value that no swept (or the given) profile accepts, such as a negative
+        bandwidth, is the user's typo, not an infeasible point: refused with the loader's rule."""
+        from smplan.hwprofiles import HardwareProfileError, load_cluster
+
+        hws = next((v.values for v in self.varies if v.kind == "hw"), (self.hw,))
+        for v in (v for v in self.varies if v.kind == "cluster"):
+            for value in v.values:
+                rules = []
+                for hw in hws:
+                    try:
+                        load_cluster(hw, nodes=self.nodes, overrides={**self.hw_overrides, v.target: value})
+                        break
+                    except HardwareProfileError as err:  # keep the rule, not the loader's framing
+                        rules.append(str(err).split("hardware profile: ")[-1].split("; fix")[0])
+                else:
+                    raise QuestionError(f"--vary {v.key}: {rules[0]}; give values the profile accepts")
 
     def _check_fixed_and_varied(self) -> None:
         """A setting both fixed and swept would silently take one of the two: refuse it."""
         from smplan.planner.plan import parse_inline
 
         plan_keys = set(parse_inline(self.plan)) if self.plan else set()
-        fixed = {"nodes": ("--nodes", self.nodes), "global_batch": ("--global-batch", self.global_batch),
-                 "seq_len": ("--seq-len", self.seq_len),
+        fixed = {"nodes": ("--nodes", self.nodes),
+                 "global_batch": ("--global-batch" if self.global_batch is not None else "--plan's global_batch",
+                                  self.global_batch if self.global_batch is not None else plan_keys & {"global_batch"} or None),
+                 "seq_len": ("--seq-len" if self.seq_len is not None else "--arg seq_len",
+                             self.seq_len if self.seq_len is not None else self.model_args.get("seq_len")),
                  "checkpoint": ("--checkpoint-interval-min", self.checkpoint_interval_min)}
         for v in self.varies:
             flag, value = fixed.get(v.kind, (None, None))
             clash = (flag if value is not None else None) \
                 or (f"--plan's {v.target}" if v.kind == "plan" and v.target in plan_keys else None) \
                 or (f"--arg {v.target}" if v.kind == "arg" and v.target in self.model_args else None) \
+                or ("--seq-len" if v.kind == "arg" and v.target == "seq_len" and self.seq_len is not None else None) \
                 or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None)
             if clash:
                 raise QuestionError(f"--vary {v.key} and {clash} both set it; drop one")

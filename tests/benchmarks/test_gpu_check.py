@@ -39,6 +39,10 @@ def test_rows_and_record():
     assert b["step_time_error_pct"] is None and b["skipped"] == "skipped: budget"
     assert record["mean_abs_step_time_error_pct"] == pytest.approx(20.0)  # skipped rows left out
     assert json.loads(json.dumps(record)) == record
+    reserved = gpu_check.plan_row("c", PLAN, {"step_time_s": 0.3, "peak_memory_gib": 42.0,
+                                              "memory_breakdown_gib": {"reserve": 2.0}},
+                                  {"measured": {"step_time_s": 0.25, "peak_memory_gib": 50.0}})
+    assert reserved["predicted_peak_memory_gib"] == 40.0 and reserved["peak_memory_error_pct"] == pytest.approx(-20.0)
 
 
 def test_table_has_one_line_per_plan_and_the_fp8_row():

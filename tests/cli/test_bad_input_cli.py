@@ -212,3 +212,32 @@ def test_layouts_name_cp_and_ep(cli_runner):
     moe = cli_runner.invoke(cli, ["plan", "examples/moe.py:tiny", "--hw", "h100x8", "--explain", "--top", "5"])
     explained = [line for line in moe.output.splitlines() if "step time (" in line]
     assert explained and any(" ep=" in line for line in explained)
+
+
+@pytest.mark.parametrize("args", [[], ["hw"], ["stack"]])
+def test_a_group_alone_shows_its_help_not_an_error(cli_runner, args):
+    result = cli_runner.invoke(cli, args)
+    assert result.output.startswith("Usage: ") and "error:" not in result.output
+    assert "Commands:" in result.output
+
+
+def test_a_swept_hardware_value_is_held_against_the_given_profile():
+    """nvlink_domain_gpus must be a multiple of the profile's GPUs per node: 4 is fine on a
+    GB200 NVL72 (4-GPU trays), as it is not on an 8-GPU node."""
+    from smplan.whatif import Question, parse_vary
+
+    Question(model=TINY, hw="gb200nvl72", nodes=18, varies=(parse_vary("nvlink_domain_gpus=4,36,72"),))
+    with pytest.raises(ValueError, match="nvlink_domain_gpus"):
+        Question(model=TINY, hw="a100x8", nodes=2, varies=(parse_vary("nvlink_domain_gpus=4"),))
+
+
+def test_powersgd_with_tp_or_pp_fixed_is_refused(cli_runner):
+    for extra in ("tp=2", "pp=2"):
+        result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", f"grad_compress=powersgd:4,{extra}"])
+        assert result.exit_code == 2 and "torch DDP's comm hook" in _error_line(result)
+
+
+def test_an_existing_writable_file_is_replaced_with_force_even_in_a_closed_folder(cli_runner):
+    """/dev takes no new files from a user, but /dev/null is writable: --force may replace it."""
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", "/dev/null", "--force"])
+    assert result.exit_code == 0, result.output

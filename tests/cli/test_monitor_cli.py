@@ -80,7 +80,7 @@ def test_report_is_one_self_contained_page(cli_runner, tmp_path):
 
 def test_report_output_must_be_a_file_in_an_existing_folder(cli_runner, tmp_path):
     run = write_run(tmp_path / "r")
-    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path)]), "is a directory")
+    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path)]), "is a folder")
     _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "no" / "x.html")]),
                     "does not exist")
 

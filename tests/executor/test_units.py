@@ -4,6 +4,7 @@ fingerprints, metrics summary, validation."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,6 +93,10 @@ def test_fingerprint_tracks_plan_and_model(gpt_file):
     assert fingerprint(plan.replace(tp=2, dp=1), gpt_file.sha256) != same
     assert fingerprint(plan.replace(model_args={"layers": 6}), gpt_file.sha256) != same
     assert fingerprint(plan, "0" * 64) != same
+    # the same file reached by another path (a plan file run from elsewhere) is the same model
+    assert fingerprint(plan.replace(model=str(Path(GPT.rsplit(":", 1)[0]).resolve()) + ":" + GPT.rsplit(":", 1)[1]),
+                       gpt_file.sha256) == same
+    assert fingerprint(plan.replace(model=GPT.rsplit(":", 1)[0] + ":gpt3_175b"), gpt_file.sha256) != same
 
 
 def test_summary_with_and_without_prediction(tmp_path):

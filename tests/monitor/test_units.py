@@ -155,17 +155,25 @@ def test_status_even_run_and_rss_not_compared(tmp_path):
 
 
 def test_status_memory_above_prediction_on_gpu(tmp_path):
-    run = load_run(write_run(tmp_path / "r", memory_gib=1.2, memory_source="cuda_allocator"))
+    run = load_run(write_run(tmp_path / "r", memory_gib=1.3, memory_source="cuda_allocator"))
     status = run_status(run, Thresholds(memory_pct=10))
     assert sorted(status["memory_over_prediction_pct"]) == [0, 1]
     assert sum("above the predicted" in w for w in status["warnings"]) == 2
-    assert run_status(run, Thresholds(memory_pct=30))["warnings"] == []
+    assert run_status(run, Thresholds(memory_pct=40))["warnings"] == []
+
+
+def test_a_tiny_model_is_not_flagged_for_what_no_model_counts(tmp_path):
+    """0.1 GiB measured against a 0.001 GiB prediction is 10000% over, but only by the cuBLAS
+    workspaces and such that MEMORY_SLACK_GIB covers."""
+    run = load_run(write_run(tmp_path / "r", memory_gib=0.1, memory_source="cuda_allocator"))
+    run.config["plan"]["predicted"] = {**run.predicted, "peak_memory_gib": 0.001}
+    assert run_status(run, Thresholds(memory_pct=10))["warnings"] == []
 
 
 def test_memory_is_compared_without_the_predicted_reserve(tmp_path):
     """The plan's peak counts a reserve (CUDA context, fragmentation) the allocator's peak never
-    sees: 1.2 GiB measured against 3.0 predicted of which 2.0 reserve is 20% over, not 60% under."""
-    run = load_run(write_run(tmp_path / "r", memory_gib=1.2, memory_source="cuda_allocator"))
+    sees: 1.3 GiB measured against 3.0 predicted of which 2.0 reserve is 30% over, not 57% under."""
+    run = load_run(write_run(tmp_path / "r", memory_gib=1.3, memory_source="cuda_allocator"))
     run.config["plan"]["predicted"] = {**run.predicted, "peak_memory_gib": 3.0,
                                        "memory_breakdown_gib": {"reserve": 2.0}}
     assert run.predicted_allocated_gib == pytest.approx(1.0)
