@@ -165,6 +165,9 @@ def split_ref(ref: str) -> tuple[Path, str]:
 
     if is_hf_ref(ref):
         return hf_dir(ref), BUILDER
+    left, _, right = ref.rpartition(":")
+    if left and ":" in left and Path(left).is_file():  # a colon in a folder name: /tmp/a:b/m.py:tiny
+        return Path(left), right or "model"
     path, _, builder = ref.partition(":") if ref.count(":") == 1 and not Path(ref).exists() else (ref, "", "")
     return Path(path), builder or "model"
 

@@ -235,3 +235,19 @@ def test_a_plan_file_finds_its_model_beside_it(tmp_path, monkeypatch):
     assert Plan.load(work / "p.json").model == f"{work.resolve() / 'mymodel.py'}:tiny"
     monkeypatch.chdir(work)  # where it was made: the path stays as written
     assert Plan.load("p.json").model == "mymodel.py:tiny"
+
+
+def test_a_model_in_a_folder_with_a_colon_keeps_its_builder(tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    from smplan.planner import Plan
+    from smplan.planner.model_file import split_ref
+
+    work = tmp_path / "a:b"
+    work.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "gpt.py", work / "m.py")
+    assert split_ref(f"{work / 'm.py'}:tiny") == (work / "m.py", "tiny")
+    Plan(model="m.py:tiny", hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(work / "p.json")
+    monkeypatch.chdir(tmp_path)
+    assert split_ref(Plan.load(work / "p.json").model) == ((work / "m.py").resolve(), "tiny")
