@@ -519,11 +519,14 @@ def device_tail_s(costs: PlanCosts, device: int) -> tuple[float, float]:
 
     With `dp_overlappable` the DP collectives overlap the device's last backward pass (one
     micro-batch through its chunks): exposed = max(0, dp_comm - backward); else all of it.
+    Under ZeRO-2 that backward's own gradient reduce-scatters hold the same links, so only the
+    rest of the pass is a window for the step's parameter all-gather.
     """
     st, p = costs.stages, costs.pp
     mine = [st[c] for c in range(device, len(st), p)]
     dp = sum(s.dp_comm_s for s in mine)
-    window = sum(s.backward_s for s in mine) if all(s.dp_overlappable for s in mine) else 0.0
+    window = (sum(max(0.0, s.backward_s - s.zero_reduce_s) for s in mine)
+              if all(s.dp_overlappable for s in mine) else 0.0)
     return max(0.0, dp - window), sum(s.optimizer_s for s in mine)
 
 

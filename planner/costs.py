@@ -90,6 +90,13 @@ class StageCosts:
     zero_units: tuple[ZeroUnit, ...] = ()
     zero_crosses_node: bool = False
 
+    @property
+    def zero_reduce_s(self) -> float:
+        """Seconds of the gradient reduce-scatters one backward pass issues on the DP links
+        (ZeRO-2/3 / FSDP; 0 without): the links are busy with them until the pass ends, so the
+        step's own DP collective cannot use that time."""
+        return sum(max(0.0, u.backward_comm_s - u.forward_comm_s) for u in self.zero_units)
+
 
 @dataclass(frozen=True)
 class PlanCosts:

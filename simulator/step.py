@@ -271,12 +271,15 @@ class StepSimulation:
 
         Default (the cost model's assumption): fine-grained buckets, i.e. the collective may
         run as soon as the backward starts and ends no earlier than the backward, so it is
-        exposed by max(0, dp - backward). With extras["dp_buckets"] = n, bucket k is ready
+        exposed by max(0, dp - backward). Under ZeRO-2 the backward's own reduce-scatters hold
+        the DP links first, so the step's collective may start only after their seconds (as
+        `cost_model.device_tail_s` counts it). With extras["dp_buckets"] = n, bucket k is ready
         at start + (k+1)/n * dur and the last bucket is always exposed (DDP's tail).
         """
         n = self.buckets
         if n <= 0:
-            self.queues[d].put(DpJob(start, seconds, c, "dp-reduce", not_before_s=start + dur))
+            ready = start + min(dur, self.costs.stages[c].zero_reduce_s)
+            self.queues[d].put(DpJob(ready, seconds, c, "dp-reduce", not_before_s=start + dur))
             return
         for k in range(n):
             self.queues[d].put(DpJob(start + dur * (k + 1) / n, seconds / n, c, "dp-reduce"))

@@ -204,3 +204,23 @@ def test_too_many_micro_batches_are_refused_not_simulated():
     assert simulate_step(uniform_costs(pp=2, m=8), layout(2), cluster()).step_time_s > 0
     with pytest.raises(SimulationError, match=r"2,097,152 passes; the step simulation takes at most 1,048,576"):
         simulate_step(uniform_costs(pp=2, m=MAX_SIMULATED_PASSES), layout(2), cluster())
+
+
+def test_zero2_step_gather_waits_for_the_backwards_own_reduce_scatters():
+    # ZeRO-2: the last backward (2 s) reduce-scatters 1.5 s of gradients on the DP links, so the
+    # step's 1 s parameter all-gather has only 0.5 s of that pass left to hide in: 0.5 s exposed,
+    # in the closed form and in the simulation with contention off alike.
+    import dataclasses
+
+    from smplan.planner.cost_model import estimate_from_costs
+    from smplan.planner.costs import ZeroUnit
+
+    base = uniform_costs("1f1b", 1, 4, tf=1.0, tb=2.0, dp_s=1.0)
+    unit = ZeroUnit(forward_s=0.25, forward_comm_s=0.0, backward_s=0.5, backward_comm_s=0.375)
+    c = dataclasses.replace(base, stages=tuple(dataclasses.replace(s, zero_units=(unit,) * 4) for s in base.stages))
+    assert c.stages[0].zero_reduce_s == pytest.approx(1.5)
+    closed = estimate_from_costs(c)
+    assert closed.breakdown["dp_comm_exposed"] == pytest.approx(0.5)
+    sim = simulate_step(c, layout(1), cluster(), contention=False)
+    assert sim.step_time_s == pytest.approx(closed.step_time_s, rel=1e-9)
+    assert sim.step_time_s == pytest.approx(4 * 3.0 + 0.5)
