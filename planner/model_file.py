@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 import warnings
@@ -181,20 +182,41 @@ def _callable_without_arguments(fn) -> bool:
     return all(p.default is not p.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
-def beside(ref: str, folder: Path) -> str:
-    """`ref` found from `folder` when its relative path names nothing from the working directory
-    but does from `folder` (a plan file's model, run from another directory); else `ref` as is."""
+def _with_path(ref: str, path: str) -> str:
+    """`ref` naming `path` instead, with its builder or hf: prefix kept."""
     from .hf_model import PREFIX, is_hf_ref
 
+    if is_hf_ref(ref):
+        return PREFIX + path
+    return f"{path}:{split_ref(ref)[1]}" if ":" in ref else path
+
+
+def beside(ref: str, folder: Path) -> str:
+    """A plan file's relative model path, found from the plan file's `folder` first (how
+    `Plan.save` writes it) and else from the working directory (plan files written before it
+    did, run where `smplan plan` ran); `ref` as is when neither names a file."""
     if not isinstance(ref, str) or not ref:
         return ref
-    path, builder = split_ref(ref)
-    if path.is_absolute() or path.exists() or not (folder / path).exists():
+    path = split_ref(ref)[0]
+    if path.is_absolute() or not (folder / path).exists():
         return ref
-    found = str((folder / path).resolve())
-    if is_hf_ref(ref):
-        return PREFIX + found
-    return f"{found}:{builder}" if ":" in ref else found
+    found = (folder / path).resolve()
+    try:  # named from the working directory where it lies below it, as `smplan plan` was given it
+        return _with_path(ref, str(found.relative_to(Path.cwd().resolve())))
+    except ValueError:
+        return _with_path(ref, str(found))
+
+
+def relative_to_folder(ref: str, folder: Path) -> str:
+    """`ref` with a relative path that names a file from the working directory rewritten
+    relative to `folder`, where the plan file that records it lives, so that the plan works
+    from any directory (`beside` reads it back); anything else as is."""
+    if not isinstance(ref, str) or not ref:
+        return ref
+    path = split_ref(ref)[0]
+    if path.is_absolute() or not path.exists():
+        return ref
+    return _with_path(ref, os.path.relpath(path.resolve(), folder.resolve()))
 
 
 def file_digest(ref: str) -> tuple[Path, str, str]:

@@ -21,7 +21,7 @@ from .feasibility import (
     pipeline_fill_problem,
 )
 from .grad_compress import problem as grad_compress_problem
-from .model_file import beside
+from .model_file import beside, relative_to_folder
 from .plan_schema import check_derived, check_plan_dict
 
 # 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read. Keys added
@@ -172,7 +172,12 @@ class Plan:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """Write the plan as JSON; a relative model path is written relative to the file's
+        folder (`Plan.load` looks there first), so the file works from any directory."""
+        path = Path(path)
+        model = relative_to_folder(self.model, path.parent)
+        plan = self if model == self.model else self.replace(model=model)
+        path.write_text(plan.to_json() + "\n")
 
     @staticmethod
     def from_dict(data: dict, source: str = "plan") -> Plan:
@@ -209,8 +214,8 @@ class Plan:
         except RecursionError:
             raise PlanError(f"plan file {str(path)!r} nests too deeply; regenerate it with `smplan plan`") from None
         plan = Plan.from_dict(data, source=f"plan file {str(path)!r}")
-        # A relative model path names the file from where `smplan plan` ran; run from elsewhere,
-        # it is looked up beside the plan file too.
+        # A relative model path is relative to the plan file (Plan.save), or, in files written
+        # before, to where `smplan plan` ran.
         model = beside(plan.model, path.parent)
         return plan if model == plan.model else plan.replace(model=model)
 

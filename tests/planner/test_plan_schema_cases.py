@@ -232,9 +232,34 @@ def test_a_plan_file_finds_its_model_beside_it(tmp_path, monkeypatch):
     shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "gpt.py", work / "mymodel.py")
     Plan(model="mymodel.py:tiny", hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(work / "p.json")
     monkeypatch.chdir(tmp_path)
-    assert Plan.load(work / "p.json").model == f"{work.resolve() / 'mymodel.py'}:tiny"
+    assert Plan.load(work / "p.json").model == "work/mymodel.py:tiny"  # named from here, below it
     monkeypatch.chdir(work)  # where it was made: the path stays as written
     assert Plan.load("p.json").model == "mymodel.py:tiny"
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # not below the model's folder: named absolutely
+    assert Plan.load(work / "p.json").model == f"{work.resolve() / 'mymodel.py'}:tiny"
+
+
+def test_a_plan_written_to_another_folder_works_from_anywhere(tmp_path, monkeypatch):
+    """`smplan plan mymodel.py -o /elsewhere/p.json`: the file records the model relative to
+    itself, so simulate and execute find it from any directory."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from smplan.planner import Plan
+
+    work, plans, other = tmp_path / "work", tmp_path / "plans", tmp_path / "other"
+    for d in (work, plans, other):
+        d.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "examples" / "gpt.py", work / "mymodel.py")
+    monkeypatch.chdir(work)
+    Plan(model="mymodel.py:tiny", hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(plans / "p.json")
+    assert json.loads((plans / "p.json").read_text())["model"] == "../work/mymodel.py:tiny"
+    assert Plan.load(plans / "p.json").model == "mymodel.py:tiny"  # where it was made: as given
+    monkeypatch.chdir(other)
+    assert Plan.load(plans / "p.json").model == f"{work.resolve() / 'mymodel.py'}:tiny"
 
 
 def test_a_model_in_a_folder_with_a_colon_keeps_its_builder(tmp_path, monkeypatch):
@@ -250,4 +275,4 @@ def test_a_model_in_a_folder_with_a_colon_keeps_its_builder(tmp_path, monkeypatc
     assert split_ref(f"{work / 'm.py'}:tiny") == (work / "m.py", "tiny")
     Plan(model="m.py:tiny", hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(work / "p.json")
     monkeypatch.chdir(tmp_path)
-    assert split_ref(Plan.load(work / "p.json").model) == ((work / "m.py").resolve(), "tiny")
+    assert split_ref(Plan.load(work / "p.json").model) == (Path("a:b/m.py"), "tiny")
