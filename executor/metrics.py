@@ -138,8 +138,9 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "steps": len(records),
         "device": device,
         "compute_dtype": dtype,  # CPU runs are fp32 whatever the plan says
-        "plan": {k: plan[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
-                                      "virtual_stages", "zero", "sequence_parallel", "recompute", "dtype")},
+        "plan": {k: plan[k] for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
+                                      "virtual_stages", "zero", "sequence_parallel", "recompute", "dtype",
+                                      "fp8_scaling", "capacity_factor", "grad_compress") if k in plan},
         "measured": measured,
         "predicted": None,
         "ratio_measured_over_predicted": None,

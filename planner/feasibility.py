@@ -128,7 +128,7 @@ def context_parallel_problem(cp: int, seq_len: int) -> str | None:
         return f"cp={cp} splits the sequence, but the model has none (profile seq_len 0); use cp=1"
     if seq_len % (2 * cp):
         return (f"cp={cp} needs seq_len divisible by 2*cp={2 * cp} (causal load balancing), "
-                f"but seq_len is {seq_len}; pick a smaller cp or another --seq-len")
+                f"but seq_len is {seq_len}; pick a smaller cp or a sequence length that {2 * cp} divides")
     return None
 
 

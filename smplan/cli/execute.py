@@ -120,6 +120,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     check_can_write(checkpoint_dir, "--checkpoint-dir", folder=True)
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)
+    if getattr(plan, "capacity_factor", 1.0) != 1.0 and "capacity_factor" not in (plan.model_args or {}):
+        # the plan's cf prices the busiest expert; what the run drops is the model's own setting
+        click.echo(f"note: cf={plan.capacity_factor:g} is the cost model's allowance for the busiest expert; "
+                   "the run routes as the model file does (--arg capacity_factor=X sets its capacity)", err=True)
     try:
         # --json: stdout carries the one JSON object, so the ranks' per-step lines go to stderr
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():

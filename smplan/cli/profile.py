@@ -79,7 +79,7 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
     if not result.has_tp_plan:
         click.echo("no tp_plan in the model file: tensor parallelism will not be offered")
     elif result.num_heads:
-        click.echo(f"tensor parallelism degree must divide num_heads={result.num_heads} (kv heads of a block)")
+        click.echo(f"tensor parallelism degree must divide {result.num_heads}, a block's key/value heads")
 
 
 def _row(name: str, count: int, p) -> list:

@@ -107,6 +107,7 @@ def test_summary_with_and_without_prediction(tmp_path):
     summary = summarize(tmp_path, None, plan.to_dict(), "cpu")
     assert summary["measured"]["step_time_s"] == 2.0  # median after the warm-up step
     assert summary["predicted"] is None and "no predicted figures" in summary["note"]
+    assert {"cp", "ep", "capacity_factor"} <= summary["plan"].keys()  # the whole layout that ran
     summary = summarize(tmp_path, {"step_time_s": 1.0, "tokens_per_s": 25.0}, plan.to_dict(), "cpu")
     assert summary["ratio_measured_over_predicted"]["step_time_s"] == 2.0
     assert summary["ratio_measured_over_predicted"]["peak_memory_gib"] is None
