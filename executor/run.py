@@ -161,6 +161,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     ckpt_dir = opts.checkpoint_dir or (str(own) if opts.checkpoint_every or checkpoint.latest(own) else None)
     if opts.checkpoint_every < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
+    every = opts.checkpoint_every or _earlier_checkpoint_every(out, ckpt_dir)
     if opts.grad_norms_every < 0:
         raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
     if opts.tensorboard:
@@ -186,7 +187,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         lr=opts.lr * factor,
         clip=opts.clip,
         checkpoint_dir=ckpt_dir,
-        checkpoint_every=opts.checkpoint_every,
+        checkpoint_every=every,
         force_resume=opts.force_resume,
         fail_at_step=opts.fail_at_step,
         fingerprint=fp,
@@ -222,6 +223,18 @@ def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
     source = open_source(path)
     check_source(source, model_file.build(plan.model_args, device="meta"))
     return source.path
+
+
+def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
+    """The --checkpoint-every of the run this one continues (its run_config.json), so that a
+    resumed run keeps checkpointing as it did and a later resume does not redo its steps; 0
+    when there is nothing to continue or it cannot be read."""
+    if not (ckpt_dir and checkpoint.latest(ckpt_dir)):
+        return 0
+    try:
+        return max(0, int(RunConfig.load(out / "run_config.json").checkpoint_every))
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0
 
 
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:

@@ -163,3 +163,21 @@ def test_selective_recompute_is_the_attention_core_only(gpt_file):
     assert [name for name, is_core in rec.ops if name == "bmm" and is_core] == ["bmm", "bmm"]
     assert {"addmm", "native_layer_norm", "gelu"} <= kept
     assert not ({"addmm", "mm", "native_layer_norm", "gelu"} & core)
+
+
+def test_a_resumed_run_keeps_the_checkpoint_interval_it_ran_with(tmp_path, monkeypatch):
+    # `execute -o RUN --checkpoint-every 2`, then `execute -o RUN --steps 8`: the continuation
+    # checkpoints every 2 steps too, so a third resume starts from step 8, not from step 4.
+    import dataclasses
+
+    from smplan.executor import checkpoint, run
+    from smplan.executor.config import RunConfig
+
+    fields = {f.name: None for f in dataclasses.fields(RunConfig)}
+    (tmp_path / "run_config.json").write_text(json.dumps({**fields, "checkpoint_every": 2}))
+    ckpt = tmp_path / "checkpoints"
+    assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 0  # nothing to continue: nothing inherited
+    monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4"))
+    assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 2
+    (tmp_path / "run_config.json").write_text("{not json")
+    assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 0
