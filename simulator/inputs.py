@@ -37,6 +37,11 @@ def resolve_target(
         if stack:
             plan = plan.replace(stack=stack)
         cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides, stack=plan.stack)
+        needed = -(-plan.world_size // cluster.gpus_per_node)
+        if nodes and nodes > needed:  # the plan's layout would run on its first nodes, the rest idle
+            raise PlanError(f"{target} lays out {plan.world_size} GPUs ({needed} node{'s' if needed != 1 else ''} of "
+                            f"{cluster.name}); --nodes {nodes} would leave the rest idle. Drop --nodes, re-plan for "
+                            f"them (smplan plan MODEL --nodes {nodes}) or compare sizes (smplan whatif --vary nodes=...)")
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
         return plan, profile, cluster
     if not hw:

@@ -67,6 +67,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         write_gantt(gantt_path, result.events, result.step_time_s, title)
     if as_json:
         out = result.to_dict()
+        # what was simulated, at the top level for scripts (the plan below holds the rest)
+        out.update(model=plan.model, hw=cluster.name, nodes=cluster.nodes, num_gpus=plan.world_size, stack=plan.stack)
         out["plan"] = plan.to_dict()
         if trace_path:
             out["trace"] = str(trace_path)

@@ -44,6 +44,10 @@ def test_simulate_plan_file_table(cli_runner, tmp_path):
     off = cli_runner.invoke(cli, ["simulate", str(path), "--no-contention", "--json"])
     data = json.loads(off.output)
     assert data["contention"] is False
+    assert (data["model"], data["hw"], data["nodes"], data["num_gpus"]) == (GPT, "a100x8", 1, 8)  # what ran
+    # more nodes than the plan lays out would only idle: refused, not silently ignored
+    _one_error_line(cli_runner.invoke(cli, ["simulate", str(path), "--nodes", "2"]))
+    assert cli_runner.invoke(cli, ["simulate", str(path), "--nodes", "1"]).exit_code == 0
     if data["closed_form_step_time_s"] is not None:
         assert data["step_time_s"] == pytest.approx(data["closed_form_step_time_s"], rel=0.05)
 
