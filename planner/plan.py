@@ -350,7 +350,8 @@ def plan_from_inline(
         dp = world // (tp * pp * cp)
     mbs = keys.get("micro_batch", 1)
     gbs = keys.get("global_batch", dp * mbs * (4 * pp if pp > 1 else 1))
-    schedule = keys.get("schedule", "1f1b")
+    # v > 1 implies the interleaved schedule, as `smplan plan --fix v=N` takes it
+    schedule = keys.get("schedule", "interleaved" if keys.get("virtual_stages", 1) > 1 else "1f1b")
     v = keys.get("virtual_stages", 2 if schedule == "interleaved" else 1)
     recompute = keys.pop("recompute", "none")
     if recompute not in RECOMPUTE:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from pathlib import Path
 
 import click
 
 from .checks import FiniteFloat, check_can_write
+from .main import UserError
 from .options import (
     echo_json,
     hw_options,
@@ -65,6 +67,8 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     from smplan.report.render import check_report_dir
     from smplan.whatif import Question, parse_vary, run_whatif
 
+    if model.endswith(".json") and Path(model).is_file():
+        _refuse_plan_file(model)
     check_report_dir(out_dir, force)
     check_can_write(out_dir, "-o/--output", folder=True)
 
@@ -134,3 +138,16 @@ class ProgressBar:
             click.echo("\r" + line[:120].ljust(120), err=True, nl=done == total)
         else:
             click.echo(line, err=True)
+
+
+def _refuse_plan_file(path: str) -> None:
+    """whatif re-plans and simulates a model; a plan file's own settings go in --plan."""
+    from smplan.planner import Plan
+    from smplan.whatif.point import plan_inline
+
+    try:
+        plan = Plan.load(path)
+    except Exception:  # noqa: BLE001 - not a readable plan: the model loader says what is wrong
+        return
+    raise UserError(f"{path} is a plan file; whatif takes its model: smplan whatif {plan.model} --hw {plan.hw} "
+                    f"--nodes {plan.nodes} --plan \"{plan_inline(plan)}\" --vary KEY=V1,V2")

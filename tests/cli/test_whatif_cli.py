@@ -112,3 +112,15 @@ def test_bad_vary_is_one_line_exit_2(cli_runner, tmp_path, bad):
 def test_tokens_and_days_together_rejected(cli_runner, tmp_path):
     result = run(cli_runner, "--tokens", "1e9", "--days", "1", "-o", str(tmp_path / "r"))
     assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_a_plan_file_is_refused_with_the_command_that_sweeps_its_model(cli_runner, tmp_path):
+    plan = tmp_path / "p.json"
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    result = cli_runner.invoke(cli, ["whatif", str(plan), "--vary", "nodes=1,2", "-o", str(tmp_path / "r")])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "is a plan file" in lines[0]
+    assert "smplan whatif examples/gpt.py:tiny --hw a100x8" in lines[0] and "--plan \"tp=" in lines[0]
+    assert not (tmp_path / "r").exists()

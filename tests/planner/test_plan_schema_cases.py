@@ -174,6 +174,11 @@ def test_inline_keeps_its_defaults():
 
     plan = plan_from_inline("tp=2", model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=4)
     assert (plan.dp, plan.pp, plan.micro_batch, plan.global_batch) == (4, 1, 1, 4)
+    # v > 1 implies the interleaved schedule, as `plan --fix v=2` does; a stated other one is refused
+    plan = plan_from_inline("pp=2,v=2", model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=4)
+    assert (plan.schedule, plan.virtual_stages) == ("interleaved", 2)
+    with pytest.raises(PlanError, match="v=2 needs schedule=interleaved"):
+        plan_from_inline("pp=2,v=2,schedule=1f1b", model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=4)
 
 
 def test_duplicate_model_arg():
