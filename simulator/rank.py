@@ -14,19 +14,23 @@ import dataclasses
 from collections.abc import Callable
 
 from smplan.hwprofiles import Cluster
-from smplan.planner import Plan, profile_model
+from smplan.planner import ModelProfile, Plan, profile_model
 
 from .api import simulate_plan
 
+# Plans the search hands to the step simulation for the final ranking: a handful of seconds at
+# most (1T GPT on 3,072 GPUs, 512 micro-batches: 3.3 s for its slowest plan, measured here).
+RANKED_PLANS = 10
 # The closed-form estimate's figures the simulation replaces; the memory figures are the
 # cost model's in both (the simulator does not change what a GPU holds).
 TIME_FIGURES = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
                 "mfu", "bubble_fraction", "breakdown", "usd_per_step")
 
 
-def simulated(plan: Plan, cluster: Cluster) -> Plan:
-    """`plan` with the time figures of its simulated step (contention on) as its prediction."""
-    profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
+def simulated(plan: Plan, cluster: Cluster, profile: ModelProfile | None = None) -> Plan:
+    """`plan` with the time figures of its simulated step (contention on) as its prediction;
+    `profile` None: the plan's model profiled as `simulate PLAN.json` does (cached)."""
+    profile = profile or profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
     figures = simulate_plan(plan, profile, cluster, record_events=False).figures
     if plan.predicted is None:
         return plan.replace(predicted=figures)
@@ -34,10 +38,11 @@ def simulated(plan: Plan, cluster: Cluster) -> Plan:
         plan.predicted, **{k: getattr(figures, k) for k in TIME_FIGURES}))
 
 
-def rank_by_simulation(plans: list[Plan], cluster_for: Callable[[Plan], Cluster], objective: str = "time") -> list[Plan]:
+def rank_by_simulation(plans: list[Plan], cluster_for: Callable[[Plan], Cluster], objective: str = "time",
+                       profile: ModelProfile | None = None) -> list[Plan]:
     """`plans` simulated (`simulated`) and sorted by the objective: the step time, or for
     "cost" the GPU-seconds of a step (step time x GPUs, as the planner's search scores it)."""
-    done = [simulated(p, cluster_for(p)) for p in plans]
+    done = [simulated(p, cluster_for(p), profile) for p in plans]
     if objective == "cost":
         return sorted(done, key=lambda p: p.predicted.step_time_s * p.world_size)
     return sorted(done, key=lambda p: p.predicted.step_time_s)

@@ -9,6 +9,7 @@ import click
 from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
 from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
+from smplan.simulator.rank import RANKED_PLANS as RANKED
 from smplan.simulator.rank import rank_by_simulation
 
 from .checks import check_output_file
@@ -22,10 +23,6 @@ from .options import (
     warn_if_uncalibrated,
 )
 from .table import format_table
-
-# Plans the search hands to the step simulation for the final ranking: a handful of seconds at
-# most (1T GPT on 3,072 GPUs, 512 micro-batches: 3.3 s for its slowest plan, measured here).
-RANKED = 10
 
 
 @click.command()

@@ -49,8 +49,9 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
             model_args=profile.args, seq_len=profile.seq_len or None, hw_overrides=_overrides(q, spec), **common,
         ).replace(stack=stack)
     from smplan.planner.search import plan_search
+    from smplan.simulator.rank import RANKED_PLANS, rank_by_simulation
 
-    constraints: dict = {"top": 1, "dtype": q.dtype, "overlap_dp": overlap_dp}
+    constraints: dict = {"top": RANKED_PLANS, "dtype": q.dtype, "overlap_dp": overlap_dp}
     if spec.plan_keys:
         constraints["fix"] = dict(spec.plan_keys)
     if gbs:
@@ -58,9 +59,10 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
     plans = plan_search(profile, cluster, **constraints)
     if not plans:
         raise InfeasiblePoint(f"no plan fits {cluster.num_gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gib:g} GiB)")
-    best = plans[0]
-    return best.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec),
-                        stack=stack)
+    # as `smplan plan` picks: the search's best few, ranked by their simulated step
+    plans = [p.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec), stack=stack)
+             for p in plans]
+    return rank_by_simulation(plans, lambda _: cluster, profile=profile)[0]
 
 
 def _overrides(q: Question, spec: PointSpec) -> dict:
