@@ -391,6 +391,7 @@ class CostModel:
             peak_tflops_per_gpu=cl.gpu.peak_tflops.for_dtype(plan.dtype),
             usd_per_gpu_hour=cl.cost.usd_per_gpu_hour,
             capacity_bytes=capacity_bytes(cl),
+            expert_or_context_parallel=plan.ep > 1 or plan.cp > 1,
         )
 
 
@@ -556,7 +557,7 @@ def estimate_from_costs(costs: PlanCosts) -> Figures:
         "dp_comm_exposed": tails[crit][0],
         "optimizer": tails[crit][1],
     }
-    if ep_comm or cp_comm:  # keys only where the plan has them, so dense breakdowns stay as they were
+    if ep_comm or cp_comm or costs.expert_or_context_parallel:  # keys only where the plan has ep or cp
         breakdown["ep_all_to_all"] = ep_comm
         breakdown["cp_comm_exposed"] = cp_comm
     breakdown["bubble"] = max(0.0, step - sum(breakdown.values()))

@@ -115,6 +115,8 @@ class PlanCosts:
     peak_tflops_per_gpu: float = 1.0  # for MFU, at the plan's dtype
     usd_per_gpu_hour: float = 0.0
     capacity_bytes: float = 0.0  # usable memory of one GPU
+    # ep > 1 or cp > 1: the breakdowns always carry their keys (zero where all of it hid)
+    expert_or_context_parallel: bool = False
     extras: dict = field(default_factory=dict)
 
     def device_stage(self, chunk: int) -> int:

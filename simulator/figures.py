@@ -29,7 +29,7 @@ def critical_device(raw: RawStep) -> int:
     return 0
 
 
-def breakdown(raw: RawStep, device: int | None = None) -> dict[str, float]:
+def breakdown(raw: RawStep, device: int | None = None, ep_or_cp: bool = False) -> dict[str, float]:
     """Seconds of the step by kind on one rank (the critical one by default); sums to the step."""
     d = critical_device(raw) if device is None else device
     t = raw.devices[d]
@@ -43,7 +43,7 @@ def breakdown(raw: RawStep, device: int | None = None) -> dict[str, float]:
         "optimizer": t.optimizer_s,
         "bubble": t.wait_bubble_s,
     }
-    if t.ep_comm_s or t.cp_comm_s:  # as the closed form: keys only where the plan has them
+    if t.ep_comm_s or t.cp_comm_s or ep_or_cp:  # as the closed form: keys only where the plan has ep or cp
         out["ep_all_to_all"] = t.ep_comm_s
         out["cp_comm_exposed"] = t.cp_comm_s
     # Ranks that finish early idle until the step ends: that is bubble too.
@@ -94,7 +94,7 @@ def utilisation(raw: RawStep, node_of_stage: list[int] | None = None) -> list[di
 
 def figures(raw: RawStep, costs: PlanCosts) -> Figures:
     step = raw.step_time_s
-    parts = breakdown(raw)
+    parts = breakdown(raw, ep_or_cp=costs.expert_or_context_parallel)
     memories = [m for m in device_memory(costs) if m is not None]
     fullest = max(memories, key=lambda m: m.total_bytes) if memories else None
     gpus = max(costs.num_gpus, 1)

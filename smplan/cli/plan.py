@@ -96,7 +96,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}" if max_nodes
              else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name})")
     gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
-    gc += f", {plans[0].fp8_scaling}-scaled" if plans[0].dtype == "fp8" else ""
+    gc += f", {plans[0].fp8_scaling}-scaled (MFU of the fp8 peak)" if plans[0].dtype == "fp8" else ""
     click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}, "
                f"stack {stack or DEFAULT_STACK}")
     click.echo(format_table(headers, rows))

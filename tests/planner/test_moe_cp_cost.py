@@ -178,3 +178,17 @@ def test_expert_activations_grow_with_capacity_and_split_over_tp_under_ep(moe):
     assert act("dp=8,ep=8,mbs=1,gbs=8,cf=1.5") - act("dp=8,ep=8,mbs=1,gbs=8") == pytest.approx(0.5 * expert)
     # tp=2 without sp: experts replicated at ep=1, their tokens split over tp under ep=2
     assert act("tp=2,dp=4,mbs=1,gbs=4") - act("tp=2,dp=4,ep=2,mbs=1,gbs=4") == pytest.approx(0.5 * expert)
+
+
+def test_an_ep_plans_breakdown_keeps_its_keys_when_the_all_to_alls_all_hide(moe):
+    """Scripts read breakdown["ep_all_to_all"] of any ep plan: 0 where the overlap hid it all,
+    never a missing key; a dense plan has neither key."""
+    from smplan.simulator import simulate_plan
+
+    cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0})
+    plan = _plan("dp=16,ep=2,mbs=1,gbs=64", moe, nodes=2)
+    closed = estimate(plan, moe, cl).breakdown
+    assert closed["ep_all_to_all"] == 0.0 and closed["cp_comm_exposed"] == 0.0
+    assert {"ep_all_to_all", "cp_comm_exposed"} <= simulate_plan(plan, moe, cl).figures.breakdown.keys()
+    dense = _plan("dp=16,mbs=1,gbs=64", moe, nodes=2)
+    assert "ep_all_to_all" not in estimate(dense, moe, cl).breakdown
