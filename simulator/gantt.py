@@ -17,6 +17,8 @@ COLOURS = {
     "zero-gather": "#9d755d",
     "zero-reduce": "#b279a2",
     "optimizer": "#bab0ac",
+    "ep-a2a": "#eeca3b",
+    "cp-comm": "#ff9da6",
 }
 LABELS = {
     "F": "forward",
@@ -29,6 +31,8 @@ LABELS = {
     "zero-gather": "ZeRO/FSDP per-layer all-gather",
     "zero-reduce": "ZeRO/FSDP per-layer reduce-scatter",
     "optimizer": "optimizer",
+    "ep-a2a": "expert all-to-alls",
+    "cp-comm": "context-parallel K/V comm",
 }
 # Within a stage's row: compute on top, sends and DP as thinner bars below.
 _LANE_OFFSET = {"compute": (0.0, 0.5), "send": (0.52, 0.2), "dp": (0.74, 0.2)}

@@ -34,8 +34,8 @@ from .schedules import ScheduleError, device_orders, first_forward_index, last_b
 
 class SimEvent(NamedTuple):
     device: int  # pipeline rank
-    lane: str  # "compute", "send" or "dp"
-    name: str  # F, R (recompute), B, send-act, send-grad, dp-reduce, dp-gather, optimizer
+    lane: str  # "compute", "send" (also the expert and CP collectives) or "dp"
+    name: str  # F, R (recompute), B, send-act, send-grad, ep-a2a, cp-comm, dp-reduce, dp-gather, optimizer
     start: float
     end: float
     chunk: int = -1
@@ -170,9 +170,7 @@ class StepSimulation:
             yield self.env.timeout(dur)
             return
         yield self.env.timeout(max(0.0, dur - on_links))
-        for seconds, crosses in comm:
-            if seconds > 0:
-                yield self.net.transfer(self._group_links(d, crosses), seconds)
+        yield from self._group_collectives(d, comm, chunk, mb)
 
     def _sharded_pass(self, d: int, st, forward: bool, chunk: int, mb: int):
         """A ZeRO-3 / FSDP pass as it runs (Zhao et al. 2023, PyTorch FSDP, section 3.3): each
@@ -229,9 +227,17 @@ class StepSimulation:
                 gathered = transfer("zero-gather", nxt)
         if pending:
             yield env.all_of(pending)
-        for seconds, crosses in comm:
+        yield from self._group_collectives(d, comm, chunk, mb)
+
+    def _group_collectives(self, d: int, comm, chunk: int, mb: int):
+        """A pass's expert all-to-alls, then its exposed CP collectives, on their group's links
+        (`comm`: ((seconds, crosses node), ...) in that order); traced on the send lane."""
+        for (seconds, crosses), name in zip(comm, ("ep-a2a", "cp-comm"), strict=True):
             if seconds > 0:
+                start = self.env.now
                 yield self.net.transfer(self._group_links(d, crosses), seconds)
+                if self.record:
+                    self.events.append(SimEvent(d, "send", name, start, self.env.now, chunk, mb))
 
     def _ready_event(self, key: tuple[str, int, int]) -> simpy.Event:
         ev = self._ready.get(key)

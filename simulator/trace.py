@@ -14,7 +14,8 @@ from pathlib import Path
 from .step import SimEvent
 
 LANES = {"compute": 0, "send": 1, "dp": 2}
-LANE_NAMES = {"compute": "compute stream", "send": "p2p sends", "dp": "data-parallel comm"}
+LANE_NAMES = {"compute": "compute stream", "send": "p2p sends, expert / context-parallel comm",
+              "dp": "data-parallel comm"}
 _LABELS = {
     "F": "forward",
     "B": "backward",
@@ -26,6 +27,8 @@ _LABELS = {
     "zero-gather": "zero/fsdp layer all-gather",
     "zero-reduce": "zero/fsdp layer reduce-scatter",
     "optimizer": "optimizer",
+    "ep-a2a": "expert all-to-alls",
+    "cp-comm": "context-parallel K/V comm",
 }
 
 

@@ -63,7 +63,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     if trace_path:
         write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})
     if gantt_path:
-        title = f"{plan.model}  {plan.degrees} {plan.schedule}, {plan.num_microbatches} micro-batches"
+        m = plan.num_microbatches
+        title = f"{plan.model}  {plan.degrees} {plan.schedule}, {m} micro-batch{'es' if m != 1 else ''}"
         write_gantt(gantt_path, result.events, result.step_time_s, title)
     if as_json:
         out = result.to_dict()

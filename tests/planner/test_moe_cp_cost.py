@@ -192,3 +192,15 @@ def test_an_ep_plans_breakdown_keeps_its_keys_when_the_all_to_alls_all_hide(moe)
     assert {"ep_all_to_all", "cp_comm_exposed"} <= simulate_plan(plan, moe, cl).figures.breakdown.keys()
     dense = _plan("dp=16,mbs=1,gbs=64", moe, nodes=2)
     assert "ep_all_to_all" not in estimate(dense, moe, cl).breakdown
+
+
+def test_the_step_timeline_shows_the_exposed_all_to_alls(moe):
+    """With contention on, a pass's exposed all-to-alls run on the ep group's links after its
+    compute; the trace and Gantt chart draw them (lane "send"), as long as the breakdown says."""
+    from smplan.simulator import simulate_plan
+
+    cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0})
+    result = simulate_plan(_plan("dp=16,ep=16,mbs=1,gbs=32", moe, nodes=2), moe, cl)
+    a2a = [e for e in result.events if e.name == "ep-a2a"]
+    assert a2a and {e.lane for e in a2a} == {"send"}
+    assert sum(e.end - e.start for e in a2a) == pytest.approx(result.figures.breakdown["ep_all_to_all"], rel=1e-6)
