@@ -94,7 +94,8 @@ def complete_plan(m: Mapped, profile, cluster):
     """The row's plan with what its source leaves out (`m.choose`: recompute) picked as the
     planner would, everything the row states kept (its even block split included): for each
     recomputation kind the fewest recomputed blocks that fit every GPU, then the kind with the
-    shortest predicted step. Where none fits, every block fully recomputed (then counted over
+    shortest simulated step (contention on: `smplan plan` ranks its best plans so,
+    simulator/rank.py). Where none fits, every block fully recomputed (then counted over
     memory)."""
     if not m.choose:
         return m.plan
@@ -105,7 +106,7 @@ def complete_plan(m: Mapped, profile, cluster):
     if not fits:
         print(f"  {m.run}: no recomputation fits; scored with full recompute", file=sys.stderr)
         return _recomputing(m.plan, "full", [st.num_blocks for st in m.plan.stages])
-    return min(fits, key=lambda p: estimate(p, profile, cluster).step_time_s)
+    return min(fits, key=lambda p: simulate_plan(p, profile, cluster, record_events=False).step_time_s)
 
 
 @dataclasses.dataclass
