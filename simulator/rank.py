@@ -21,6 +21,9 @@ from .api import simulate_plan
 # Plans the search hands to the step simulation for the final ranking: a handful of seconds at
 # most (1T GPT on 3,072 GPUs, 512 micro-batches: 3.3 s for its slowest plan, measured here).
 RANKED_PLANS = 10
+# A plan of more micro-batch passes (micro-batches x pipeline chunks) than this keeps its closed
+# form: ~1.6 s of simulation each (25 us a pass, api.MAX_SIMULATED_PASSES), so ten stay seconds.
+RANK_MAX_PASSES = 2**16
 # The closed-form estimate's figures the simulation replaces; the memory figures are the
 # cost model's in both (the simulator does not change what a GPU holds).
 TIME_FIGURES = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
@@ -29,13 +32,21 @@ TIME_FIGURES = ("step_time_s", "tokens_per_s", "samples_per_s", "model_tflops_pe
 
 def simulated(plan: Plan, cluster: Cluster, profile: ModelProfile | None = None) -> Plan:
     """`plan` with the time figures of its simulated step (contention on) as its prediction;
-    `profile` None: the plan's model profiled as `simulate PLAN.json` does (cached)."""
+    `profile` None: the plan's model profiled as `simulate PLAN.json` does (cached). A plan of
+    over RANK_MAX_PASSES passes is returned as it is (see `too_long_to_rank`)."""
+    if too_long_to_rank(plan):
+        return plan
     profile = profile or profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
     figures = simulate_plan(plan, profile, cluster, record_events=False).figures
     if plan.predicted is None:
         return plan.replace(predicted=figures)
     return plan.replace(predicted=dataclasses.replace(
         plan.predicted, **{k: getattr(figures, k) for k in TIME_FIGURES}))
+
+
+def too_long_to_rank(plan: Plan) -> bool:
+    """Whether simulating `plan`'s step would take more than RANK_MAX_PASSES passes."""
+    return plan.num_microbatches * plan.pp * plan.virtual_stages > RANK_MAX_PASSES
 
 
 def rank_by_simulation(plans: list[Plan], cluster_for: Callable[[Plan], Cluster], objective: str = "time",

@@ -10,7 +10,7 @@ from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
 from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
-from smplan.simulator.rank import rank_by_simulation
+from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
 
 from .checks import check_output_file
 from .options import (
@@ -75,6 +75,11 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
     if not closed_form:
         # each as `smplan simulate PLAN.json` will run it: the plan's hardware, nodes and stack
+        slow = sum(too_long_to_rank(p) for p in plans)
+        if slow:
+            click.echo(f"note: {slow} of the best {len(plans)} plans run too many micro-batches to simulate quickly "
+                       "and keep their closed-form figures (`smplan simulate PLAN.json` may differ by a few %)",
+                       err=True)
         plans = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)[:top]
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them

@@ -241,3 +241,15 @@ def test_the_plan_predicts_what_simulate_reports_and_ranks_by_it(cli_runner, tmp
     assert closed["search"]["ranked_by"] == "closed form"
     # this search's closed-form favourite (uneven interleaved chunks) is not what the simulation ranks first
     assert closed["plans"][0]["step_time_s"] != _pytest.approx(times[0], rel=1e-3)
+
+
+def test_a_plan_too_long_to_simulate_keeps_its_closed_form(cli_runner):
+    from smplan.simulator.rank import RANK_MAX_PASSES
+
+    gbs = 8 * (RANK_MAX_PASSES + 1)  # dp=8, mbs=1: one more micro-batch than ranking simulates
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--global-batch", str(gbs), "--fix", "mbs=1,dp=8",
+                                     "--json"])
+    assert result.exit_code == 0, result.output
+    assert "keep their closed-form figures" in result.stderr
+    best = json.loads(result.stdout)["plans"][0]
+    assert best["global_batch"] // (best["dp"] * best["micro_batch"]) == RANK_MAX_PASSES + 1
