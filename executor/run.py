@@ -33,7 +33,7 @@ class ExecuteOptions:
     nnodes: int = 1
     rdzv_endpoint: str | None = None
     checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None  # None: 0, or on a resumed run the interval it ran with
     max_restarts: int = 0
     launcher: str = "local"
     out: str | None = None
@@ -158,10 +158,11 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     # The run directory's own checkpoints: written with --checkpoint-every, and resumed from
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
     own = out / "checkpoints"
-    ckpt_dir = opts.checkpoint_dir or (str(own) if opts.checkpoint_every or checkpoint.latest(own) else None)
-    if opts.checkpoint_every < 0:
+    given = opts.checkpoint_every
+    ckpt_dir = opts.checkpoint_dir or (str(own) if given or checkpoint.latest(own) else None)
+    if given is not None and given < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
-    every = opts.checkpoint_every or _earlier_checkpoint_every(out, ckpt_dir)
+    every = given if given is not None else _earlier_checkpoint_every(out, ckpt_dir)
     if opts.grad_norms_every < 0:
         raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
     if opts.tensorboard:

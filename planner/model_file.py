@@ -160,16 +160,22 @@ def _fmt(args: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in args.items())
 
 
-def split_ref(ref: str) -> tuple[Path, str]:
-    """`file.py:builder` -> (Path, builder); the builder defaults to `model`; `hf:DIR` -> (DIR, "hf")."""
+def split_ref(ref: str, base: Path | None = None) -> tuple[Path, str]:
+    """`file.py:builder` -> (Path, builder); the builder defaults to `model`; `hf:DIR` -> (DIR, "hf").
+    Whether a colon belongs to a folder name is read from the files there, relative paths from
+    `base` (default: the working directory)."""
     from .hf_model import BUILDER, hf_dir, is_hf_ref
 
     if is_hf_ref(ref):
         return hf_dir(ref), BUILDER
+
+    def there(text: str) -> Path:
+        return base / text if base is not None and not Path(text).is_absolute() else Path(text)
+
     left, _, right = ref.rpartition(":")
-    if left and ":" in left and Path(left).is_file():  # a colon in a folder name: /tmp/a:b/m.py:tiny
+    if left and ":" in left and there(left).is_file():  # a colon in a folder name: /tmp/a:b/m.py:tiny
         return Path(left), right or "model"
-    path, _, builder = ref.partition(":") if ref.count(":") == 1 and not Path(ref).exists() else (ref, "", "")
+    path, _, builder = ref.partition(":") if ref.count(":") == 1 and not there(ref).exists() else (ref, "", "")
     return Path(path), builder or "model"
 
 
@@ -182,13 +188,14 @@ def _callable_without_arguments(fn) -> bool:
     return all(p.default is not p.empty or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
-def _with_path(ref: str, path: str) -> str:
-    """`ref` naming `path` instead, with its builder or hf: prefix kept."""
+def _with_path(ref: str, path: str, base: Path | None = None) -> str:
+    """`ref` (read from `base`, see `split_ref`) naming `path` instead, its builder or hf: prefix kept."""
     from .hf_model import PREFIX, is_hf_ref
 
     if is_hf_ref(ref):
         return PREFIX + path
-    return f"{path}:{split_ref(ref)[1]}" if ":" in ref else path
+    old, builder = split_ref(ref, base)
+    return f"{path}:{builder}" if str(old) != ref else path
 
 
 def beside(ref: str, folder: Path) -> str:
@@ -197,14 +204,14 @@ def beside(ref: str, folder: Path) -> str:
     did, run where `smplan plan` ran); `ref` as is when neither names a file."""
     if not isinstance(ref, str) or not ref:
         return ref
-    path = split_ref(ref)[0]
+    path = split_ref(ref, folder)[0]
     if path.is_absolute() or not (folder / path).exists():
         return ref
     found = (folder / path).resolve()
     try:  # named from the working directory where it lies below it, as `smplan plan` was given it
-        return _with_path(ref, str(found.relative_to(Path.cwd().resolve())))
+        return _with_path(ref, str(found.relative_to(Path.cwd().resolve())), folder)
     except ValueError:
-        return _with_path(ref, str(found))
+        return _with_path(ref, str(found), folder)
 
 
 def relative_to_folder(ref: str, folder: Path) -> str:

@@ -41,11 +41,11 @@ def breakdown(raw: RawStep, device: int | None = None, ep_or_cp: bool = False) -
         "pp_p2p": t.wait_comm_s + t.send_wait_s,
         "dp_comm_exposed": dp_exposed,
         "optimizer": t.optimizer_s,
-        "bubble": t.wait_bubble_s,
     }
     if t.ep_comm_s or t.cp_comm_s or ep_or_cp:  # as the closed form: keys only where the plan has ep or cp
         out["ep_all_to_all"] = t.ep_comm_s
         out["cp_comm_exposed"] = t.cp_comm_s
+    out["bubble"] = t.wait_bubble_s  # last, as in the closed form
     # Ranks that finish early idle until the step ends: that is bubble too.
     out["bubble"] += max(0.0, raw.step_time_s - t.end_s)
     return out

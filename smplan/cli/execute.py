@@ -31,8 +31,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
               help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set).")
-@click.option("--checkpoint-every", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Save every S steps (and at the end); 0: never.")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
+              help="Save every S steps (and at the end); 0: never. Default: 0, or on a run that resumes "
+                   "from RUN_DIR the interval it was started with.")
 @click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan (DCP reshards it).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Restarts torchrun's agent allows after a worker fails.")

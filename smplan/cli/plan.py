@@ -77,10 +77,12 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         # each as `smplan simulate PLAN.json` will run it: the plan's hardware, nodes and stack
         slow = sum(too_long_to_rank(p) for p in plans)
         if slow:
-            click.echo(f"note: {slow} of the best {len(plans)} plans run too many micro-batches to simulate quickly "
-                       "and keep their closed-form figures (`smplan simulate PLAN.json` may differ by a few %)",
-                       err=True)
-        plans = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)[:top]
+            closed_form = True  # not a mix of simulated and closed-form figures
+            click.echo(f"note: {slow} of the best {len(plans)} plans run too many micro-batches to simulate quickly, "
+                       "so all keep the search's closed-form ranking (`smplan simulate PLAN.json` may differ by a "
+                       "few %)", err=True)
+        plans = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)
+    plans = plans[:top]
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
         plans[0].replace(hw=_hw_ref(hw), hw_overrides=dict(parse_override(kv) for kv in hw_set)).save(output)

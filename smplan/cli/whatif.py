@@ -142,6 +142,7 @@ class ProgressBar:
 
 def _refuse_plan_file(path: str) -> None:
     """whatif re-plans and simulates a model; a plan file's own settings go in --plan."""
+    from smplan.hwprofiles import DEFAULT_STACK
     from smplan.planner import Plan
     from smplan.whatif.point import plan_inline
 
@@ -149,5 +150,14 @@ def _refuse_plan_file(path: str) -> None:
         plan = Plan.load(path)
     except Exception:  # noqa: BLE001 - not a readable plan: the model loader says what is wrong
         return
-    raise UserError(f"{path} is a plan file; whatif takes its model: smplan whatif {plan.model} --hw {plan.hw} "
-                    f"--nodes {plan.nodes} --plan \"{plan_inline(plan)}\" --vary KEY=V1,V2")
+    words = ["smplan", "whatif", plan.model, "--hw", plan.hw, "--nodes", str(plan.nodes)]
+    for key, value in plan.model_args.items():  # the shape the plan was made for, as it was given
+        words += ["--arg", f"{key}={value}"]
+    if plan.seq_len and "seq_len" not in plan.model_args:
+        words += ["--seq-len", str(plan.seq_len)]
+    for key, value in plan.hw_overrides.items():
+        words += ["--hw-set", f"{key}={value}"]
+    if plan.stack != DEFAULT_STACK:
+        words += ["--stack", plan.stack]
+    words += ["--plan", plan_inline(plan), "--vary", "KEY=V1,V2"]
+    raise UserError(f"{path} is a plan file; whatif takes its model: {shlex.join(words)}")

@@ -250,6 +250,8 @@ def test_a_plan_too_long_to_simulate_keeps_its_closed_form(cli_runner):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--global-batch", str(gbs), "--fix", "mbs=1,dp=8",
                                      "--json"])
     assert result.exit_code == 0, result.output
-    assert "keep their closed-form figures" in result.stderr
-    best = json.loads(result.stdout)["plans"][0]
+    assert "keep the search's closed-form ranking" in result.stderr
+    data = json.loads(result.stdout)
+    assert data["search"]["ranked_by"] == "closed form"  # never simulated and closed-form figures mixed
+    best = data["plans"][0]
     assert best["global_batch"] // (best["dp"] * best["micro_batch"]) == RANK_MAX_PASSES + 1

@@ -116,11 +116,13 @@ def test_tokens_and_days_together_rejected(cli_runner, tmp_path):
 
 def test_a_plan_file_is_refused_with_the_command_that_sweeps_its_model(cli_runner, tmp_path):
     plan = tmp_path / "p.json"
-    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(plan)])
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--arg", "layers=8", "--hw-set",
+                                   "gpu.memory_gib=40", "-o", str(plan)])
     assert made.exit_code == 0, made.output
     result = cli_runner.invoke(cli, ["whatif", str(plan), "--vary", "nodes=1,2", "-o", str(tmp_path / "r")])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "is a plan file" in lines[0]
-    assert "smplan whatif examples/gpt.py:tiny --hw a100x8" in lines[0] and "--plan \"tp=" in lines[0]
+    assert "smplan whatif examples/gpt.py:tiny --hw a100x8" in lines[0] and "--plan tp=" in lines[0]
+    assert "--arg layers=8" in lines[0] and "--hw-set gpu.memory_gib=40" in lines[0]  # the shape it was made for
     assert not (tmp_path / "r").exists()

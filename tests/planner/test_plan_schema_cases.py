@@ -281,3 +281,15 @@ def test_a_model_in_a_folder_with_a_colon_keeps_its_builder(tmp_path, monkeypatc
     Plan(model="m.py:tiny", hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(work / "p.json")
     monkeypatch.chdir(tmp_path)
     assert split_ref(Plan.load(work / "p.json").model) == (Path("a:b/m.py"), "tiny")
+    # written from here to another folder: recorded as ../a:b/m.py:tiny, read back from anywhere
+    plans, other = tmp_path / "plans", tmp_path / "other"
+    plans.mkdir()
+    other.mkdir()
+    for ref, builder in (("a:b/m.py:tiny", "tiny"), ("a:b/m.py", "model")):
+        Plan(model=ref, hw="a100x8", nodes=1, dp=8, micro_batch=1, global_batch=8).save(plans / "q.json")
+        for where in (tmp_path, other, Path("/")):
+            monkeypatch.chdir(where)
+            loaded = split_ref(Plan.load(plans / "q.json").model)
+            assert (loaded[0] if loaded[0].is_absolute() else where / loaded[0]).resolve() == (work / "m.py").resolve()
+            assert loaded[1] == builder
+        monkeypatch.chdir(tmp_path)
