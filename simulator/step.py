@@ -166,9 +166,10 @@ class StepSimulation:
             comm = ((st.ep_comm_backward_s, st.ep_crosses_node), (st.cp_comm_backward_s, st.cp_crosses_node))
             dur = st.backward_s
         on_links = sum(sec for sec, _ in comm)
-        if on_links <= 0 or self.net is None:
+        if on_links <= 0:
             yield self.env.timeout(dur)
             return
+        # contention off, they take their cost-model seconds: the pass still lasts dur
         yield self.env.timeout(max(0.0, dur - on_links))
         yield from self._group_collectives(d, comm, chunk, mb)
 
@@ -235,7 +236,7 @@ class StepSimulation:
         for (seconds, crosses), name in zip(comm, ("ep-a2a", "cp-comm"), strict=True):
             if seconds > 0:
                 start = self.env.now
-                yield self.net.transfer(self._group_links(d, crosses), seconds)
+                yield self._transfer(self._group_links(d, crosses), seconds)
                 if self.record:
                     self.events.append(SimEvent(d, "send", name, start, self.env.now, chunk, mb))
 

@@ -200,7 +200,11 @@ def test_the_step_timeline_shows_the_exposed_all_to_alls(moe):
     from smplan.simulator import simulate_plan
 
     cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0})
-    result = simulate_plan(_plan("dp=16,ep=16,mbs=1,gbs=32", moe, nodes=2), moe, cl)
-    a2a = [e for e in result.events if e.name == "ep-a2a"]
-    assert a2a and {e.lane for e in a2a} == {"send"}
-    assert sum(e.end - e.start for e in a2a) == pytest.approx(result.figures.breakdown["ep_all_to_all"], rel=1e-6)
+    plan = _plan("dp=16,ep=16,mbs=1,gbs=32", moe, nodes=2)
+    for contention in (True, False):  # off: each at its cost-model time, at the end of its pass
+        result = simulate_plan(plan, moe, cl, contention)
+        a2a = [e for e in result.events if e.name == "ep-a2a"]
+        assert a2a and {e.lane for e in a2a} == {"send"}
+        exposed = result.figures.breakdown["ep_all_to_all"]
+        assert sum(e.end - e.start for e in a2a) == pytest.approx(exposed, rel=1e-6)
+    assert result.step_time_s == pytest.approx(estimate(plan, moe, cl).step_time_s, rel=1e-9)
