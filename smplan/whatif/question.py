@@ -46,6 +46,7 @@ class Question:
                                or any(v.kind == "checkpoint" for v in self.varies)):
             raise QuestionError("a checkpoint interval prices checkpoints over a run: add --tokens or --days")
         self._check_fixed_and_varied()
+        self._check_fp8_scaling_has_fp8()
         self._check_hardware_values()
 
     def _check_hardware_values(self) -> None:
@@ -86,6 +87,19 @@ class Question:
                 or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None)
             if clash:
                 raise QuestionError(f"--vary {v.key} and {clash} both set it; drop one")
+
+    def _check_fp8_scaling_has_fp8(self) -> None:
+        """--vary fp8_scaling only means something for fp8 points: without dtype=fp8 anywhere its
+        "tensor" point would be a plain bf16 one and "block" infeasible."""
+        from smplan.planner.plan import parse_inline
+
+        if not any(v.kind == "plan" and v.target == "fp8_scaling" for v in self.varies):
+            return
+        fixed = (parse_inline(self.plan) if self.plan else {}).get("dtype", self.dtype)
+        varied = [x for v in self.varies if v.kind == "plan" and v.target == "dtype" for x in v.values]
+        if fixed != "fp8" and "fp8" not in varied:
+            raise QuestionError("--vary fp8_scaling compares FP8 scalings: add dtype=fp8 to --plan, or "
+                                "--vary dtype=fp8 (with bf16 too, to compare against it)")
 
     @property
     def timed(self) -> bool:

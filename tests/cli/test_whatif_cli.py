@@ -126,3 +126,14 @@ def test_a_plan_file_is_refused_with_the_command_that_sweeps_its_model(cli_runne
     assert "smplan whatif examples/gpt.py:tiny --hw a100x8" in lines[0] and "--plan tp=" in lines[0]
     assert "--arg layers=8" in lines[0] and "--hw-set gpu.memory_gib=40" in lines[0]  # the shape it was made for
     assert not (tmp_path / "r").exists()
+
+
+def test_varying_fp8_scaling_needs_fp8_somewhere(cli_runner, tmp_path):
+    refused = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "h100x8", "--vary", "fp8_scaling=tensor,block",
+                                      "-o", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "add dtype=fp8 to --plan, or --vary dtype=fp8" in refused.output
+    assert not (tmp_path / "a").exists()
+    from smplan.whatif import Question, parse_vary
+
+    # with dtype varied over fp8 (and bf16 to compare), the question stands
+    Question(model=TINY, hw="b200x8", varies=(parse_vary("fp8_scaling=tensor,block"), parse_vary("dtype=bf16,fp8")))
