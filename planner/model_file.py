@@ -173,7 +173,7 @@ def split_ref(ref: str, base: Path | None = None) -> tuple[Path, str]:
         return base / text if base is not None and not Path(text).is_absolute() else Path(text)
 
     left, _, right = ref.rpartition(":")
-    if left and ":" in left and there(left).is_file():  # a colon in a folder name: /tmp/a:b/m.py:tiny
+    if left and ":" in left and there(left).is_file():  # a colon in a folder name: models/a:b/m.py:tiny
         return Path(left), right or "model"
     path, _, builder = ref.partition(":") if ref.count(":") == 1 and not there(ref).exists() else (ref, "", "")
     return Path(path), builder or "model"
