@@ -50,14 +50,14 @@ def too_long_to_rank(plan: Plan) -> bool:
 
 
 def rank_by_simulation(plans: list[Plan], cluster_for: Callable[[Plan], Cluster], objective: str = "time",
-                       profile: ModelProfile | None = None) -> list[Plan]:
-    """`plans` simulated (`simulated`) and sorted by the objective: the step time, or for
-    "cost" the GPU-seconds of a step (step time x GPUs, as the planner's search scores it).
-    When any of them is too long to simulate (`too_long_to_rank`), all are returned as they
-    are: closed-form and simulated figures are not ranked against each other."""
+                       profile: ModelProfile | None = None) -> tuple[list[Plan], bool]:
+    """(`plans` simulated (`simulated`) and sorted by the objective, True): the step time, or
+    for "cost" the GPU-seconds of a step (step time x GPUs, as the planner's search scores it).
+    When any of them is too long to simulate (`too_long_to_rank`): (`plans` as they are, False),
+    since closed-form and simulated figures are not ranked against each other."""
     if any(too_long_to_rank(p) for p in plans):
-        return list(plans)
+        return list(plans), False
     done = [simulated(p, cluster_for(p), profile) for p in plans]
     if objective == "cost":
-        return sorted(done, key=lambda p: p.predicted.step_time_s * p.world_size)
-    return sorted(done, key=lambda p: p.predicted.step_time_s)
+        return sorted(done, key=lambda p: p.predicted.step_time_s * p.world_size), True
+    return sorted(done, key=lambda p: p.predicted.step_time_s), True

@@ -73,15 +73,14 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         overlap_dp=load_stack(stack).overlap_grad_reduce,  # the stack's default; --fix overlap_dp=.. wins
     )
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
+    simulated = False
     if not closed_form:
         # each as `smplan simulate PLAN.json` will run it: the plan's hardware, nodes and stack
-        slow = sum(too_long_to_rank(p) for p in plans)
-        if slow:
-            closed_form = True  # not a mix of simulated and closed-form figures
-            click.echo(f"note: {slow} of the best {len(plans)} plans run too many micro-batches to simulate quickly, "
-                       "so all keep the search's closed-form ranking (`smplan simulate PLAN.json` may differ by a "
-                       "few %)", err=True)
-        plans = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)
+        plans, simulated = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)
+        if not simulated:
+            click.echo(f"note: {sum(map(too_long_to_rank, plans))} of the best {len(plans)} plans run too many "
+                       "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
+                       "(`smplan simulate PLAN.json` may differ by a few %)", err=True)
     plans = plans[:top]
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
@@ -89,7 +88,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     if as_json:
         echo_json({"plans": [_plan_json(p) for p in plans],
                    "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
-                              "ranked_by": "closed form" if closed_form else "simulation"}})
+                              "ranked_by": "simulation" if simulated else "closed form"}})
         return
     cap = cluster.gpu.memory_gib
     headers = ["#", "nodes", "dp", "tp", "pp", "ep", "cp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
@@ -107,7 +106,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}, "
                f"stack {stack or DEFAULT_STACK}")
     click.echo(format_table(headers, rows))
-    ranked = "ranked by the closed form" if closed_form else f"the best {len(result.plans)} simulated and ranked"
+    ranked = f"the best {len(result.plans)} simulated and ranked" if simulated else "ranked by the closed form"
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s; "
                f"{ranked}")
     if show_explain:

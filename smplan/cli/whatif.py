@@ -143,12 +143,12 @@ class ProgressBar:
 def _refuse_plan_file(path: str) -> None:
     """whatif re-plans and simulates a model; a plan file's own settings go in --plan."""
     from smplan.hwprofiles import DEFAULT_STACK
-    from smplan.planner import Plan
+    from smplan.planner import Plan, PlanError
     from smplan.whatif.point import plan_inline
 
     try:
         plan = Plan.load(path)
-    except Exception:  # noqa: BLE001 - not a readable plan: the model loader says what is wrong
+    except PlanError:  # not a readable plan: the model loader says what is wrong
         return
     words = ["smplan", "whatif", plan.model, "--hw", plan.hw, "--nodes", str(plan.nodes)]
     for key, value in plan.model_args.items():  # the shape the plan was made for, as it was given

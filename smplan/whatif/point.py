@@ -62,7 +62,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
     # as `smplan plan` picks: the search's best few, ranked by their simulated step
     plans = [p.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec), stack=stack)
              for p in plans]
-    return rank_by_simulation(plans, lambda _: cluster, profile=profile)[0]
+    return rank_by_simulation(plans, lambda _: cluster, profile=profile)[0][0]
 
 
 def _overrides(q: Question, spec: PointSpec) -> dict:
