@@ -227,10 +227,23 @@ class CostModel:
                         ag += sharded_dp_collective_time_s("all_gather", params * w, span, self.cluster)
             zc = (ag, ag + rs, overlap)
 
+        slack = (0.0, 0.0)
+        if part.kind != "block":
+            # The chunk's blocks sit beside this part: what of their time the GPU spends beyond
+            # their own launches, the host is ahead by (their passes without ZeRO's collectives:
+            # the smaller, so the safer, lead).
+            block = self.profile.blocks[0]
+            self._parts[id(block)] = block
+            bp = self._pass(id(block), tp, dp, sp, b, zero, overlap, dtype, cp, ep, cf, a2a_partner, bf16_grads,
+                            fp8_scaling)
+            bp = bp.without_zero or bp
+            host = self.cluster.efficiency.host_overhead_us_per_layer * 1e-6
+            slack = (bp.forward_s - host, bp.backward_s - host)
+
         def passes(zero_comm) -> PassTimes:
             return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zero_comm, cp_span=spans["cp"],
                               ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0,
-                              fp8_scaling=fp8_scaling)
+                              fp8_scaling=fp8_scaling, host_slack_s=slack)
 
         out = passes(zc)
         if zc[0] or zc[1]:

@@ -15,7 +15,10 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   sequence parallelism, Korthikanti et al. 2022 section 4.2.2); under sequence parallelism the
   stack's `tp_comm_overlap` share of a block's collectives hides under its linear GEMMs
   (Transformer Engine userbuffers), never the head's.
-- Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host).
+- Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host). The CPU
+  launches asynchronously and runs ahead of GPU-bound blocks, so a non-repeated part beside them
+  (embedding, head, loss) waits only for the launch time those blocks' slack has not covered
+  (`host_slack_s`; CUDA's asynchronous launch queue, CUDA C Programming Guide 3.2.8.1).
 - ZeRO-2/3 per-micro-batch collectives overlap the pass (max) or add to it.
 - Context parallelism (cp > 1): every GEMM's token rows (m), the element-wise traffic, the
   TP collectives and the saved activations are / cp; attention keeps its full K/V length
@@ -181,6 +184,7 @@ def pass_times(
     part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str,
     zero_comm: tuple = (0.0, 0.0, True), *, cp_span: GroupSpan | None = None, ep_span: GroupSpan | None = None,
     capacity_factor: float = 1.0, ep_a2a_overlap: float | None = None, fp8_scaling: str = "tensor",
+    host_slack_s: tuple[float, float] = (0.0, 0.0),
 ) -> PassTimes:
     """Seconds of one part's forward and backward passes for a micro-batch of `b`.
 
@@ -188,6 +192,8 @@ def pass_times(
     per-micro-batch collectives; `cp_span` / `ep_span` the context- and expert-parallel groups.
     `ep_a2a_overlap`: the share of the all-to-alls that may hide (None: the stack's
     efficiency.ep_a2a_overlap; the cost model passes 0 where the schedule has no partner).
+    `host_slack_s` = (forward, backward) seconds the host is already ahead when this part's
+    launches start (a GPU-bound block's time beyond its own launches); 0 for the blocks.
     """
     tp = tp_span.size
     cp = cp_span.size if cp_span is not None else 1
@@ -228,6 +234,7 @@ def pass_times(
     # Like the TP collectives these sit on the critical path (inside the pass), less what the
     # stack hides (below).
     host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
+    host_f, host_b = max(0.0, host - host_slack_s[0]), max(0.0, host - host_slack_s[1])
     z_f, z_b, overlapped = zero_comm
 
     def busy(compute: float, comm: float) -> float:
@@ -251,22 +258,22 @@ def pass_times(
     ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem - tp_hidden_f,
                                       2.0 * (gemm + elem) + flash_b + cast_b - tp_hidden_b, overlap)
     fwd_gpu = gemm + flash_f + cast_f + elem + tp_f + ep_f + cp_f
-    fwd = max(busy(fwd_gpu, z_f), host)
+    fwd = max(busy(fwd_gpu, z_f), host_f)
     bwd_gpu = 2.0 * (gemm + elem) + flash_b + cast_b + tp_b + ep_b + cp_b
-    bwd = max(busy(bwd_gpu, z_b), host)
+    bwd = max(busy(bwd_gpu, z_b), host_b)
     # Full recompute re-runs the forward inside the backward pass, on the parameters that
     # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
     # of the two sub-passes is still bounded by its own kernel launches on the host.
     # Megatron-Core refuses the EP A2A overlap with full recompute: those blocks wait for all
     # their all-to-alls, the forward's, the recomputed forward's and the backward's (what the
     # overlap hid comes back here, in the backward pass).
-    full_extra = busy(max(fwd_gpu, host) + max(bwd_gpu, host), z_b) - bwd + 2.0 * (raw_f - ep_f) + (raw_b - ep_b)
+    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), z_b) - bwd + 2.0 * (raw_f - ep_f) + (raw_b - ep_b)
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share
     # Selective recompute runs inside the backward pass: its extra time is what it adds to
     # that pass once the pass is longer than the host's launch time.
-    sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host) - bwd
+    sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host_b) - bwd
     # Op-level selective recompute (torchtitan's policy, see BlockProfile): the GEMMs it does
     # not save and all the element-wise work re-run inside backward; of the TP collectives,
     # the reduce-scatters under SP are saved (half of each all-reduce point), the rest re-run.
@@ -276,7 +283,7 @@ def pass_times(
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
         sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch)
     sac_tp = tp_f * (0.5 if sp else 1.0)
-    sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host) - bwd
+    sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host_b) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")
     flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample,
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}

@@ -85,6 +85,24 @@ def test_host_overhead_floors_small_layers():
     assert f.step_time_s >= 6 * 2 * 1e-3  # 6 parts, forward and backward, 1 ms each
 
 
+def test_head_launches_hide_behind_gpu_bound_blocks():
+    """The host runs ahead of GPU-bound blocks, so the last stage's head and loss cost their GPU
+    time, not a layer's launch time; behind host-bound blocks they still wait for the host."""
+    host_s = 2e-4
+    plan = _plan(pp=2, dp=4, tp=2, micro_batch=8)
+    fast = load_cluster("a100x8", nodes=2, overrides={"efficiency.host_overhead_us_per_layer": 0.0})
+    slow = load_cluster("a100x8", nodes=2, overrides={"efficiency.host_overhead_us_per_layer": host_s * 1e6})
+    small_head = gpt_profile(layers=8, hidden=1024, heads=16, seq=512, vocab=128)  # head: GPU time < host_s
+    gpu = plan_costs(plan, small_head, fast).stages[-1]
+    assert gpu.forward_s / 4 > 2 * host_s  # each block is GPU-bound at this host time
+    with_host = plan_costs(plan, small_head, slow).stages[-1]
+    assert with_host.forward_s == pytest.approx(gpu.forward_s)
+    assert with_host.backward_s == pytest.approx(gpu.backward_s)
+    tiny = gpt_profile(layers=8, hidden=64, heads=4, seq=32, vocab=128)  # host-bound blocks
+    last = plan_costs(plan, tiny, slow).stages[-1]
+    assert last.forward_s == pytest.approx(host_s * (4 + len(tiny.post)))
+
+
 def test_plan_errors_name_the_fix():
     cluster = load_cluster("a100x8", nodes=1)
     with pytest.raises(ValueError, match="GPUs but the cluster has 8"):
