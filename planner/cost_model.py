@@ -55,7 +55,7 @@ from .memory_model import (
     state_bytes_per_param,
 )
 from .model_profile import BlockProfile, ModelProfile
-from .pass_model import PassTimes, pass_times
+from .pass_model import PassTimes, launch_slack_s, pass_times
 from .plan import Figures, Plan, PlanError
 
 # Adam step per parameter: read+write fp32 master, m, v (24 B), read the grad twice (norm
@@ -236,9 +236,7 @@ class CostModel:
             self._parts[id(block)] = block
             bp = self._pass(id(block), tp, dp, sp, b, zero, overlap, dtype, cp, ep, cf, a2a_partner, bf16_grads,
                             fp8_scaling)
-            bp = bp.without_zero or bp
-            host = self.cluster.efficiency.host_overhead_us_per_layer * 1e-6
-            slack = (bp.forward_s - host, bp.backward_s - host)
+            slack = launch_slack_s(bp.without_zero or bp, self.cluster)
 
         def passes(zero_comm) -> PassTimes:
             return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zero_comm, cp_span=spans["cp"],

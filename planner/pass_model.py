@@ -144,6 +144,19 @@ def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: 
     return ep_f * exposed / total, ep_b * exposed / total
 
 
+def host_launch_s(cluster: Cluster) -> float:
+    """Seconds the host takes to launch one layer pass's kernels (the stack's key)."""
+    return cluster.efficiency.host_overhead_us_per_layer * 1e-6
+
+
+def launch_slack_s(block: PassTimes, cluster: Cluster) -> tuple[float, float]:
+    """(forward, backward) seconds `block`'s passes keep the GPU busy beyond their own launches:
+    how far ahead the host is when a part beside the block starts launching (0 when the block
+    is bound by the host). `pass_times(host_slack_s=...)` takes it."""
+    host = host_launch_s(cluster)
+    return block.forward_s - host, block.backward_s - host
+
+
 def _tp_comm_s(part: BlockProfile, phase: str, tp_span: GroupSpan, sp: bool, b: float, cluster: Cluster) -> float:
     total = 0.0
     for c in part.tp_collectives:
@@ -233,7 +246,7 @@ def pass_times(
         cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm - flash_b)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the
     # stack hides (below).
-    host = cluster.efficiency.host_overhead_us_per_layer * 1e-6
+    host = host_launch_s(cluster)
     host_f, host_b = max(0.0, host - host_slack_s[0]), max(0.0, host - host_slack_s[1])
     z_f, z_b, overlapped = zero_comm
 
