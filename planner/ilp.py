@@ -4,7 +4,7 @@ Identical blocks are interchangeable, so the model is over integer COUNTS (DESIG
 per-layer x per-stage binary model of 96 layers x 16 stages took CBC 370 s, counts solve
 in milliseconds): n_c blocks and r_c <= n_c recomputed blocks of chunk c, sum n_c = L.
 Every stage figure is affine in (n_c, r_c) (`cost_model.ChunkModel`), so the step time
-of `cost_model.estimate_from_costs` is a maximum of affine functions and the epigraph
+of `closed_form.estimate_from_costs` is a maximum of affine functions and the epigraph
 form below is exact: the ILP optimum is the cost model's optimum over all partitions.
 
     minimise   T_pipe + Z

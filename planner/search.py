@@ -259,7 +259,7 @@ def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_
         model_args=dict(prof.args),
         seq_len=prof.seq_len or None,
     )
-    from .cost_model import estimate_from_costs
+    from .closed_form import estimate_from_costs
 
     return replace(plan, predicted=estimate_from_costs(cm.plan_costs(plan)))
 

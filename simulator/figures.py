@@ -8,7 +8,7 @@ from smplan.planner.plan import Figures
 from .step import RawStep
 
 GIB = 2.0**30
-# The same keys as the planner's closed form (smplan.planner.cost_model.estimate_from_costs).
+# The same keys as the planner's closed form (smplan.planner.closed_form.estimate_from_costs).
 BREAKDOWN_KEYS = (
     "compute",
     "recompute",

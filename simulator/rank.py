@@ -1,6 +1,6 @@
 """Rank the planner's best plans by their simulated step, the figures `smplan simulate` reports.
 
-The planner searches with closed forms (cost_model.estimate_from_costs): exact for uniform
+The planner searches with closed forms (closed_form.estimate_from_costs): exact for uniform
 pipelines with contention off, but blind to what only the step simulation sees (links shared
 by the DP stream, per-layer ZeRO collectives and sends; uneven interleaved chunks). Its top
 plans are therefore simulated, each as `smplan simulate PLAN.json` would (contention on), their

@@ -280,7 +280,7 @@ class StepSimulation:
         run as soon as the backward starts and ends no earlier than the backward, so it is
         exposed by max(0, dp - backward). Under ZeRO-2 the backward's own reduce-scatters hold
         the DP links first, so the step's collective may start only after their seconds (as
-        `cost_model.device_tail_s` counts it). With extras["dp_buckets"] = n, bucket k is ready
+        `closed_form.device_tail_s` counts it). With extras["dp_buckets"] = n, bucket k is ready
         at start + (k+1)/n * dur and the last bucket is always exposed (DDP's tail).
         """
         n = self.buckets

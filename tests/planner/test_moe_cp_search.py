@@ -17,7 +17,7 @@ def _brute_force(cm, cand, gbs):
     import itertools
 
     from smplan.planner import Plan, Stage
-    from smplan.planner.cost_model import estimate_from_costs
+    from smplan.planner.closed_form import estimate_from_costs
 
     best, cap = None, capacity_bytes(cm.cluster)
     for blocks in _compositions(cm.profile.num_blocks, cand.pp * cand.v):

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from smplan.hwprofiles import load_cluster
 from smplan.planner import NoFeasiblePlan, Plan, PlanError, Stage, plan_search
 from smplan.planner.bounds import compute_lower_bound, lower_bound
-from smplan.planner.cost_model import CostModel, estimate_from_costs
+from smplan.planner.closed_form import estimate_from_costs
+from smplan.planner.cost_model import CostModel
 from smplan.planner.memory_model import capacity_bytes
 from smplan.planner.search import _solve
 from smplan.planner.search_space import Candidate

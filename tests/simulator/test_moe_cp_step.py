@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 from smplan.hwprofiles import load_cluster
 from smplan.planner import profile_model
-from smplan.planner.cost_model import estimate_from_costs, plan_costs
+from smplan.planner.closed_form import estimate_from_costs
+from smplan.planner.cost_model import plan_costs
 from smplan.planner.plan import plan_from_inline
 from smplan.simulator.api import simulate_plan, simulate_step
 

@@ -34,7 +34,7 @@ def test_interleaved_equals_narayanan(p, m, v):
 
 def test_equals_planner_closed_form_where_it_is_exact():
     pytest.importorskip("smplan.planner.cost_model")
-    from smplan.planner.cost_model import estimate_from_costs
+    from smplan.planner.closed_form import estimate_from_costs
 
     for kw in ({}, {"dp_s": 0.5}, {"dp_s": 5.0}, {"dp_s": 1.0, "overlap": False}, {"opt_s": 0.1}, {"recompute_s": 0.5}):
         for sched in ("1f1b", "gpipe"):
@@ -212,7 +212,7 @@ def test_zero2_step_gather_waits_for_the_backwards_own_reduce_scatters():
     # in the closed form and in the simulation with contention off alike.
     import dataclasses
 
-    from smplan.planner.cost_model import estimate_from_costs
+    from smplan.planner.closed_form import estimate_from_costs
     from smplan.planner.costs import ZeroUnit
 
     base = uniform_costs("1f1b", 1, 4, tf=1.0, tb=2.0, dp_s=1.0)
