@@ -271,6 +271,7 @@ INLINE_KEYS = {
     "capacity_factor": "capacity_factor",
     "grad_compress": "grad_compress",
     "fp8_scaling": "fp8_scaling",
+    "stages": "stages",
 }
 _INT_FIELDS = {"tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages", "zero"}
 _FLOAT_FIELDS = {"capacity_factor"}
@@ -298,7 +299,26 @@ def parse_inline(text: str) -> dict:
     return out
 
 
+def _parse_stages(raw: str) -> tuple[tuple[int, int], ...]:
+    """`"3:1/3:0/2:0"` -> ((3, 1), (3, 0), (2, 0)): each model chunk's blocks and how many of them
+    recompute, in pipeline order (what `smplan plan` writes as "recompute 1/8")."""
+    out = []
+    for item in raw.split("/"):
+        blocks, _, recomputed = item.partition(":")
+        try:
+            n, r = int(blocks), int(recomputed or 0)
+        except ValueError:
+            n = r = -1
+        if n < 1 or not 0 <= r <= n:
+            raise PlanError(f"plan key stages takes BLOCKS:RECOMPUTED per model chunk, separated by '/', with "
+                            f"1 <= BLOCKS and 0 <= RECOMPUTED <= BLOCKS (e.g. stages=3:1/3:0), got {raw!r}")
+        out.append((n, r))
+    return tuple(out)
+
+
 def _parse_value(name: str, raw: str):
+    if name == "stages":
+        return _parse_stages(raw)
     if name in _INT_FIELDS:
         try:
             return int(raw)
@@ -318,6 +338,24 @@ def _parse_value(name: str, raw: str):
     return raw
 
 
+def _stages_from_counts(counts, num_blocks: int, chunks: int, recompute: str) -> tuple[Stage, ...]:
+    """Stages from the inline key's (blocks, recomputed) per chunk, checked against the model."""
+    if len(counts) != chunks:
+        raise PlanError(f"stages= lists {len(counts)} model chunks but pp*v = {chunks}; give one BLOCKS:RECOMPUTED "
+                        "per chunk, or drop stages= to split evenly")
+    if sum(n for n, _ in counts) != num_blocks:
+        raise PlanError(f"stages= places {sum(n for n, _ in counts)} blocks but the model has {num_blocks}; "
+                        "make the chunks' blocks add up to it")
+    if recompute == "none" and any(r for _, r in counts):
+        raise PlanError("stages= recomputes blocks but recompute=none; name the kind (recompute=selective, sac or "
+                        "full) or give RECOMPUTED 0")
+    out, start = [], 0
+    for n, r in counts:
+        out.append(Stage(start, start + n, recompute, None if r == n else r))
+        start += n
+    return tuple(out)
+
+
 def plan_from_inline(
     text: str | dict,
     *,
@@ -333,7 +371,8 @@ def plan_from_inline(
     """A full Plan from inline keys; omitted keys take defaults.
 
     Defaults: tp=pp=1, dp fills the cluster, mbs=1, gbs = dp*mbs*(4*pp if pp > 1 else 1)
-    (enough micro-batches to keep the 1F1B bubble near 20%), stages split evenly.
+    (enough micro-batches to keep the 1F1B bubble near 20%), stages split evenly with every
+    block recomputed, unless `stages=` gives each model chunk's blocks and recomputed count.
     """
     keys = parse_inline(text) if isinstance(text, str) else dict(text)
     tp, pp, cp = keys.get("tp", 1), keys.get("pp", 1), keys.get("cp", 1)
@@ -356,6 +395,8 @@ def plan_from_inline(
     recompute = keys.pop("recompute", "none")
     if recompute not in RECOMPUTE:
         raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    stages = (_stages_from_counts(keys["stages"], num_blocks, pp * v, recompute) if "stages" in keys
+              else even_stages(num_blocks, pp * v, recompute))
     if dp * tp * pp * cp > world:
         raise PlanError(
             f"dp*tp*pp*cp={dp * tp * pp * cp} GPUs but the cluster has {world}; lower a degree or add --nodes"
@@ -380,7 +421,7 @@ def plan_from_inline(
         capacity_factor=keys.get("capacity_factor", 1.0),
         grad_compress=keys.get("grad_compress", "none"),
         fp8_scaling=keys.get("fp8_scaling", "tensor"),
-        stages=even_stages(num_blocks, pp * v, recompute),
+        stages=stages,
         model_args=dict(model_args or {}),
         seq_len=seq_len,
         hw_overrides=dict(hw_overrides or {}),

@@ -85,6 +85,9 @@ def check_fix_syntax(fix) -> None:
     """What --fix gets wrong without the model (its syntax, a grad_compress value), refused
     before the model is profiled, so the error is the only line the user sees."""
     fixed = parse_inline(fix) if isinstance(fix, str) else (fix or {})
+    if "stages" in fixed:
+        raise PlanError("--fix stages= is not a search constraint: the planner chooses the stage split; to price "
+                        'a split of your own, run smplan simulate MODEL --plan "...,stages=B:R/B:R/..."')
     if "grad_compress" in fixed:
         spec = str(parse_grad_compress(fixed["grad_compress"]))
         if spec.startswith("powersgd") and (fixed.get("tp", 1) > 1 or fixed.get("pp", 1) > 1):

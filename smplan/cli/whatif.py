@@ -34,7 +34,7 @@ from .table import format_table
 @click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None, help="Train for this many days: tokens, cost, goodput.")
 @model_args_option
 @click.option("--plan", "plan", default=None, metavar="INLINE",
-              help='Use this plan at every point instead of re-planning, e.g. "tp=8,pp=4,recompute=full".')
+              help='Use this plan at every point instead of re-planning, e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help).')
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
 @click.option("--checkpoint-interval-min", type=FiniteFloat(), default=None,

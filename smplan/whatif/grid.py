@@ -22,7 +22,9 @@ from smplan.hwprofiles.loader import parse_scalar
 from smplan.planner.plan import INLINE_KEYS
 
 MAX_POINTS = 512
-PLAN_KEYS = {k: v for k, v in INLINE_KEYS.items() if v != "global_batch"}
+# every plan key but the global batch (its own axis) and the stage split (a list per chunk, fixed
+# with --plan's stages=, not swept)
+PLAN_KEYS = {k: v for k, v in INLINE_KEYS.items() if v not in ("global_batch", "stages")}
 SPECIAL = ("nodes", "hw", "stack", "seq_len", "global_batch", "gbs", "checkpoint_interval_min")
 
 

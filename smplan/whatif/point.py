@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from smplan.hwprofiles import DEFAULT_STACK, Cluster, load_cluster, load_stack
-from smplan.planner import ModelProfile, Plan, parse_inline, plan_from_inline
+from smplan.planner import ModelProfile, Plan, even_stages, parse_inline, plan_from_inline
 
 from .grid import PointSpec
 from .question import Question
@@ -137,7 +137,8 @@ def plan_label(plan: Plan) -> str:
 
 
 def plan_inline(plan: Plan) -> str:
-    """The --plan form (stage split and per-stage recompute counts are the plan file's)."""
+    """The --plan form; `stages=` carries the stage split and per-chunk recompute counts where
+    they differ from the even split with every block recomputed (the inline default)."""
     keys = [f"tp={plan.tp}", f"pp={plan.pp}", f"dp={plan.dp}", f"mbs={plan.micro_batch}",
             f"gbs={plan.global_batch}", f"recompute={plan.recompute}", f"schedule={plan.schedule}"]
     if plan.schedule == "interleaved":
@@ -152,6 +153,9 @@ def plan_inline(plan: Plan) -> str:
         keys.append(f"fp8_scaling={plan.fp8_scaling}")
     if plan.grad_compress != "none":
         keys.append(f"grad_compress={plan.grad_compress}")
+    even = even_stages(plan.stages[-1].last_block, len(plan.stages), plan.recompute)
+    if [(s.num_blocks, s.num_recomputed) for s in plan.stages] != [(s.num_blocks, s.num_recomputed) for s in even]:
+        keys.append("stages=" + "/".join(f"{s.num_blocks}:{s.num_recomputed}" for s in plan.stages))
     return ",".join(keys)
 
 

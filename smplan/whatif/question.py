@@ -47,6 +47,7 @@ class Question:
             raise QuestionError("a checkpoint interval prices checkpoints over a run: add --tokens or --days")
         self._check_fixed_and_varied()
         self._check_fp8_scaling_has_fp8()
+        self._check_stages_keep_their_chunks()
         self._check_hardware_values()
 
     def _check_hardware_values(self) -> None:
@@ -87,6 +88,18 @@ class Question:
                 or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None)
             if clash:
                 raise QuestionError(f"--vary {v.key} and {clash} both set it; drop one")
+
+    def _check_stages_keep_their_chunks(self) -> None:
+        """--plan's stages= lists pp*v model chunks: a sweep that changes the chunk count would
+        make every point an error, so it is refused once, here."""
+        from smplan.planner.plan import parse_inline
+
+        if not self.plan or "stages" not in parse_inline(self.plan):
+            return
+        for v in self.varies:
+            if v.kind == "plan" and v.target in ("pp", "virtual_stages", "schedule"):
+                raise QuestionError(f"--vary {v.key} changes the pipeline's model chunks, which --plan's stages= "
+                                    "lists one by one; drop stages= (an even split) or do not vary it")
 
     def _check_fp8_scaling_has_fp8(self) -> None:
         """--vary fp8_scaling only means something for fp8 points: without dtype=fp8 anywhere its

@@ -137,3 +137,22 @@ def test_varying_fp8_scaling_needs_fp8_somewhere(cli_runner, tmp_path):
 
     # with dtype varied over fp8 (and bf16 to compare), the question stands
     Question(model=TINY, hw="b200x8", varies=(parse_vary("fp8_scaling=tensor,block"), parse_vary("dtype=bf16,fp8")))
+
+
+def test_a_fixed_stage_split_is_kept_and_not_swept_into_other_chunk_counts(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--plan", "pp=2,dp=4,stages=3:0/1:0",
+                                     "--vary", "mbs=1,2", "-o", str(tmp_path / "r"), "--json"])
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.stdout)["points"]
+    assert all(p["plan_inline"].endswith("stages=3:0/1:0") for p in points)
+    for vary in ("schedule=1f1b,interleaved", "v=1,2"):
+        refused = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--plan", "pp=2,dp=4,stages=3:0/1:0",
+                                          "--vary", vary, "-o", str(tmp_path / "x")])
+        assert refused.exit_code == 2 and "drop stages=" in refused.output, refused.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_planner_refuses_to_fix_the_stage_split(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "stages=2:0/2:0"])
+    assert result.exit_code == 2 and result.output.startswith("error: --fix stages= is not a search constraint")
+    assert len(result.output.strip().splitlines()) == 1

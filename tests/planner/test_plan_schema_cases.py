@@ -2,6 +2,7 @@
 expected, one line per problem; unknown and duplicate keys are rejected; good plans round-trip."""
 
 import json
+import re
 
 import pytest
 from smplan.planner import Plan, PlanError, Stage, parse_inline, parse_model_args
@@ -293,3 +294,36 @@ def test_a_model_in_a_folder_with_a_colon_keeps_its_builder(tmp_path, monkeypatc
             assert (loaded[0] if loaded[0].is_absolute() else where / loaded[0]).resolve() == (work / "m.py").resolve()
             assert loaded[1] == builder
         monkeypatch.chdir(tmp_path)
+
+
+def test_inline_stages_carry_the_split_and_recompute_counts():
+    """`stages=BLOCKS:RECOMPUTED/...` rebuilds a plan's uneven split and partial recompute, so
+    the --plan form whatif prints replays the plan `smplan plan` chose."""
+    from smplan.planner import plan_from_inline
+
+    from smplan.whatif.point import plan_inline
+
+    common = dict(model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=8)
+    plan = plan_from_inline("pp=2,dp=4,recompute=selective,stages=5:2/3:0", **common)
+    assert [(s.first_block, s.last_block, s.num_recomputed) for s in plan.stages] == [(0, 5, 2), (5, 8, 0)]
+    assert plan_inline(plan).endswith(",stages=5:2/3:0")
+    again = plan_from_inline(plan_inline(plan), **common)
+    assert again.stages == plan.stages
+    # the even split with every block recomputed is the default: no stages= then
+    even = plan_from_inline("pp=2,dp=4,recompute=full", **common)
+    assert "stages=" not in plan_inline(even)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("pp=2,dp=4,stages=8:0", "lists 1 model chunks but pp*v = 2"),
+    ("pp=2,dp=4,stages=4:0/3:0", "places 7 blocks but the model has 8"),
+    ("pp=2,dp=4,stages=4:1/4:0", "recomputes blocks but recompute=none"),
+    ("pp=2,dp=4,stages=4:5/4:0", "0 <= RECOMPUTED <= BLOCKS"),
+    ("pp=2,dp=4,stages=4:x/4", "BLOCKS:RECOMPUTED per model chunk"),
+    ("pp=2,dp=4,stages=0:0/8:0", "1 <= BLOCKS"),
+])
+def test_inline_stages_errors_name_the_fix(text, needle):
+    from smplan.planner import plan_from_inline
+
+    with pytest.raises(PlanError, match=re.escape(needle)):
+        plan_from_inline(text, model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=8)
