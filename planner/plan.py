@@ -301,7 +301,7 @@ def parse_inline(text: str) -> dict:
 
 def _parse_stages(raw: str) -> tuple[tuple[int, int], ...]:
     """`"3:1/3:0/2:0"` -> ((3, 1), (3, 0), (2, 0)): each model chunk's blocks and how many of them
-    recompute, in pipeline order (what `smplan plan` writes as "recompute 1/8")."""
+    recompute, in pipeline order: a plan file's `stages` in the inline form."""
     out = []
     for item in raw.split("/"):
         blocks, _, recomputed = item.partition(":")
