@@ -117,10 +117,17 @@ FRAMEWORK_DEFAULTS = {
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute=None, attention="sdpa", dropout=0.0,
         gpus_per_node=8,
         # Its perf configs (scripts/performance/configs/*/*_workload_base_configs.py) set
-        # moe_a2a_overlap=True for Qwen3 (235B, 30B) and DeepSeek-V3 on H100 and Qwen3-235B on
-        # B200, where the all-to-all crosses InfiniBand; False or unset elsewhere (NVL72 racks use
-        # HybridEP and CUDA graphs instead; GPT-OSS never sets it): (MoE preset, profile) pairs.
-        ep_a2a_overlap_on=(("qwen3", "h100x8"), ("qwen3_235b", "b200x8"), ("deepseek", "h100x8")),
+        # moe_a2a_overlap=True for Qwen3-235B and DeepSeek-V3 on H100, where the all-to-all
+        # crosses InfiniBand; False for Qwen3-30B on H100 (HybridEP dispatcher) and Qwen3-235B
+        # on B200, unset elsewhere (NVL72 racks use HybridEP and CUDA graphs instead; GPT-OSS
+        # never sets it): (MoE preset, profile) pairs. B300's Qwen3-235B entry changes between
+        # versions of the file (True, later False); it stays off here.
+        ep_a2a_overlap_on=(("qwen3_235b", "h100x8"), ("deepseek", "h100x8")),
+        # The same configs dispatch Qwen3-30B and DeepSeek-V3 through the flex dispatcher with
+        # moe_flex_dispatcher_backend "hybridep" (DeepSeek-V3 MXFP8 on B200: "deepep"), Qwen3-235B
+        # off NVL72 with moe_token_dispatcher_type "alltoall": the MoE presets whose rows run
+        # efficiency.ep_dispatcher = "node_dedup" (it only matters where the EP group crosses nodes).
+        ep_dedup_presets=("qwen3_30b", "deepseek"),
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
@@ -405,6 +412,8 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
     if moe and "ep_a2a_overlap_on" in d:  # the source's recipe says whether the all-to-alls overlap
         on = any(name in preset and hw == gpu for name, gpu in d["ep_a2a_overlap_on"])
         stated["efficiency.ep_a2a_overlap"] = 1.0 if on else 0.0
+    if moe and any(name in preset for name in d.get("ep_dedup_presets", ())):
+        stated["efficiency.ep_dispatcher"] = "node_dedup"
     return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated, choose, stack=SOURCE_STACKS[source])
 
 

@@ -42,6 +42,7 @@ class PeakTflops:
 ATTENTION_KERNELS = ("flash1", "flash2", "cudnn")
 ZERO_COLLECTIVES = ("per_nic", "ring")  # Efficiency.zero_collectives
 GRAD_REDUCE_DTYPES = ("weights", "fp32")  # Efficiency.grad_reduce_dtype
+EP_DISPATCHERS = ("all_to_all", "node_dedup")  # Efficiency.ep_dispatcher
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Efficiency:
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overhead,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives,
-    tp_comm_overlap, ep_a2a_overlap, grad_reduce_dtype) are set by the
+    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, grad_reduce_dtype) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -174,6 +175,12 @@ class Efficiency:
     # the forward of one micro-batch and the backward of another run together, each one's
     # dispatch/combine on a second stream under the other's GEMMs). 0: every all-to-all waits.
     ep_a2a_overlap: float = 0.0
+    # How the expert dispatch / combine crosses nodes: "all_to_all" (NCCL all-to-all: every
+    # (token, expert) copy on another node crosses the network) or "node_dedup" (DeepEP /
+    # HybridEP: a token crosses once to each node that holds one of its experts, to the GPU of
+    # the same local index, and is forwarded to the others over NVLink; DeepSeek-V3 report,
+    # Liu et al. 2024, section 3.2.2; DeepEP README, "normal kernels").
+    ep_dispatcher: str = "all_to_all"
     # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
     # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
     tp_comm_overlap: float = 0.0
@@ -441,6 +448,9 @@ def _validate(c: Cluster) -> None:
     if e.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
         raise HardwareProfileError(
             f"efficiency.grad_reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {e.grad_reduce_dtype!r}")
+    if e.ep_dispatcher not in EP_DISPATCHERS:
+        raise HardwareProfileError(
+            f"efficiency.ep_dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {e.ep_dispatcher!r}")
     if e.attention_kernel not in ATTENTION_KERNELS:
         raise HardwareProfileError(
             f"efficiency.attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {e.attention_kernel!r}")

@@ -266,6 +266,35 @@ def _all_to_all(b: float, span: GroupSpan, cluster: Cluster) -> float:
     return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
 
 
+def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Cluster, top_k: int) -> float:
+    """Seconds for one MoE dispatch (or combine) over the expert-parallel group `span`.
+
+    `bytes_per_rank` is a rank's send buffer: its tokens x hidden x `top_k` copies. The stack's
+    `efficiency.ep_dispatcher` says how it crosses nodes: "all_to_all" is NCCL's all-to-all
+    (`collective_time_s`); "node_dedup" sends a token once to each other node that holds one of
+    its experts and forwards it there over NVLink (DeepEP / HybridEP; DeepSeek-V3 report,
+    Liu et al. 2024, section 3.2.2). With balanced routing a token's `top_k` experts fall on
+    (N-1)(1 - (1 - 1/N)^top_k) of the N-1 other nodes (expected distinct of top_k uniform
+    draws). NVLink carries the on-node copies and the forwarding of the arrivals whose expert
+    is not on the GPU they landed on, concurrently with the NIC.
+    """
+    if cluster.efficiency.ep_dispatcher == "all_to_all" or not span.crosses_nodes or top_k < 1:
+        return collective_time_s("all_to_all", bytes_per_rank, span, cluster)
+    if bytes_per_rank < 0:
+        raise PerfModelError(f"bytes_per_rank must not be negative, got {bytes_per_rank}")
+    _check_span(span, cluster)
+    n, k = span.size, min(span.ranks_per_node, span.size)
+    nodes = n / k
+    net = cluster.efficiency.network
+    off_node = (n - k) / n * bytes_per_rank  # what an all-to-all sends over the NICs
+    per_copy = bytes_per_rank / top_k
+    inter_bytes = min(off_node, per_copy * (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** top_k))
+    intra_bytes = (k - 1) / n * bytes_per_rank + off_node * (k - 1) / k
+    intra_s = intra_bytes / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
+    inter_s = inter_bytes / (cluster.inter_node.bandwidth_gbps * 1e9 * net)
+    return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
+
+
 def _check_dims(m: int, n: int, k: int) -> None:
     for name, value in (("m", m), ("n", n), ("k", k)):
         if value < 1:

@@ -19,6 +19,8 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
   GEMMs (Transformer Engine userbuffers; torchtitan's async TP);
 - `ep_a2a_overlap`: the share of the expert all-to-alls hidden behind the paired micro-batch's
   compute (Megatron-Core's EP A2A overlap; 0 where the framework waits for each one);
+- `ep_dispatcher`: how the expert dispatch / combine crosses nodes: "all_to_all" (NCCL; every
+  token copy crosses) or "node_dedup" (DeepEP / HybridEP: once per destination node, then NVLink);
 - `grad_reduce_dtype`: the dtype gradients cross the data-parallel group in: "weights" (bf16 /
   fp16 under mixed precision) or "fp32" (torchtitan's FSDP2 `reduce_dtype`), twice the bytes.
 
@@ -49,6 +51,7 @@ from pathlib import Path
 
 from .cluster import (
     ATTENTION_KERNELS,
+    EP_DISPATCHERS,
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
     ZERO_COLLECTIVES,
@@ -63,7 +66,7 @@ DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
               "single_nic_network", "zero_collectives", "tp_comm_overlap",
-              "ep_a2a_overlap", "grad_reduce_dtype")
+              "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
 
 class StackError(HardwareProfileError):
@@ -84,6 +87,7 @@ class Stack:
     zero_collectives: str = Efficiency.zero_collectives
     tp_comm_overlap: float = Efficiency.tp_comm_overlap
     ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
+    ep_dispatcher: str = Efficiency.ep_dispatcher
     grad_reduce_dtype: str = Efficiency.grad_reduce_dtype
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
@@ -95,7 +99,7 @@ class Stack:
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
 _KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network",
-         "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap", "grad_reduce_dtype")
+         "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
 
 def bundled_stacks() -> list[str]:
@@ -152,12 +156,14 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     zero_coll = _choice(data, "zero_collectives", source, ZERO_COLLECTIVES, Stack.zero_collectives)
     tp_overlap = _number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.tp_comm_overlap)
     a2a = _number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.ep_a2a_overlap)
+    dispatcher = _choice(data, "ep_dispatcher", source, EP_DISPATCHERS, Stack.ep_dispatcher)
     reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll,
-                 tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, grad_reduce_dtype=reduce_dtype,
+                 tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
+                 grad_reduce_dtype=reduce_dtype,
                  source=source)
 
 
@@ -208,6 +214,7 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "zero_collectives": _quoted(stack.zero_collectives),
               "tp_comm_overlap": f"{stack.tp_comm_overlap:.6g}",
               "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}",
+              "ep_dispatcher": _quoted(stack.ep_dispatcher),
               "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype)}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]

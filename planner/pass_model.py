@@ -33,7 +33,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
   so one GPU's expert work is the replica's / (tp * cp). Each MoE block all-to-alls its
   dispatch and combine buffers in forward and again in backward (4 per block), over the ep
-  group's span; the stack's `ep_a2a_overlap` share of them hides behind the compute of the
+  group's span, as the stack's dispatcher sends them (`efficiency.ep_dispatcher`: NCCL's
+  all-to-all, or DeepEP / HybridEP's one copy per destination node); the stack's `ep_a2a_overlap` share of them hides behind the compute of the
   paired micro-batch (Megatron-Core's EP A2A overlap; the cost model turns it off without a
   partner micro-batch, and full recompute gives it back), the rest is exposed. ep = 1 keeps
   the experts replicated on the tp ranks (as the model file's tp_plan does).
@@ -57,6 +58,7 @@ from dataclasses import dataclass
 from smplan.hwprofiles import Cluster
 from smplan.hwprofiles.perf import (
     collective_time_s,
+    expert_dispatch_time_s,
     flash_attention_time_s,
     matmul_time_s,
     memory_bound_time_s,
@@ -238,7 +240,8 @@ def pass_times(
     if ep > 1 and part.all_to_all_bytes_per_sample:
         # one GPU's dispatch buffer: its tokens (/ cp, / tp) x hidden x top_k, times the capacity factor
         a2a = part.all_to_all_bytes_per_sample * b * capacity_factor / (cp * tp)
-        ep_f = ep_b = 2.0 * collective_time_s("all_to_all", a2a, ep_span, cluster)  # dispatch + combine
+        # dispatch + combine, as the stack's dispatcher sends them (efficiency.ep_dispatcher)
+        ep_f = ep_b = 2.0 * expert_dispatch_time_s(a2a, ep_span, cluster, part.top_k)
     if cp > 1 and part.attention_kv_bytes_per_sample:
         # all of K and V (the gathered size; heads / tp), gathered forward, gradients reduce-scattered backward
         kv = part.attention_kv_bytes_per_sample * b / tp

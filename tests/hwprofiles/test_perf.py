@@ -11,6 +11,7 @@ from smplan.hwprofiles import (
     HardwareProfileError,
     PerfModelError,
     collective_time_s,
+    expert_dispatch_time_s,
     link_for,
     load_cluster,
     matmul_efficiency,
@@ -109,6 +110,35 @@ def test_all_to_all_across_nodes_uses_each_rank_own_nic():
     # half the buffer leaves the node through the rank's own NIC share; 15 messages pay alpha
     expected = 8 / 16 * b / (25e9 * NET) + 15 * ALPHA_INTER
     assert collective_time_s("all_to_all", b, span, A100) == pytest.approx(expected, rel=1e-4)
+
+
+def test_node_dedup_dispatch_sends_each_token_once_per_node():
+    """DeepEP / HybridEP: a token crosses to each other node holding one of its experts once."""
+    dedup = load_cluster("a100x8", nodes=4, overrides={"efficiency.ep_dispatcher": "node_dedup"})
+    span, b = GroupSpan(16, 8), 1e10  # two nodes of 8
+    plain = collective_time_s("all_to_all", b, span, A100)
+    assert expert_dispatch_time_s(b, span, A100, top_k=8) == plain  # the stack's default: all_to_all
+    # top_k = 8 over 2 nodes: the other node is hit with probability 1 - (1/2)^8, one copy of b/8,
+    # not the 8/16 of b an all-to-all sends; NVLink carries the on-node copies and the forwarding
+    inter = b / 8 * (1 - 0.5**8) / (25e9 * NET)
+    intra = (7 / 16 * b + 8 / 16 * b * 7 / 8) / (300e9 * NET)
+    assert expert_dispatch_time_s(b, span, dedup, top_k=8) == pytest.approx(max(inter, intra) + 15 * ALPHA_INTER)
+    assert expert_dispatch_time_s(b, span, dedup, top_k=8) < plain
+    # inside one node, or with one expert per token, there is nothing to deduplicate
+    assert expert_dispatch_time_s(b, NODE, dedup, top_k=8) == collective_time_s("all_to_all", b, NODE, dedup)
+    one = load_cluster("a100x8", nodes=4, overrides={"efficiency.ep_dispatcher": "node_dedup",
+                                                      "intra_node.bandwidth_gbps": 1e6})
+    assert expert_dispatch_time_s(b, span, one, top_k=1) == pytest.approx(
+        collective_time_s("all_to_all", b, span, one), rel=1e-9)
+
+
+@given(top_k=st.integers(1, 16), nodes=st.sampled_from([2, 4, 8, 16]), per_node=st.sampled_from([1, 2, 4, 8]))
+def test_node_dedup_never_sends_more_across_nodes_than_an_all_to_all(top_k, nodes, per_node):
+    dedup = load_cluster("a100x8", nodes=16, overrides={"efficiency.ep_dispatcher": "node_dedup",
+                                                        "intra_node.bandwidth_gbps": 1e6})
+    span = GroupSpan(nodes * per_node, per_node)
+    plain = collective_time_s("all_to_all", 1e9, span, dedup)
+    assert expert_dispatch_time_s(1e9, span, dedup, top_k) <= plain * (1 + 1e-12)
 
 
 def test_send_recv_and_p2p():

@@ -118,6 +118,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'zero_collectives' must be one of per_nic, ring"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\ngrad_reduce_dtype = "bf16"\n',
      "'grad_reduce_dtype' must be one of weights, fp32"),
+    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nep_dispatcher = "deepep"\n',
+     "'ep_dispatcher' must be one of all_to_all, node_dedup"),
 ])
 def test_bad_stack_file_is_one_line(tmp_path, body, expected):
     path = tmp_path / "bad.toml"

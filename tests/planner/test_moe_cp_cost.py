@@ -2,7 +2,7 @@
 
 import pytest
 from smplan.hwprofiles import load_cluster
-from smplan.hwprofiles.perf import collective_time_s
+from smplan.hwprofiles.perf import collective_time_s, expert_dispatch_time_s
 from smplan.hwprofiles.topology import strided_span
 from smplan.planner import profile_model
 from smplan.planner.cost_model import CostModel, estimate, mesh_key, plan_costs
@@ -54,6 +54,23 @@ def test_all_to_all_is_four_per_moe_block_over_the_ep_span(moe):
     assert not inside.ep_crosses_node and inside.ep_comm_forward_s < costs.ep_comm_forward_s
     fig = estimate(plan, moe, cl)
     assert fig.breakdown["ep_all_to_all"] > 0 and sum(fig.breakdown.values()) == pytest.approx(fig.step_time_s)
+
+
+def test_a_node_dedup_dispatcher_sends_fewer_bytes_across_nodes(moe):
+    """efficiency.ep_dispatcher = node_dedup (DeepEP / HybridEP) times each block's dispatch and
+    combine with expert_dispatch_time_s; inside a node it changes nothing."""
+    off = {"efficiency.ep_a2a_overlap": 0.0}
+    plain = load_cluster("h100x8", nodes=2, overrides=off)
+    dedup = load_cluster("h100x8", nodes=2, overrides={**off, "efficiency.ep_dispatcher": "node_dedup"})
+    plan = _plan("dp=16,ep=16,mbs=1,gbs=16", moe, nodes=2)
+    block, span = moe.blocks[0], strided_span(16, 1, 8)
+    one = expert_dispatch_time_s(block.all_to_all_bytes_per_sample, span, dedup, block.top_k)
+    costs = plan_costs(plan, moe, dedup).stages[0]
+    assert costs.ep_comm_forward_s == pytest.approx(2 * one * moe.num_blocks)
+    assert costs.ep_comm_forward_s < plan_costs(plan, moe, plain).stages[0].ep_comm_forward_s
+    inside = _plan("dp=16,ep=8,mbs=1,gbs=16", moe, nodes=2)
+    assert plan_costs(inside, moe, dedup).stages[0].ep_comm_forward_s == pytest.approx(
+        plan_costs(inside, moe, plain).stages[0].ep_comm_forward_s)
 
 
 def test_a2a_overlap_hides_the_all_to_alls_up_to_the_paired_compute(moe):
