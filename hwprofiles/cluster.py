@@ -126,7 +126,7 @@ class Efficiency:
     """The few global efficiency factors of the performance model (calibrated, not per run).
 
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
-    The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overhead,
+    The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overheads,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives,
     tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, grad_reduce_dtype) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
@@ -144,6 +144,10 @@ class Efficiency:
     memory_bound: float = 0.95  # achievable fraction of HBM bandwidth for element-wise kernels [0.95]
     network: float = 0.85  # achievable fraction of link bandwidth for large collectives [0.851]
     host_overhead_us_per_layer: float = 1075.0  # CPU launch time per layer pass; overlaps GPU work [1075]
+    # Extra CPU time of a routed-expert (MoE) layer pass over a dense layer's: the router, token
+    # permutation, the dispatcher's host sync for the split sizes, the grouped expert GEMMs'
+    # launches. Set by the stack (megatron-core's is measured); 0 when none states it.
+    host_overhead_us_per_moe_layer: float = 0.0
     memory_reserve_gib: float = 2.0  # CUDA context, allocator fragmentation, NCCL buffers
     # Share of the fusible element-wise traffic (ModelProfile: intermediates of element-wise
     # chains) that the training framework's kernels keep on chip: 0 for eager PyTorch, 1 for
@@ -428,6 +432,7 @@ def _validate(c: Cluster) -> None:
         raise HardwareProfileError(f"efficiency.elementwise_fusion must be in [0, 1], got {e.elementwise_fusion}")
     non_negative("efficiency.matmul_half_dim", e.matmul_half_dim)
     non_negative("efficiency.host_overhead_us_per_layer", e.host_overhead_us_per_layer)
+    non_negative("efficiency.host_overhead_us_per_moe_layer", e.host_overhead_us_per_moe_layer)
     non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)
     non_negative("efficiency.zero3_max_live_params", e.zero3_max_live_params)
     for key in ("tp_comm_overlap", "ep_a2a_overlap"):  # shares of a collective hidden under compute

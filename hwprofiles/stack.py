@@ -3,6 +3,8 @@
 A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 
 - `host_overhead_us_per_layer`: CPU time to launch one layer pass (eager Python, CUDA graphs);
+- `host_overhead_us_per_moe_layer`: the extra CPU time of a routed-expert layer pass (router,
+  token permutation, the dispatcher's host sync, grouped expert GEMMs);
 - `elementwise_fusion`: share of the fusible element-wise traffic its kernels keep on chip;
 - `overlap_grad_reduce`: whether the DP gradient reduce overlaps backward, the planner's
   default for a plan's `overlap_dp` when the user does not fix it;
@@ -64,7 +66,7 @@ from .paths import is_path, read_toml, toml_path
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
-STACK_KEYS = ("host_overhead_us_per_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
+STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
               "single_nic_network", "zero_collectives", "tp_comm_overlap",
               "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
@@ -81,6 +83,7 @@ class Stack:
     elementwise_fusion: float  # 0: eager PyTorch, 1: every fusible element-wise chain fused
     overlap_grad_reduce: bool  # DP gradient reduce overlapped with backward (the plan's overlap_dp default)
     # Optional in a file: then the hardware-side default (Efficiency's).
+    host_overhead_us_per_moe_layer: float = Efficiency.host_overhead_us_per_moe_layer
     attention_kernel: str = Efficiency.attention_kernel
     zero3_max_live_params: float = Efficiency.zero3_max_live_params
     single_nic_network: float = Efficiency.single_nic_network
@@ -98,7 +101,7 @@ class Stack:
 
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
-_KEYS = ("name", "description", *_REQUIRED, "attention_kernel", "zero3_max_live_params", "single_nic_network",
+_KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel", "zero3_max_live_params", "single_nic_network",
          "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
 
@@ -148,6 +151,8 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     if not isinstance(data["overlap_grad_reduce"], bool):
         raise StackError(f"{source}: 'overlap_grad_reduce' must be true or false, got {data['overlap_grad_reduce']!r}")
     host = _number(data, "host_overhead_us_per_layer", source, 0.0, MAX_NUMBER, "microseconds per layer pass")
+    moe_host = _number(data, "host_overhead_us_per_moe_layer", source, 0.0, MAX_NUMBER,
+                       "extra microseconds per MoE layer pass", Stack.host_overhead_us_per_moe_layer)
     fusion = _number(data, "elementwise_fusion", source, 0.0, 1.0, "a share from 0 to 1")
     kernel = _choice(data, "attention_kernel", source, ATTENTION_KERNELS, Stack.attention_kernel)
     live = _number(data, "zero3_max_live_params", source, 0.0, MAX_NUMBER, "parameters; 0 for no cap",
@@ -159,7 +164,8 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     dispatcher = _choice(data, "ep_dispatcher", source, EP_DISPATCHERS, Stack.ep_dispatcher)
     reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
-                 host_overhead_us_per_layer=host, elementwise_fusion=fusion,
+                 host_overhead_us_per_layer=host, host_overhead_us_per_moe_layer=moe_host,
+                 elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll,
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
@@ -206,6 +212,7 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
     comments = comments or {}
     values = {"name": _quoted(stack.name), "description": _quoted(stack.description),
               "host_overhead_us_per_layer": f"{stack.host_overhead_us_per_layer:.6g}",
+              "host_overhead_us_per_moe_layer": f"{stack.host_overhead_us_per_moe_layer:.6g}",
               "elementwise_fusion": f"{stack.elementwise_fusion:.6g}",
               "overlap_grad_reduce": "true" if stack.overlap_grad_reduce else "false",
               "attention_kernel": _quoted(stack.attention_kernel),

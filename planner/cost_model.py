@@ -237,7 +237,7 @@ class CostModel:
             self._parts[id(block)] = block
             bp = self._pass(id(block), tp, dp, sp, b, zero, overlap, dtype, cp, ep, cf, a2a_partner, bf16_grads,
                             fp8_scaling)
-            slack = launch_slack_s(bp.without_zero or bp, self.cluster)
+            slack = launch_slack_s(bp.without_zero or bp, self.cluster, block)
 
         def passes(zero_comm) -> PassTimes:
             return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zero_comm, cp_span=spans["cp"],

@@ -15,7 +15,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   sequence parallelism, Korthikanti et al. 2022 section 4.2.2); under sequence parallelism the
   stack's `tp_comm_overlap` share of a block's collectives hides under its linear GEMMs
   (Transformer Engine userbuffers), never the head's.
-- Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host). The CPU
+- Host launch overhead per layer pass overlaps GPU work: a pass takes max(GPU, host); a
+  routed-expert block's host time adds the stack's MoE-layer share. The CPU
   launches asynchronously and runs ahead of GPU-bound blocks, so a non-repeated part beside them
   (embedding, head, loss) waits only for the launch time those blocks' slack has not covered
   (`host_slack_s`; CUDA's asynchronous launch queue, CUDA C Programming Guide 3.2.8.1).
@@ -146,16 +147,20 @@ def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: 
     return ep_f * exposed / total, ep_b * exposed / total
 
 
-def host_launch_s(cluster: Cluster) -> float:
-    """Seconds the host takes to launch one layer pass's kernels (the stack's key)."""
-    return cluster.efficiency.host_overhead_us_per_layer * 1e-6
+def host_launch_s(cluster: Cluster, part: BlockProfile | None = None) -> float:
+    """Seconds the host takes to launch one layer pass's kernels (the stack's keys): a routed-
+    expert part (`part.num_experts > 1`) adds the stack's MoE-layer host time."""
+    e = cluster.efficiency
+    moe = e.host_overhead_us_per_moe_layer if part is not None and part.num_experts > 1 else 0.0
+    return (e.host_overhead_us_per_layer + moe) * 1e-6
 
 
-def launch_slack_s(block: PassTimes, cluster: Cluster) -> tuple[float, float]:
-    """(forward, backward) seconds `block`'s passes keep the GPU busy beyond their own launches:
-    how far ahead the host is when a part beside the block starts launching (0 when the block
-    is bound by the host). `pass_times(host_slack_s=...)` takes it."""
-    host = host_launch_s(cluster)
+def launch_slack_s(block: PassTimes, cluster: Cluster, part: BlockProfile | None = None) -> tuple[float, float]:
+    """(forward, backward) seconds `block`'s passes (of the profile part `part`) keep the GPU
+    busy beyond their own launches: how far ahead the host is when a part beside the block
+    starts launching (0 when the block is bound by the host). `pass_times(host_slack_s=...)`
+    takes it."""
+    host = host_launch_s(cluster, part)
     return block.forward_s - host, block.backward_s - host
 
 
@@ -249,7 +254,7 @@ def pass_times(
         cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm - flash_b)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the
     # stack hides (below).
-    host = host_launch_s(cluster)
+    host = host_launch_s(cluster, part)
     host_f, host_b = max(0.0, host - host_slack_s[0]), max(0.0, host - host_slack_s[1])
     z_f, z_b, overlapped = zero_comm
 
@@ -282,8 +287,9 @@ def pass_times(
     # of the two sub-passes is still bounded by its own kernel launches on the host.
     # Megatron-Core refuses the EP A2A overlap with full recompute: those blocks wait for all
     # their all-to-alls, the forward's, the recomputed forward's and the backward's (what the
-    # overlap hid comes back here, in the backward pass).
-    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), z_b) - bwd + 2.0 * (raw_f - ep_f) + (raw_b - ep_b)
+    # overlap hid comes back here, in the backward pass; nothing where the host set the pass).
+    fwd_raw, bwd_raw = max(fwd_gpu + raw_f - ep_f, host_f), max(bwd_gpu + raw_b - ep_b, host_b)
+    full_extra = busy(fwd_raw + bwd_raw, z_b) - bwd + (fwd_raw - max(fwd_gpu, host_f))
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share

@@ -10,6 +10,9 @@ from smplan.planner.memory_model import state_bytes_per_param
 from smplan.planner.plan import plan_from_inline
 
 MOE = "examples/moe.py:mixtral_8x7b"
+# The 4-layer test model's MoE blocks are bound by the stack's MoE-layer host time at these
+# micro-batches; tests that compare GPU work turn it off.
+GPU_BOUND = {"efficiency.host_overhead_us_per_moe_layer": 0.0}
 GPT = "examples/gpt.py:llama3_8b"
 
 
@@ -79,7 +82,8 @@ def test_a2a_overlap_hides_the_all_to_alls_up_to_the_paired_compute(moe):
 
     block, span, tp = moe.blocks[0], strided_span(16, 1, 8), strided_span(1, 1, 8)
     times = {o: pass_times(block, tp, False, 1, load_cluster("h100x8", nodes=2, overrides={
-        "efficiency.ep_a2a_overlap": o, "efficiency.host_overhead_us_per_layer": 0.0}), "bf16", ep_span=span)
+        "efficiency.ep_a2a_overlap": o, "efficiency.host_overhead_us_per_layer": 0.0,
+        "efficiency.host_overhead_us_per_moe_layer": 0.0}), "bf16", ep_span=span)
         for o in (0.0, 0.5, 1.0)}
     raw = times[0.0].ep_forward_s + times[0.0].ep_backward_s
     compute = times[0.0].forward_s + times[0.0].backward_s - raw
@@ -92,9 +96,31 @@ def test_a2a_overlap_hides_the_all_to_alls_up_to_the_paired_compute(moe):
         # what stays exposed is split as the two passes' all-to-alls are
         assert t.ep_forward_s * times[0.0].ep_backward_s == pytest.approx(t.ep_backward_s * times[0.0].ep_forward_s)
     plan = _plan("dp=16,ep=16,mbs=1,gbs=64", moe, nodes=2)  # 4 micro-batches: each has a partner
-    steps = [estimate(plan, moe, load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": o}))
+    # without host time: this small model's MoE blocks are bound by their launches, which the
+    # overlap cannot shorten (test_a_host_bound_moe_block_gains_nothing_from_the_overlap)
+    no_host = {"efficiency.host_overhead_us_per_layer": 0.0, "efficiency.host_overhead_us_per_moe_layer": 0.0}
+    steps = [estimate(plan, moe, load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": o, **no_host}))
              .step_time_s for o in (0.0, 0.5, 1.0)]
     assert steps[0] > steps[1] >= steps[2]
+
+
+def test_a_host_bound_moe_block_gains_nothing_from_the_overlap(moe):
+    """A routed-expert block pays the stack's MoE host time on top of a dense layer's; a pass the
+    host sets takes that long whether or not its all-to-alls hide (pass = max(GPU, host))."""
+    from smplan.planner.pass_model import host_launch_s, pass_times
+
+    block, span, tp = moe.blocks[0], strided_span(16, 1, 8), strided_span(1, 1, 8)
+    slow_host = {"efficiency.host_overhead_us_per_layer": 1000.0, "efficiency.host_overhead_us_per_moe_layer": 1e6}
+    cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0, **slow_host})
+    assert host_launch_s(cl, block) == pytest.approx(1.001)  # (1000 + 1e6) us
+    assert host_launch_s(cl, moe.pre[0]) == host_launch_s(cl) == pytest.approx(1e-3)  # dense parts: the layer's only
+    t = pass_times(block, tp, False, 1, cl, "bf16", ep_span=span)
+    assert t.forward_s == t.backward_s == pytest.approx(1.001)
+    off = pass_times(block, tp, False, 1, load_cluster("h100x8", nodes=2, overrides={
+        "efficiency.ep_a2a_overlap": 0.0, **slow_host}), "bf16", ep_span=span)
+    assert off.forward_s == t.forward_s
+    assert load_cluster("h100x8").efficiency.host_overhead_us_per_moe_layer > 0  # megatron-core states it
+    assert load_cluster("h100x8", stack="torchtitan").efficiency.host_overhead_us_per_moe_layer == 0
 
 
 def test_a2a_overlap_needs_a_partner_micro_batch_and_no_full_recompute(moe):
@@ -130,7 +156,7 @@ def test_megatron_core_stack_overlaps_the_all_to_alls_and_fsdp_stacks_do_not():
 
 
 def test_capacity_factor_scales_expert_work(moe):
-    cl = load_cluster("h100x8", nodes=1, overrides={"efficiency.ep_a2a_overlap": 0.0})
+    cl = load_cluster("h100x8", nodes=1, overrides={"efficiency.ep_a2a_overlap": 0.0, **GPU_BOUND})
     base = plan_costs(_plan("dp=8,ep=8,mbs=1,gbs=8", moe), moe, cl).stages[0]
     busy = plan_costs(_plan("dp=8,ep=8,mbs=1,gbs=8,cf=2", moe), moe, cl).stages[0]
     span, block = strided_span(8, 1, 8), moe.blocks[0]
@@ -140,7 +166,7 @@ def test_capacity_factor_scales_expert_work(moe):
 
 
 def test_ep_splits_expert_compute_it_no_longer_replicates(moe):
-    cl = load_cluster("h100x8", nodes=1)
+    cl = load_cluster("h100x8", nodes=1, overrides=GPU_BOUND)
     rep = estimate(_plan("tp=8,dp=1,mbs=1,gbs=8", moe), moe, cl)
     split = estimate(_plan("tp=8,dp=1,ep=8,mbs=1,gbs=8", moe), moe, cl)
     assert split.breakdown["compute"] < rep.breakdown["compute"]
@@ -169,7 +195,7 @@ def test_cp_exposes_kv_traffic_when_attention_is_short():
 
 
 def test_fp8_runs_linears_at_the_fp8_peak_and_keeps_fp8_weight_copies(moe):
-    cl = load_cluster("h100x8", nodes=1)
+    cl = load_cluster("h100x8", nodes=1, overrides=GPU_BOUND)
     bf = plan_costs(_plan("dp=8,ep=8,mbs=2,gbs=16", moe), moe, cl).stages[0]
     f8 = plan_costs(_plan("dp=8,ep=8,mbs=2,gbs=16,dtype=fp8", moe), moe, cl).stages[0]
     assert f8.forward_s < bf.forward_s
