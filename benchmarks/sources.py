@@ -117,12 +117,12 @@ FRAMEWORK_DEFAULTS = {
         zero_ddp=1, zero_fsdp=3, sp_when_tp=True, recompute=None, attention="sdpa", dropout=0.0,
         gpus_per_node=8,
         # Its perf configs (scripts/performance/configs/*/*_workload_base_configs.py) set
-        # moe_a2a_overlap=True for Qwen3-235B and DeepSeek-V3 on H100, where the all-to-all
-        # crosses InfiniBand; False for Qwen3-30B on H100 (HybridEP dispatcher) and Qwen3-235B
-        # on B200, unset elsewhere (NVL72 racks use HybridEP and CUDA graphs instead; GPT-OSS
-        # never sets it): (MoE preset, profile) pairs. B300's Qwen3-235B entry changes between
-        # versions of the file (True, later False); it stays off here.
-        ep_a2a_overlap_on=(("qwen3_235b", "h100x8"), ("deepseek", "h100x8")),
+        # moe_a2a_overlap=True for Qwen3-235B on H100, where the all-to-all crosses InfiniBand;
+        # False for Qwen3-30B on H100 (HybridEP dispatcher), Qwen3-235B on B200 and DeepSeek-V3
+        # on H100, unset elsewhere (NVL72 racks use HybridEP and CUDA graphs instead; GPT-OSS
+        # never sets it): (MoE preset, profile) pairs. Entries that change between versions of
+        # the files (B300's Qwen3-235B; DeepSeek-V3's MXFP8 variants) stay off here.
+        ep_a2a_overlap_on=(("qwen3_235b", "h100x8"),),
         # The same configs dispatch Qwen3-30B and DeepSeek-V3 through the flex dispatcher with
         # moe_flex_dispatcher_backend "hybridep" (DeepSeek-V3 MXFP8 on B200: "deepep"), Qwen3-235B
         # off NVL72 with moe_token_dispatcher_type "alltoall": the MoE presets whose rows run

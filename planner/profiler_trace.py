@@ -327,10 +327,12 @@ def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
         groups = b.shape[0]
         return [(max(a.shape[0] // groups, 1), b.shape[2], a.shape[1], groups)]
     if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: one call, q k^T then p v
-        # One record (queries, keys, head dim); MatmulShape.flops counts its two GEMMs.
-        q, k = args[0], args[1]
+        # One record (queries, keys, head dim); MatmulShape.flops counts its two GEMMs. Their
+        # head dims differ under MLA (q k^T over 192, p v over 128 in DeepSeek-V3): the record
+        # takes their mean, so its FLOPs are the two GEMMs' exactly (torch's flop_counter, sdpa).
+        q, k, v = args[0], args[1], args[2]
         heads = q.shape[0] * q.shape[1]
-        return [(q.shape[2], k.shape[2], q.shape[3], heads)]
+        return [(q.shape[2], k.shape[2], (q.shape[3] + v.shape[3]) // 2, heads)]
     return []
 
 

@@ -16,9 +16,10 @@ def stack_option(fn):
         "--stack",
         default=None,
         metavar="NAME|PATH",
-        help="Software stack: what the training framework, not the GPU, decides (host launch time per layer, "
-             "kernel fusion, fused attention kernel, ZeRO-3 gather cap, how sharded-DP collectives cross nodes, "
-             "TP-comm and MoE all-to-all overlap, DP gradient-reduce overlap and dtype). A bundled name "
+        help="Software stack: what the training framework, not the GPU, decides (host launch time per layer "
+             "and per MoE layer, kernel fusion, fused attention kernel, ZeRO-3 gather cap, how sharded-DP "
+             "collectives cross nodes, TP-comm and MoE all-to-all overlap, the MoE dispatcher, DP gradient-reduce "
+             "overlap and dtype). A bundled name "
              f"({', '.join(bundled_stacks())}; smplan stack list) or a path to a .toml file. "
              f"Default: a plan file's stack, else {DEFAULT_STACK}. --hw-set efficiency.KEY=... still wins.",
     )(fn)

@@ -78,6 +78,22 @@ def test_profiler_tags_sdpa_as_a_causal_flash_call_and_explicit_attention_as_gem
     assert all(m.kernel == "gemm" for m in _tiny("explicit").blocks[0].matmuls)
 
 
+def test_a_fused_attention_call_with_a_smaller_v_head_counts_both_gemms():
+    """MLA runs q k^T over a larger head dim than p v: the record's head dim is their mean, so
+    its FLOPs are what torch's flop counter gives the call."""
+    import torch
+    import torch.nn.functional as F
+    from smplan.planner.profiler_trace import _gemm_shapes
+    from torch.utils.flop_counter import FlopCounterMode
+
+    q, k, v = torch.randn(1, 2, 64, 48), torch.randn(1, 2, 64, 48), torch.randn(1, 2, 64, 16)
+    (m, n, d, heads), = _gemm_shapes(torch.ops.aten._scaled_dot_product_flash_attention, (q, k, v), None)
+    assert (m, n, d, heads) == (64, 64, 32, 2)
+    with FlopCounterMode(display=False) as counter:
+        F.scaled_dot_product_attention(q, k, v)
+    assert counter.get_total_flops() == 4 * m * n * d * heads
+
+
 def test_sdpa_model_steps_faster_than_explicit_attention_at_long_sequences():
     """Through the public estimate: the fused kernel's time replaces the s x s GEMMs and softmax traffic."""
     times = {}
