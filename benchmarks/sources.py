@@ -125,9 +125,10 @@ FRAMEWORK_DEFAULTS = {
         ep_a2a_overlap_on=(("qwen3_235b", "h100x8"),),
         # The same configs dispatch Qwen3-30B and DeepSeek-V3 through the flex dispatcher with
         # moe_flex_dispatcher_backend "hybridep" (DeepSeek-V3 MXFP8 on B200: "deepep"), Qwen3-235B
-        # off NVL72 with moe_token_dispatcher_type "alltoall": the MoE presets whose rows run
-        # efficiency.ep_dispatcher = "node_dedup" (it only matters where the EP group crosses nodes).
-        ep_dedup_presets=("qwen3_30b", "deepseek"),
+        # off NVL72 with moe_token_dispatcher_type "alltoall": the models (in the run name) whose
+        # rows run efficiency.ep_dispatcher = "node_dedup" (it only matters where the EP group
+        # crosses nodes; Kimi K2, which takes DeepSeek-V3's preset, is not among them).
+        ep_dedup_models=("qwen3_30b", "deepseekv3"),
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
@@ -412,7 +413,7 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
     if moe and "ep_a2a_overlap_on" in d:  # the source's recipe says whether the all-to-alls overlap
         on = any(name in preset and hw == gpu for name, gpu in d["ep_a2a_overlap_on"])
         stated["efficiency.ep_a2a_overlap"] = 1.0 if on else 0.0
-    if moe and any(name in preset for name in d.get("ep_dedup_presets", ())):
+    if moe and any(name in run.lower() for name in d.get("ep_dedup_models", ())):
         stated["efficiency.ep_dispatcher"] = "node_dedup"
     return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated, choose, stack=SOURCE_STACKS[source])
 

@@ -266,17 +266,20 @@ def _all_to_all(b: float, span: GroupSpan, cluster: Cluster) -> float:
     return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
 
 
-def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Cluster, top_k: int) -> float:
+def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Cluster, top_k: int,
+                           num_experts: int = 0) -> float:
     """Seconds for one MoE dispatch (or combine) over the expert-parallel group `span`.
 
     `bytes_per_rank` is a rank's send buffer: its tokens x hidden x `top_k` copies. The stack's
     `efficiency.ep_dispatcher` says how it crosses nodes: "all_to_all" is NCCL's all-to-all
     (`collective_time_s`); "node_dedup" sends a token once to each other node that holds one of
     its experts and forwards it there over NVLink (DeepEP / HybridEP; DeepSeek-V3 report,
-    Liu et al. 2024, section 3.2.2). With balanced routing a token's `top_k` experts fall on
-    (N-1)(1 - (1 - 1/N)^top_k) of the N-1 other nodes (expected distinct of top_k uniform
-    draws). NVLink carries the on-node copies and the forwarding of the arrivals whose expert
-    is not on the GPU they landed on, concurrently with the NIC.
+    Liu et al. 2024, section 3.2.2). With balanced routing a token's `top_k` distinct experts,
+    of `num_experts` spread evenly over the N nodes, miss a given node with probability
+    C(E - E/N, top_k) / C(E, top_k), so they reach (N-1)(1 - that) of the N-1 others
+    ((1 - 1/N)^top_k, draws with replacement, when `num_experts` is not given). NVLink carries
+    the on-node copies and the forwarding of the arrivals whose expert is not on the GPU they
+    landed on, concurrently with the NIC. N = size / ranks per node, as `_all_to_all` takes it.
     """
     if cluster.efficiency.ep_dispatcher == "all_to_all" or not span.crosses_nodes or top_k < 1:
         return collective_time_s("all_to_all", bytes_per_rank, span, cluster)
@@ -288,7 +291,12 @@ def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Clus
     net = cluster.efficiency.network
     off_node = (n - k) / n * bytes_per_rank  # what an all-to-all sends over the NICs
     per_copy = bytes_per_rank / top_k
-    inter_bytes = min(off_node, per_copy * (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** top_k))
+    per_node = num_experts / nodes
+    if num_experts >= top_k and per_node == int(per_node):
+        miss = math.comb(num_experts - int(per_node), top_k) / math.comb(num_experts, top_k)
+    else:
+        miss = (1.0 - 1.0 / nodes) ** top_k
+    inter_bytes = min(off_node, per_copy * (nodes - 1) * (1.0 - miss))
     intra_bytes = (k - 1) / n * bytes_per_rank + off_node * (k - 1) / k
     intra_s = intra_bytes / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
     inter_s = inter_bytes / (cluster.inter_node.bandwidth_gbps * 1e9 * net)

@@ -273,6 +273,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         "elementwise_fusion = 0.0         # eager PyTorch fuses no element-wise kernels",
         "tp_comm_overlap = 0.0            # smplan execute waits for its TP collectives",
         "ep_a2a_overlap = 0.0             # and for its expert all-to-alls",
+        'ep_dispatcher = "all_to_all"     # which are torch.distributed all_to_all_single calls',
         "",
     ]
     return "\n".join(lines)

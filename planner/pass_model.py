@@ -246,7 +246,7 @@ def pass_times(
         # one GPU's dispatch buffer: its tokens (/ cp, / tp) x hidden x top_k, times the capacity factor
         a2a = part.all_to_all_bytes_per_sample * b * capacity_factor / (cp * tp)
         # dispatch + combine, as the stack's dispatcher sends them (efficiency.ep_dispatcher)
-        ep_f = ep_b = 2.0 * expert_dispatch_time_s(a2a, ep_span, cluster, part.top_k)
+        ep_f = ep_b = 2.0 * expert_dispatch_time_s(a2a, ep_span, cluster, part.top_k, part.num_experts)
     if cp > 1 and part.attention_kv_bytes_per_sample:
         # all of K and V (the gathered size; heads / tp), gathered forward, gradients reduce-scattered backward
         kv = part.attention_kv_bytes_per_sample * b / tp
@@ -288,8 +288,11 @@ def pass_times(
     # Megatron-Core refuses the EP A2A overlap with full recompute: those blocks wait for all
     # their all-to-alls, the forward's, the recomputed forward's and the backward's (what the
     # overlap hid comes back here, in the backward pass; nothing where the host set the pass).
-    fwd_raw, bwd_raw = max(fwd_gpu + raw_f - ep_f, host_f), max(bwd_gpu + raw_b - ep_b, host_b)
-    full_extra = busy(fwd_raw + bwd_raw, z_b) - bwd + (fwd_raw - max(fwd_gpu, host_f))
+    hid_f, hid_b = raw_f - ep_f, raw_b - ep_b  # what the overlap hid
+    back = (max(fwd_gpu + hid_f, host_f) - max(fwd_gpu, host_f)  # the recomputed forward's
+            + max(bwd_gpu + hid_b, host_b) - max(bwd_gpu, host_b)  # the backward's
+            + max(busy(fwd_gpu + hid_f, z_f), host_f) - fwd)  # the first forward's
+    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), z_b) - bwd + back
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share

@@ -329,7 +329,8 @@ def _gemm_shapes(packet, args, out) -> list[tuple[int, int, int, int]]:
     if packet in _ATTENTION:  # q [b, a, s, d], k/v [b, a, t, d]: one call, q k^T then p v
         # One record (queries, keys, head dim); MatmulShape.flops counts its two GEMMs. Their
         # head dims differ under MLA (q k^T over 192, p v over 128 in DeepSeek-V3): the record
-        # takes their mean, so its FLOPs are the two GEMMs' exactly (torch's flop_counter, sdpa).
+        # takes their mean, so its FLOPs are the two GEMMs' (torch's flop_counter, sdpa; exactly
+        # when the two head dims sum to an even number, as every model's here do).
         q, k, v = args[0], args[1], args[2]
         heads = q.shape[0] * q.shape[1]
         return [(q.shape[2], k.shape[2], (q.shape[3] + v.shape[3]) // 2, heads)]

@@ -137,6 +137,14 @@ def _value(key: str, kind: str, text: str):
         value = int(value)
     if whole and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise VaryError(f"--vary {key} values must be whole numbers >= 1, got {text!r}")
+    if kind == "cluster" and isinstance(value, str):
+        # a text key (efficiency.ep_dispatcher, attention_kernel...): checked as --hw-set checks it,
+        # on a bundled profile (the choices do not depend on the hardware)
+        try:
+            load_cluster("a100x8", overrides={key: value})
+        except HardwareProfileError as err:
+            raise VaryError(f"--vary {key}: {str(err).removeprefix('--hw-set: ')}") from None
+        return value
     if kind in ("cluster", "checkpoint") and not isinstance(value, int | float):
         raise VaryError(f"--vary {key} values must be numbers, got {text!r}")
     if kind == "checkpoint" and value <= 0:

@@ -80,6 +80,8 @@ def test_hw_list_shows_a_missing_peak_as_a_dash(cli_runner):
     ("hw=a100x8,zz", "unknown hardware profile 'zz'; use one of a100-40gx8, a100x8"),
     ("nodez=1,2", "did you mean nodes?"),
     ("layerz=1,2", "--vary key 'layerz' is unknown"),  # a preset's builder takes **overrides
+    ("efficiency.ep_dispatcher=all_to_all,deepep", "must be one of all_to_all, node_dedup, got 'deepep'"),
+    ("inter_node.bandwidth_gbps=fast", "'inter_node.bandwidth_gbps' must be a number"),
 ])
 def test_whatif_unknown_vary_values_name_the_valid_ones(cli_runner, tmp_path, vary, says):
     out = tmp_path / "report"
@@ -219,6 +221,12 @@ def test_a_group_alone_shows_its_help_not_an_error(cli_runner, args):
     result = cli_runner.invoke(cli, args)
     assert result.output.startswith("Usage: ") and "error:" not in result.output
     assert "Commands:" in result.output
+
+
+def test_a_text_hardware_key_can_be_swept():
+    from smplan.whatif import parse_vary
+
+    assert parse_vary("efficiency.ep_dispatcher=all_to_all,node_dedup").values == ("all_to_all", "node_dedup")
 
 
 def test_a_swept_hardware_value_is_held_against_the_given_profile():

@@ -43,6 +43,9 @@ def test_probe_toml_loads_and_validates(tmp_path):
     cluster = load_cluster(str(path))
     assert cluster.gpus_per_node == 2 and cluster.gpu.peak_tflops.bf16 == 0.3
     assert cluster.efficiency.matmul_half_dim == 120.0
+    # what smplan execute does by construction: eager kernels, collectives that wait, NCCL-style all-to-alls
+    e = cluster.efficiency
+    assert (e.elementwise_fusion, e.tp_comm_overlap, e.ep_a2a_overlap, e.ep_dispatcher) == (0.0, 0.0, 0.0, "all_to_all")
 
 
 def test_probe_cli_writes_loadable_profile(cli_runner, tmp_path):

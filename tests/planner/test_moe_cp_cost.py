@@ -67,7 +67,7 @@ def test_a_node_dedup_dispatcher_sends_fewer_bytes_across_nodes(moe):
     dedup = load_cluster("h100x8", nodes=2, overrides={**off, "efficiency.ep_dispatcher": "node_dedup"})
     plan = _plan("dp=16,ep=16,mbs=1,gbs=16", moe, nodes=2)
     block, span = moe.blocks[0], strided_span(16, 1, 8)
-    one = expert_dispatch_time_s(block.all_to_all_bytes_per_sample, span, dedup, block.top_k)
+    one = expert_dispatch_time_s(block.all_to_all_bytes_per_sample, span, dedup, block.top_k, block.num_experts)
     costs = plan_costs(plan, moe, dedup).stages[0]
     assert costs.ep_comm_forward_s == pytest.approx(2 * one * moe.num_blocks)
     assert costs.ep_comm_forward_s < plan_costs(plan, moe, plain).stages[0].ep_comm_forward_s
@@ -104,6 +104,22 @@ def test_a2a_overlap_hides_the_all_to_alls_up_to_the_paired_compute(moe):
     assert steps[0] > steps[1] >= steps[2]
 
 
+def test_full_recompute_gives_back_the_hidden_all_to_alls_once(moe):
+    """Full recompute turns the EP A2A overlap off: a block's forward, recomputed forward and
+    backward take what they take without it, also where ZeRO-3's gathers set the forward."""
+    from smplan.planner.pass_model import pass_times
+
+    block, span, tp = moe.blocks[0], strided_span(16, 1, 8), strided_span(1, 1, 8)
+    no_host = {"efficiency.host_overhead_us_per_layer": 0.0, "efficiency.host_overhead_us_per_moe_layer": 0.0}
+    for gather_s in (0.0, 1.0):  # the forward's ZeRO-3 all-gather: none, or longer than the pass
+        totals = []
+        for o in (0.0, 1.0):
+            cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": o, **no_host})
+            t = pass_times(block, tp, False, 1, cl, "bf16", (gather_s, 0.0, True), ep_span=span)
+            totals.append(t.forward_s + t.backward_s + t.full_extra_s)
+        assert totals[1] == pytest.approx(totals[0], rel=1e-9)
+
+
 def test_a_host_bound_moe_block_gains_nothing_from_the_overlap(moe):
     """A routed-expert block pays the stack's MoE host time on top of a dense layer's; a pass the
     host sets takes that long whether or not its all-to-alls hide (pass = max(GPU, host))."""
@@ -127,11 +143,10 @@ def test_a2a_overlap_needs_a_partner_micro_batch_and_no_full_recompute(moe):
     """Megatron-Core's config checks: the overlap needs a second micro-batch, the interleaved
     schedule when there are pipeline stages, and no full recompute."""
     # no host launch time: the embedding's and head's launches hide behind the blocks' slack,
-    # which the overlap changes; this test is about the blocks
-    on = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0,
-                                                    "efficiency.host_overhead_us_per_layer": 0.0})
-    off = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0,
-                                                     "efficiency.host_overhead_us_per_layer": 0.0})
+    # which the overlap changes, and host-bound blocks hide nothing; this test is about the blocks
+    no_host = {"efficiency.host_overhead_us_per_layer": 0.0, "efficiency.host_overhead_us_per_moe_layer": 0.0}
+    on = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0, **no_host})
+    off = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0, **no_host})
 
     def ep_s(text, cl):
         st = plan_costs(_plan(text, moe, nodes=2), moe, cl).stages[0]
