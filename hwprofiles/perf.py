@@ -257,12 +257,18 @@ def _all_to_all(b: float, span: GroupSpan, cluster: Cluster) -> float:
     on-node share (k-1)/n * B over NVLink, concurrently; n-1 messages pay alpha each.
     """
     n, k = span.size, min(span.ranks_per_node, span.size)
-    net = cluster.efficiency.network
     if not span.crosses_nodes:
         bw, alpha = link_for(span, cluster)
         return (n - 1) / n * b / bw + (n - 1) * alpha
-    intra_s = (k - 1) / n * b / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
-    inter_s = (n - k) / n * b / (cluster.inter_node.bandwidth_gbps * 1e9 * net)
+    return _nvlink_and_nic_s((k - 1) / n * b, (n - k) / n * b, n, cluster)
+
+
+def _nvlink_and_nic_s(intra_bytes: float, inter_bytes: float, n: int, cluster: Cluster) -> float:
+    """An exchange among `n` ranks across nodes that sends `intra_bytes` per rank over NVLink
+    and `inter_bytes` through the rank's own NIC share, concurrently; n-1 messages pay alpha."""
+    net = cluster.efficiency.network
+    intra_s = intra_bytes / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
+    inter_s = inter_bytes / (cluster.inter_node.bandwidth_gbps * 1e9 * net)
     return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
 
 
@@ -288,7 +294,6 @@ def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Clus
     _check_span(span, cluster)
     n, k = span.size, min(span.ranks_per_node, span.size)
     nodes = n / k
-    net = cluster.efficiency.network
     off_node = (n - k) / n * bytes_per_rank  # what an all-to-all sends over the NICs
     per_copy = bytes_per_rank / top_k
     per_node = num_experts / nodes
@@ -298,9 +303,7 @@ def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Clus
         miss = (1.0 - 1.0 / nodes) ** top_k
     inter_bytes = min(off_node, per_copy * (nodes - 1) * (1.0 - miss))
     intra_bytes = (k - 1) / n * bytes_per_rank + off_node * (k - 1) / k
-    intra_s = intra_bytes / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
-    inter_s = inter_bytes / (cluster.inter_node.bandwidth_gbps * 1e9 * net)
-    return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
+    return _nvlink_and_nic_s(intra_bytes, inter_bytes, n, cluster)
 
 
 def _check_dims(m: int, n: int, k: int) -> None:

@@ -66,9 +66,9 @@ from .paths import is_path, read_toml, toml_path
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
-STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion", "attention_kernel", "zero3_max_live_params",
-              "single_nic_network", "zero_collectives", "tp_comm_overlap",
-              "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
+STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
+              "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives",
+              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
 
 class StackError(HardwareProfileError):
@@ -101,8 +101,9 @@ class Stack:
 
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
-_KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel", "zero3_max_live_params", "single_nic_network",
-         "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
+_KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel",
+         "zero3_max_live_params", "single_nic_network", "zero_collectives", "tp_comm_overlap", "ep_a2a_overlap",
+         "ep_dispatcher", "grad_reduce_dtype")
 
 
 def bundled_stacks() -> list[str]:

@@ -17,16 +17,16 @@ from .table import format_table
 def stack() -> None:
     """Software stacks: what the training framework, not the GPU, decides.
 
-    A stack sets the host (CPU) launch time per layer pass (and what a MoE layer adds to it),
-    the share of element-wise
-    traffic its fused kernels keep on chip, its fused attention kernel (flash1, flash2 =
-    torch SDPA / flash-attn 2, cudnn = Transformer Engine; timed at the GPU's published
-    rate for it), ZeRO-3's gathered-parameter cap (DeepSpeed), how its sharded-DP collectives
-    cross nodes (per_nic: one NIC's share each, DeepSpeed; ring: all rails, FSDP) and the NIC
-    share per_nic reaches, the share of the MoE expert all-to-alls it hides behind
-    the paired micro-batch's compute (EP A2A overlap), how its MoE dispatch crosses nodes
-    (all_to_all: NCCL; node_dedup: DeepEP / HybridEP, once per node), and whether the DP gradient reduce overlaps backward
-    (the plan's overlap_dp default). plan, simulate, whatif (also --vary stack=A,B),
+    A stack sets the host (CPU) launch time per layer pass (and what a MoE layer adds to
+    it), the share of element-wise traffic its fused kernels keep on chip, its fused
+    attention kernel (flash1, flash2 = torch SDPA / flash-attn 2, cudnn = Transformer
+    Engine; timed at the GPU's published rate for it), ZeRO-3's gathered-parameter cap
+    (DeepSpeed), how its sharded-DP collectives cross nodes (per_nic: one NIC's share each,
+    DeepSpeed; ring: all rails, FSDP) and the NIC share per_nic reaches, the share of the
+    MoE expert all-to-alls it hides behind the paired micro-batch's compute (EP A2A
+    overlap), how its MoE dispatch crosses nodes (all_to_all: NCCL; node_dedup: DeepEP /
+    HybridEP, once per node), and whether the DP gradient reduce overlaps backward (the
+    plan's overlap_dp default). plan, simulate, whatif (also --vary stack=A,B),
     reliability and calibrate take --stack NAME|PATH; the default is megatron-core, and a
     plan file records its stack. --hw-set efficiency.KEY=VALUE still wins over the stack.
     """
@@ -41,9 +41,11 @@ def list_stacks(as_json: bool) -> None:
         echo_json({"default": DEFAULT_STACK, "stacks": [_public(s) for s in stacks]})
         return
     rows = [[s.name + (" (default)" if s.name == DEFAULT_STACK else ""), s.host_overhead_us_per_layer,
-             s.host_overhead_us_per_moe_layer, s.elementwise_fusion, s.attention_kernel, s.zero_collectives, s.single_nic_network,
+             s.host_overhead_us_per_moe_layer, s.elementwise_fusion, s.attention_kernel, s.zero_collectives,
+             s.single_nic_network,
              f"{s.zero3_max_live_params:.3g}" if s.zero3_max_live_params else "-", s.tp_comm_overlap, s.ep_a2a_overlap,
-             s.ep_dispatcher, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description] for s in stacks]
+             s.ep_dispatcher, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description]
+            for s in stacks]
     click.echo(format_table(["name", "host us/layer", "+ per MoE layer", "fusion", "attention", "ZeRO colls",
                              "NIC share", "zero3 live params", "TP overlap", "a2a overlap", "dispatch",
                              "overlap grad reduce", "grad reduce", "description"], rows,

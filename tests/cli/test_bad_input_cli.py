@@ -76,6 +76,17 @@ def test_hw_list_shows_a_missing_peak_as_a_dash(cli_runner):
     assert " - " in v100
 
 
+@pytest.mark.parametrize("setting, says", [
+    ("efficiency.ep_dispatcher=dedup", "efficiency.ep_dispatcher must be one of all_to_all, node_dedup, got 'dedup'"),
+    ("efficiency.ep_dispatcher=3", "'efficiency.ep_dispatcher' must be text, got 3"),
+    ("efficiency.host_overhead_us_per_moe_layer=-1", "host_overhead_us_per_moe_layer must not be negative"),
+])
+def test_bad_moe_stack_settings_are_one_line(cli_runner, setting, says):
+    result = cli_runner.invoke(cli, SIM + ["--hw-set", setting])
+    assert result.exit_code == 2
+    assert says in _error_line(result)
+
+
 @pytest.mark.parametrize("vary, says", [
     ("hw=a100x8,zz", "unknown hardware profile 'zz'; use one of a100-40gx8, a100x8"),
     ("nodez=1,2", "did you mean nodes?"),

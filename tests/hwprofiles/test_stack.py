@@ -120,6 +120,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'grad_reduce_dtype' must be one of weights, fp32"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nep_dispatcher = "deepep"\n',
      "'ep_dispatcher' must be one of all_to_all, node_dedup"),
+    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\n'
+     'host_overhead_us_per_moe_layer = "x"\n', "'host_overhead_us_per_moe_layer' must be a number from 0"),
 ])
 def test_bad_stack_file_is_one_line(tmp_path, body, expected):
     path = tmp_path / "bad.toml"
