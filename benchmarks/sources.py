@@ -39,7 +39,7 @@ from published import (
     vtrain_rows,
 )
 from smplan.hwprofiles import DEFAULT_STACK, load_cluster
-from smplan.planner import Plan, PlanError, even_stages
+from smplan.planner import Plan, PlanError, Stage, even_stages
 from validation_data import validation_file
 
 
@@ -129,6 +129,13 @@ FRAMEWORK_DEFAULTS = {
         # rows run efficiency.ep_dispatcher = "node_dedup" (it only matters where the EP group
         # crosses nodes; Kimi K2, which takes DeepSeek-V3's preset, is not among them).
         ep_dedup_models=("qwen3_30b", "deepseekv3"),
+        # DeepSeek-V3's recipe splits the pipeline by a layout, not evenly: every model chunk
+        # takes ceil(layers / chunks) decoder layers in order, the first after the embedding (so
+        # its dense layers and the first MoE layers), the last what remains before MTP and the
+        # loss (recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_parallel_layout`
+        # for 4, 8 and 16 chunks; the perf configs' pp_layout "Et*4|(t*4|)*14tmL" is the same):
+        # the models (in the run name) whose rows are split so (`front_filled_stages`).
+        front_filled_layout_models=("deepseekv3",),
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):
@@ -395,6 +402,9 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
                     ffn=dims["ffn"], vocab=dims["vocab"], seq_len=seq, attention=d["attention"],
                     dropout=d["dropout"], **{k: d.get(k, v) for k, v in layout.items()})
         blocks = dims["layers"]
+    split = even_stages
+    if moe and any(name in run.lower() for name in d.get("front_filled_layout_models", ())):
+        split = functools.partial(front_filled_stages, dims["layers"] - blocks)
     try:
         # sp=0 for MoE rows although Megatron runs SP with tp > 1: examples/moe.py's tp_plan takes no
         # sequence_parallel, so the CLI refuses sp=1 for it (same tp bytes, all-reduce for RS+AG).
@@ -403,7 +413,7 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
                     global_batch=gbs, schedule="interleaved" if vp > 1 else "1f1b", virtual_stages=vp, zero=zero,
                     sequence_parallel=bool(d["sp_when_tp"] and tp > 1 and not moe), overlap_dp=True, dtype=dtype,
                     fp8_scaling=precision_fp8_scaling(r["precision"]) if dtype == "fp8" else "tensor",
-                    capacity_factor=1.0, stages=_every_kth(even_stages(blocks, pp * vp, recompute),
+                    capacity_factor=1.0, stages=_every_kth(split(blocks, pp * vp, recompute),
                                                            EVERY_KTH_LAYER.get(rec_name, 1)))
     except (PlanError, ValueError) as err:
         return skip(f"plan rejected: {str(err).split(';')[0]}")
@@ -416,6 +426,20 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
     if moe and any(name in run.lower() for name in d.get("ep_dedup_models", ())):
         stated["efficiency.ep_dispatcher"] = "node_dedup"
     return Mapped(source, run, plan, args, dtype, hw, nodes, measured, stated, choose, stack=SOURCE_STACKS[source])
+
+
+def front_filled_stages(dense_layers: int, blocks: int, chunks: int, recompute: str) -> tuple:
+    """Megatron-Bridge's DeepSeek-V3 layout over `chunks` model chunks: each takes
+    ceil(layers / chunks) decoder layers in order, the last what remains. The `dense_layers`
+    sit on the first chunk (before the repeated `blocks`), so it takes that many fewer blocks.
+    Where that leaves the first or the last chunk without a block, the even split."""
+    per_chunk = -(-(dense_layers + blocks) // chunks)
+    first, last = per_chunk - dense_layers, blocks - (per_chunk - dense_layers) - per_chunk * (chunks - 2)
+    if chunks < 2 or first < 1 or last < 1:
+        return even_stages(blocks, chunks, recompute)
+    sizes = [first] + [per_chunk] * (chunks - 2) + [last]
+    ends = [sum(sizes[: i + 1]) for i in range(chunks)]
+    return tuple(Stage(end - size, end, recompute) for size, end in zip(sizes, ends, strict=True))
 
 
 def _every_kth(stages: tuple, k: int) -> tuple:

@@ -345,3 +345,30 @@ def test_script_prints_one_line_per_source_and_the_loso_table(tmp_path):
                           str(tmp_path), "--fast", "--loso", "--sources", "torchtitan"],
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 2 and "at least 2 sources" in one.stderr and "Traceback" not in one.stderr
+
+
+@pytest.mark.parametrize("chunks, sizes", [(4, [13, 16, 16, 13]), (8, [5] + [8] * 6 + [5]),
+                                           (16, [1] + [4] * 14 + [1])])
+def test_deepseek_v3_layout_fills_chunks_from_the_front(chunks, sizes):
+    """Megatron-Bridge's DeepSeek-V3 layouts for 4, 8 and 16 chunks: the first chunk holds the
+    embedding, the 3 dense layers and what is left of ceil(61 / chunks) layers as MoE blocks."""
+    stages = sources.front_filled_stages(3, 58, chunks, "none")
+    assert [st.last_block - st.first_block for st in stages] == sizes
+    assert stages[0].first_block == 0 and stages[-1].last_block == 58
+    assert all(a.last_block == b.first_block for a, b in zip(stages, stages[1:], strict=False))
+
+
+def test_a_layout_that_leaves_a_chunk_empty_keeps_the_even_split():
+    from smplan.planner import even_stages
+    assert sources.front_filled_stages(3, 58, 32, "full") == even_stages(58, 32, "full")  # ceil(61/32) = 2 < 3 dense
+    assert sources.front_filled_stages(0, 10, 1, "none") == even_stages(10, 1, "none")
+
+
+def test_only_deepseek_v3_rows_take_the_front_filled_layout():
+    name = "megatron_bridge_perf_summary.csv"
+    dims = dict(gpus=256, layers=61, hidden=7168, heads=128, kv_heads="", ffn=2048, vocab=129280, seq_len=4096,
+                experts=256, topk=8, tp=1, pp=16, ep=8, dp=16, global_batch=4096, precision="FP8", note=DSV3_NOTE)
+    ds = one(name, [row(run="mbridge_DGX-B200_DeepSeekV3_FP8_256gpu", **dims)])
+    kimi = one(name, [row(run="mbridge_DGX-B200_Kimi_K2_FP8_256gpu", **dims)])
+    assert [st.num_blocks for st in ds.plan.stages] == [1] + [4] * 14 + [1]
+    assert [st.num_blocks for st in kimi.plan.stages] == [4] * 10 + [3] * 6
