@@ -66,9 +66,12 @@ def estimate_from_costs(costs: PlanCosts) -> Figures:
     ep_comm = m * sum(s.ep_comm_forward_s + s.ep_comm_backward_s for s in mine)
     cp_comm = m * sum(s.cp_comm_forward_s + s.cp_comm_backward_s for s in mine)
     recompute = m * sum(s.recompute_s for s in mine)
+    host_wait = m * sum(s.host_wait_forward_s + s.host_wait_backward_s for s in mine)
     p2p = m * sum(s.send_s + (st[c - 1].send_s if c else 0.0) for c, s in enumerate(st) if c % p == crit)
-    breakdown = {
-        "compute": busy - tp_comm - ep_comm - cp_comm - recompute,
+    breakdown = {"compute": busy - tp_comm - ep_comm - cp_comm - recompute - host_wait}
+    if costs.waits_for_host:  # only where some pass waits for the host's launches
+        breakdown["host_wait"] = host_wait
+    breakdown |= {
         "recompute": recompute,
         "tp_comm": tp_comm,
         "pp_p2p": min(p2p, max(0.0, t_pipe - busy)),

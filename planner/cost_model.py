@@ -111,6 +111,13 @@ class ChunkModel:
     zero_rec_s: float = 0.0
     zero_post: tuple = ()
     zero_crosses_node: bool = False
+    # of f / b: the GPU waiting for the host's launches (PassTimes.host_wait_*), per block and fixed;
+    # hwr_blk what a recomputed block changes it by
+    hwf0: float = 0.0
+    hwf_blk: float = 0.0
+    hwb0: float = 0.0
+    hwb_blk: float = 0.0
+    hwr_blk: float = 0.0
 
     def _zero_units(self, n: int, r: int) -> tuple:
         if self.zero_blk is None:
@@ -142,6 +149,8 @@ class ChunkModel:
             cp_crosses_node=self.cp_crosses_node,
             zero_units=self._zero_units(n, r),
             zero_crosses_node=self.zero_crosses_node,
+            host_wait_forward_s=self.hwf0 + self.hwf_blk * n,
+            host_wait_backward_s=max(0.0, self.hwb0 + self.hwb_blk * n + self.hwr_blk * r),
         )
 
 
@@ -177,6 +186,10 @@ class CostModel:
                             "a stack (README: The model file)")
         self.profile = profile
         self.cluster = cluster
+        # The same GPUs with nothing to wait for on the host: its passes less the real ones are
+        # the host-wait shares of the breakdowns (PassTimes.with_host_wait).
+        eff = dataclasses.replace(cluster.efficiency, host_overhead_us_per_layer=0.0, host_overhead_us_per_moe_layer=0.0)
+        self._gpu_only = dataclasses.replace(cluster, efficiency=eff)
         self._parts: dict[int, BlockProfile] = {}  # cache by identity: hashing a profile is slow
         self._pass = functools.lru_cache(maxsize=None)(self._pass_uncached)
 
@@ -239,12 +252,12 @@ class CostModel:
                             fp8_scaling)
             slack = launch_slack_s(bp.without_zero or bp, self.cluster, block)
 
-        def passes(zero_comm) -> PassTimes:
-            return pass_times(part, spans["tp"], sp, b, self.cluster, dtype, zero_comm, cp_span=spans["cp"],
+        def passes(zero_comm, cluster=self.cluster) -> PassTimes:
+            return pass_times(part, spans["tp"], sp, b, cluster, dtype, zero_comm, cp_span=spans["cp"],
                               ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=None if a2a_partner else 0.0,
                               fp8_scaling=fp8_scaling, host_slack_s=slack)
 
-        out = passes(zc)
+        out = passes(zc).with_host_wait(passes(zc, self._gpu_only))
         if zc[0] or zc[1]:
             out = dataclasses.replace(out, zero_forward_s=zc[0], zero_backward_s=zc[1],
                                       without_zero=passes((0.0, 0.0, overlap)))
@@ -368,6 +381,11 @@ class CostModel:
             cpr_blk=bp.cp_forward_s if recompute == "full" else 0.0,
             ep_crosses_node=spans["ep"].crosses_nodes,
             cp_crosses_node=spans["cp"].crosses_nodes,
+            hwf0=sum(p.host_wait_forward_s for p in pts),
+            hwf_blk=bp.host_wait_forward_s,
+            hwb0=sum(p.host_wait_backward_s for p in pts),
+            hwb_blk=bp.host_wait_backward_s,
+            hwr_blk=(bp.host_wait_recompute_s or {}).get(recompute, 0.0),
             **_zero_fields(bp, [self.pass_of(p, key) for p in prof.pre] if first else [],
                            [self.pass_of(p, key) for p in prof.post] if last else [],
                            recompute, key.overlap_dp,

@@ -89,6 +89,10 @@ class StageCosts:
     # them unit by unit on the DP links (prefetched gathers, trailing reduce-scatters). () : none.
     zero_units: tuple[ZeroUnit, ...] = ()
     zero_crosses_node: bool = False
+    # Of forward_s / backward_s: the GPU idle while the host launches the pass's kernels (the
+    # pass is bound by the host, not the GPU: CUDA graphs or a bigger micro-batch would help).
+    host_wait_forward_s: float = 0.0
+    host_wait_backward_s: float = 0.0
 
     @property
     def zero_reduce_s(self) -> float:
@@ -118,6 +122,11 @@ class PlanCosts:
     # ep > 1 or cp > 1: the breakdowns always carry their keys (zero where all of it hid)
     expert_or_context_parallel: bool = False
     extras: dict = field(default_factory=dict)
+
+    @property
+    def waits_for_host(self) -> bool:
+        """Whether any pass is bound by the host's launches: the breakdowns then carry `host_wait`."""
+        return any(s.host_wait_forward_s > 0.0 or s.host_wait_backward_s > 0.0 for s in self.stages)
 
     def device_stage(self, chunk: int) -> int:
         """The pipeline rank that runs model chunk `chunk` (Narayanan et al. 2021 interleaving)."""

@@ -55,6 +55,7 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
@@ -68,6 +69,10 @@ from smplan.hwprofiles.perf import (
 from smplan.hwprofiles.topology import GroupSpan
 
 from .model_profile import BlockProfile
+
+# Below this a pass's host wait is float rounding of two equal sums (a nanosecond is far under
+# any kernel launch, ~5 us; CUDA C Programming Guide 3.2.8).
+HOST_WAIT_TOLERANCE_S = 1e-9
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,13 @@ class PassTimes:
     zero_forward_s: float = 0.0
     zero_backward_s: float = 0.0
     without_zero: PassTimes | None = None
+    # Of forward_s / backward_s: what the host's kernel launches add to the GPU's own time (the
+    # pass with the stack's host overheads less the pass without them, `with_host_wait`);
+    # `host_wait_recompute_s` is what each recompute kind changes that by in backward (< 0
+    # where the recomputed work fills time the GPU would have waited for the host).
+    host_wait_forward_s: float = 0.0
+    host_wait_backward_s: float = 0.0
+    host_wait_recompute_s: dict | None = None
 
     def backward_with(self, recompute: str) -> tuple[float, float, float]:
         """(backward seconds, of which recompute, of which TP comm) under `recompute`."""
@@ -103,6 +115,18 @@ class PassTimes:
         if recompute == "sac":
             return self.backward_s + self.sac_extra_s, self.sac_extra_s, self.tp_backward_s + self.sac_tp_s
         return self.backward_s, 0.0, self.tp_backward_s
+
+    def with_host_wait(self, gpu_only: PassTimes) -> PassTimes:
+        """These times with their host-wait shares set from `gpu_only`, the same passes priced
+        without the stack's host overheads."""
+        def seconds(x: float) -> float:  # a difference of equal sums is rounding, not waiting
+            return x if abs(x) > HOST_WAIT_TOLERANCE_S else 0.0
+
+        hw_b = seconds(self.backward_s - gpu_only.backward_s)
+        rec = {kind: seconds(self.backward_with(kind)[0] - gpu_only.backward_with(kind)[0] - hw_b)
+               for kind in ("selective", "full", "sac")}
+        return dataclasses.replace(self, host_wait_forward_s=seconds(self.forward_s - gpu_only.forward_s),
+                                   host_wait_backward_s=hw_b, host_wait_recompute_s=rec)
 
 
 def _gemm_dims(mm, tp: int, b: int, cp: int = 1, ep: int = 1, capacity_factor: float = 1.0

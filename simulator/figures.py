@@ -11,6 +11,7 @@ GIB = 2.0**30
 # The same keys as the planner's closed form (smplan.planner.closed_form.estimate_from_costs).
 BREAKDOWN_KEYS = (
     "compute",
+    "host_wait",  # only where some pass waits for the host's launches
     "recompute",
     "tp_comm",
     "pp_p2p",
@@ -29,13 +30,17 @@ def critical_device(raw: RawStep) -> int:
     return 0
 
 
-def breakdown(raw: RawStep, device: int | None = None, ep_or_cp: bool = False) -> dict[str, float]:
+def breakdown(raw: RawStep, device: int | None = None, ep_or_cp: bool = False, host_wait: bool = False
+              ) -> dict[str, float]:
     """Seconds of the step by kind on one rank (the critical one by default); sums to the step."""
     d = critical_device(raw) if device is None else device
     t = raw.devices[d]
     dp_exposed = max(0.0, t.dp_end_s - t.compute_end_s) + t.wait_gather_s + t.zero_wait_s
-    out = {
-        "compute": t.compute_s - t.recompute_s - t.tp_comm_s - t.ep_comm_s - t.cp_comm_s - t.zero_wait_s,
+    out = {"compute": t.compute_s - t.recompute_s - t.tp_comm_s - t.ep_comm_s - t.cp_comm_s - t.zero_wait_s
+                      - t.host_wait_s}
+    if host_wait:  # as the closed form: the key only where some pass waits for the host
+        out["host_wait"] = t.host_wait_s
+    out |= {
         "recompute": t.recompute_s,
         "tp_comm": t.tp_comm_s,
         "pp_p2p": t.wait_comm_s + t.send_wait_s,
@@ -94,7 +99,7 @@ def utilisation(raw: RawStep, node_of_stage: list[int] | None = None) -> list[di
 
 def figures(raw: RawStep, costs: PlanCosts) -> Figures:
     step = raw.step_time_s
-    parts = breakdown(raw, ep_or_cp=costs.expert_or_context_parallel)
+    parts = breakdown(raw, ep_or_cp=costs.expert_or_context_parallel, host_wait=costs.waits_for_host)
     memories = [m for m in device_memory(costs) if m is not None]
     fullest = max(memories, key=lambda m: m.total_bytes) if memories else None
     gpus = max(costs.num_gpus, 1)

@@ -55,6 +55,7 @@ class DeviceTimes:
     tp_comm_s: float = 0.0
     ep_comm_s: float = 0.0  # expert all-to-alls inside the passes
     cp_comm_s: float = 0.0  # exposed context-parallel K/V collectives inside the passes
+    host_wait_s: float = 0.0  # the GPU idle inside the passes while the host launches their kernels
     wait_comm_s: float = 0.0  # idle while the awaited activation/gradient was on the wire
     wait_bubble_s: float = 0.0  # idle for any other reason (pipeline fill and drain)
     wait_gather_s: float = 0.0  # idle for a ZeRO parameter all-gather
@@ -357,11 +358,13 @@ class StepSimulation:
             rec_s = sum(u.recompute_s for u in st.zero_units) if sharded else st.recompute_s
             if task.kind == "F":
                 dur = st.forward_s
+                times.host_wait_s += st.host_wait_forward_s
                 times.tp_comm_s += st.tp_comm_forward_s
                 times.ep_comm_s += st.ep_comm_forward_s
                 times.cp_comm_s += st.cp_comm_forward_s
             else:
                 dur = st.backward_s
+                times.host_wait_s += st.host_wait_backward_s
                 times.tp_comm_s += st.tp_comm_backward_s
                 times.ep_comm_s += st.ep_comm_backward_s
                 times.cp_comm_s += st.cp_comm_backward_s

@@ -13,10 +13,15 @@ from matplotlib.figure import Figure
 # Colour per quantity, the same in every chart (tab10-like, colour-blind friendly order).
 COLORS = {
     "compute": "#4477aa",
+    "host_wait": "#99ddff",
     "recompute": "#77aadd",
     "tp_comm": "#ee6677",
     "pp_comm": "#228833",
     "dp_comm": "#ccbb44",
+    "pp_p2p": "#228833",
+    "dp_comm_exposed": "#ccbb44",
+    "ep_all_to_all": "#ee8866",
+    "cp_comm_exposed": "#994455",
     "bubble": "#bbbbbb",
     "optimizer": "#aa3377",
     "weights": "#4477aa",
@@ -32,10 +37,15 @@ COLORS = {
 CYCLE = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000"]
 PRETTY = {
     "compute": "compute",
+    "host_wait": "waiting for the host (launch-bound)",
     "recompute": "recompute",
     "tp_comm": "TP comm",
     "pp_comm": "PP comm",
     "dp_comm": "DP comm",
+    "pp_p2p": "PP sends",
+    "dp_comm_exposed": "DP comm (exposed)",
+    "ep_all_to_all": "expert all-to-all",
+    "cp_comm_exposed": "CP comm (exposed)",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer",
     "weights": "weights",

@@ -189,3 +189,47 @@ def test_zero2_and_zero3_under_pipelining_run_as_zero1():
     cands = list(enumerate_candidates(PROF, cluster, fixed, None))
     assert {c.zero for c in cands if c.pp > 1 and c.dp > 1} == {1}
     assert {c.zero for c in cands if c.pp == 1 and c.dp > 1} == {1, 2, 3}
+
+
+def _launch_bound(host_us: float, **over):
+    tiny = gpt_profile(layers=4, hidden=64, heads=4, seq=32, vocab=128)
+    cluster = load_cluster("a100x8", nodes=1, overrides={"efficiency.host_overhead_us_per_layer": host_us, **over})
+    plan = Plan(model="t", hw="a100x8", nodes=1, dp=1, tp=1, pp=1, micro_batch=1, global_batch=4,
+                stages=even_stages(4, 1))
+    return plan, tiny, cluster
+
+
+def test_a_launch_bound_step_shows_its_wait_for_the_host_not_compute():
+    """A tiny model at 1 ms per layer pass: the GPU idles most of each pass; the breakdown says
+    so (`host_wait`) and a twice faster GPU changes the step by nothing but that split."""
+    plan, tiny, slow = _launch_bound(1000.0)
+    f = estimate(plan, tiny, slow)
+    assert f.breakdown["host_wait"] > 0.9 * f.step_time_s > 0
+    assert f.breakdown["compute"] >= 0 and sum(f.breakdown.values()) == pytest.approx(f.step_time_s)
+    bare = estimate(plan, tiny, load_cluster("a100x8", nodes=1, overrides={"efficiency.host_overhead_us_per_layer": 0.0}))
+    assert "host_wait" not in bare.breakdown  # nothing waits: the key is left out, as ep's are
+    big = gpt_profile(layers=4, hidden=4096, heads=32, seq=2048, vocab=32000)  # ~16 ms per layer pass
+    gpu_bound = Plan(model="b", hw="a100x8", nodes=1, dp=1, tp=1, pp=1, micro_batch=4, global_batch=8,
+                     stages=even_stages(4, 1, "full"))
+    assert "host_wait" not in estimate(gpu_bound, big, load_cluster("a100x8", nodes=1)).breakdown
+    assert f.breakdown["compute"] == pytest.approx(bare.breakdown["compute"], rel=1e-9)
+    _, _, faster = _launch_bound(1000.0, **{"gpu.peak_tflops.fp32": 2 * 19.5, "gpu.memory_bandwidth_gbps": 2 * 2039.0})
+    g = estimate(plan, tiny, faster)
+    # the step moves only by its optimizer, which does not wait for launches
+    assert g.step_time_s == pytest.approx(f.step_time_s, rel=1e-3) and g.breakdown["host_wait"] > f.breakdown["host_wait"]
+
+
+def test_recompute_in_a_launch_bound_pass():
+    """Selective recompute runs inside backward, where the GPU waited for the host: the step
+    stays and host_wait shrinks. Full recompute launches the forward's kernels again: it waits
+    for them too."""
+    plan, tiny, slow = _launch_bound(1000.0)
+    f = estimate(plan, tiny, slow)
+    for kind in ("selective", "full"):
+        r = estimate(Plan(**{**plan.__dict__, "stages": even_stages(4, 1, kind)}), tiny, slow)
+        assert sum(r.breakdown.values()) == pytest.approx(r.step_time_s)
+        if kind == "selective":
+            assert r.step_time_s == pytest.approx(f.step_time_s)
+            assert r.breakdown["host_wait"] < f.breakdown["host_wait"]
+        else:
+            assert r.breakdown["host_wait"] > f.breakdown["host_wait"]

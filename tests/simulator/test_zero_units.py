@@ -136,3 +136,11 @@ def test_bf16_gradient_compression_shrinks_an_fp32_stacks_reduce_scatters():
     unit_a, unit_b = a.zero_units[1], b.zero_units[1]
     reduce_a = unit_a.backward_comm_s - unit_a.forward_comm_s
     assert unit_b.backward_comm_s - unit_b.forward_comm_s == pytest.approx(reduce_a / 2, rel=0.01)
+
+
+def test_the_simulated_breakdown_reports_the_closed_forms_wait_for_the_host():
+    plan, prof, cl = _fsdp("dp=16,zero=3,mbs=1,gbs=32", **{"efficiency.host_overhead_us_per_layer": 20000.0})
+    closed = estimate_from_costs(plan_costs(plan, prof, cl))
+    sim = simulate_plan(plan, prof, cl, contention=False)
+    assert closed.breakdown["host_wait"] > 0
+    assert sim.figures.breakdown["host_wait"] == pytest.approx(closed.breakdown["host_wait"], rel=1e-9)
