@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from smplan.planner.explain import host_wait_note
 from smplan.simulator import DP_PATTERNS, simulate_plan
 from smplan.simulator.gantt import write_gantt
 from smplan.simulator.inputs import resolve_target
@@ -99,6 +100,9 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, v / f.step_time_s] for k, v in f.breakdown.items()]))
+    note = host_wait_note(f, cluster)
+    if note:
+        click.echo(note)
     click.echo("\nper-stage time, % of the step: compute + optimizer + idle = 100% (recompute is part of compute);\n"
                "send and DP busy are the links' own streams, overlapping the compute")
     click.echo(format_table(

@@ -124,3 +124,15 @@ def test_a_plan_of_a_builder_without_seq_len_simulates(cli_runner, tmp_path):
     wrong = cli_runner.invoke(cli, ["simulate", str(model), "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8",
                                     "--seq-len", "16"])
     assert wrong.exit_code == 2 and "takes no seq_len argument and its batch() has 8" in wrong.output
+
+
+def test_a_launch_bound_plan_says_the_gpu_waits_for_the_host(cli_runner):
+    """gpt.py:tiny on an A100 is bound by its kernel launches; with no host time it is not."""
+    args = ["simulate", GPT, "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8"]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert "host_wait" in text.output and "note: the GPU waits" in text.output and "1075 us per layer pass" in text.output
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).output)
+    assert data["breakdown"]["host_wait"] > 0.5 * data["step_time_s"]
+    bare = cli_runner.invoke(cli, [*args, "--hw-set", "efficiency.host_overhead_us_per_layer=0"])
+    assert bare.exit_code == 0 and "host_wait" not in bare.output and "note: the GPU waits" not in bare.output
