@@ -129,13 +129,16 @@ FRAMEWORK_DEFAULTS = {
         # rows run efficiency.ep_dispatcher = "node_dedup" (it only matters where the EP group
         # crosses nodes; Kimi K2, which takes DeepSeek-V3's preset, is not among them).
         ep_dedup_models=("qwen3_30b", "deepseekv3"),
-        # DeepSeek-V3's recipe splits the pipeline by a layout, not evenly: every model chunk
-        # takes ceil(layers / chunks) decoder layers in order, the first after the embedding (so
-        # its dense layers and the first MoE layers), the last what remains before MTP and the
-        # loss (recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_parallel_layout`
-        # for 4, 8 and 16 chunks; the perf configs' pp_layout "Et*4|(t*4|)*14tmL" is the same):
-        # the models (in the run name) whose rows are split so (`front_filled_stages`).
-        front_filled_layout_models=("deepseekv3",),
+        # DeepSeek-V3's and Kimi K2's recipes split the pipeline by a layout, not evenly: every
+        # model chunk takes ceil(61 / chunks) decoder layers in order, the first after the
+        # embedding (so its dense layers and the first MoE layers), the last what remains before
+        # MTP and the loss (recipes/deepseek/deepseek_v3.py
+        # `set_deepseek_v3_pipeline_model_parallel_layout`, recipes/kimi/kimi_k2.py
+        # `_get_kimi_k2_pipeline_layout`, for 4, 8 and 16 chunks; the perf configs' pp_layout
+        # "Et*4|(t*4|)*14tmL" is the same): the models (in the run name) whose rows are split so
+        # (`front_filled_stages`; 32 chunks, DeepSeek-V3 on H100 at pp=8 v=4, keep the even split:
+        # that layout, "Et|(tt|)*30mL", puts dense layers past the first chunk).
+        front_filled_layout_models=("deepseekv3", "kimi_k2"),
     ),
     "nemo_perf_summary_2407_h100.csv": dict(
         # NeMo 24.07 launcher yamls (NeMo-Framework-Launcher conf/training @ 26e42fa9):

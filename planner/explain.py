@@ -43,21 +43,6 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
     return lines
 
 
-# Below this share of the step, waiting for the host is not worth a line.
-HOST_WAIT_NOTE_SHARE = 0.10
-
-
-def host_wait_note(figures, cluster: Cluster) -> str | None:
-    """One line when the GPU waits for the host's kernel launches for a tenth of the step or more
-    (the breakdown's `host_wait`): what sets that time and what shortens it."""
-    wait = figures.breakdown.get("host_wait", 0.0)
-    if not figures.step_time_s or wait < HOST_WAIT_NOTE_SHARE * figures.step_time_s:
-        return None
-    return (f"note: the GPU waits {100 * wait / figures.step_time_s:.0f}% of the step for the host to launch kernels "
-            f"(the stack's {cluster.efficiency.host_overhead_us_per_layer:g} us per layer pass; `smplan stack show`): "
-            "a bigger micro-batch or CUDA graphs (a stack file with less host time) shorten it, a faster GPU does not")
-
-
 def _shape(plan: Plan) -> str:
     sched = plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else "")
     return f"{plan.degrees} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"

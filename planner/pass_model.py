@@ -70,8 +70,8 @@ from smplan.hwprofiles.topology import GroupSpan
 
 from .model_profile import BlockProfile
 
-# Below this a pass's host wait is float rounding of two equal sums (a nanosecond is far under
-# any kernel launch, ~5 us; CUDA C Programming Guide 3.2.8).
+# Below this a pass's host wait is float rounding of two equal sums (a nanosecond: three orders
+# under the microseconds a kernel launch takes).
 HOST_WAIT_TOLERANCE_S = 1e-9
 
 
@@ -100,8 +100,9 @@ class PassTimes:
     without_zero: PassTimes | None = None
     # Of forward_s / backward_s: what the host's kernel launches add to the GPU's own time (the
     # pass with the stack's host overheads less the pass without them, `with_host_wait`);
-    # `host_wait_recompute_s` is what each recompute kind changes that by in backward (< 0
-    # where the recomputed work fills time the GPU would have waited for the host).
+    # `host_wait_recompute_s` is what each recompute kind takes off that in backward (<= 0: the
+    # recomputed work fills time the GPU would have waited for the host; what a recompute adds,
+    # its own launches included, is its recompute time).
     host_wait_forward_s: float = 0.0
     host_wait_backward_s: float = 0.0
     host_wait_recompute_s: dict | None = None
@@ -123,7 +124,7 @@ class PassTimes:
             return x if abs(x) > HOST_WAIT_TOLERANCE_S else 0.0
 
         hw_b = seconds(self.backward_s - gpu_only.backward_s)
-        rec = {kind: seconds(self.backward_with(kind)[0] - gpu_only.backward_with(kind)[0] - hw_b)
+        rec = {kind: seconds(min(0.0, self.backward_with(kind)[0] - gpu_only.backward_with(kind)[0] - hw_b))
                for kind in ("selective", "full", "sac")}
         return dataclasses.replace(self, host_wait_forward_s=seconds(self.forward_s - gpu_only.forward_s),
                                    host_wait_backward_s=hw_b, host_wait_recompute_s=rec)

@@ -58,6 +58,7 @@ class SearchResult:
     solved: int = 0
     seconds: float = 0.0
     unsupported: dict = field(default_factory=dict)  # dimension -> why the model cannot run it
+    num_experts: int = 0  # routed experts per MoE layer of the model (0: dense)
 
 
 def plan_search(profile: ModelProfile, cluster: Cluster, **constraints) -> list[Plan]:
@@ -286,6 +287,7 @@ def plan_model(
     constraints["dtype"] = constraints.get("dtype") or dtype
     result = search(profile, cluster, model_ref=ref, **constraints)
     result.unsupported = dict(profile.unsupported)
+    result.num_experts = profile.num_experts
     if not profile.has_tp_plan:  # tensor parallelism is the model file's to lay out
         result.unsupported.setdefault("tp", "the model file defines no tp_plan(block) (README: The model file)")
     if seq_len is not None:

@@ -8,17 +8,6 @@ from smplan.planner.plan import Figures
 from .step import RawStep
 
 GIB = 2.0**30
-# The same keys as the planner's closed form (smplan.planner.closed_form.estimate_from_costs).
-BREAKDOWN_KEYS = (
-    "compute",
-    "host_wait",  # only where some pass waits for the host's launches
-    "recompute",
-    "tp_comm",
-    "pp_p2p",
-    "dp_comm_exposed",
-    "optimizer",
-    "bubble",
-)
 
 
 def critical_device(raw: RawStep) -> int:

@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
-from smplan.planner.explain import explain, host_wait_note
+from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
 from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
 
 from .checks import check_output_file
+from .notes import host_wait_note
 from .options import (
     cluster_from,
     echo_json,
@@ -109,7 +110,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     ranked = f"the best {len(result.plans)} simulated and ranked" if simulated else "ranked by the closed form"
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s; "
                f"{ranked}")
-    note = host_wait_note(plans[0].predicted, cluster_from(hw, plans[0].nodes, hw_set, stack))
+    note = host_wait_note(plans[0].predicted, cluster.efficiency, moe=result.num_experts > 1)
     if note:
         click.echo(note)
     if show_explain:

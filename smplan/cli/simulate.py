@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from smplan.planner.explain import host_wait_note
 from smplan.simulator import DP_PATTERNS, simulate_plan
 from smplan.simulator.gantt import write_gantt
 from smplan.simulator.inputs import resolve_target
@@ -14,6 +13,7 @@ from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
 from .main import UserError
+from .notes import host_wait_note
 from .options import (
     echo_json,
     hw_options,
@@ -100,10 +100,10 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, v / f.step_time_s] for k, v in f.breakdown.items()]))
-    note = host_wait_note(f, cluster)
+    note = host_wait_note(f, cluster.efficiency, moe=profile.num_experts > 1)
     if note:
         click.echo(note)
-    click.echo("\nper-stage time, % of the step: compute + optimizer + idle = 100% (recompute is part of compute);\n"
+    click.echo("\nper-stage time, % of the step: compute + optimizer + idle = 100% (recompute and host wait are part of compute);\n"
                "send and DP busy are the links' own streams, overlapping the compute")
     click.echo(format_table(
         ["stage", "node", "compute", "(recompute)", "optimizer", "idle", "send busy", "DP busy"],

@@ -76,7 +76,8 @@ from pathlib import Path
 POINTS_VERSION = 1
 CHART_NAMES = ("scaling", "versus", "frontier", "memory", "breakdown", "gantt", "goodput", "sensitivity")
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers", "reserve")
-# The step breakdown keys (planner.closed_form, simulator.figures) in chart order.
+# The keys of a step's breakdown (smplan.planner.closed_form and smplan.simulator.figures emit
+# them; tests/report/test_charts.py checks that list against both) in chart order.
 BREAKDOWN_ORDER = ("compute", "host_wait", "recompute", "tp_comm", "ep_all_to_all", "cp_comm_exposed", "pp_p2p",
                    "dp_comm_exposed", "bubble", "optimizer")
 

@@ -364,11 +364,16 @@ def test_a_layout_that_leaves_a_chunk_empty_keeps_the_even_split():
     assert sources.front_filled_stages(0, 10, 1, "none") == even_stages(10, 1, "none")
 
 
-def test_only_deepseek_v3_rows_take_the_front_filled_layout():
+def test_deepseek_v3_and_kimi_k2_rows_take_the_front_filled_layout_and_others_not():
     name = "megatron_bridge_perf_summary.csv"
     dims = dict(gpus=256, layers=61, hidden=7168, heads=128, kv_heads="", ffn=2048, vocab=129280, seq_len=4096,
                 experts=256, topk=8, tp=1, pp=16, ep=8, dp=16, global_batch=4096, precision="FP8", note=DSV3_NOTE)
     ds = one(name, [row(run="mbridge_DGX-B200_DeepSeekV3_FP8_256gpu", **dims)])
-    kimi = one(name, [row(run="mbridge_DGX-B200_Kimi_K2_FP8_256gpu", **dims)])
+    kimi = one(name, [row(run="mbridge_DGX-B200_Kimi_K2_FP8_256gpu",
+                          **dict(dims, note="dims: Kimi K2 (dense FFN 18432 in layer 0)"))])
     assert [st.num_blocks for st in ds.plan.stages] == [1] + [4] * 14 + [1]
-    assert [st.num_blocks for st in kimi.plan.stages] == [4] * 10 + [3] * 6
+    assert [st.num_blocks for st in kimi.plan.stages] == [3] + [4] * 14 + [1]  # 1 dense layer: 3 MoE blocks first
+    qwen = one(name, [row(run="mbridge_DGX-B200_Qwen3_235B_a22B_FP8_256gpu", gpus=256, layers=94, hidden=4096,
+                          heads=64, kv_heads=4, ffn=1536, vocab=151936, seq_len=4096, experts=128, topk=8, tp=1,
+                          pp=16, ep=8, dp=16, global_batch=4096, precision="FP8")])
+    assert [st.num_blocks for st in qwen.plan.stages] == [6] * 14 + [5] * 2  # no layout: the even split

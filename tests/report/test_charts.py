@@ -9,6 +9,7 @@ import pytest
 from smplan import report
 from smplan.report.detail import percent_change
 from smplan.report.points import MEMORY_PARTS, feasible, frontier_xy
+from tests.conftest import EXAMPLES
 
 from .chart_data import bars, collection_by_gid, heights, lefts, line_by_gid, lines, widths
 from .synthetic import synthetic_record
@@ -92,7 +93,7 @@ def test_breakdown_bars_equal_points(saved):
     ax = report.draw_chart("breakdown", record).axes[0]
     ok = feasible(record["points"])
     containers = bars(ax)
-    for kind in ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
+    for kind in ("compute", "tp_comm", "pp_p2p", "dp_comm_exposed", "bubble", "optimizer"):
         assert heights(containers[kind]) == approx([p["figures"]["breakdown"][kind] for p in ok])
     steps = line_by_gid(ax, "step_time").get_ydata()
     assert list(steps) == approx([p["figures"]["step_time_s"] for p in ok])
@@ -139,3 +140,19 @@ def test_tornado_widths_equal_points(saved):
         assert math.isclose(high, percent_change(item["high_step_time_s"], base))
     # largest effect on top (last y position)
     assert sensitivity_label(s["items"][0]["key"]) == ax.get_yticklabels()[-1].get_text()
+
+
+def test_the_chart_order_lists_every_breakdown_key_the_planner_and_simulator_emit():
+    """A plan with ep and a host-bound pass: the closed form and the simulation emit every key."""
+    from smplan.hwprofiles import load_cluster
+    from smplan.planner import estimate, plan_from_inline, profile_model
+    from smplan.simulator import simulate_plan
+
+    from smplan.report.points import BREAKDOWN_ORDER
+    prof = profile_model(f"{EXAMPLES / 'moe.py'}:tiny", seq_len=64)
+    cl = load_cluster("h100x8", nodes=1)
+    plan = plan_from_inline("dp=8,ep=2,mbs=1,gbs=8", model=prof.model, hw="h100x8", nodes=1, gpus_per_node=8,
+                            num_blocks=prof.num_blocks)
+    for parts in (simulate_plan(plan, prof, cl).figures.breakdown, estimate(plan, prof, cl).breakdown):
+        assert "host_wait" in parts and "ep_all_to_all" in parts
+        assert set(parts) <= set(BREAKDOWN_ORDER), set(parts) - set(BREAKDOWN_ORDER)

@@ -1,0 +1,24 @@
+"""One-line notes the commands print after their results: what a figure means for the user."""
+
+from __future__ import annotations
+
+from smplan.hwprofiles import Efficiency
+from smplan.planner import Figures
+
+# Below this share of the step, waiting for the host is not worth a line.
+HOST_WAIT_NOTE_SHARE = 0.10
+
+
+def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False) -> str | None:
+    """One line when the GPU waits for the host's kernel launches for a tenth of the step or more
+    (the breakdown's `host_wait`): what sets that time and what shortens it."""
+    wait = figures.breakdown.get("host_wait", 0.0)
+    if not figures.step_time_s or wait < HOST_WAIT_NOTE_SHARE * figures.step_time_s:
+        return None
+    per_layer = f"{efficiency.host_overhead_us_per_layer:g} us per layer pass"
+    if moe and efficiency.host_overhead_us_per_moe_layer:
+        per_layer += f", {efficiency.host_overhead_us_per_moe_layer:g} us more per MoE layer"
+    return (f"note: the GPU waits {100 * wait / figures.step_time_s:.0f}% of the step for the host to launch kernels "
+            f"(the stack's {per_layer}; `smplan stack show`): a bigger micro-batch shortens it, and so do CUDA "
+            "graphs (a --stack file or --hw-set efficiency.host_overhead_us_per_layer=... with less host time); "
+            "a faster GPU does not")
