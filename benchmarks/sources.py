@@ -432,10 +432,11 @@ def map_modern_row(source: str, r: dict, layout: dict | None = None) -> Row:
 
 
 def front_filled_stages(dense_layers: int, blocks: int, chunks: int, recompute: str) -> tuple:
-    """Megatron-Bridge's DeepSeek-V3 layout over `chunks` model chunks: each takes
-    ceil(layers / chunks) decoder layers in order, the last what remains. The `dense_layers`
-    sit on the first chunk (before the repeated `blocks`), so it takes that many fewer blocks.
-    Where that leaves the first or the last chunk without a block, the even split."""
+    """The front-filled layout of Megatron-Bridge's DeepSeek-V3 and Kimi K2 recipes over `chunks`
+    model chunks: each takes ceil(layers / chunks) decoder layers in order, the last what
+    remains. The `dense_layers` sit on the first chunk (before the repeated `blocks`), so it
+    takes that many fewer blocks. Where that leaves the first or the last chunk without a block,
+    the even split."""
     per_chunk = -(-(dense_layers + blocks) // chunks)
     first, last = per_chunk - dense_layers, blocks - (per_chunk - dense_layers) - per_chunk * (chunks - 2)
     if chunks < 2 or first < 1 or last < 1:

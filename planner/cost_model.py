@@ -112,7 +112,7 @@ class ChunkModel:
     zero_post: tuple = ()
     zero_crosses_node: bool = False
     # of f / b: the GPU waiting for the host's launches (PassTimes.host_wait_*), per block and fixed;
-    # hwr_blk what a recomputed block changes it by
+    # hwr_blk what a recomputed block takes off it (<= 0: its recomputed work fills the wait)
     hwf0: float = 0.0
     hwf_blk: float = 0.0
     hwb0: float = 0.0
