@@ -18,6 +18,7 @@ from .perf import (
     p2p_time_s,
     sharded_dp_collective_time_s,
     single_nic_collective_time_s,
+    wave_efficiency,
 )
 from .stack import (
     DEFAULT_STACK,
@@ -65,5 +66,6 @@ __all__ = [
     "settable_keys",
     "sharded_dp_collective_time_s",
     "single_nic_collective_time_s",
+    "wave_efficiency",
     "with_stack",
 ]

@@ -92,6 +92,9 @@ class Gpu:
     # Tensor cores that take block-scaled FP8 (MXFP8, OCP microscaling) natively at the FP8 rate:
     # Blackwell (NVIDIA Blackwell architecture technical brief, 5th-generation Tensor Cores).
     block_scaled_fp8: bool = False
+    # Streaming multiprocessors (AMD: compute units), datasheet; 0 = not stated. Only the opt-in
+    # wave quantisation of GEMMs reads it (efficiency.gemm_tile, hwprofiles.perf.wave_efficiency).
+    sm_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,12 @@ class Efficiency:
     # "fp32" (torchtitan's `mixed_precision_reduce` default; Megatron-LM's for bf16 unless
     # --grad-reduce-in-bf16). Communication only: the memory model keeps its 16 B per parameter.
     grad_reduce_dtype: str = "weights"
+    # Output tile edge of the GEMM kernels, for wave quantisation over gpu.sm_count: a GEMM of
+    # ceil(m / tile) x ceil(n / tile) tiles runs in whole waves of one tile per SM. 0 = off, the
+    # default: with 128 (CUTLASS's 128x128 threadblock tile) the validation sources' held-out
+    # error moves by -0.6..+1.4 points, no better overall (README, "How accurate it is"), as
+    # cuBLAS picks among tile shapes and splits K where a wave would run part-empty.
+    gemm_tile: int = 0
 
 
 @dataclass(frozen=True)
@@ -435,6 +444,8 @@ def _validate(c: Cluster) -> None:
     non_negative("efficiency.host_overhead_us_per_moe_layer", e.host_overhead_us_per_moe_layer)
     non_negative("efficiency.memory_reserve_gib", e.memory_reserve_gib)
     non_negative("efficiency.zero3_max_live_params", e.zero3_max_live_params)
+    non_negative("efficiency.gemm_tile", e.gemm_tile)
+    non_negative("gpu.sm_count", c.gpu.sm_count)
     for key in ("tp_comm_overlap", "ep_a2a_overlap"):  # shares of a collective hidden under compute
         if not 0.0 <= getattr(e, key) <= 1.0:
             raise HardwareProfileError(f"efficiency.{key} must be in [0, 1], got {getattr(e, key)}")

@@ -61,8 +61,24 @@ def matmul_time_s(
         raise PerfModelError(f"batch must be at least 1, got {batch}")
     peak = cluster.gpu.peak_tflops.for_dtype(dtype) * 1e12
     compute_s = 2.0 * batch * m * n * k / (peak * matmul_efficiency(m, n, k, cluster, dtype))
+    compute_s /= wave_efficiency(m, n, cluster, batch)
     bytes_moved = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
     return max(compute_s, memory_bound_time_s(bytes_moved, cluster))
+
+
+def wave_efficiency(m: int, n: int, cluster: Cluster, batch: int = 1) -> float:
+    """Share of the SMs busy over the waves of `batch` (m x n)-output GEMMs: tiles / (waves x SMs).
+
+    Each SM computes one efficiency.gemm_tile-square output tile at a time, so a GEMM of
+    T = batch x ceil(m / tile) x ceil(n / tile) tiles takes ceil(T / SMs) waves (wave
+    quantisation; NVIDIA Matrix Multiplication Background User's Guide, "Wave Quantization").
+    1.0 when the profile states no gpu.sm_count or gemm_tile is 0 (the default).
+    """
+    tile, sms = cluster.efficiency.gemm_tile, cluster.gpu.sm_count
+    if tile <= 0 or sms <= 0:
+        return 1.0
+    tiles = batch * math.ceil(m / tile) * math.ceil(n / tile)
+    return tiles / (math.ceil(tiles / sms) * sms)
 
 
 # Shape of a fused attention kernel's rate (FlashAttention-2, Dao 2023, Fig. 4-7): at head dim

@@ -19,6 +19,7 @@ from smplan.hwprofiles import (
     memory_bound_time_s,
     p2p_time_s,
     single_nic_collective_time_s,
+    wave_efficiency,
 )
 
 A100 = load_cluster("a100x8", nodes=4)
@@ -297,3 +298,41 @@ def test_an_nvlink_domain_larger_than_a_node_keeps_collectives_on_nvlink():
         assert not on_rack.crosses_nodes and on_nodes.crosses_nodes
         assert collective_time_s(kind, bytes_per_rank, on_rack, rack) < collective_time_s(
             kind, bytes_per_rank, on_nodes, nodes) / 2  # ring: min(900, 8 x 50) GB/s per rank across nodes
+
+
+# ------------------------------------------------------------ wave quantisation (opt-in)
+
+H100 = load_cluster("h100x8")
+
+
+def test_wave_quantisation_is_off_by_default():
+    assert H100.efficiency.gemm_tile == 0 and H100.gpu.sm_count == 132
+    assert wave_efficiency(129, 128, H100) == 1.0
+
+
+def test_wave_efficiency_counts_whole_waves_over_the_sms():
+    h100 = H100.with_overrides({"efficiency.gemm_tile": 128})
+    # 132 tiles fill one wave of H100's 132 SMs; 133 need a second, nearly empty one
+    assert wave_efficiency(128 * 132, 128, h100) == 1.0
+    assert wave_efficiency(128 * 133, 128, h100) == pytest.approx(133 / 264)
+    # a partial tile counts whole (tile quantisation): 129 x 128 is 2 tiles, not 1.008
+    assert wave_efficiency(129, 128, h100) == pytest.approx(2 / 132)
+    # batched GEMMs (heads, local experts) share the waves
+    assert wave_efficiency(128, 128, h100, batch=264) == 1.0
+
+
+def test_wave_quantisation_slows_the_gemm_by_its_efficiency_only():
+    on = H100.with_overrides({"efficiency.gemm_tile": 128})
+    m, n, k = 128 * 133, 1024, 8192  # 1,064 tiles in 9 waves; compute-bound (the roofline's HBM term is 8x below)
+    base, quantised = matmul_time_s(m, n, k, H100), matmul_time_s(m, n, k, on)
+    assert wave_efficiency(m, n, on) == pytest.approx(1064 / (9 * 132))
+    assert quantised == pytest.approx(base / wave_efficiency(m, n, on))
+    # a profile that states no SM count is not quantised
+    no_sms = on.with_overrides({"gpu.sm_count": 0})
+    assert matmul_time_s(m, n, k, no_sms) == pytest.approx(base)
+
+
+@pytest.mark.parametrize("key", ["efficiency.gemm_tile", "gpu.sm_count"])
+def test_negative_tile_or_sm_count_is_one_line(key):
+    with pytest.raises(HardwareProfileError, match=f"{key} must not be negative"):
+        H100.with_overrides({key: -1})
