@@ -52,6 +52,7 @@ class ProbeResult:
     collectives_s: dict[str, dict[int, float]] = field(default_factory=dict)  # kind -> bytes -> seconds
     collective_fits: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (GB/s, us)
     threads_per_process: int = 1
+    sm_count: int = 0  # the GPU's multiprocessors (CUDA's multiProcessorCount); 0 on CPU
 
 
 def _timeit(fn: Callable[[], None], sync: Callable[[], None], min_time_s: float = 0.05, repeats: int = 3) -> float:
@@ -170,7 +171,9 @@ def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYT
     if progress:
         progress()
     if device == "cuda":
-        result.memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+        props = torch.cuda.get_device_properties(0)
+        result.memory_gib = props.total_memory / 2**30
+        result.sm_count = props.multi_processor_count
     else:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         result.memory_gib = total / 2**30 / nproc
@@ -241,6 +244,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         f'name = "{result.device}"',
         f"memory_gib = {result.memory_gib:.3f}                # {'device memory' if result.device == 'cuda' else 'RAM / processes'}",
         f"memory_bandwidth_gbps = {result.memory_bandwidth_gbps:.3f}   # measured copy bandwidth",
+        *([f"sm_count = {result.sm_count}                   # CUDA multiProcessorCount"] if result.sm_count else []),
         "",
         "[gpu.peak_tflops]                # fitted P of the GEMM curve, per dtype",
         f"bf16 = {bf16:.6f}",

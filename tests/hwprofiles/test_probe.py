@@ -46,6 +46,16 @@ def test_probe_toml_loads_and_validates(tmp_path):
     # what smplan execute does by construction: eager kernels, collectives that wait, NCCL-style all-to-alls
     e = cluster.efficiency
     assert (e.elementwise_fusion, e.tp_comm_overlap, e.ep_a2a_overlap, e.ep_dispatcher) == (0.0, 0.0, 0.0, "all_to_all")
+    assert cluster.gpu.sm_count == 0  # a CPU probe states no SM count
+
+
+def test_probe_toml_keeps_a_gpus_sm_count(tmp_path):
+    result = ProbeResult(device="cuda", nproc=1, peak_tflops={"fp32": 60.0, "bf16": 800.0}, matmul_half_dim=100.0,
+                         memory_bandwidth_gbps=3000.0, memory_gib=80.0, link_bandwidth_gbps=3000.0,
+                         link_latency_us=1.0, sm_count=132)
+    path = tmp_path / "gpu.toml"
+    path.write_text(to_toml(result))
+    assert load_cluster(str(path)).gpu.sm_count == 132
 
 
 def test_probe_cli_writes_loadable_profile(cli_runner, tmp_path):
