@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from .grid import Vary, fmt_value
 
 
+# Plan keys whose value counts something (degrees, batch sizes, chunks): 0 or less is a typo.
+POSITIVE_PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "virtual_stages")
+
+
 class QuestionError(ValueError):
     """The what-if question itself is inconsistent; the message says what to change."""
 
@@ -49,6 +53,7 @@ class Question:
         self._check_fp8_scaling_has_fp8()
         self._check_stages_keep_their_chunks()
         self._check_hardware_values()
+        self._check_fixed_inputs()
 
     def _check_hardware_values(self) -> None:
         """A swept hardware value that no swept (or the given) profile accepts, such as a negative
@@ -67,6 +72,26 @@ class Question:
                         rules.append(str(err).split("hardware profile: ")[-1].split("; fix")[0])
                 else:
                     raise QuestionError(f"--vary {v.key}: {rules[0]}; give values the profile accepts")
+
+    def _check_fixed_inputs(self) -> None:
+        """--plan, --hw and --hw-set values that no point could use (tp=0, a hardware file with a
+        typo, a negative bandwidth) are the user's to fix, not infeasible points: refused up front
+        with the rule, as `plan` and `simulate` refuse them."""
+        from smplan.hwprofiles import HardwareProfileError, load_cluster
+        from smplan.planner.plan import parse_inline
+
+        for name, value in (parse_inline(self.plan) if self.plan else {}).items():
+            if name in POSITIVE_PLAN_KEYS and value < 1:
+                raise QuestionError(f"--plan: {name} must be at least 1, got {value}")
+        hws = next((v.values for v in self.varies if v.kind == "hw"), (self.hw,))
+        errors = []
+        for hw in hws:  # one profile that takes the fixed inputs is enough: the rest are points
+            try:
+                load_cluster(hw, nodes=self.nodes, overrides=self.hw_overrides)
+                return
+            except HardwareProfileError as err:
+                errors.append(str(err))
+        raise QuestionError(errors[0])
 
     def _check_fixed_and_varied(self) -> None:
         """A setting both fixed and swept would silently take one of the two: refuse it."""

@@ -109,6 +109,28 @@ def test_bad_vary_is_one_line_exit_2(cli_runner, tmp_path, bad):
     assert "Traceback" not in result.output and result.output.startswith("error: ")
 
 
+@pytest.mark.parametrize("bad, rule", [
+    (["--hw-set", "efficiency.gemm_tile=-1"], "gemm_tile must not be negative"),
+    (["--hw-set", "inter_node.bandwidth_gbps=0"], "bandwidth_gbps must be greater than 0"),
+    (["--hw-set", "gpu.foo=1"], "unknown hardware key 'gpu.foo'"),
+    (["--plan", "tp=0"], "tp must be at least 1"),
+    (["--plan", "mbs=-2"], "micro_batch must be at least 1"),
+])
+def test_bad_fixed_inputs_are_refused_not_swept_as_infeasible(cli_runner, tmp_path, bad, rule):
+    # what no point could use is the user's typo: exit 2 and one line, as plan and simulate say it
+    result = run(cli_runner, *bad, "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and rule in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_hardware_file_with_a_typo_is_refused(cli_runner, tmp_path):
+    hw = tmp_path / "typo.toml"
+    hw.write_text('[gpu]\nsm_cout = 1\n')
+    result = run(cli_runner, "--hw", str(hw), "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "typo.toml" in result.output, result.output
+
+
 def test_tokens_and_days_together_rejected(cli_runner, tmp_path):
     result = run(cli_runner, "--tokens", "1e9", "--days", "1", "-o", str(tmp_path / "r"))
     assert result.exit_code == 2 and "not both" in result.output
