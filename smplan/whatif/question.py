@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from .grid import Vary, fmt_value
 
-
 # Plan keys whose value counts something (degrees, batch sizes, chunks): 0 or less is a typo.
 POSITIVE_PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "virtual_stages")
 
