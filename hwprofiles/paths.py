@@ -13,9 +13,10 @@ else:  # pragma: no cover
 
 def is_path(name_or_path: str) -> bool:
     """`--hw` / `--stack` take a path when the text ends in .toml or names an existing file,
-    else a bundled name."""
+    else a bundled name: a folder of the same name in the working directory (a `torchtitan`
+    checkout, a `whatif -o h100x8` report) does not hide the bundled profile."""
     path = Path(name_or_path)
-    return path.suffix == ".toml" or path.exists()
+    return path.suffix == ".toml" or path.is_file()
 
 
 def toml_path(name_or_path: str, folder: Path) -> Path | None:

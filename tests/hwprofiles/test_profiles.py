@@ -115,6 +115,19 @@ def test_user_toml_path(tmp_path):
     assert c.name == "mine" and c.gpu.peak_tflops.bf16 == 989.0
 
 
+def test_a_folder_named_like_a_bundled_profile_does_not_hide_it(tmp_path, monkeypatch):
+    from smplan.hwprofiles import load_stack
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h100x8").mkdir()  # e.g. a `whatif -o h100x8` report
+    (tmp_path / "torchtitan").mkdir()  # e.g. a torchtitan checkout
+    assert load_cluster("h100x8").gpu.name == "H100-SXM5-80GB"
+    assert load_stack("torchtitan").name == "torchtitan"
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(HardwareProfileError, match="unknown hardware profile 'mine'"):
+        load_cluster("mine")
+
+
 def test_nodes_and_overrides():
     c = load_cluster(
         "a100x8", nodes=16, overrides=["inter_node.bandwidth_gbps=50", "gpu.memory_gib=40"]
