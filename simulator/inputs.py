@@ -25,7 +25,7 @@ def resolve_target(
 
     `stack` (--stack) replaces a plan file's stack, as `hw` replaces its hardware; for a model
     it is recorded in the plan and gives `overlap_dp` its default (hwprofiles/stack.py)."""
-    if target.endswith(".json") or (Path(target).is_file() and Path(target).suffix == ".json"):
+    if Path(target).suffix.lower() == ".json":  # `plan -o` writes plan files under this suffix only
         if plan_text:
             raise PlanError(f"{target} is a plan file; drop --plan (or give a model file instead of the plan)")
         if model_args or seq_len:  # its stage split was made for the file's shape

@@ -67,7 +67,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     from smplan.report.render import check_report_dir
     from smplan.whatif import Question, parse_vary, run_whatif
 
-    if model.endswith(".json") and Path(model).is_file():
+    if Path(model).suffix.lower() == ".json" and Path(model).is_file():
         _refuse_plan_file(model)
     check_report_dir(out_dir, force)
     check_can_write(out_dir, "-o/--output", folder=True)

@@ -255,3 +255,14 @@ def test_a_plan_too_long_to_simulate_keeps_its_closed_form(cli_runner):
     assert data["search"]["ranked_by"] == "closed form"  # never simulated and closed-form figures mixed
     best = data["plans"][0]
     assert best["global_batch"] // (best["dp"] * best["micro_batch"]) == RANK_MAX_PASSES + 1
+
+
+@pytest.mark.parametrize("name", ["myplan.txt", "myplan"])
+def test_a_plan_file_is_named_json_so_simulate_reads_it_back(cli_runner, tmp_path, name):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(tmp_path / name)])
+    assert result.exit_code == 2 and "myplan.json" in result.output, result.output
+    assert not (tmp_path / name).exists()
+    upper = tmp_path / "PLAN.JSON"  # the suffix in any case
+    assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(upper)]).exit_code == 0
+    replayed = cli_runner.invoke(cli, ["simulate", str(upper)])
+    assert replayed.exit_code == 0, replayed.output
