@@ -267,6 +267,11 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
             for pp in pps:
                 if world % (tp * cp * pp):
                     continue
+                if fixed.get("zero", 0) >= 2 and pp > 1:  # it would run, and be priced, as ZeRO-1
+                    reject("zero", 0, f"zero={fixed['zero']} runs as ZeRO-1 with pipeline stages (pp={pp}: the "
+                                      "gradients and gathered parameters stay until the last micro-batch, "
+                                      "feasibility.effective_zero); fix pp=1 for ZeRO-2/3, or zero=1")
+                    continue
                 dp = world // (tp * cp * pp)
                 if fixed.get("dp", dp) != dp:
                     reject("shape", 0, (world, tp, pp, dp))
@@ -357,6 +362,9 @@ def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_
     for _ in _walk(profile, cluster, fixed, max_nodes, min_nodes, reasons):
         return "candidates exist"  # not reached by search(), which calls this only when there are none
     gbs = fixed["global_batch"]
+    zeros = [r for r in reasons if r[0] == "zero"]
+    if zeros and not any(r[0] in ("fill", "batch") for r in reasons):
+        return zeros[0][2]
     fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
     if fills:
         return fills[0][2]

@@ -266,3 +266,13 @@ def test_a_plan_file_is_named_json_so_simulate_reads_it_back(cli_runner, tmp_pat
     assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(upper)]).exit_code == 0
     replayed = cli_runner.invoke(cli, ["simulate", str(upper)])
     assert replayed.exit_code == 0, replayed.output
+
+
+def test_fixed_zero3_is_searched_without_pipeline_stages(cli_runner):
+    # with pp > 1 ZeRO-2/3 run as ZeRO-1 (feasibility.effective_zero): no plan may carry the label
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=3", "--top", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    plans = json.loads(result.stdout)["plans"]
+    assert plans and all(p["pp"] == 1 and p["zero"] == 3 for p in plans)
+    both = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=3,pp=2"])
+    assert both.exit_code == 2 and "runs as ZeRO-1" in both.output and "pp=1" in both.output, both.output
