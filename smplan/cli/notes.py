@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smplan.hwprofiles import Efficiency
+from smplan.hwprofiles import Cluster, Efficiency
 from smplan.planner import Figures
 
 # Below this share of the step, waiting for the host is not worth a line.
@@ -22,3 +22,12 @@ def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False) 
             f"(the stack's {per_layer}; `smplan stack show`): a bigger micro-batch shortens it, and so do CUDA "
             "graphs (a --stack file or --hw-set efficiency.host_overhead_us_per_layer=... with less host time); "
             "a faster GPU does not")
+
+
+def gemm_tile_note(cluster: Cluster) -> str | None:
+    """One line when wave quantisation is asked for (efficiency.gemm_tile) on a GPU whose profile
+    states no SM count: it would silently do nothing."""
+    if cluster.efficiency.gemm_tile <= 0 or cluster.gpu.sm_count > 0:
+        return None
+    return (f"warning: efficiency.gemm_tile={cluster.efficiency.gemm_tile} does nothing here: the {cluster.gpu.name} "
+            "profile states no gpu.sm_count; add --hw-set gpu.sm_count=N (the GPU's multiprocessors)")

@@ -14,7 +14,7 @@ from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
 
 from .checks import check_output_file
 from .main import UserError
-from .notes import host_wait_note
+from .notes import gemm_tile_note, host_wait_note
 from .options import (
     cluster_from,
     echo_json,
@@ -71,6 +71,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                         f"and whatif tell it from a model; use -o {Path(output).with_suffix('.json')}")
     cluster = cluster_from(hw, max_nodes or nodes, hw_set, stack)
     warn_if_uncalibrated(hw)
+    if gemm_tile_note(cluster):
+        click.echo(gemm_tile_note(cluster), err=True)
     result = plan_model(
         model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,
         global_batch=global_batch, fix=",".join(fix) or None, objective=objective,

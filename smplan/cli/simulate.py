@@ -13,7 +13,7 @@ from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
 from .main import UserError
-from .notes import host_wait_note
+from .notes import gemm_tile_note, host_wait_note
 from .options import (
     echo_json,
     hw_options,
@@ -51,6 +51,11 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     check_output_file(gantt_path, "--gantt", force, suffixes=image_suffixes() if gantt_path else None)
     if trace_path and gantt_path and Path(trace_path).resolve() == Path(gantt_path).resolve():
         raise UserError("--trace and --gantt name the same file; give two paths")
+    source = Path(target.split(":", 1)[0]) if ".py:" in target else Path(target)  # the plan or model file
+    for flag, out in (("--trace", trace_path), ("--gantt", gantt_path)):
+        if out and source.is_file() and Path(out).resolve() == source.resolve():
+            raise UserError(f"{flag} names the input {source} itself (even --force does not replace it); give "
+                            "another path")
     if ps_servers is not None and dp_pattern != "ps":
         raise UserError(f"--ps-servers applies to --dp-pattern ps only (this run uses {dp_pattern}); "
                         "add --dp-pattern ps or drop --ps-servers")
@@ -59,6 +64,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         stack=stack,
     )
     warn_if_uncalibrated(hw or plan.hw)
+    if gemm_tile_note(cluster):
+        click.echo(gemm_tile_note(cluster), err=True)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
     nodes_of = [row["node"] for row in result.stage_utilisation]
     if trace_path:

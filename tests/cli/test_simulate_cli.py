@@ -136,3 +136,29 @@ def test_a_launch_bound_plan_says_the_gpu_waits_for_the_host(cli_runner):
     assert data["breakdown"]["host_wait"] > 0.5 * data["step_time_s"]
     bare = cli_runner.invoke(cli, [*args, "--hw-set", "efficiency.host_overhead_us_per_layer=0"])
     assert bare.exit_code == 0 and "host_wait" not in bare.output and "note: the GPU waits" not in bare.output
+
+
+def test_trace_or_gantt_never_replace_the_input_plan_file(cli_runner, tmp_path):
+    plan = tmp_path / "p.json"
+    assert cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "-o", str(plan)]).exit_code == 0
+    before = plan.read_text()
+    result = cli_runner.invoke(cli, ["simulate", str(plan), "--trace", str(plan), "--force"])
+    assert result.exit_code == 2 and "names the input" in result.output, result.output
+    assert plan.read_text() == before
+    model = tmp_path / "m.py"  # a model file, builder named or not
+    model.write_text((EXAMPLES / "gpt.py").read_text())
+    for ref in (str(model), f"{model}:tiny"):
+        result = cli_runner.invoke(cli, ["simulate", ref, "--hw", "a100x8", "--plan", "dp=8", "--trace", str(model),
+                                         "--force"])
+        assert result.exit_code == 2 and "names the input" in result.output, result.output
+    assert model.read_text() == (EXAMPLES / "gpt.py").read_text()
+
+
+def test_wave_quantisation_without_an_sm_count_says_it_does_nothing(cli_runner):
+    args = ["simulate", "examples/gpt.py:tiny", "--hw", "b300x8", "--plan", "dp=8", "--hw-set", "efficiency.gemm_tile=128"]
+    result = cli_runner.invoke(cli, args)
+    assert result.exit_code == 0 and "states no gpu.sm_count" in result.stderr, result.output
+    stated = cli_runner.invoke(cli, [*args, "--hw-set", "gpu.sm_count=160"])
+    assert stated.exit_code == 0 and "sm_count" not in stated.stderr
+    off = cli_runner.invoke(cli, args[:-2])
+    assert "gemm_tile" not in off.stderr
