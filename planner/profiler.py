@@ -54,6 +54,9 @@ def profile_model(
     if dtype not in DTYPES:
         raise ProfileError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     args = dict(args or {})
+    if seq_len is not None and args.get("seq_len", seq_len) != seq_len:  # one would silently win
+        raise ProfileError(f"two sequence lengths: --seq-len {seq_len} and --arg seq_len={args['seq_len']} (or a "
+                           "plan file's seq_len and model_args); give it once")
     _, builder, digest = file_digest(ref)
     key = profile_cache.key(file_sha256=digest, builder=builder, args=args, seq_len=seq_len, dtype=dtype,
                             version=PROFILER_VERSION)

@@ -260,3 +260,10 @@ def test_an_existing_writable_file_is_replaced_with_force_even_in_a_closed_folde
     """/dev takes no new files from a user, but /dev/null is writable: --force may replace it."""
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", "/dev/null", "--force"])
     assert result.exit_code == 0, result.output
+
+
+def test_two_different_sequence_lengths_are_refused(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--seq-len", "32", "--arg", "seq_len=64"])
+    assert result.exit_code == 2 and "two sequence lengths" in _error_line(result), result.output
+    same = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--seq-len", "32", "--arg", "seq_len=32"])
+    assert same.exit_code == 0, same.output
