@@ -44,14 +44,23 @@ def list_profiles(as_json: bool) -> None:
     click.echo("\nBandwidths are GB/s per GPU per direction. Details: smplan hw show NAME")
 
 
+# What a 0 means for keys where it is not a value.
+ZERO_MEANS = {"gpu.sm_count": "not stated", "gpu.matmul_ceiling.fp8": "not measured: bf16's figure",
+              "efficiency.gemm_tile": "off"}
+
+
 @hw.command("show")
-@click.argument("name", metavar="NAME|PATH")
+@click.argument("name", metavar="NAME|PATH", required=False)
 @hw_options(required=False)
 @json_option
-def show(name: str, hw: str | None, stack: str | None, nodes: int | None, hw_set: tuple[str, ...], as_json: bool) -> None:
-    """Every value of one profile (with --stack / --nodes / --hw-set applied)."""
-    if hw is not None and hw != name:
+def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None, hw_set: tuple[str, ...],
+         as_json: bool) -> None:
+    """Every value of one profile, NAME|PATH or --hw (with --stack / --nodes / --hw-set applied)."""
+    if hw is not None and name is not None and hw != name:
         raise UserError(f"hw show got two profiles, {name} and --hw {hw}; give one: smplan hw show {hw}")
+    name = name or hw
+    if name is None:
+        raise UserError("hw show needs a profile: smplan hw show NAME|PATH (smplan hw list names the bundled ones)")
     cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
     data = cluster.to_dict()
     if as_json:
@@ -67,7 +76,8 @@ def show(name: str, hw: str | None, stack: str | None, nodes: int | None, hw_set
         if isinstance(values, dict):
             click.echo(f"[{section}]")
             for key, value in _flatten(values):
-                click.echo(f"  {key} = {value}")
+                meaning = ZERO_MEANS.get(f"{section}.{key}") if not value else None
+                click.echo(f"  {key} = {value}" + (f" ({meaning})" if meaning else ""))
 
 
 def _flatten(values: dict, prefix: str = ""):

@@ -131,3 +131,12 @@ def test_bad_hw_set_one_line(cli_runner, override, expected):
 def test_bad_nodes_is_a_usage_error(cli_runner):
     result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--nodes", "0"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_hw_show_takes_the_profile_as_argument_or_hw(cli_runner):
+    by_hw = cli_runner.invoke(cli, ["hw", "show", "--hw", "b300x8"])
+    assert by_hw.exit_code == 0 and by_hw.output == cli_runner.invoke(cli, ["hw", "show", "b300x8"]).output
+    # a 0 that is not a value says what it means
+    assert "sm_count = 0 (not stated)" in by_hw.output and "gemm_tile = 0 (off)" in by_hw.output
+    none = cli_runner.invoke(cli, ["hw", "show"])
+    assert none.exit_code == 2 and "smplan hw list" in none.output
