@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smplan.hwprofiles import DEFAULT_STACK, load_cluster, load_stack, parse_override
+from smplan.hwprofiles import DEFAULT_STACK, HardwareProfileError, load_cluster, load_stack, parse_override
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
 
@@ -32,6 +32,12 @@ def resolve_target(
             raise PlanError(f"{target} is a plan file, which fixes the model's --arg and --seq-len; drop them, or "
                             "plan that shape again (smplan plan MODEL --arg ... -o plan.json)")
         plan = Plan.load(target)
+        if plan.hw_overrides:  # the file's own overrides, named as the file's (not --hw-set) when wrong
+            try:
+                load_cluster(hw or plan.hw, overrides=dict(plan.hw_overrides), stack=plan.stack)
+            except HardwareProfileError as err:
+                rule = str(err).removeprefix("--hw-set: ").replace("; fix the profile or --hw-set", "")
+                raise PlanError(f"{target}: hw_overrides: {rule}; fix the plan file") from None
         overrides = dict(plan.hw_overrides)
         overrides.update(dict(parse_override(item) for item in hw_set))
         if stack:

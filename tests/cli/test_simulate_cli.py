@@ -162,3 +162,14 @@ def test_wave_quantisation_without_an_sm_count_says_it_does_nothing(cli_runner):
     assert stated.exit_code == 0 and "sm_count" not in stated.stderr
     off = cli_runner.invoke(cli, args[:-2])
     assert "gemm_tile" not in off.stderr
+
+
+def test_a_plan_files_bad_hw_override_is_named_as_the_files(cli_runner, tmp_path):
+    plan = tmp_path / "p.json"
+    assert cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "-o", str(plan)]).exit_code == 0
+    data = json.loads(plan.read_text())
+    data["hw_overrides"] = {"efficiency.gemm_tile": -1}
+    plan.write_text(json.dumps(data))
+    result = cli_runner.invoke(cli, ["simulate", str(plan)])
+    assert result.exit_code == 2, result.output
+    assert "hw_overrides" in result.output and "--hw-set" not in result.output and "gemm_tile" in result.output
