@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smplan.hwprofiles import DEFAULT_STACK, HardwareProfileError, load_cluster, load_stack, parse_override
+from smplan.hwprofiles import (
+    DEFAULT_STACK,
+    HardwareProfileError,
+    load_cluster,
+    load_stack,
+    parse_override,
+)
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
 
