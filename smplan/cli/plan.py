@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
+from smplan.hwprofiles.paths import is_path
 from smplan.planner.explain import explain
 from smplan.planner.search import plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
@@ -94,9 +95,13 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
         plans[0].replace(hw=_hw_ref(hw), hw_overrides=dict(parse_override(kv) for kv in hw_set)).save(output)
     if as_json:
-        echo_json({"plans": [_plan_json(p) for p in plans],
-                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
-                              "ranked_by": "simulation" if simulated else "closed form"}})
+        record = {"plans": [_plan_json(p) for p in plans],
+                  "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
+                             "ranked_by": "simulation" if simulated else "closed form"}}
+        if show_explain:  # the same lines the table prints, and the dimensions the model rules out
+            record["explain"] = explain(plans, result.rejected)
+            record["not_offered"] = dict(result.unsupported)
+        echo_json(record)
         return
     cap = cluster.gpu.memory_gib
     headers = ["#", "nodes", "dp", "tp", "pp", "ep", "cp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
@@ -131,8 +136,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
 
 def _hw_ref(hw: str) -> str:
     """A --hw or --stack value as a plan file records it: a bundled name, or a path made absolute."""
-    path = Path(hw)
-    return str(path.resolve()) if path.suffix == ".toml" or path.exists() else hw
+    return str(Path(hw).resolve()) if is_path(hw) else hw  # the loader's rule: a folder is not a profile
 
 
 def _recompute(p) -> str:

@@ -276,3 +276,13 @@ def test_fixed_zero3_is_searched_without_pipeline_stages(cli_runner):
     assert plans and all(p["pp"] == 1 and p["zero"] == 3 for p in plans)
     both = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=3,pp=2"])
     assert both.exit_code == 2 and "runs as ZeRO-1" in both.output and "pp=1" in both.output, both.output
+
+
+def test_json_keeps_the_explanation(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--top", "3", "--json", "--explain"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert len(data["explain"]) == len(data["plans"]) - 1 and all(isinstance(x, str) for x in data["explain"])
+    assert isinstance(data["not_offered"], dict)
+    plain = json.loads(cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--top", "3", "--json"]).stdout)
+    assert "explain" not in plain
