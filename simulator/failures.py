@@ -126,10 +126,13 @@ def failure_times(
     """(seeds, K) sorted failure times before `horizon_s`, padded with +inf."""
     expected = horizon_s / spec.job_mtbf_s  # failures per seed, about the same under Weibull renewals
     if expected > MAX_FAILURES_PER_SEED:
+        fix = "raise --mtbf-hours (reliability.gpu_mtbf_hours), shorten --restart-minutes or use fewer GPUs"
+        if spec.checkpoint_s >= spec.job_mtbf_s:  # no checkpoint completes between failures
+            fix = (f"a checkpoint takes {spec.checkpoint_s:.3g} s, longer than the job runs between failures: "
+                   f"shorten --checkpoint-minutes, or {fix}")
         raise ReliabilityError(
             f"the run does not finish: the job fails every {spec.job_mtbf_s:.3g} s on average, about "
-            f"{expected:.3g} failures before it could finish; raise --mtbf-hours "
-            "(reliability.gpu_mtbf_hours), shorten --restart-minutes or use fewer GPUs"
+            f"{expected:.3g} failures before it could finish; {fix}"
         )
     shape = spec.weibull_shape
     if shape is None or shape == 1.0:

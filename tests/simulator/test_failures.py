@@ -93,3 +93,9 @@ def test_failures_far_faster_than_restarts_are_refused(mtbf_hours):
     with pytest.raises(ReliabilityError, match=r"the run does not finish: the job fails every .* failures before"):
         analyse_run(spec, seeds=10)
     assert daly_expected_time(86400.0, 600.0, MIN, 15 * MIN, mtbf_hours * 3600 / 8) > 1e9
+
+
+def test_a_checkpoint_longer_than_the_time_between_failures_is_named_as_the_cause():
+    spec = RunSpec(work_s=86400.0, num_gpus=8, gpu_mtbf_hours=50000.0, restart_s=15 * MIN, checkpoint_s=1e12)
+    with pytest.raises(ReliabilityError, match="a checkpoint takes 1e.12 s.*shorten --checkpoint-minutes"):
+        analyse_run(spec, seeds=10)
