@@ -48,9 +48,10 @@ def matmul_efficiency(m: int, n: int, k: int, cluster: Cluster, dtype: str = "bf
 
 
 def matmul_time_s(
-    m: int, n: int, k: int, cluster: Cluster, dtype: str = "bf16", batch: int = 1
+    m: int, n: int, k: int, cluster: Cluster, dtype: str = "bf16", batch: int = 1, launches: int = 1
 ) -> float:
-    """Seconds for `batch` independent (m x k) @ (k x n) GEMMs at `dtype`.
+    """Seconds for `batch` independent (m x k) @ (k x n) GEMMs at `dtype`, run as `launches`
+    kernels of batch / launches GEMMs each (only wave quantisation tells them apart).
 
     Roofline (Williams, Waterman, Patterson 2009): the slower of the tensor-core time at
     the efficiency curve and the HBM time of reading A and B and writing C once.
@@ -61,7 +62,7 @@ def matmul_time_s(
         raise PerfModelError(f"batch must be at least 1, got {batch}")
     peak = cluster.gpu.peak_tflops.for_dtype(dtype) * 1e12
     compute_s = 2.0 * batch * m * n * k / (peak * matmul_efficiency(m, n, k, cluster, dtype))
-    compute_s /= wave_efficiency(m, n, cluster, batch)
+    compute_s /= wave_efficiency(m, n, cluster, max(1, batch // max(1, launches)))  # each launch fills its own waves
     bytes_moved = batch * (m * k + k * n + m * n) * DTYPE_BYTES[dtype]
     return max(compute_s, memory_bound_time_s(bytes_moved, cluster))
 
@@ -72,10 +73,12 @@ def wave_efficiency(m: int, n: int, cluster: Cluster, batch: int = 1) -> float:
     Each SM computes one efficiency.gemm_tile-square output tile at a time, so a GEMM of
     T = batch x ceil(m / tile) x ceil(n / tile) tiles takes ceil(T / SMs) waves (wave
     quantisation; NVIDIA Matrix Multiplication Background User's Guide, "Wave Quantization").
-    1.0 when the profile states no gpu.sm_count or gemm_tile is 0 (the default).
+    1.0 when the profile states no gpu.sm_count or gemm_tile is 0 (the default). The cost model
+    applies a forward GEMM's factor to its backward too (2x its time), whose dX and dW outputs
+    have other tile counts.
     """
     tile, sms = cluster.efficiency.gemm_tile, cluster.gpu.sm_count
-    if tile <= 0 or sms <= 0:
+    if tile <= 0 or sms <= 0 or min(m, n, batch) <= 0:
         return 1.0
     tiles = batch * math.ceil(m / tile) * math.ceil(n / tile)
     return tiles / (math.ceil(tiles / sms) * sms)

@@ -252,7 +252,7 @@ def pass_times(
             flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster)
             flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True)
             continue
-        t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch)
+        t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch, launches=mm.count)
         gemm += t
         if mm.tp_dim == "batch":
             core_gemm += t
@@ -332,7 +332,8 @@ def pass_times(
     sac_gemm = 0.0
     for mm in part.sac_recompute_matmuls:
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
-        sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch)
+        sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch,
+                                  launches=mm.count)
     sac_tp = tp_f * (0.5 if sp else 1.0)
     sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host_b) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")

@@ -375,10 +375,10 @@ def plan_from_inline(
     block recomputed, unless `stages=` gives each model chunk's blocks and recomputed count.
     """
     keys = parse_inline(text) if isinstance(text, str) else dict(text)
+    problem = count_problem(keys)  # before any division by them (v=0 divided the stage split by zero)
+    if problem:
+        raise PlanError(problem)
     tp, pp, cp = keys.get("tp", 1), keys.get("pp", 1), keys.get("cp", 1)
-    for name, value in (("tp", tp), ("pp", pp), ("cp", cp)):
-        if value < 1:
-            raise PlanError(f"{name} must be at least 1, got {value}")
     world = nodes * gpus_per_node
     if "dp" in keys:
         dp = keys["dp"]
@@ -428,12 +428,24 @@ def plan_from_inline(
     )
 
 
+# Plan fields that count something (degrees, batch sizes, model chunks): a whole number >= 1.
+COUNT_FIELDS = ("dp", "tp", "pp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages")
+
+
+def count_problem(keys: dict) -> str | None:
+    """Why one of the COUNT_FIELDS in `keys` (plan fields, or `nodes`) is not a whole number >= 1, or None."""
+    for name in (*COUNT_FIELDS, "nodes"):
+        value = keys.get(name, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{name} must be a whole number >= 1, got {value!r}"
+    return None
+
+
 def validate(plan: Plan) -> None:
     """Structural checks that need no model or hardware; each error names the fix."""
-    for name in ("dp", "tp", "pp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages", "nodes"):
-        value = getattr(plan, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise PlanError(f"{name} must be a whole number >= 1, got {value!r}")
+    problem = count_problem({name: getattr(plan, name) for name in (*COUNT_FIELDS, "nodes")})
+    if problem:
+        raise PlanError(problem)
     problem = expert_grid_problem(plan.ep, plan.tp, plan.cp, plan.dp) or capacity_factor_problem(plan.capacity_factor)
     if problem:
         raise PlanError(problem)

@@ -20,7 +20,7 @@ from .feasibility import (
 from .grad_compress import parse as parse_grad_compress
 from .grad_compress import problem as grad_compress_problem
 from .model_profile import ModelProfile
-from .plan import DTYPES, RECOMPUTE, SCHEDULES, PlanError, parse_inline
+from .plan import COUNT_FIELDS, DTYPES, RECOMPUTE, SCHEDULES, PlanError, count_problem, parse_inline
 
 MAX_MICRO_BATCH = 64  # larger micro-batches gain no GEMM efficiency and only cost memory
 MAX_VIRTUAL_STAGES = 8
@@ -124,10 +124,8 @@ def validate_constraints(
     world = (max_nodes or cluster.nodes) * gpn
     fixed.setdefault("global_batch", world)
     L, heads = profile.num_blocks, profile.num_heads
-    for name in ("tp", "pp", "dp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages"):
-        if name in fixed and (not isinstance(fixed[name], int) or fixed[name] < 1):
-            raise PlanError(f"{name} must be a whole number >= 1, got {fixed[name]!r}")
-    problem = (expert_parallel_problem(fixed.get("ep", 1), profile.num_experts)
+    problem = (count_problem({k: v for k, v in fixed.items() if k in COUNT_FIELDS})
+               or expert_parallel_problem(fixed.get("ep", 1), profile.num_experts)
                or context_parallel_problem(fixed.get("cp", 1), profile.seq_len)
                or capacity_factor_problem(fixed.get("capacity_factor", 1.0))
                or fp8_problem(fixed["dtype"], cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
@@ -363,7 +361,7 @@ def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_
         return "candidates exist"  # not reached by search(), which calls this only when there are none
     gbs = fixed["global_batch"]
     zeros = [r for r in reasons if r[0] == "zero"]
-    if zeros and not any(r[0] in ("fill", "batch") for r in reasons):
+    if zeros and fixed.get("pp", 1) > 1:  # only pp > 1 was asked for: ZeRO-2/3 are what rule it out
         return zeros[0][2]
     fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
     if fills:

@@ -38,16 +38,19 @@ def resolve_target(
             raise PlanError(f"{target} is a plan file, which fixes the model's --arg and --seq-len; drop them, or "
                             "plan that shape again (smplan plan MODEL --arg ... -o plan.json)")
         plan = Plan.load(target)
-        if plan.hw_overrides:  # the file's own overrides, named as the file's (not --hw-set) when wrong
-            try:
-                load_cluster(hw or plan.hw, overrides=dict(plan.hw_overrides), stack=plan.stack)
-            except HardwareProfileError as err:
-                rule = str(err).removeprefix("--hw-set: ").replace("; fix the profile or --hw-set", "")
-                raise PlanError(f"{target}: hw_overrides: {rule}; fix the plan file") from None
-        overrides = dict(plan.hw_overrides)
-        overrides.update(dict(parse_override(item) for item in hw_set))
         if stack:
             plan = plan.replace(stack=stack)
+        given = dict(parse_override(item) for item in hw_set)
+        own = {k: v for k, v in plan.hw_overrides.items() if k not in given}  # --hw-set wins over the file
+        if own:  # the file's own overrides, named as the file's (not --hw-set) when wrong
+            base = load_cluster(hw or plan.hw, stack=plan.stack)  # a wrong --hw or stack is not the file's
+            try:
+                base.with_overrides(own)
+            except HardwareProfileError as err:  # the rule, without the loader's --hw-set framing
+                rule = (str(err).removeprefix("hardware profile: ").replace(" in --hw-set", "")
+                        .replace("; fix the profile or --hw-set", ""))
+                raise PlanError(f"{target}: hw_overrides: {rule}; fix the plan file") from None
+        overrides = {**plan.hw_overrides, **given}
         cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides, stack=plan.stack)
         needed = -(-plan.world_size // cluster.gpus_per_node)
         if nodes and nodes > needed:  # the plan's layout would run on its first nodes, the rest idle

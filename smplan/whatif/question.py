@@ -6,9 +6,6 @@ from dataclasses import dataclass, field
 
 from .grid import Vary, fmt_value
 
-# Plan keys whose value counts something (degrees, batch sizes, chunks): 0 or less is a typo.
-POSITIVE_PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "virtual_stages")
-
 
 class QuestionError(ValueError):
     """The what-if question itself is inconsistent; the message says what to change."""
@@ -51,8 +48,8 @@ class Question:
         self._check_fixed_and_varied()
         self._check_fp8_scaling_has_fp8()
         self._check_stages_keep_their_chunks()
+        self._check_fixed_inputs()  # before the swept values: a bad fixed input is not --vary's fault
         self._check_hardware_values()
-        self._check_fixed_inputs()
 
     def _check_hardware_values(self) -> None:
         """A swept hardware value that no swept (or the given) profile accepts, such as a negative
@@ -77,16 +74,16 @@ class Question:
         typo, a negative bandwidth) are the user's to fix, not infeasible points: refused up front
         with the rule, as `plan` and `simulate` refuse them."""
         from smplan.hwprofiles import HardwareProfileError, load_cluster
-        from smplan.planner.plan import parse_inline
+        from smplan.planner.plan import count_problem, parse_inline
 
-        for name, value in (parse_inline(self.plan) if self.plan else {}).items():
-            if name in POSITIVE_PLAN_KEYS and value < 1:
-                raise QuestionError(f"--plan: {name} must be at least 1, got {value}")
+        problem = count_problem(parse_inline(self.plan)) if self.plan else None
+        if problem:
+            raise QuestionError(f"--plan: {problem}")
         hws = next((v.values for v in self.varies if v.kind == "hw"), (self.hw,))
         errors = []
         for hw in hws:  # one profile that takes the fixed inputs is enough: the rest are points
             try:
-                load_cluster(hw, nodes=self.nodes, overrides=self.hw_overrides)
+                load_cluster(hw, nodes=self.nodes, overrides=self.hw_overrides, stack=self.stack)
                 return
             except HardwareProfileError as err:
                 errors.append(str(err))

@@ -157,7 +157,7 @@ def test_example_models_refuse_impossible_sizes(cli_runner, model, arg):
     (["plan"], "Missing argument 'MODEL'"),
     (["nosuch"], "No such command 'nosuch'"),
     (["profile", TINY, "--dtype", "fp7"], "'--dtype'"),
-    (["hw", "show", "--hw", "a100x8"], "Missing argument"),
+    (["hw", "show", "a100x8", "h100x8"], "unexpected extra argument"),
 ])
 def test_click_usage_errors_are_one_line_naming_the_help(cli_runner, args, says):
     result = cli_runner.invoke(cli, args)
@@ -267,3 +267,10 @@ def test_two_different_sequence_lengths_are_refused(cli_runner):
     assert result.exit_code == 2 and "two sequence lengths" in _error_line(result), result.output
     same = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--seq-len", "32", "--arg", "seq_len=32"])
     assert same.exit_code == 0, same.output
+
+
+@pytest.mark.parametrize("key", ["v=0", "tp=0", "cp=0", "mbs=0"])
+def test_an_inline_count_of_zero_is_one_line_not_a_division_by_zero(cli_runner, key):
+    # v=0 used to divide the stage split by zero (ZeroDivisionError) before any check
+    result = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "a100x8", "--plan", f"dp=8,{key}"])
+    assert result.exit_code == 2 and "must be a whole number >= 1, got 0" in _error_line(result), result.output

@@ -276,6 +276,9 @@ def test_fixed_zero3_is_searched_without_pipeline_stages(cli_runner):
     assert plans and all(p["pp"] == 1 and p["zero"] == 3 for p in plans)
     both = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=3,pp=2"])
     assert both.exit_code == 2 and "runs as ZeRO-1" in both.output and "pp=1" in both.output, both.output
+    # without a fixed pp, a shape no pp can make is still the reason given
+    shape = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=3,dp=3", "--global-batch", "12"])
+    assert shape.exit_code == 2 and "no mesh of 8 GPUs has dp=3" in shape.output, shape.output
 
 
 def test_json_keeps_the_explanation(cli_runner):

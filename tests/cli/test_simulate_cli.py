@@ -161,7 +161,7 @@ def test_wave_quantisation_without_an_sm_count_says_it_does_nothing(cli_runner):
     stated = cli_runner.invoke(cli, [*args, "--hw-set", "gpu.sm_count=160"])
     assert stated.exit_code == 0 and "sm_count" not in stated.stderr
     off = cli_runner.invoke(cli, args[:-2])
-    assert "gemm_tile" not in off.stderr
+    assert off.exit_code == 0 and "gemm_tile" not in off.stderr
 
 
 def test_a_plan_files_bad_hw_override_is_named_as_the_files(cli_runner, tmp_path):
@@ -173,3 +173,9 @@ def test_a_plan_files_bad_hw_override_is_named_as_the_files(cli_runner, tmp_path
     result = cli_runner.invoke(cli, ["simulate", str(plan)])
     assert result.exit_code == 2, result.output
     assert "hw_overrides" in result.output and "--hw-set" not in result.output and "gemm_tile" in result.output
+    # a wrong --hw is the user's, not the file's; a --hw-set of the same key wins over the file
+    wrong_hw = cli_runner.invoke(cli, ["simulate", str(plan), "--hw", "a100x9"])
+    assert wrong_hw.exit_code == 2 and "unknown hardware profile 'a100x9'" in wrong_hw.output
+    assert "hw_overrides" not in wrong_hw.output
+    fixed = cli_runner.invoke(cli, ["simulate", str(plan), "--hw-set", "efficiency.gemm_tile=0"])
+    assert fixed.exit_code == 0, fixed.output

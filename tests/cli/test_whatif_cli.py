@@ -113,8 +113,8 @@ def test_bad_vary_is_one_line_exit_2(cli_runner, tmp_path, bad):
     (["--hw-set", "efficiency.gemm_tile=-1"], "gemm_tile must not be negative"),
     (["--hw-set", "inter_node.bandwidth_gbps=0"], "bandwidth_gbps must be greater than 0"),
     (["--hw-set", "gpu.foo=1"], "unknown hardware key 'gpu.foo'"),
-    (["--plan", "tp=0"], "tp must be at least 1"),
-    (["--plan", "mbs=-2"], "micro_batch must be at least 1"),
+    (["--plan", "tp=0"], "tp must be a whole number >= 1"),
+    (["--plan", "mbs=-2"], "micro_batch must be a whole number >= 1"),
 ])
 def test_bad_fixed_inputs_are_refused_not_swept_as_infeasible(cli_runner, tmp_path, bad, rule):
     # what no point could use is the user's typo: exit 2 and one line, as plan and simulate say it
@@ -125,10 +125,18 @@ def test_bad_fixed_inputs_are_refused_not_swept_as_infeasible(cli_runner, tmp_pa
 
 
 def test_a_hardware_file_with_a_typo_is_refused(cli_runner, tmp_path):
+    from smplan.hwprofiles.loader import PROFILE_DIR
+
     hw = tmp_path / "typo.toml"
-    hw.write_text('[gpu]\nsm_cout = 1\n')
+    hw.write_text((PROFILE_DIR / "a100x8.toml").read_text().replace("sm_count =", "sm_cout ="))
     result = run(cli_runner, "--hw", str(hw), "-o", str(tmp_path / "r"))
-    assert result.exit_code == 2 and "typo.toml" in result.output, result.output
+    assert result.exit_code == 2 and "unknown key 'gpu.sm_cout'" in result.output, result.output
+
+
+def test_a_bad_fixed_input_is_not_blamed_on_a_sweep(cli_runner, tmp_path):
+    result = run(cli_runner, "--hw-set", "gpu.memory_gib=-1", "--vary", "inter_node.bandwidth_gbps=50,100",
+                 "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "gpu.memory_gib" in result.output and "--vary" not in result.output, result.output
 
 
 def test_tokens_and_days_together_rejected(cli_runner, tmp_path):

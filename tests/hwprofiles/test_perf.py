@@ -317,8 +317,12 @@ def test_wave_efficiency_counts_whole_waves_over_the_sms():
     assert wave_efficiency(128 * 133, 128, h100) == pytest.approx(133 / 264)
     # a partial tile counts whole (tile quantisation): 129 x 128 is 2 tiles, not 1.008
     assert wave_efficiency(129, 128, h100) == pytest.approx(2 / 132)
-    # batched GEMMs (heads, local experts) share the waves
+    # batched GEMMs (heads, local experts) share the waves; separate launches do not
     assert wave_efficiency(128, 128, h100, batch=264) == 1.0
+    one = matmul_time_s(1024, 1024, 8192, h100)  # 64 tiles: one wave, 64 of 132 SMs busy (compute-bound)
+    assert matmul_time_s(1024, 1024, 8192, h100, batch=66, launches=66) == pytest.approx(66 * one)
+    assert matmul_time_s(1024, 1024, 8192, h100, batch=66) == pytest.approx(66 * one * 64 / 132)  # 32 full waves
+    assert wave_efficiency(0, 128, h100) == 1.0  # an empty GEMM has no waves to count
 
 
 def test_wave_quantisation_slows_the_gemm_by_its_efficiency_only():
