@@ -80,7 +80,7 @@ class ExecuteResult:
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
                  nproc_per_node: int | None = None, nnodes: int = 1) -> tuple[Plan, object]:
     """PLAN is a plan.json path or inline keys ("tp=2,pp=2,dp=1,mbs=1,gbs=4") with --model."""
-    is_file = plan_arg.endswith(".json") or Path(plan_arg).is_file()
+    is_file = Path(plan_arg).suffix.lower() == ".json" or Path(plan_arg).is_file()
     if is_file:
         plan = Plan.load(plan_arg)
         if model or model_args:
