@@ -41,7 +41,15 @@ def latest(root: str | Path) -> tuple[int, Path] | None:
 
 
 def read_meta(path: Path) -> dict:
-    return json.loads((path / META).read_text())
+    try:
+        meta = json.loads((path / META).read_text())
+    except ValueError as err:  # a torn or hand-edited file: one line, not json's traceback
+        raise CheckpointMismatchError(f"{path / META} is not valid JSON ({err}); move {path} aside to resume "
+                                      "from the checkpoint before it") from None
+    if not isinstance(meta, dict):
+        raise CheckpointMismatchError(f"{path / META} holds no JSON object; move {path} aside to resume from the "
+                                      "checkpoint before it")
+    return meta
 
 
 def check_resumable(root: str | Path | None, fingerprint: str, force: bool) -> tuple[int, Path] | None:

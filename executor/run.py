@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smplan.planner.model_file import load_model_file
-from smplan.planner.plan import Plan, parse_inline, plan_from_inline
+from smplan.planner.plan import Plan, PlanError, parse_inline, plan_from_inline
 
 from smplan.model.structure import find_layout
 
@@ -93,8 +93,11 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     keys = parse_inline(plan_arg)
     world = keys.get("dp", 1) * keys.get("tp", 1) * keys.get("pp", 1) * keys.get("cp", 1)
     per_node = nproc_per_node or -(-world // nnodes)
-    plan = plan_from_inline(keys, model=model, hw="local", nodes=nnodes, gpus_per_node=per_node,
-                            num_blocks=layout.num_blocks, model_args=model_args)
+    try:
+        plan = plan_from_inline(keys, model=model, hw="local", nodes=nnodes, gpus_per_node=per_node,
+                                num_blocks=layout.num_blocks, model_args=model_args)
+    except PlanError as err:  # execute's processes are --nproc-per-node x --nnodes, not --nodes
+        raise PlanError(str(err).replace("add --nodes", "give --nproc-per-node / --nnodes for them")) from None
     return plan, model_file
 
 
@@ -170,16 +173,16 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
 
         require_tensorboard()
     parse_slow_rank(opts.slow_rank)
+    found = None
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         found = checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
-    _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     ref = model_file.absolute_ref
     factor = lr_scale(plan.global_batch, opts.reference_batch, opts.lr_scaling)
-    return RunConfig(
+    cfg = RunConfig(
         plan=plan.replace(model=ref).to_dict(),
         model_ref=ref,
         out_dir=str(out),
@@ -213,6 +216,35 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         lr_scaling=opts.lr_scaling if opts.reference_batch else None,
         lr_scale=factor,
     )
+    if found and not opts.force_resume:
+        _refuse_a_changed_recipe(found, cfg, out)
+    _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
+    return cfg
+
+
+def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:
+    """A resumed run trains on with the recipe and seed it started with: an option left at its
+    default (or given anew) would silently change the learning rate or the data order mid-run.
+    --steps may change (train longer); the rest is refused unless --force-resume."""
+    step, path = found
+    try:
+        theirs = dict(checkpoint.read_meta(path).get("recipe") or {})
+    except (OSError, ValueError):
+        return  # checkpoint.check_resumable has read it; a newer one is not ours to judge here
+    ours = cfg.recipe().to_dict()
+    changed = [f"{k}={theirs[k]!r} (now {ours[k]!r})" for k in ours
+               if k != "total_steps" and k in theirs and theirs[k] != ours[k]]
+    try:
+        seed = RunConfig.load(out / "run_config.json").seed
+    except (OSError, ValueError, TypeError, KeyError):
+        seed = cfg.seed
+    if seed != cfg.seed:
+        changed.append(f"seed={seed} (now {cfg.seed})")
+    if changed:
+        raise PlanMismatchError(
+            f"the run in {path} (step {step}) trained with {', '.join(changed)}; pass the same options "
+            "(--lr, --lr-schedule, --warmup-steps, --min-lr, --decay-fraction, --weight-decay, --adam-betas, "
+            "--grad-clip, --seed) to continue it, or --force-resume to change them")
 
 
 def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:

@@ -165,6 +165,9 @@ def check_options(opts: CalibrateOptions) -> None:
         raise PlanError(f"--nproc-per-node must be at least 1, got {opts.nproc}")
     if opts.rounds < 1:
         raise PlanError(f"--rounds must be at least 1, got {opts.rounds}")
+    if opts.runs_dir and any(Path(opts.runs_dir).glob("plan*/metrics.jsonl")):  # each run refuses its folder
+        raise PlanError(f"--runs-dir {opts.runs_dir} already holds the runs of a calibration; give another "
+                        "--runs-dir, or delete it to measure again")
     if opts.output and not opts.check:
         check_writable(opts.output, opts.force)
     if opts.stack_output and not opts.check:

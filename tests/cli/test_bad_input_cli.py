@@ -274,3 +274,9 @@ def test_an_inline_count_of_zero_is_one_line_not_a_division_by_zero(cli_runner, 
     # v=0 used to divide the stage split by zero (ZeroDivisionError) before any check
     result = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "a100x8", "--plan", f"dp=8,{key}"])
     assert result.exit_code == 2 and "must be a whole number >= 1, got 0" in _error_line(result), result.output
+
+
+def test_execute_names_its_own_options_when_the_processes_do_not_match(cli_runner):
+    result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=2", "--model", TINY, "--nproc-per-node", "1"])
+    assert result.exit_code == 2 and "--nproc-per-node / --nnodes" in _error_line(result), result.output
+    assert "--nodes" not in _error_line(result).replace("--nnodes", "")

@@ -29,6 +29,14 @@ def test_zero_plans(cli_runner, probed):
     assert "--plans must be at least 1" in line
 
 
+def test_a_used_runs_dir_is_refused_as_runs_dir(cli_runner, probed, tmp_path):
+    (tmp_path / "runs" / "plan1").mkdir(parents=True)
+    (tmp_path / "runs" / "plan1" / "metrics.jsonl").write_text("{}\n")
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--check",
+                                                    "--runs-dir", str(tmp_path / "runs")]))
+    assert "--runs-dir" in line and "already holds" in line and "-o/--output" not in line
+
+
 def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_path):
     out = tmp_path / "cal.toml"
     out.write_text("keep me")

@@ -4,6 +4,7 @@ fingerprints, metrics summary, validation."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,34 @@ def test_a_resumed_run_keeps_the_checkpoint_interval_it_ran_with(tmp_path, monke
     assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 2
     (tmp_path / "run_config.json").write_text("{not json")
     assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 0
+
+
+def test_a_resume_refuses_a_changed_recipe_or_seed(tmp_path):
+    # resuming with an option left at its default used to switch the schedule (and seed) mid-run
+    from smplan.executor import run
+    from smplan.executor.config import RunConfig
+
+    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=4, seed=3, lr_schedule="cosine",
+                        warmup_steps=1)
+    started.save(tmp_path / "run_config.json")
+    step_dir = tmp_path / "checkpoints" / "step-4"
+    step_dir.mkdir(parents=True)
+    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
+    found = (4, step_dir)
+    same = RunConfig(**{**started.__dict__, "steps": 8})  # training longer is what a resume is for
+    run._refuse_a_changed_recipe(found, same, tmp_path)
+    for change, says in (({"lr_schedule": "constant"}, "schedule='cosine' (now 'constant')"),
+                         ({"lr": 0.01}, "lr=0.001 (now 0.01)"), ({"seed": 0}, "seed=3 (now 0)")):
+        with pytest.raises(PlanMismatchError, match=re.escape(says) + ".*--force-resume"):
+            run._refuse_a_changed_recipe(found, RunConfig(**{**same.__dict__, **change}), tmp_path)
+
+
+def test_unreadable_checkpoint_metadata_is_one_line(tmp_path):
+    from smplan.executor.checkpoint import read_meta
+
+    (tmp_path / "smplan.json").write_text("{not json")
+    with pytest.raises(CheckpointMismatchError, match="is not valid JSON.*move .* aside"):
+        read_meta(tmp_path)
+    (tmp_path / "smplan.json").write_text("[1]")
+    with pytest.raises(CheckpointMismatchError, match="holds no JSON object"):
+        read_meta(tmp_path)
