@@ -162,7 +162,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
     own = out / "checkpoints"
     given = opts.checkpoint_every
-    ckpt_dir = opts.checkpoint_dir or (str(own) if given or checkpoint.latest(own) else None)
+    ckpt_dir = (opts.checkpoint_dir or _recorded_checkpoint_dir(out)
+                or (str(own) if given or checkpoint.latest(own) else None))
     if given is not None and given < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
     every = given if given is not None else _earlier_checkpoint_every(out, ckpt_dir)
@@ -256,6 +257,16 @@ def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
     source = open_source(path)
     check_source(source, model_file.build(plan.model_args, device="meta"))
     return source.path
+
+
+def _recorded_checkpoint_dir(out: Path) -> str | None:
+    """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
+    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints."""
+    try:
+        recorded = RunConfig.load(out / "run_config.json").checkpoint_dir
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return recorded if recorded and checkpoint.latest(recorded) else None
 
 
 def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:

@@ -10,6 +10,7 @@ import click
 
 from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
+from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
@@ -121,6 +122,9 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     check_can_write(checkpoint_dir, "--checkpoint-dir", folder=True)
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)
+    if checkpoint_dir and not checkpoint_every and not latest_checkpoint(checkpoint_dir):
+        click.echo(f"note: --checkpoint-dir {checkpoint_dir} holds no checkpoint to resume from, and without "
+                   "--checkpoint-every N this run writes none there", err=True)
     if getattr(plan, "capacity_factor", 1.0) != 1.0 and "capacity_factor" not in (plan.model_args or {}):
         # the plan's cf prices the busiest expert; what the run drops is the model's own setting
         click.echo(f"note: cf={plan.capacity_factor:g} is the cost model's allowance for the busiest expert; "

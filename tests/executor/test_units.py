@@ -213,3 +213,21 @@ def test_unreadable_checkpoint_metadata_is_one_line(tmp_path):
     (tmp_path / "smplan.json").write_text("[1]")
     with pytest.raises(CheckpointMismatchError, match="holds no JSON object"):
         read_meta(tmp_path)
+
+
+def test_a_run_that_checkpointed_elsewhere_continues_from_there(tmp_path, monkeypatch):
+    # `execute -o RUN --checkpoint-dir CK`, then `execute -o RUN --steps 8`: RUN's run_config.json
+    # names CK, so the second run resumes from it rather than refusing RUN as a finished run
+    import dataclasses
+
+    from smplan.executor import checkpoint, run
+    from smplan.executor.config import RunConfig
+
+    ck = tmp_path / "ck"
+    fields = {f.name: None for f in dataclasses.fields(RunConfig)}
+    (tmp_path / "run_config.json").write_text(json.dumps({**fields, "checkpoint_dir": str(ck)}))
+    assert run._recorded_checkpoint_dir(tmp_path) is None  # nothing written there yet
+    monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4") if Path(root) == ck else None)
+    assert run._recorded_checkpoint_dir(tmp_path) == str(ck)
+    (tmp_path / "run_config.json").write_text("{not json")
+    assert run._recorded_checkpoint_dir(tmp_path) is None
