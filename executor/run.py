@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smplan.planner.model_file import load_model_file
-from smplan.planner.plan import Plan, PlanError, parse_inline, plan_from_inline
+from smplan.planner.plan import Plan, PlanError, is_plan_file_name, parse_inline, plan_from_inline
 
 from smplan.model.structure import find_layout
 
@@ -80,7 +80,7 @@ class ExecuteResult:
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
                  nproc_per_node: int | None = None, nnodes: int = 1) -> tuple[Plan, object]:
     """PLAN is a plan.json path or inline keys ("tp=2,pp=2,dp=1,mbs=1,gbs=4") with --model."""
-    is_file = Path(plan_arg).suffix.lower() == ".json" or Path(plan_arg).is_file()
+    is_file = is_plan_file_name(plan_arg) or Path(plan_arg).is_file()
     if is_file:
         plan = Plan.load(plan_arg)
         if model or model_args:
@@ -235,10 +235,8 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
     ours = cfg.recipe().to_dict()
     changed = [f"{k}={theirs[k]!r} (now {ours[k]!r})" for k in ours
                if k != "total_steps" and k in theirs and theirs[k] != ours[k]]
-    try:
-        seed = RunConfig.load(out / "run_config.json").seed
-    except (OSError, ValueError, TypeError, KeyError):
-        seed = cfg.seed
+    earlier = _earlier_config(out)
+    seed = earlier.seed if earlier is not None else cfg.seed
     if seed != cfg.seed:
         changed.append(f"seed={seed} (now {cfg.seed})")
     if changed:
@@ -259,13 +257,19 @@ def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
     return source.path
 
 
+def _earlier_config(out: Path) -> RunConfig | None:
+    """The run_config.json of the run already in `out`, or None when there is none to read."""
+    try:
+        return RunConfig.load(out / "run_config.json")
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def _recorded_checkpoint_dir(out: Path) -> str | None:
     """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
     checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints."""
-    try:
-        recorded = RunConfig.load(out / "run_config.json").checkpoint_dir
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+    earlier = _earlier_config(out)
+    recorded = earlier.checkpoint_dir if earlier is not None else None
     return recorded if recorded and checkpoint.latest(recorded) else None
 
 
@@ -273,11 +277,10 @@ def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
     """The --checkpoint-every of the run this one continues (its run_config.json), so that a
     resumed run keeps checkpointing as it did and a later resume does not redo its steps; 0
     when there is nothing to continue or it cannot be read."""
-    if not (ckpt_dir and checkpoint.latest(ckpt_dir)):
-        return 0
+    earlier = _earlier_config(out) if ckpt_dir and checkpoint.latest(ckpt_dir) else None
     try:
-        return max(0, int(RunConfig.load(out / "run_config.json").checkpoint_every))
-    except (OSError, ValueError, TypeError, KeyError):
+        return max(0, int(earlier.checkpoint_every)) if earlier is not None else 0
+    except (ValueError, TypeError):  # a hand-edited value
         return 0
 
 

@@ -3,7 +3,7 @@ hardware performance model."""
 
 from .calibrated import uncalibrated_warning
 from .cluster import Cluster, Efficiency, Gpu, HardwareProfileError, Link, PeakTflops, settable_keys
-from .loader import bundled_profiles, load_cluster, parse_override
+from .loader import bundled_profiles, load_cluster, override_rule, parse_override
 from .perf import (
     ALGORITHMS,
     COLLECTIVES,
@@ -62,6 +62,7 @@ __all__ = [
     "memory_bound_time_s",
     "p2p_time_s",
     "read_stack",
+    "override_rule",
     "parse_override",
     "settable_keys",
     "sharded_dp_collective_time_s",

@@ -30,6 +30,13 @@ def read_profile(name_or_path: str) -> dict:
     return read_toml(path, "hardware file", HardwareProfileError)
 
 
+def override_rule(err: HardwareProfileError) -> str:
+    """The rule an override broke, without the loader's framing ("--hw-set:", "hardware profile:",
+    its "fix the profile or --hw-set"), for a caller that names where the override came from."""
+    text = str(err).removeprefix("--hw-set: ").split("hardware profile: ")[-1]
+    return text.replace(" in --hw-set", "").split("; fix the profile or --hw-set")[0]
+
+
 def parse_override(text: str) -> tuple[str, object]:
     """`key=value` -> (key, value), the value as int, float or str."""
     if "=" not in text:

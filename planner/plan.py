@@ -428,6 +428,12 @@ def plan_from_inline(
     )
 
 
+def is_plan_file_name(path: str | Path) -> bool:
+    """Whether `path` names a plan file: `smplan plan -o` writes them with a .json suffix (any
+    case), which is how simulate, reliability, whatif and execute tell one from a model."""
+    return Path(path).suffix.lower() == ".json"
+
+
 # Plan fields that count something (degrees, batch sizes, model chunks): a whole number >= 1.
 COUNT_FIELDS = ("dp", "tp", "pp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages")
 

@@ -3,17 +3,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from smplan.hwprofiles import (
     DEFAULT_STACK,
     HardwareProfileError,
     load_cluster,
     load_stack,
+    override_rule,
     parse_override,
 )
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
+from smplan.planner.plan import is_plan_file_name
 
 
 def resolve_target(
@@ -31,7 +31,7 @@ def resolve_target(
 
     `stack` (--stack) replaces a plan file's stack, as `hw` replaces its hardware; for a model
     it is recorded in the plan and gives `overlap_dp` its default (hwprofiles/stack.py)."""
-    if Path(target).suffix.lower() == ".json":  # `plan -o` writes plan files under this suffix only
+    if is_plan_file_name(target):
         if plan_text:
             raise PlanError(f"{target} is a plan file; drop --plan (or give a model file instead of the plan)")
         if model_args or seq_len:  # its stage split was made for the file's shape
@@ -46,10 +46,8 @@ def resolve_target(
             base = load_cluster(hw or plan.hw, stack=plan.stack)  # a wrong --hw or stack is not the file's
             try:
                 base.with_overrides(own)
-            except HardwareProfileError as err:  # the rule, without the loader's --hw-set framing
-                rule = (str(err).removeprefix("hardware profile: ").replace(" in --hw-set", "")
-                        .replace("; fix the profile or --hw-set", ""))
-                raise PlanError(f"{target}: hw_overrides: {rule}; fix the plan file") from None
+            except HardwareProfileError as err:
+                raise PlanError(f"{target}: hw_overrides: {override_rule(err)}; fix the plan file") from None
         overrides = {**plan.hw_overrides, **given}
         cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides, stack=plan.stack)
         needed = -(-plan.world_size // cluster.gpus_per_node)

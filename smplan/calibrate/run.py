@@ -155,6 +155,13 @@ def rows(labels: Sequence[str], plans: Sequence[Plan], measured: Sequence[float]
     return [Row(*values) for values in zip(labels, measured, pred, sim, strict=True)]
 
 
+def _holds_runs(root: Path) -> bool:
+    """Whether a --runs-dir already holds measured runs (measure_all's plan* folders)."""
+    from smplan.executor.metrics import read_metrics
+
+    return any(read_metrics(d) for d in root.glob("plan*") if d.is_dir())
+
+
 def check_options(opts: CalibrateOptions) -> None:
     """Every user mistake that can be caught before minutes of runs are spent."""
     if opts.plans < 1 and not opts.choices:
@@ -165,7 +172,7 @@ def check_options(opts: CalibrateOptions) -> None:
         raise PlanError(f"--nproc-per-node must be at least 1, got {opts.nproc}")
     if opts.rounds < 1:
         raise PlanError(f"--rounds must be at least 1, got {opts.rounds}")
-    if opts.runs_dir and any(Path(opts.runs_dir).glob("plan*/metrics.jsonl")):  # each run refuses its folder
+    if opts.runs_dir and _holds_runs(Path(opts.runs_dir)):  # each run would refuse its folder, as execute's -o
         raise PlanError(f"--runs-dir {opts.runs_dir} already holds the runs of a calibration; give another "
                         "--runs-dir, or delete it to measure again")
     if opts.output and not opts.check:

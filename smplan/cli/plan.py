@@ -9,6 +9,7 @@ import click
 from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
 from smplan.hwprofiles.paths import is_path
 from smplan.planner.explain import explain
+from smplan.planner.plan import is_plan_file_name
 from smplan.planner.search import plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
 from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
@@ -66,8 +67,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     --hw-set efficiency.memory_reserve_gib=8.
     """
     check_output_file(output, "-o/--output", force)
-    # simulate and whatif tell a plan file from a model by its suffix (a device such as /dev/null is no file)
-    if output and Path(output).suffix.lower() != ".json" and (Path(output).is_file() or not Path(output).exists()):
+    # the other commands tell a plan file from a model by its name (a device such as /dev/null is no file)
+    if output and not is_plan_file_name(output) and (Path(output).is_file() or not Path(output).exists()):
         raise UserError(f"-o {output}: a plan file's name ends in .json, which is how simulate, reliability "
                         f"and whatif tell it from a model; use -o {Path(output).with_suffix('.json')}")
     cluster = cluster_from(hw, max_nodes or nodes, hw_set, stack)

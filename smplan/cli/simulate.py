@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from smplan.planner.model_file import split_ref
+from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
 from smplan.simulator.gantt import write_gantt
 from smplan.simulator.inputs import resolve_target
@@ -52,7 +53,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     check_output_file(gantt_path, "--gantt", force, suffixes=image_suffixes() if gantt_path else None)
     if trace_path and gantt_path and Path(trace_path).resolve() == Path(gantt_path).resolve():
         raise UserError("--trace and --gantt name the same file; give two paths")
-    source = Path(target) if Path(target).suffix.lower() == ".json" else split_ref(target)[0]  # plan or model file
+    source = Path(target) if is_plan_file_name(target) else split_ref(target)[0]  # plan or model file
     for flag, out in (("--trace", trace_path), ("--gantt", gantt_path)):
         if out and source.is_file() and Path(out).resolve() == source.resolve():
             raise UserError(f"{flag} names the input {source} itself (even --force does not replace it); give "

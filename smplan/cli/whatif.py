@@ -63,11 +63,12 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     """
     from smplan.hwprofiles.loader import parse_override
     from smplan.planner.model_file import load_model_file
+    from smplan.planner.plan import is_plan_file_name
     from smplan.report import write_report
     from smplan.report.render import check_report_dir
     from smplan.whatif import Question, parse_vary, run_whatif
 
-    if Path(model).suffix.lower() == ".json" and Path(model).is_file():
+    if is_plan_file_name(model) and Path(model).is_file():
         _refuse_plan_file(model)
     check_report_dir(out_dir, force)
     check_can_write(out_dir, "-o/--output", folder=True)

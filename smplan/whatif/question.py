@@ -54,7 +54,7 @@ class Question:
     def _check_hardware_values(self) -> None:
         """A swept hardware value that no swept (or the given) profile accepts, such as a negative
         bandwidth, is the user's typo, not an infeasible point: refused with the loader's rule."""
-        from smplan.hwprofiles import HardwareProfileError, load_cluster
+        from smplan.hwprofiles import HardwareProfileError, load_cluster, override_rule
 
         hws = next((v.values for v in self.varies if v.kind == "hw"), (self.hw,))
         for v in (v for v in self.varies if v.kind == "cluster"):
@@ -65,7 +65,7 @@ class Question:
                         load_cluster(hw, nodes=self.nodes, overrides={**self.hw_overrides, v.target: value})
                         break
                     except HardwareProfileError as err:  # keep the rule, not the loader's framing
-                        rules.append(str(err).split("hardware profile: ")[-1].split("; fix")[0])
+                        rules.append(override_rule(err))
                 else:
                     raise QuestionError(f"--vary {v.key}: {rules[0]}; give values the profile accepts")
 

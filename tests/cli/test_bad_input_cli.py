@@ -280,3 +280,13 @@ def test_execute_names_its_own_options_when_the_processes_do_not_match(cli_runne
     result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=2", "--model", TINY, "--nproc-per-node", "1"])
     assert result.exit_code == 2 and "--nproc-per-node / --nnodes" in _error_line(result), result.output
     assert "--nodes" not in _error_line(result).replace("--nnodes", "")
+
+
+def test_a_checkpoint_dir_that_will_stay_empty_says_so(cli_runner, tmp_path):
+    # --launcher slurm writes the job script and runs nothing: the note comes before any launch
+    args = ["execute", "dp=2,mbs=1,gbs=2", "--model", TINY, "--steps", "2", "--launcher", "slurm",
+            "--checkpoint-dir", str(tmp_path / "ck")]
+    quiet = cli_runner.invoke(cli, [*args, "--checkpoint-every", "1", "-o", str(tmp_path / "a")])
+    assert quiet.exit_code == 0 and "holds no checkpoint" not in quiet.stderr, quiet.output
+    noted = cli_runner.invoke(cli, [*args, "-o", str(tmp_path / "b")])
+    assert noted.exit_code == 0 and "without --checkpoint-every N this run writes none there" in noted.stderr

@@ -31,7 +31,7 @@ def test_zero_plans(cli_runner, probed):
 
 def test_a_used_runs_dir_is_refused_as_runs_dir(cli_runner, probed, tmp_path):
     (tmp_path / "runs" / "plan1").mkdir(parents=True)
-    (tmp_path / "runs" / "plan1" / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "runs" / "plan1" / "metrics.jsonl").write_text('{"step": 1, "loss": 4.0}\n')  # a step, as execute writes
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--check",
                                                     "--runs-dir", str(tmp_path / "runs")]))
     assert "--runs-dir" in line and "already holds" in line and "-o/--output" not in line
