@@ -12,15 +12,22 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 MARKER = "COMPLETE"
 META = "smplan.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+T = TypeVar("T")
 
 
 class CheckpointMismatchError(ValueError):
     """The checkpoint folder holds a run of another plan or model."""
+
+
+class CheckpointUnreadableError(RuntimeError):
+    """No complete checkpoint of this run could be read back (its shards are damaged)."""
 
 
 def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
@@ -67,6 +74,52 @@ def check_resumable(root: str | Path | None, fingerprint: str, force: bool) -> t
             "use another --checkpoint-dir, or --force-resume to load (and reshard) it anyway"
         )
     return found
+
+
+def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: Callable[[Path], T],
+                         all_ranks_ok: Callable[[bool], bool],
+                         report: Callable[[str], None] = lambda line: None) -> tuple[int, Path, T] | None:
+    """Collective: loads the newest complete checkpoint every rank can read, newest first.
+
+    The COMPLETE marker says every shard was written, not that it still reads back: a disk or
+    a copy can lose a block later. A folder that fails on any rank (`all_ranks_ok` is the
+    agreement, so every rank moves on together) is reported and the one before it tried, as
+    long as it belongs to this run; none readable raises CheckpointUnreadableError."""
+    found = check_resumable(root, fingerprint, force)
+    if found is None:
+        return None
+    failed = []
+    for step, path in reversed(complete_steps(root)):
+        if step > found[0]:
+            continue  # written after check_resumable looked: not one this run was refused or given
+        if path != found[1] and read_meta(path).get("fingerprint") != fingerprint and not force:
+            break  # an older run of another plan: not this run's to fall back to
+        try:
+            loaded, reason = load(path), None
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # DCP's CheckpointException is a BaseException; every rank agrees below
+            loaded, reason = None, _failure_reason(err)
+        if all_ranks_ok(reason is None):
+            return step, path, loaded
+        reason = reason or "another rank could not read it"
+        failed.append(f"{path.name} ({reason})")
+        report(f"{path} could not be read ({reason}); trying the checkpoint before it")
+    raise CheckpointUnreadableError(
+        f"no checkpoint in {root} could be read: {'; '.join(failed)}; move the damaged step-N folders aside "
+        "to resume from an older one, or pass another --checkpoint-dir to start over")
+
+
+def _failure_reason(err: BaseException) -> str:
+    """One line: DCP gathers every rank's exception into one CheckpointException whose text is
+    their tracebacks; the first rank's exception says what went wrong."""
+    failures = getattr(err, "failures", None)  # torch.distributed.checkpoint.api.CheckpointException
+    if isinstance(failures, dict) and failures:
+        rank = min(failures)
+        inner = failures[rank][0] if isinstance(failures[rank], tuple) else failures[rank]
+        return f"rank {rank}: {_failure_reason(inner)}"
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:160]}" if text else type(err).__name__
 
 
 def _fsync_tree(path: Path) -> None:

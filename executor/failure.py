@@ -51,10 +51,19 @@ def exception_tail(text: str, max_lines: int = 10) -> list[str]:
     return (frames[-keep:] if keep > 0 else []) + message
 
 
+def _how(rank: int, exitcode: int) -> str:
+    return f"rank {rank} " + (f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}")
+
+
+def failure_line(rank: int, exitcode: int, log: Path | None) -> str:
+    """One line: which rank failed, how, and the last line of its exception (when logged)."""
+    tail = exception_tail(log.read_text(errors="replace"), 1) if log is not None else []
+    return _how(rank, exitcode) + (f": {tail[-1].strip()}" if tail else "")
+
+
 def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, max_lines: int = 10) -> str:
     """Several lines for the user: which rank failed, how, its exception and its full log."""
-    how = f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}"
-    head = f"rank {rank} {how}"
+    head = _how(rank, exitcode)
     if log is None:
         return f"{head}; logs under {logs_root}"
     tail = exception_tail(log.read_text(errors="replace"), max_lines)

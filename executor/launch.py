@@ -10,7 +10,8 @@ import uuid
 from pathlib import Path
 
 from .config import RunConfig
-from .failure import failure_report, stderr_log
+from .failure import failure_line, failure_report, stderr_log
+from .metrics import clear_stopped, mark_stopped
 
 
 class LaunchError(RuntimeError):
@@ -108,15 +109,19 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         # refused"). Opting out makes each attempt's rank 0 host a fresh store.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     }
+    clear_stopped(out)
     try:
         with _worker_env(env), _quiet_agent_on_interrupt():
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except KeyboardInterrupt:
+        mark_stopped(out, "interrupted", "stopped with Ctrl-C; the same `smplan execute` command resumes it "
+                                         "from its newest checkpoint")
         raise LaunchInterrupted(out) from None
     except ChildFailedError as err:
         rank, first = err.get_first_failure()
         log = stderr_log(out / "elastic", launch.run_id, first.local_rank, first.error_file)
         what = failure_report(rank, first.exitcode, log, out / "elastic")
+        mark_stopped(out, "failed", failure_line(rank, first.exitcode, log))
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}") from None
     return out
 

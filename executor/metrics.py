@@ -6,6 +6,7 @@ import json
 import resource
 import statistics
 import sys
+import time
 from pathlib import Path
 
 MEASURED = ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gib")
@@ -28,6 +29,19 @@ def peak_memory_source(device) -> str:
 
 METRICS_FILE = "metrics.jsonl"  # RUN_DIR/metrics.jsonl: one line per step (rank 0)
 RANKS_DIR = "ranks"  # RUN_DIR/ranks/rank-00001.jsonl: one file per rank
+STOPPED_FILE = "stopped.json"  # RUN_DIR/stopped.json: the local launcher's word that the run ended unfinished
+
+
+def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
+    """Record why a run ended without its summary ("interrupted", "failed"), so that a reader
+    waiting for summary.json (`monitor --follow`) stops waiting."""
+    record = {"reason": reason, "detail": detail, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (Path(run_dir) / STOPPED_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def clear_stopped(run_dir: str | Path) -> None:
+    """A run starting (or resuming) in `run_dir` is no longer stopped."""
+    (Path(run_dir) / STOPPED_FILE).unlink(missing_ok=True)
 
 
 def rank_file(run_dir: str | Path, rank: int) -> Path:

@@ -20,7 +20,7 @@ from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
-from .metrics import rank_files, read_metrics
+from .metrics import METRICS_FILE, RANKS_DIR, STOPPED_FILE, rank_files, read_metrics
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .token_data import TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, validate_plan
@@ -284,10 +284,22 @@ def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
         return 0
 
 
+# What a run writes into its folder (launch.py, metrics.py, the workers). A folder that holds any
+# of them but no run_config.json is not a run's, and nothing in it is replaced.
+RUN_ENTRIES = ("run_config.json", METRICS_FILE, "summary.json", STOPPED_FILE, RANKS_DIR, "elastic", "tensorboard",
+               "checkpoints", "smplan.sbatch")
+
+
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
     """A run directory holds one run: a new run may only continue the steps already there
     from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
     this run does not have would otherwise pass for this run's."""
+    if out.is_dir() and not (out / "run_config.json").exists():
+        theirs = [name for name in RUN_ENTRIES if (out / name).exists()]
+        if theirs:
+            raise PlanMismatchError(
+                f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "
+                "would replace; pass a new or empty folder to -o/--output")
     steps = read_metrics(out) if out.is_dir() else []
     if not steps:
         return

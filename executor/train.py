@@ -255,22 +255,35 @@ class Trainer:
     def _resume(self) -> int:
         if not self.cfg.checkpoint_dir:
             return 0
-        found = checkpoint.check_resumable(self.cfg.checkpoint_dir, self.cfg.fingerprint, self.cfg.force_resume)
+
+        def load(path):
+            checkpoint.load_train_state(self.parts.chunks, self.optimizers, path)
+            return checkpoint.load_rank_state(path, self.rank)
+
+        found = checkpoint.load_newest_readable(self.cfg.checkpoint_dir, self.cfg.fingerprint,
+                                                self.cfg.force_resume, load, self._all_ranks_ok, self._say)
         if found is None:
             return 0
-        step, path = found
-        checkpoint.load_train_state(self.parts.chunks, self.optimizers, path)
+        step, path, own = found
         self.data.skip(step)
-        own = checkpoint.load_rank_state(path, self.rank)
         self._resume_powersgd(own, path)
         if own is not None:  # after skip: a data stream may draw from the generators too
             checkpoint.set_rng_state(own["rng"], self.device)
-        elif self.rank == 0:
-            print(f"[smplan] {path} holds no per-rank RNG state; dropout will not repeat bit for bit",
-                  flush=True)
-        if self.rank == 0:
-            print(f"[smplan] resumed from {path} (step {step})", flush=True)
+        else:
+            self._say(f"{path} holds no per-rank RNG state; dropout will not repeat bit for bit")
+        self._say(f"resumed from {path} (step {step})")
         return step
+
+    def _all_ranks_ok(self, ok: bool) -> bool:
+        """True on every rank when `ok` is true on every rank (a collective)."""
+        flag = torch.tensor([1 if ok else 0], device=self.device)  # NCCL reduces only device tensors
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def _say(self, line: str) -> None:
+        """One progress line from rank 0 (the others would repeat it)."""
+        if self.rank == 0:
+            print(f"[smplan] {line}", flush=True)
 
     def _init_from(self) -> None:
         from .init_from import load_weights, open_source
@@ -326,7 +339,7 @@ class Trainer:
                 result = self.train_step(step)
                 dt = time.perf_counter() - t0
                 own_mem = peak_memory_gib(self.device)
-                mem = torch.tensor([own_mem])
+                mem = torch.tensor([own_mem], device=self.device)  # NCCL reduces only device tensors
                 dist.all_reduce(mem, op=dist.ReduceOp.MAX)
                 if tokens_per_step is None:
                     tokens_per_step = self.plan.global_batch * (self.plan.seq_len or self.tokens_per_sample)

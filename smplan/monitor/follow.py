@@ -1,4 +1,4 @@
-"""`--follow`: re-read the run directory and redraw until the run has finished."""
+"""`--follow`: re-read the run directory and redraw until the run has finished or stopped."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from .rundir import RunData, RunDirError, load_run
 def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 2.0,
            max_updates: int | None = None, sleep: Callable[[float], None] = time.sleep) -> RunData | None:
     """Call `show` with the latest RunData every `interval_s` (None while the run has not
-    written its first step) until summary.json appears; returns the last RunData."""
+    written its first step) until summary.json appears or the launcher records that the run
+    stopped (failed, interrupted); returns the last RunData."""
     run = None
     updates = 0
     while True:
@@ -24,7 +25,7 @@ def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 
             run = None
         show(run)
         updates += 1
-        if (run is not None and run.finished) or (max_updates is not None and updates >= max_updates):
+        if (run is not None and run.ended) or (max_updates is not None and updates >= max_updates):
             return run
         sleep(interval_s)
 

@@ -46,7 +46,8 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
     st = status["step_time_s"]
     facts = [
         ("steps", f"{status['steps_done']} of {status['steps_total'] or '?'}"
-                  + ("" if status["finished"] else " (not finished)")),
+                  + ("" if status["finished"] else f" (stopped: {status['stopped']['detail']})" if status["stopped"]
+                     else " (not finished)")),
         ("median step time", f"{st['median'] * 1e3:,.1f} ms" + (
             f" (predicted {st['predicted'] * 1e3:,.1f} ms, ratio {st['ratio']:.2f})" if st["predicted"] else "")),
         ("median tokens/s", f"{status['tokens_per_s']['median']:,.0f}"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from smplan.executor.metrics import METRICS_FILE as METRICS
-from smplan.executor.metrics import RANKS_DIR, rank_files, read_jsonl
+from smplan.executor.metrics import RANKS_DIR, STOPPED_FILE, rank_files, read_jsonl
 
 
 class RunDirError(ValueError):
@@ -33,6 +33,7 @@ class RunData:
     ranks: dict[int, list[dict]]  # ranks/rank-N.jsonl; empty for runs before per-rank records
     config: dict | None = None  # run_config.json
     summary: dict | None = None  # summary.json, once the run has finished
+    stopped: dict | None = None  # stopped.json: why the run ended unfinished (its local launcher's record)
     skipped: list[str] = field(default_factory=list)  # "metrics.jsonl:7" per unreadable line
 
     @property
@@ -60,6 +61,11 @@ class RunData:
     def finished(self) -> bool:
         return self.summary is not None
 
+    @property
+    def ended(self) -> bool:
+        """Finished, or stopped for good: nothing more will be written until it is run again."""
+        return self.finished or self.stopped is not None
+
 
 def load_run(run_dir: str | Path) -> RunData:
     """Everything `smplan monitor` and `smplan report` show. Raises RunDirError when the
@@ -82,4 +88,5 @@ def load_run(run_dir: str | Path) -> RunData:
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
                           "or pass the -o/--output folder of `smplan execute`")
     return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / "run_config.json"),
-                   summary=_read_json(path / "summary.json"), skipped=skipped)
+                   summary=_read_json(path / "summary.json"), stopped=_read_json(path / STOPPED_FILE),
+                   skipped=skipped)

@@ -3,6 +3,7 @@
 Schema (all times in seconds; null where the run or the plan does not say)::
 
     {"run_dir": str, "finished": bool, "steps_done": int, "steps_total": int | null,
+     "stopped": {"reason": "failed" | "interrupted", "detail": str, "time": str} | null,
      "progress": float | null,                       # steps_done / steps_total
      "step_time_s": {"median": float, "predicted": float | null, "ratio": float | null},
      "tokens_per_s": {"median": float, "predicted": float | null},
@@ -105,6 +106,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
     return {
         "run_dir": str(run.run_dir),
         "finished": run.finished,
+        "stopped": None if run.finished else run.stopped,  # summary.json wins: a later run finished it
         "steps_done": done,
         "steps_total": total,
         "progress": done / total if total else None,

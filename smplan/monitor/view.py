@@ -29,9 +29,13 @@ def _memory_by_rank(peaks: dict) -> str:
 
 def render_status(status: dict) -> str:
     lines = []
-    state = "finished" if status["finished"] else "running (or stopped)"
+    stopped = status.get("stopped")
+    state = ("finished" if status["finished"] else f"stopped ({stopped.get('reason', '?')})" if stopped
+             else "running (or stopped)")
     total = status["steps_total"]
     lines.append(f"run {status['run_dir']}  {state}")
+    if stopped and stopped.get("detail"):
+        lines.append(f"  stopped     {stopped['detail']}")
     lines.append(f"  progress    step {status['steps_done']}/{total or '?'}  {_bar(status['progress'])}")
     st = status["step_time_s"]
     line = f"  step time   median {_ms(st['median'])}"

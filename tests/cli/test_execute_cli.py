@@ -113,11 +113,27 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
     earlier = '{"step": 1, "loss": 4.2, "step_time_s": 0.1}\n'
     (out / "metrics.jsonl").write_text(earlier)
     (out / "summary.json").write_text("{}")
+    (out / "run_config.json").write_text("{}")
     result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another -o/--output" in lines[0]
     assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()
+
+
+def test_a_folder_that_is_not_a_run_keeps_its_files(cli_runner, tmp_path):
+    # someone's own summary.json (or a checkpoints folder) in the -o folder: a run would replace it
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "summary.json").write_text('{"mine": 1}')
+    (out / "notes.txt").write_text("x")
+    result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "is not a run directory of `smplan execute` but holds summary.json" in lines[0]
+    assert "new or empty folder" in lines[0]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "summary.json"]
+    assert (out / "summary.json").read_text() == '{"mine": 1}'
 
 
 def test_a_run_dir_with_its_own_checkpoint_resumes_without_checkpoint_every(cli_runner, tmp_path):

@@ -46,6 +46,7 @@ def test_ctrl_c_during_execute_stops_workers_and_keeps_run_dir(tmp_path):
     assert "Traceback" not in err
     assert f"interrupted; run directory kept at {out}" in err
     assert out.is_dir() and (out / "run_config.json").is_file()
+    assert '"reason": "interrupted"' in (out / "stopped.json").read_text()  # monitor --follow stops on it
     # no worker outlives the launcher: its process group is empty
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)

@@ -59,6 +59,24 @@ def test_follow_on_a_finished_run_draws_once(cli_runner, tmp_path):
     assert len(lines) == 1 and json.loads(lines[0])["finished"] is True
 
 
+def test_follow_stops_on_a_run_its_launcher_recorded_as_stopped(cli_runner, tmp_path):
+    from smplan.executor.metrics import clear_stopped, mark_stopped
+
+    run = write_run(tmp_path / "r", steps=3, total_steps=8, finished=False)
+    mark_stopped(run, "failed", "rank 1 exited with code 1: EOFError")
+    result = cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["stopped"]["reason"] == "failed"
+    text = cli_runner.invoke(cli, ["monitor", str(run)]).output
+    assert "stopped (failed)" in text and "rank 1 exited with code 1: EOFError" in text
+    report = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "out.html")])
+    assert report.exit_code == 0 and "(stopped: rank 1 exited" in (tmp_path / "out.html").read_text()
+    clear_stopped(run)  # what a new launch in the folder does first
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
+    assert status["stopped"] is None and "running (or stopped)" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+
+
 def test_text_view(cli_runner, tmp_path):
     run = write_run(tmp_path / "r", steps=6, ranks=2, slow_rank=1)
     out = cli_runner.invoke(cli, ["monitor", str(run)]).output

@@ -3,6 +3,8 @@ complete checkpoint and ends bit-identical to an uninterrupted run; nothing is l
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.executor.runs import assert_same_state, checkpoint_state, metrics, run_execute
@@ -31,6 +33,25 @@ def test_failure_without_restarts_exits_cleanly(tmp_path):
     result = run_execute(PLAN, tmp_path, "--steps", "3", "--fail-at-step", "2", timeout=90)
     assert result.returncode == 1
     assert "training failed after 0 restart(s)" in result.stdout
+    stopped = json.loads((tmp_path / "stopped.json").read_text())  # what `monitor --follow` stops on
+    assert stopped["reason"] == "failed" and stopped["detail"].startswith("rank 1 killed by signal 9")
+
+
+def test_a_checkpoint_that_does_not_read_back_is_skipped(tmp_path):
+    """step-4's shard cut short after it was published (a lost disk block): the resume says so,
+    continues from step-2 on both ranks, and trains the same steps again to the same losses."""
+    first = run_execute(PLAN, tmp_path, "--steps", "4", "--checkpoint-every", "2")
+    assert first.returncode == 0, first.stdout
+    before = [r["loss"] for r in metrics(tmp_path)]
+    shard = max((tmp_path / "checkpoints" / "step-4").glob("*.distcp"), key=lambda p: p.stat().st_size)
+    shard.write_bytes(shard.read_bytes()[:1000])
+    second = run_execute(PLAN, tmp_path, "--steps", "6", "--checkpoint-every", "2")
+    assert second.returncode == 0, second.stdout
+    assert "step-4 could not be read" in second.stdout and "step-2 (step 2)" in second.stdout
+    got = metrics(tmp_path)
+    assert [r["step"] for r in got] == [1, 2, 3, 4, 5, 6]
+    assert [r["loss"] for r in got[:4]] == pytest.approx(before, rel=1e-6)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-2", "step-4", "step-6"]
 
 
 @pytest.mark.slow

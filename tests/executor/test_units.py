@@ -87,6 +87,46 @@ def test_only_complete_checkpoints_count(tmp_path):
     assert check_resumable(tmp_path / "none", "a", force=False) is None
 
 
+class _TornShard(BaseException):
+    """Like DCP's CheckpointException, a BaseException: it must not slip past the fallback."""
+
+
+def test_a_checkpoint_that_does_not_read_back_falls_back_to_the_one_before(tmp_path):
+    from smplan.executor.checkpoint import CheckpointUnreadableError, load_newest_readable
+
+    _fake_checkpoint(tmp_path, 2, "other")  # an older run of another plan: never a fallback
+    for step in (4, 6, 8):
+        _fake_checkpoint(tmp_path, step, "a")
+    bad, said = {"step-8", "step-6"}, []
+
+    def load(path):
+        if path.name in bad:
+            raise _TornShard("unexpected end of file")
+        return path.name
+
+    def agree(ok):
+        return ok
+
+    assert load_newest_readable(tmp_path, "a", False, load, agree, said.append) == (4, tmp_path / "step-4", "step-4")
+    assert [line.split(" could")[0] for line in said] == [str(tmp_path / "step-8"), str(tmp_path / "step-6")]
+    assert "(_TornShard: unexpected end of file)" in said[0]
+    bad.add("step-4")
+    with pytest.raises(CheckpointUnreadableError, match=r"no checkpoint in .* could be read: step-8 .*step-4 "
+                                                        r"\(_TornShard.*move the damaged step-N folders aside"):
+        load_newest_readable(tmp_path, "a", False, load, agree)
+    # a rank whose own load went well moves on with the rank whose load failed; forced, the
+    # other plan's step-2 is tried too
+    with pytest.raises(CheckpointUnreadableError, match=r"step-4 \(another rank could not read it\); step-2 "):
+        load_newest_readable(tmp_path, "a", True, lambda p: p.name, lambda ok: False)
+
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        load_newest_readable(tmp_path, "a", False, interrupted, agree)
+    assert load_newest_readable(tmp_path / "none", "a", False, load, agree) is None
+
+
 def test_fingerprint_tracks_plan_and_model(gpt_file):
     plan, _ = resolve_plan("dp=2,mbs=1,gbs=4", model=GPT)
     same = fingerprint(plan, gpt_file.sha256)
