@@ -139,11 +139,13 @@ def allocated_prediction_gib(predicted: dict, device: str) -> float | None:
 
 def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,
               dtype: str = "fp32") -> dict:
-    """Medians over the steps after the first (warm-up), next to the plan's prediction."""
+    """Medians over the steps after the first (warm-up), next to the plan's prediction; memory
+    is the run's peak (the fullest rank's, over every step), what must fit."""
     records = read_metrics(run_dir)
     steady = records[1:] if len(records) > 1 else records
     measured = {k: statistics.median(r[k] for r in steady) for k in MEASURED} if steady else {}
     if records:
+        measured["peak_memory_gib"] = max(r["peak_memory_gib"] for r in records)
         measured["final_loss"] = records[-1]["loss"]
         val = [r["val_loss"] for r in records if "val_loss" in r]
         if val:

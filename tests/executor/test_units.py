@@ -142,11 +142,13 @@ def test_fingerprint_tracks_plan_and_model(gpt_file):
 
 def test_summary_with_and_without_prediction(tmp_path):
     rows = [{"step": i, "loss": 5.0 - i, "step_time_s": t, "tokens_per_s": 100 / t, "samples_per_s": 4 / t,
-             "peak_memory_gib": 1.0, "grad_norm": 1.0} for i, t in ((1, 9.0), (2, 1.0), (3, 2.0), (4, 3.0))]
+             "peak_memory_gib": m, "grad_norm": 1.0} for i, t, m in ((1, 9.0, 1.0), (2, 1.0, 1.5), (3, 2.0, 1.5),
+                                                                    (4, 3.0, 1.75))]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     plan, _ = resolve_plan("dp=2,mbs=1,gbs=4", model=GPT)
     summary = summarize(tmp_path, None, plan.to_dict(), "cpu")
     assert summary["measured"]["step_time_s"] == 2.0  # median after the warm-up step
+    assert summary["measured"]["peak_memory_gib"] == 1.75  # the peak, not a median
     assert summary["predicted"] is None and "no predicted figures" in summary["note"]
     assert {"cp", "ep", "capacity_factor"} <= summary["plan"].keys()  # the whole layout that ran
     summary = summarize(tmp_path, {"step_time_s": 1.0, "tokens_per_s": 25.0}, plan.to_dict(), "cpu")
@@ -161,7 +163,7 @@ def test_summary_with_and_without_prediction(tmp_path):
     assert on_cpu["ratio_measured_over_predicted"]["peak_memory_gib"] is None
     on_gpu = summarize(tmp_path, predicted, plan.to_dict(), "cuda")
     assert on_gpu["predicted"]["peak_memory_gib"] == 0.5
-    assert on_gpu["ratio_measured_over_predicted"]["peak_memory_gib"] == 2.0
+    assert on_gpu["ratio_measured_over_predicted"]["peak_memory_gib"] == 3.5  # 1.75 GiB over 0.5
 
 
 def test_validate_accepts_the_parity_plans(gpt_file):
