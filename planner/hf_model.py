@@ -7,7 +7,8 @@ downloaded: the model is built from the config (`AutoModelForCausalLM.from_confi
 requested device, the meta device for profiling.
 
 - `--arg key=value` overrides a config field (`--arg num_hidden_layers=2`); `seq_len` is the
-  batch length, default `min(max_position_embeddings, 4096)` (2048 without one).
+  batch length, default `min(max_position_embeddings, 4096)` (2048 without one); beyond a
+  learned position table (GPT-2's `wpe`) it is refused, beyond a rotary model's context not.
 - Hooks (also what a model file returning a PreTrainedModel gets for those it lacks):
   `batch` (synthetic tokens in the vocabulary; targets are the inputs shifted by one, as
   `--data` streams give them), `loss` (causal-LM cross-entropy on `outputs.logits`, a
@@ -38,6 +39,9 @@ BUILDER = "hf"
 # cheap (Llama 3's 8192 context plans at 4096 unless --arg seq_len=8192 says otherwise).
 DEFAULT_SEQ_CAP = 4096
 DEFAULT_SEQ_LEN = 2048  # for configs without max_position_embeddings (GPT-2 era: n_positions)
+# Names transformers gives learned absolute position tables: GPT-2 / GPT-Neo / BioGPT "wpe",
+# OPT / XGLM "embed_positions", BERT-style "position_embeddings" (transformers' modeling files).
+LEARNED_POSITION_TABLES = ("wpe", "embed_positions", "position_embeddings")
 SEQ_ARG = "seq_len"
 DEFAULT_INIT_STD = 0.02  # transformers' initializer_range default (LlamaConfig, MistralConfig, Qwen2Config)
 _SEQ_ATTR = "smplan_seq_len"  # where build() leaves the batch length on the config
@@ -181,10 +185,27 @@ class HFModel:
             kwargs["dtype" if _takes_dtype(tf) else "torch_dtype"] = dtype
         try:
             with torch.device(device) if device else _null():
-                return tf.AutoModelForCausalLM.from_config(cfg, **kwargs)
+                model = tf.AutoModelForCausalLM.from_config(cfg, **kwargs)
         except (ValueError, TypeError, AssertionError, KeyError) as err:
             raise ModelFileError(f"{self.ref}: transformers cannot build this config "
                                  f"({type(err).__name__}: {first_line(err)}); check the --arg values") from None
+        self._check_positions(model, getattr(cfg, _SEQ_ATTR))
+        return model
+
+    def _check_positions(self, model, seq_len: int) -> None:
+        """A learned position table (GPT-2's wpe, OPT's embed_positions) holds the config's
+        number of positions and no more: a longer batch fails at its first forward. Rotary and
+        ALiBi models have no table and run longer sequences (untrained there), so pass."""
+        import torch
+
+        limit = max_positions(model.config.to_dict())
+        if limit is None or seq_len <= limit:
+            return
+        tables = [name for name, module in model.named_modules()
+                  if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in LEARNED_POSITION_TABLES]
+        if tables:
+            raise ModelFileError(f"{self.ref}: seq_len {seq_len} is beyond the {limit} positions its learned "
+                                 f"position table ({tables[0]}) holds; pass --seq-len {limit} or less")
 
 
 def _takes_dtype(tf) -> bool:
@@ -200,12 +221,18 @@ class _null:
         return False
 
 
-def default_seq_len(config: dict) -> int:
+def max_positions(config: dict) -> int | None:
+    """The context the config states (max_position_embeddings; GPT-2 era n_positions), or None."""
     for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return min(value, DEFAULT_SEQ_CAP)
-    return DEFAULT_SEQ_LEN
+            return value
+    return None
+
+
+def default_seq_len(config: dict) -> int:
+    limit = max_positions(config)
+    return min(limit, DEFAULT_SEQ_CAP) if limit is not None else DEFAULT_SEQ_LEN
 
 
 def is_hf_module(model) -> bool:

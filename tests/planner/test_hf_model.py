@@ -202,6 +202,20 @@ def test_gpt2_profiles_with_tp_off_and_its_reason(tmp_path):
     assert "no base_model_tp_plan" in p.unsupported["tp"] and "pp" in p.unsupported
 
 
+def test_a_batch_longer_than_a_learned_position_table_is_refused(tmp_path):
+    """GPT-2 learns 32 positions here (wpe): 64 would fail at the first forward of a real run.
+    A rotary model (Llama) states 32 too but has no table, so it profiles at 64."""
+    folder = tmp_path / "gpt2"
+    transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0,
+                            eos_token_id=0).save_pretrained(folder)
+    with pytest.raises(ModelFileError, match=r"seq_len 64 is beyond the 32 positions its learned position table "
+                                             r"\(transformer.wpe\) holds; pass --seq-len 32 or less"):
+        profile_model(f"hf:{folder}", seq_len=64, cache=False)
+    assert profile_model(f"hf:{folder}", seq_len=32, cache=False).num_blocks == 2
+    rotary = write_config(tmp_path / "llama", max_position_embeddings=32)
+    assert profile_model(rotary, seq_len=64, cache=False).seq_len == 64
+
+
 def test_sequence_parallel_plans(tiny):
     """Under sp the norms run on sequence shards, attention/MLP inputs are gathered, the
     row-parallel outputs reduce-scattered; the embedding stays whole (positions and the mask
