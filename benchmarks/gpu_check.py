@@ -5,7 +5,7 @@
 For each plan (dp=1 on one GPU; micro-batch, recomputation and ZeRO stage differ) it asks
 `smplan simulate --json` for the predicted step time and peak memory (bundled h200x8 profile),
 writes the plan with that prediction, runs it with `smplan execute` (torchrun, one process,
-nccl, bf16 autocast) and reads the medians of the steps after the first from summary.json.
+nccl, bf16 autocast) and reads from summary.json the medians of the steps after the first and the run's peak memory.
 Then one FP8 training step of a stack of linears through torchao's float8 (skipped, with a
 line saying why, where torchao is not installed), next to bf16 and to the speed-up the cost
 model predicts for those GEMMs. Prints one table and writes JSON to -o PATH or $OUT/gpu_check.json.

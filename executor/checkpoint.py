@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 from collections.abc import Callable
@@ -28,6 +29,14 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointUnreadableError(RuntimeError):
     """No complete checkpoint of this run could be read back (its shards are damaged)."""
+
+
+class CheckpointLoadError(RuntimeError):
+    """Another rank failed to load a checkpoint for a reason other than damage (its log says why)."""
+
+
+# A worker ends on these with their one line, not a traceback: they say what to change.
+ONE_LINE_ERRORS = (CheckpointMismatchError, CheckpointUnreadableError, CheckpointLoadError)
 
 
 def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
@@ -77,49 +86,86 @@ def check_resumable(root: str | Path | None, fingerprint: str, force: bool) -> t
 
 
 def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: Callable[[Path], T],
-                         all_ranks_ok: Callable[[bool], bool],
+                         gather: Callable[[tuple], list[tuple]],
                          report: Callable[[str], None] = lambda line: None) -> tuple[int, Path, T] | None:
     """Collective: loads the newest complete checkpoint every rank can read, newest first.
 
     The COMPLETE marker says every shard was written, not that it still reads back: a disk or
-    a copy can lose a block later. A folder that fails on any rank (`all_ranks_ok` is the
-    agreement, so every rank moves on together) is reported and the one before it tried, as
-    long as it belongs to this run; none readable raises CheckpointUnreadableError."""
+    a copy can lose a block later. A folder whose files fail to read on any rank is reported
+    and the one before it tried, as long as it belongs to this run; none readable raises
+    CheckpointUnreadableError. Any other failure (a shape that does not match the model under
+    --force-resume, out of memory) is not damage: it is raised as it is, on every rank.
+    `gather(x)` returns every rank's x in rank order (all_gather_object), so every rank takes
+    the same branch and the report names each rank's own reason."""
     found = check_resumable(root, fingerprint, force)
     if found is None:
         return None
-    failed = []
-    for step, path in reversed(complete_steps(root)):
-        if step > found[0]:
-            continue  # written after check_resumable looked: not one this run was refused or given
+    failed, other_plan = [], None
+    # newer ones were written after check_resumable looked: not one this run was refused or given
+    candidates = [(step, path) for step, path in reversed(complete_steps(root)) if step <= found[0]]
+    for index, (step, path) in enumerate(candidates):
         if path != found[1] and read_meta(path).get("fingerprint") != fingerprint and not force:
-            break  # an older run of another plan: not this run's to fall back to
+            other_plan = path  # an older run of another plan: not this run's to fall back to
+            break
+        error, loaded = None, None
         try:
-            loaded, reason = load(path), None
+            loaded, outcome = load(path), (_LOADED, None, "")
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as err:  # DCP's CheckpointException is a BaseException; every rank agrees below
-            loaded, reason = None, _failure_reason(err)
-        if all_ranks_ok(reason is None):
+        except BaseException as err:  # DCP's CheckpointException is a BaseException
+            error = err
+            outcome = (_UNREADABLE if _is_unreadable(err) else _FAILED, *_failure_reason(err))
+        outcomes = gather(outcome)
+        if all(code == _LOADED for code, _, _ in outcomes):
             return step, path, loaded
-        reason = reason or "another rank could not read it"
-        failed.append(f"{path.name} ({reason})")
-        report(f"{path} could not be read ({reason}); trying the checkpoint before it")
+        if error is not None and outcome[0] == _FAILED:
+            raise error
+        broken = next((rank for rank, (code, _, _) in enumerate(outcomes) if code == _FAILED), None)
+        if broken is not None:
+            raise CheckpointLoadError(f"rank {broken} could not load {path} ({outcomes[broken][2]}); see its log")
+        reasons = list(dict.fromkeys(f"rank {rank if who is None else who}: {why}"
+                                     for rank, (code, who, why) in enumerate(outcomes) if code == _UNREADABLE))
+        failed.append(f"{path.name} ({'; '.join(reasons)})")
+        report(f"{path} could not be read ({'; '.join(reasons)})"
+               + ("; trying the checkpoint before it" if index + 1 < len(candidates) else ""))
+    before = f"; the one before them, {other_plan.name}, is another plan's" if other_plan else ""
     raise CheckpointUnreadableError(
-        f"no checkpoint in {root} could be read: {'; '.join(failed)}; move the damaged step-N folders aside "
-        "to resume from an older one, or pass another --checkpoint-dir to start over")
+        f"no checkpoint of this run in {root} could be read: {' | '.join(failed)}{before}; move the damaged "
+        "step-N folders aside to resume from an older one, or pass another --checkpoint-dir to start over")
 
 
-def _failure_reason(err: BaseException) -> str:
-    """One line: DCP gathers every rank's exception into one CheckpointException whose text is
-    their tracebacks; the first rank's exception says what went wrong."""
+_LOADED, _UNREADABLE, _FAILED = 0, 1, 2
+
+
+# What reading a damaged file raises: a missing or short file (OSError, EOFError), torch.load's
+# pickle of garbage (UnpicklingError), torch's zip reader on a cut archive ("PytorchStreamReader
+# failed reading zip archive"). Seen with truncated DCP shards, .metadata and rank-N.pt here.
+_READ_ERRORS = (OSError, EOFError, pickle.UnpicklingError)
+_READ_ERROR_TEXT = ("PytorchStreamReader", "zip archive")
+
+
+def _is_unreadable(err: BaseException) -> bool:
     failures = getattr(err, "failures", None)  # torch.distributed.checkpoint.api.CheckpointException
     if isinstance(failures, dict) and failures:
+        return all(_is_unreadable(_inner(f)) for f in failures.values())
+    return isinstance(err, _READ_ERRORS) or (isinstance(err, RuntimeError)
+                                             and any(text in str(err) for text in _READ_ERROR_TEXT))
+
+
+def _inner(failure) -> BaseException:
+    return failure[0] if isinstance(failure, tuple) else failure  # DCP keeps (exception, traceback)
+
+
+def _failure_reason(err: BaseException) -> tuple[int | None, str]:
+    """(the rank that failed, when DCP says; one line of why). DCP gathers every rank's
+    exception into one CheckpointException whose text is their tracebacks; the first failed
+    rank's exception says what went wrong."""
+    failures = getattr(err, "failures", None)
+    if isinstance(failures, dict) and failures:
         rank = min(failures)
-        inner = failures[rank][0] if isinstance(failures[rank], tuple) else failures[rank]
-        return f"rank {rank}: {_failure_reason(inner)}"
+        return rank, _failure_reason(_inner(failures[rank]))[1]
     text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:160]}" if text else type(err).__name__
+    return None, f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
 
 
 def _fsync_tree(path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .config import RunConfig
 from .failure import failure_line, failure_report, stderr_log
-from .metrics import clear_stopped, mark_stopped
+from .metrics import mark_stopped
 
 
 class LaunchError(RuntimeError):
@@ -74,6 +74,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     `max_restarts` times); workers resume from the newest complete checkpoint.
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -109,7 +110,6 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         # refused"). Opting out makes each attempt's rank 0 host a fresh store.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     }
-    clear_stopped(out)
     try:
         with _worker_env(env), _quiet_agent_on_interrupt():
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
@@ -117,6 +117,11 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         mark_stopped(out, "interrupted", "stopped with Ctrl-C; the same `smplan execute` command resumes it "
                                          "from its newest checkpoint")
         raise LaunchInterrupted(out) from None
+    except SignalException as err:  # SIGTERM / SIGHUP / SIGQUIT to this process: a closed terminal, a scheduler
+        name = getattr(err.sigval, "name", str(err.sigval))
+        mark_stopped(out, "interrupted", f"stopped by {name}; the same `smplan execute` command resumes it from "
+                                         "its newest checkpoint")
+        raise LaunchError(f"stopped by {name}; run directory kept at {out}") from None
     except ChildFailedError as err:
         rank, first = err.get_first_failure()
         log = stderr_log(out / "elastic", launch.run_id, first.local_rank, first.error_file)

@@ -6,6 +6,7 @@ ValueError line (exit code 2 on the CLI).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
-from .metrics import METRICS_FILE, RANKS_DIR, STOPPED_FILE, rank_files, read_metrics
+from .metrics import METRICS_FILE, RANKS_DIR, STOPPED_FILE, clear_stopped, rank_files, read_metrics
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .token_data import TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, validate_plan
@@ -265,11 +266,25 @@ def _earlier_config(out: Path) -> RunConfig | None:
         return None
 
 
+def _is_run_config(path: Path) -> bool:
+    """Whether `path` is a run_config.json that `execute` wrote (a JSON object naming a plan and
+    its fingerprint), not a user's file of that name; fields of other versions are fine."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"plan", "fingerprint"} <= data.keys()
+
+
 def _recorded_checkpoint_dir(out: Path) -> str | None:
     """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
-    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints."""
+    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints.
+    A run folder copied or moved elsewhere keeps the old path to its own checkpoints: those are
+    the copy's RUN_DIR/checkpoints now, not the original's to write into."""
     earlier = _earlier_config(out)
     recorded = earlier.checkpoint_dir if earlier is not None else None
+    if recorded and earlier.out_dir and Path(recorded) == Path(earlier.out_dir) / "checkpoints":
+        return None
     return recorded if recorded and checkpoint.latest(recorded) else None
 
 
@@ -294,12 +309,16 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
     """A run directory holds one run: a new run may only continue the steps already there
     from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
     this run does not have would otherwise pass for this run's."""
-    if out.is_dir() and not (out / "run_config.json").exists():
-        theirs = [name for name in RUN_ENTRIES if (out / name).exists()]
+    own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / "checkpoints"  # resumed from, not replaced
+    if out.is_dir() and not _is_run_config(out / "run_config.json"):
+        theirs = [name for name in RUN_ENTRIES if (out / name).exists()
+                  and not (name == "checkpoints" and own_checkpoints)]
         if theirs:
             raise PlanMismatchError(
                 f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "
-                "would replace; pass a new or empty folder to -o/--output")
+                "writes; pass a new or empty folder to -o/--output (and --checkpoint-dir DIR to resume from a "
+                "checkpoint folder)")
+    clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
     steps = read_metrics(out) if out.is_dir() else []
     if not steps:
         return

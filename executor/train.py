@@ -261,7 +261,7 @@ class Trainer:
             return checkpoint.load_rank_state(path, self.rank)
 
         found = checkpoint.load_newest_readable(self.cfg.checkpoint_dir, self.cfg.fingerprint,
-                                                self.cfg.force_resume, load, self._all_ranks_ok, self._say)
+                                                self.cfg.force_resume, load, self._gather, self._say)
         if found is None:
             return 0
         step, path, own = found
@@ -274,11 +274,11 @@ class Trainer:
         self._say(f"resumed from {path} (step {step})")
         return step
 
-    def _all_ranks_ok(self, ok: bool) -> bool:
-        """True on every rank when `ok` is true on every rank (a collective)."""
-        flag = torch.tensor([1 if ok else 0], device=self.device)  # NCCL reduces only device tensors
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
+    def _gather(self, item) -> list:
+        """Every rank's `item`, in rank order (a collective)."""
+        items = [None] * dist.get_world_size()
+        dist.all_gather_object(items, item)
+        return items
 
     def _say(self, line: str) -> None:
         """One progress line from rank 0 (the others would repeat it)."""

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 
+from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
 from .train import Trainer
 
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     trainer = Trainer(RunConfig.load(argv[0]))
     try:
         trainer.run()
+    except ONE_LINE_ERRORS as err:  # the launcher shows a failed worker's last lines: make it this one
+        trainer.close()
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        leave_at_once(1)
     except BaseException:
         trainer.close()
         raise

@@ -193,19 +193,27 @@ class HFModel:
         return model
 
     def _check_positions(self, model, seq_len: int) -> None:
-        """A learned position table (GPT-2's wpe, OPT's embed_positions) holds the config's
-        number of positions and no more: a longer batch fails at its first forward. Rotary and
-        ALiBi models have no table and run longer sequences (untrained there), so pass."""
+        """A learned position table (GPT-2's wpe, OPT's embed_positions) holds so many positions
+        and no more: a longer batch fails at its first forward. Rotary and ALiBi models have no
+        table and run longer sequences (untrained there), so pass."""
         import torch
 
-        limit = max_positions(model.config.to_dict())
-        if limit is None or seq_len <= limit:
-            return
-        tables = [name for name, module in model.named_modules()
-                  if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in LEARNED_POSITION_TABLES]
-        if tables:
-            raise ModelFileError(f"{self.ref}: seq_len {seq_len} is beyond the {limit} positions its learned "
-                                 f"position table ({tables[0]}) holds; pass --seq-len {limit} or less")
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in LEARNED_POSITION_TABLES:
+                limit = positions_held(module)
+                if seq_len > limit:
+                    raise ModelFileError(
+                        f"{self.ref}: seq_len {seq_len} is beyond the {limit} positions its learned position table "
+                        f"({name}) holds; pass --seq-len N (or --arg seq_len=N) with N <= {limit}")
+
+
+def positions_held(table) -> int:
+    """How many positions a learned table serves: its rows, less those before position 0 (OPT's
+    `offset` of 2; RoBERTa-style tables count from padding_idx + 1, modeling_roberta.py)."""
+    skipped = getattr(table, "offset", 0) or 0
+    if table.padding_idx is not None:
+        skipped = max(skipped, table.padding_idx + 1)
+    return table.num_embeddings - skipped
 
 
 def _takes_dtype(tf) -> bool:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .rundir import RunData, RunDirError, load_run
+from .rundir import RunData, RunDirError, load_run, read_stopped
 
 
 def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 2.0,
@@ -20,8 +20,8 @@ def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 
         try:
             run = load_run(run_dir)
         except RunDirError:
-            if not Path(run_dir).is_dir():
-                raise  # a missing directory will not appear by waiting
+            if not Path(run_dir).is_dir() or read_stopped(run_dir) is not None:
+                raise  # a missing directory will not appear by waiting, nor steps of a stopped run
             run = None
         show(run)
         updates += 1

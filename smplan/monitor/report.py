@@ -44,10 +44,11 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
     status = run_status(run, thresholds)
     figures = {name: make(run) for name, make in CHARTS.items()}
     st = status["step_time_s"]
+    stopped = status["stopped"]
+    state = ("" if status["finished"] else f" (stopped: {stopped.get('detail') or stopped['reason']})" if stopped
+             else " (not finished)")
     facts = [
-        ("steps", f"{status['steps_done']} of {status['steps_total'] or '?'}"
-                  + ("" if status["finished"] else f" (stopped: {status['stopped']['detail']})" if status["stopped"]
-                     else " (not finished)")),
+        ("steps", f"{status['steps_done']} of {status['steps_total'] or '?'}{state}"),
         ("median step time", f"{st['median'] * 1e3:,.1f} ms" + (
             f" (predicted {st['predicted'] * 1e3:,.1f} ms, ratio {st['ratio']:.2f})" if st["predicted"] else "")),
         ("median tokens/s", f"{status['tokens_per_s']['median']:,.0f}"),

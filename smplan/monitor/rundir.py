@@ -18,6 +18,12 @@ class RunDirError(ValueError):
     """RUN_DIR is missing, not a run directory, or holds no metrics yet."""
 
 
+def read_stopped(run_dir: str | Path) -> dict | None:
+    """RUN_DIR/stopped.json when it says why the run stopped ({"reason": ..., "detail": ...})."""
+    data = _read_json(Path(run_dir) / STOPPED_FILE)
+    return data if data is not None and isinstance(data.get("reason"), str) else None
+
+
 def _read_json(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
@@ -83,10 +89,14 @@ def load_run(run_dir: str | Path) -> RunData:
         skipped += [f"{RANKS_DIR}/{file.name}:{n}" for n in bad]
         if rows:  # a rank that has not finished its first step yet has nothing to show
             ranks[rank] = rows
+    stopped = read_stopped(path)
+    if not records and stopped is not None:
+        raise RunDirError(f"{path} holds no step: the run stopped before its first one ({stopped['reason']}: "
+                          f"{stopped.get('detail', 'no detail recorded')})")
     if not records:
         what = "an empty metrics.jsonl" if (path / METRICS).exists() else "no metrics.jsonl"
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
                           "or pass the -o/--output folder of `smplan execute`")
     return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / "run_config.json"),
-                   summary=_read_json(path / "summary.json"), stopped=_read_json(path / STOPPED_FILE),
+                   summary=_read_json(path / "summary.json"), stopped=stopped,
                    skipped=skipped)

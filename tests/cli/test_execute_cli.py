@@ -113,7 +113,7 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
     earlier = '{"step": 1, "loss": 4.2, "step_time_s": 0.1}\n'
     (out / "metrics.jsonl").write_text(earlier)
     (out / "summary.json").write_text("{}")
-    (out / "run_config.json").write_text("{}")
+    (out / "run_config.json").write_text('{"plan": {}, "fingerprint": "0"}')
     result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
@@ -122,17 +122,20 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
 
 
 def test_a_folder_that_is_not_a_run_keeps_its_files(cli_runner, tmp_path):
-    # someone's own summary.json (or a checkpoints folder) in the -o folder: a run would replace it
+    # someone's own summary.json (or a checkpoints folder) in the -o folder: a run would replace it,
+    # and a run_config.json that `execute` did not write does not make the folder a run's
     out = tmp_path / "results"
     out.mkdir()
     (out / "summary.json").write_text('{"mine": 1}')
     (out / "notes.txt").write_text("x")
+    (out / "run_config.json").write_text('{"lr": 0.1}')
     result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "is not a run directory of `smplan execute` but holds summary.json" in lines[0]
+    assert len(lines) == 1, result.output
+    assert "is not a run directory of `smplan execute` but holds run_config.json, summary.json" in lines[0]
     assert "new or empty folder" in lines[0]
-    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "run_config.json", "summary.json"]
     assert (out / "summary.json").read_text() == '{"mine": 1}'
 
 

@@ -72,9 +72,23 @@ def test_follow_stops_on_a_run_its_launcher_recorded_as_stopped(cli_runner, tmp_
     assert "stopped (failed)" in text and "rank 1 exited with code 1: EOFError" in text
     report = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "out.html")])
     assert report.exit_code == 0 and "(stopped: rank 1 exited" in (tmp_path / "out.html").read_text()
-    clear_stopped(run)  # what a new launch in the folder does first
+    clear_stopped(run)  # what a new launch in the folder does first (tests/executor/test_units.py)
     status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
     assert status["stopped"] is None and "running (or stopped)" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+
+
+def test_a_run_that_stopped_before_its_first_step_is_not_waited_for(cli_runner, tmp_path):
+    from smplan.executor.metrics import mark_stopped
+
+    run = tmp_path / "r"
+    run.mkdir()
+    mark_stopped(run, "failed", "rank 0 exited with code 1: error: no checkpoint of this run could be read")
+    for args in ([], ["--follow"], ["--follow", "--json"]):
+        result = cli_runner.invoke(cli, ["monitor", str(run), *args])
+        assert result.exit_code == 2, result.output
+        assert "the run stopped before its first one (failed: rank 0 exited" in result.output
+    (run / "stopped.json").write_text('{"reason": "failed"}')  # no detail: still one line, no KeyError
+    assert "(failed: no detail recorded)" in cli_runner.invoke(cli, ["monitor", str(run)]).output
 
 
 def test_text_view(cli_runner, tmp_path):

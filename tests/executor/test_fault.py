@@ -52,6 +52,14 @@ def test_a_checkpoint_that_does_not_read_back_is_skipped(tmp_path):
     assert [r["step"] for r in got] == [1, 2, 3, 4, 5, 6]
     assert [r["loss"] for r in got[:4]] == pytest.approx(before, rel=1e-6)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-2", "step-4", "step-6"]
+    # rank 1's own file (its RNG state) cut short: only rank 1 fails to read, both ranks move on
+    rank_file = tmp_path / "checkpoints" / "step-6" / "rank-1.pt"
+    rank_file.write_bytes(rank_file.read_bytes()[:100])
+    third = run_execute(PLAN, tmp_path, "--steps", "7", "--checkpoint-every", "2")
+    assert third.returncode == 0, third.stdout
+    assert "step-6 could not be read (rank 1: RuntimeError: PytorchStreamReader" in third.stdout
+    assert "step-4 (step 4)" in third.stdout
+    assert [r["loss"] for r in metrics(tmp_path)][:6] == pytest.approx([r["loss"] for r in got], rel=1e-6)
 
 
 @pytest.mark.slow

@@ -87,12 +87,20 @@ def test_only_complete_checkpoints_count(tmp_path):
     assert check_resumable(tmp_path / "none", "a", force=False) is None
 
 
-class _TornShard(BaseException):
-    """Like DCP's CheckpointException, a BaseException: it must not slip past the fallback."""
+class _DCPFailure(BaseException):
+    """Like DCP's CheckpointException: a BaseException holding {rank: (exception, traceback)}."""
+
+    def __init__(self, failures: dict):
+        super().__init__("CheckpointException ranks:" + str(list(failures)))
+        self.failures = failures
 
 
 def test_a_checkpoint_that_does_not_read_back_falls_back_to_the_one_before(tmp_path):
-    from smplan.executor.checkpoint import CheckpointUnreadableError, load_newest_readable
+    from smplan.executor.checkpoint import (
+        CheckpointLoadError,
+        CheckpointUnreadableError,
+        load_newest_readable,
+    )
 
     _fake_checkpoint(tmp_path, 2, "other")  # an older run of another plan: never a fallback
     for step in (4, 6, 8):
@@ -101,30 +109,51 @@ def test_a_checkpoint_that_does_not_read_back_falls_back_to_the_one_before(tmp_p
 
     def load(path):
         if path.name in bad:
-            raise _TornShard("unexpected end of file")
+            raise _DCPFailure({1: (EOFError(), None)})  # rank 1's shard ends early
         return path.name
 
-    def agree(ok):
-        return ok
+    def alone(item):  # one rank: every rank's outcome is this one's
+        return [item]
 
-    assert load_newest_readable(tmp_path, "a", False, load, agree, said.append) == (4, tmp_path / "step-4", "step-4")
+    assert load_newest_readable(tmp_path, "a", False, load, alone, said.append) == (4, tmp_path / "step-4", "step-4")
     assert [line.split(" could")[0] for line in said] == [str(tmp_path / "step-8"), str(tmp_path / "step-6")]
-    assert "(_TornShard: unexpected end of file)" in said[0]
+    assert "(rank 1: EOFError)" in said[0]
     bad.add("step-4")
-    with pytest.raises(CheckpointUnreadableError, match=r"no checkpoint in .* could be read: step-8 .*step-4 "
-                                                        r"\(_TornShard.*move the damaged step-N folders aside"):
-        load_newest_readable(tmp_path, "a", False, load, agree)
-    # a rank whose own load went well moves on with the rank whose load failed; forced, the
-    # other plan's step-2 is tried too
-    with pytest.raises(CheckpointUnreadableError, match=r"step-4 \(another rank could not read it\); step-2 "):
-        load_newest_readable(tmp_path, "a", True, lambda p: p.name, lambda ok: False)
+    with pytest.raises(CheckpointUnreadableError, match=r"no checkpoint of this run in .* could be read: step-8 .*"
+                                                        r"step-4 \(rank 1: EOFError\); the one before them, step-2, "
+                                                        r"is another plan's; move the damaged step-N folders aside"):
+        load_newest_readable(tmp_path, "a", False, load, alone)
+
+    # this rank read step-8 well, rank 1 could not read its rank-1.pt: both move on, and the
+    # report gives rank 1's own reason
+    tries = []
+
+    def rank_one_torn(item):  # rank 1 cannot read steps 8, 6 and 4; forced, other plan's step-2 is tried
+        tries.append(item)
+        torn = (1, None, "RuntimeError: PytorchStreamReader failed reading zip archive")
+        return [item, torn if len(tries) <= 3 else item]
+
+    said.clear()
+    assert load_newest_readable(tmp_path, "a", True, lambda p: p.name, rank_one_torn, said.append)[0] == 2
+    assert "(rank 1: RuntimeError: PytorchStreamReader" in said[0] and len(said) == 3
+
+    # a failure that is not damage (a shape that no longer fits the model) is raised as it is,
+    # and a rank whose own load went well says which rank failed, not "damaged"
+    def mismatch(path):
+        raise _DCPFailure({0: (ValueError("Size mismatch for tok.weight"), None)})
+
+    with pytest.raises(_DCPFailure):
+        load_newest_readable(tmp_path, "a", False, mismatch, alone)
+    with pytest.raises(CheckpointLoadError, match=r"rank 1 could not load .*step-8 \(ValueError: Size mismatch"):
+        load_newest_readable(tmp_path, "a", False, lambda p: p.name,
+                             lambda item: [item, (2, None, "ValueError: Size mismatch")])
 
     def interrupted(path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        load_newest_readable(tmp_path, "a", False, interrupted, agree)
-    assert load_newest_readable(tmp_path / "none", "a", False, load, agree) is None
+        load_newest_readable(tmp_path, "a", False, interrupted, alone)
+    assert load_newest_readable(tmp_path / "none", "a", False, load, alone) is None
 
 
 def test_fingerprint_tracks_plan_and_model(gpt_file):
@@ -257,6 +286,16 @@ def test_unreadable_checkpoint_metadata_is_one_line(tmp_path):
         read_meta(tmp_path)
 
 
+def test_a_new_launch_clears_the_stopped_record(tmp_path):
+    from smplan.executor import run
+    from smplan.executor.metrics import STOPPED_FILE, mark_stopped
+
+    (tmp_path / "run_config.json").write_text('{"plan": {}, "fingerprint": "0"}')
+    mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")
+    run._claim_run_dir(tmp_path, None, world=2)  # what prepare() does for the local and Slurm launchers
+    assert not (tmp_path / STOPPED_FILE).exists()
+
+
 def test_a_run_that_checkpointed_elsewhere_continues_from_there(tmp_path, monkeypatch):
     # `execute -o RUN --checkpoint-dir CK`, then `execute -o RUN --steps 8`: RUN's run_config.json
     # names CK, so the second run resumes from it rather than refusing RUN as a finished run
@@ -271,5 +310,12 @@ def test_a_run_that_checkpointed_elsewhere_continues_from_there(tmp_path, monkey
     assert run._recorded_checkpoint_dir(tmp_path) is None  # nothing written there yet
     monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4") if Path(root) == ck else None)
     assert run._recorded_checkpoint_dir(tmp_path) == str(ck)
+    # a run folder copied from elsewhere: its recorded checkpoints are the original folder's own,
+    # and the copy resumes from (and writes to) its own RUN/checkpoints instead
+    elsewhere = tmp_path / "original"
+    (tmp_path / "run_config.json").write_text(json.dumps({**fields, "out_dir": str(elsewhere),
+                                                          "checkpoint_dir": str(elsewhere / "checkpoints")}))
+    monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4"))
+    assert run._recorded_checkpoint_dir(tmp_path) is None
     (tmp_path / "run_config.json").write_text("{not json")
     assert run._recorded_checkpoint_dir(tmp_path) is None

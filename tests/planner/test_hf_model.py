@@ -209,11 +209,23 @@ def test_a_batch_longer_than_a_learned_position_table_is_refused(tmp_path):
     transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0,
                             eos_token_id=0).save_pretrained(folder)
     with pytest.raises(ModelFileError, match=r"seq_len 64 is beyond the 32 positions its learned position table "
-                                             r"\(transformer.wpe\) holds; pass --seq-len 32 or less"):
+                                             r"\(transformer.wpe\) holds; pass --seq-len N \(or --arg seq_len=N\) "
+                                             r"with N <= 32"):
         profile_model(f"hf:{folder}", seq_len=64, cache=False)
     assert profile_model(f"hf:{folder}", seq_len=32, cache=False).num_blocks == 2
     rotary = write_config(tmp_path / "llama", max_position_embeddings=32)
     assert profile_model(rotary, seq_len=64, cache=False).seq_len == 64
+
+
+def test_positions_held_counts_from_position_zero():
+    import torch
+    from smplan.planner.hf_model import positions_held
+
+    assert positions_held(torch.nn.Embedding(32, 4)) == 32  # GPT-2's wpe
+    opt = torch.nn.Embedding(34, 4)
+    opt.offset = 2  # OPTLearnedPositionalEmbedding
+    assert positions_held(opt) == 32
+    assert positions_held(torch.nn.Embedding(34, 4, padding_idx=1)) == 32  # RoBERTa: from padding_idx + 1
 
 
 def test_sequence_parallel_plans(tiny):
