@@ -447,6 +447,21 @@ def count_problem(keys: dict) -> str | None:
     return None
 
 
+def field_problem(name: str, value) -> str | None:
+    """Why one plan field's value is outside its domain on its own (no model, no hardware), or
+    None: what a swept or fixed value is held against before any point is priced."""
+    if name in COUNT_FIELDS:
+        return count_problem({name: value})
+    if name == "zero" and value not in (0, 1, 2, 3):
+        return f"zero must be 0, 1, 2 or 3, got {value!r}"
+    choices = {"schedule": SCHEDULES, "recompute": RECOMPUTE, "dtype": DTYPES, "fp8_scaling": FP8_SCALINGS}.get(name)
+    if choices and value not in choices:
+        return f"{name} must be one of {', '.join(choices)}, got {value!r}"
+    if name == "capacity_factor":
+        return capacity_factor_problem(value)
+    return None
+
+
 def validate(plan: Plan) -> None:
     """Structural checks that need no model or hardware; each error names the fix."""
     problem = count_problem({name: getattr(plan, name) for name in (*COUNT_FIELDS, "nodes")})

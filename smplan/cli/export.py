@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .checks import check_can_write
+from .checks import FiniteFloat, check_can_write
 from .options import echo_json, json_option
 
 
@@ -13,7 +13,7 @@ from .options import echo_json, json_option
 @click.argument("out_dir", metavar="OUT_DIR")
 @click.option("--step", type=click.IntRange(min=1), default=None,
               help="Export the checkpoint of this step (default: the latest complete one).")
-@click.option("--max-shard-gib", type=float, default=None,
+@click.option("--max-shard-gib", type=FiniteFloat(), default=None,
               help="Largest safetensors file; more weights are split into model-0000K-of-0000N files "
                    "with model.safetensors.index.json (default 5, as transformers).")
 @click.option("--force", is_flag=True, help="Write into a non-empty OUT_DIR (its old safetensors files are removed).")

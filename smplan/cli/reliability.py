@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from smplan.simulator.failures import ReliabilityError
@@ -28,8 +30,8 @@ def _interval(value: str) -> float | None:
         minutes = float(value)
     except ValueError:
         raise ReliabilityError(f"--checkpoint-interval-min must be 'auto' or minutes, got {value!r}") from None
-    if minutes <= 0:
-        raise ReliabilityError(f"--checkpoint-interval-min must be greater than 0 minutes, got {value}")
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise ReliabilityError(f"--checkpoint-interval-min must be a finite number of minutes > 0, got {value}")
     return minutes
 
 

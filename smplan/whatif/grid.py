@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import math
 from dataclasses import dataclass, field
 
 from smplan.hwprofiles import HardwareProfileError, load_cluster, load_stack, settable_keys
 from smplan.hwprofiles.loader import parse_scalar
-from smplan.planner.plan import INLINE_KEYS
+from smplan.planner.plan import INLINE_KEYS, PlanError, field_problem, parse_inline
 
 MAX_POINTS = 512
 # every plan key but the global batch (its own axis) and the stage split (a list per chunk, fixed
@@ -113,26 +114,34 @@ def _loaded(kind: str, text: str) -> str:
     return text
 
 
-def _value(key: str, kind: str, text: str):
-    if kind == "plan" and key == "grad_compress":
+def _plan_value(key: str, text: str):
+    """A plan key's value as `--plan`/`--fix` read it (whole numbers, 0/1 flags, the named
+    choices), held against the key's domain: a typo is an error, not an "infeasible" point."""
+    name = PLAN_KEYS[key]
+    if name == "grad_compress":
         from smplan.planner.grad_compress import parse as parse_grad_compress
 
         try:
             return str(parse_grad_compress(text))
         except ValueError as err:
             raise VaryError(f"--vary grad_compress: {err}") from None
-    if kind == "plan" and key in ("dtype", "fp8_scaling"):
-        from smplan.planner.plan import DTYPES, FP8_SCALINGS
+    try:
+        value = parse_inline(f"{key}={text}")[name]
+    except PlanError as err:
+        raise VaryError(f"--vary {key}: {str(err).removeprefix('plan key ')}") from None
+    problem = field_problem(name, value)
+    if problem:
+        raise VaryError(f"--vary {key}: {problem}")
+    return value
 
-        choices = DTYPES if key == "dtype" else FP8_SCALINGS
-        if text not in choices:
-            raise VaryError(f"--vary {key} values must be one of {', '.join(choices)}, got {text!r}")
-        return text
+
+def _value(key: str, kind: str, text: str):
+    if kind == "plan":
+        return _plan_value(key, text)
     value = parse_scalar(text)
-    whole = kind in ("nodes", "seq_len", "global_batch") or (kind == "plan" and key not in ("recompute", "schedule"))
-    if kind == "plan" and key in ("sp", "sequence_parallel", "overlap_dp"):
-        if text.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return text.lower() in ("1", "true", "yes", "on")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise VaryError(f"--vary {key} values must be finite numbers, got {text!r}")
+    whole = kind in ("nodes", "seq_len", "global_batch")
     if isinstance(value, float) and whole and value == int(value):
         value = int(value)
     if whole and (not isinstance(value, int) or isinstance(value, bool) or value < 1):

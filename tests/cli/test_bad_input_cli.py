@@ -93,6 +93,21 @@ def test_bad_moe_stack_settings_are_one_line(cli_runner, setting, says):
     ("layerz=1,2", "--vary key 'layerz' is unknown"),  # a preset's builder takes **overrides
     ("efficiency.ep_dispatcher=all_to_all,deepep", "must be one of all_to_all, node_dedup, got 'deepep'"),
     ("inter_node.bandwidth_gbps=fast", "'inter_node.bandwidth_gbps' must be a number"),
+    # plan values are read as --plan reads them: a typo is an error, not an "infeasible" point
+    ("recompute=full,foo", "--vary recompute: recompute must be one of none, selective, sac, full, got 'foo'"),
+    ("schedule=1f1b,foo", "schedule must be one of gpipe, 1f1b, interleaved, got 'foo'"),
+    ("sp=0,2", "--vary sp: sequence_parallel must be 0 or 1, got '2'"),
+    ("overlap_dp=7", "overlap_dp must be 0 or 1"),
+    ("zero=1,4", "zero must be 0, 1, 2 or 3, got 4"),
+    ("tp=0,2", "tp must be a whole number >= 1, got 0"),
+    ("mbs=1.5", "micro_batch must be a whole number, got '1.5'"),
+    ("cf=nan", "capacity_factor must be a number in (0, 16]"),
+    # NaN and infinities: one line, not a traceback from int()
+    ("nodes=nan", "--vary nodes values must be finite numbers, got 'nan'"),
+    ("tp=inf", "tp must be a whole number, got 'inf'"),
+    ("global_batch=1e400", "--vary global_batch values must be finite numbers"),
+    ("checkpoint_interval_min=nan", "must be finite numbers"),
+    ("inter_node.bandwidth_gbps=inf", "must be finite numbers"),
 ])
 def test_whatif_unknown_vary_values_name_the_valid_ones(cli_runner, tmp_path, vary, says):
     out = tmp_path / "report"
@@ -126,6 +141,27 @@ def test_reliability_refuses_non_finite_failure_settings(cli_runner, args):
                                      *args])
     assert result.exit_code == 2
     assert args[0] in _error_line(result)
+
+
+def test_whatif_sweeps_zero_0_as_plan_and_simulate_take_it(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--vary", "zero=0,1", "--json",
+                                     "-o", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("args", [["--checkpoint-interval-min", "nan"], ["--checkpoint-interval-min", "inf"]])
+def test_reliability_refuses_a_non_finite_checkpoint_interval(cli_runner, args):
+    result = cli_runner.invoke(cli, ["reliability", TINY, "--hw", "a100x8", "--plan", "dp=2,mbs=1,gbs=8", "--days", "1",
+                                     *args])
+    assert result.exit_code == 2
+    assert "--checkpoint-interval-min must be a finite number of minutes > 0" in _error_line(result)
+
+
+@pytest.mark.parametrize("size", ["nan", "inf", "0"])
+def test_export_refuses_a_shard_size_that_is_no_size(cli_runner, tmp_path, size):
+    result = cli_runner.invoke(cli, ["export", str(tmp_path), str(tmp_path / "out"), "--max-shard-gib", size])
+    assert result.exit_code == 2
+    assert "--max-shard-gib must be" in _error_line(result)
 
 
 @pytest.mark.parametrize("args", [["--tokens", "inf"], ["--days", "nan"], ["--checkpoint-interval-min", "inf"],
