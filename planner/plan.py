@@ -447,6 +447,16 @@ def count_problem(keys: dict) -> str | None:
     return None
 
 
+def idle_nodes_problem(what: str, world_size: int, gpus_per_node: int, nodes: int) -> str | None:
+    """Why `nodes` nodes are more than a layout of `world_size` GPUs uses (the rest would idle,
+    and a result would be labelled with GPUs that did nothing), or None."""
+    needed = -(-world_size // gpus_per_node)
+    if nodes <= needed:
+        return None
+    return (f"{what} lays out {world_size} GPUs ({needed} node{'s' if needed != 1 else ''} of {gpus_per_node}); "
+            f"{nodes} nodes would leave the rest idle")
+
+
 def field_problem(name: str, value) -> str | None:
     """Why one plan field's value is outside its domain on its own (no model, no hardware), or
     None: what a swept or fixed value is held against before any point is priced."""

@@ -13,7 +13,7 @@ from smplan.hwprofiles import (
 )
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
-from smplan.planner.plan import is_plan_file_name
+from smplan.planner.plan import idle_nodes_problem, is_plan_file_name
 
 
 def resolve_target(
@@ -50,11 +50,10 @@ def resolve_target(
                 raise PlanError(f"{target}: hw_overrides: {override_rule(err)}; fix the plan file") from None
         overrides = {**plan.hw_overrides, **given}
         cluster = load_cluster(hw or plan.hw, nodes=nodes or plan.nodes, overrides=overrides, stack=plan.stack)
-        needed = -(-plan.world_size // cluster.gpus_per_node)
-        if nodes and nodes > needed:  # the plan's layout would run on its first nodes, the rest idle
-            raise PlanError(f"{target} lays out {plan.world_size} GPUs ({needed} node{'s' if needed != 1 else ''} of "
-                            f"{cluster.name}); --nodes {nodes} would leave the rest idle. Drop --nodes, re-plan for "
-                            f"them (smplan plan MODEL --nodes {nodes}) or compare sizes (smplan whatif --vary nodes=...)")
+        idle = nodes and idle_nodes_problem(target, plan.world_size, cluster.gpus_per_node, nodes)
+        if idle:  # the plan's layout would run on its first nodes, the rest idle
+            raise PlanError(f"{idle}: drop --nodes, re-plan for them (smplan plan MODEL --nodes {nodes}) or compare "
+                            "sizes (smplan whatif --vary nodes=...)")
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
         return plan, profile, cluster
     if not hw:
@@ -77,4 +76,7 @@ def resolve_target(
         seq_len=seq_len,
         hw_overrides=dict(parse_override(item) for item in hw_set),
     ).replace(stack=stack or DEFAULT_STACK)
+    idle = nodes and idle_nodes_problem(f"--plan {plan_text!r}", plan.world_size, cluster.gpus_per_node, nodes)
+    if idle:
+        raise PlanError(f"{idle}: drop dp= from --plan (it then fills the nodes) or drop --nodes")
     return plan, profile, cluster

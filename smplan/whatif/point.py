@@ -12,6 +12,7 @@ import dataclasses
 
 from smplan.hwprofiles import DEFAULT_STACK, Cluster, load_cluster, load_stack
 from smplan.planner import ModelProfile, Plan, even_stages, parse_inline, plan_from_inline
+from smplan.planner.plan import idle_nodes_problem
 
 from .grid import PointSpec
 from .question import Question
@@ -44,10 +45,14 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
         keys = {"overlap_dp": overlap_dp, **parse_inline(q.plan), **spec.plan_keys}
         if gbs:
             keys["global_batch"] = gbs
-        return plan_from_inline(
+        plan = plan_from_inline(
             keys, gpus_per_node=cluster.gpus_per_node, num_blocks=profile.num_blocks,
             model_args=profile.args, seq_len=profile.seq_len or None, hw_overrides=_overrides(q, spec), **common,
         ).replace(stack=stack)
+        idle = idle_nodes_problem("the --plan", plan.world_size, cluster.gpus_per_node, cluster.nodes)
+        if idle:  # its figures would be labelled with GPUs that do nothing
+            raise InfeasiblePoint(f"{idle}; drop dp= from --plan to fill each size")
+        return plan
     from smplan.planner.search import plan_search
     from smplan.simulator.rank import RANKED_PLANS, rank_by_simulation
 

@@ -143,6 +143,26 @@ def test_reliability_refuses_non_finite_failure_settings(cli_runner, args):
     assert args[0] in _error_line(result)
 
 
+def test_an_inline_plan_smaller_than_the_nodes_given_is_refused(cli_runner, tmp_path):
+    # tp=2,dp=4 is 8 GPUs: on 2 nodes the other 8 would idle while the result said 16
+    result = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "a100x8", "--nodes", "2", "--plan", "tp=2,dp=4"])
+    assert result.exit_code == 2
+    assert "lays out 8 GPUs (1 node of 8); 2 nodes would leave the rest idle: drop dp=" in _error_line(result)
+    filled = cli_runner.invoke(cli, ["simulate", TINY, "--hw", "a100x8", "--nodes", "2", "--plan", "tp=2", "--json"])
+    assert filled.exit_code == 0 and '"dp": 8' in filled.stdout
+
+
+def test_whatif_marks_a_size_the_fixed_plan_does_not_fill(cli_runner, tmp_path):
+    import json
+
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--plan", "tp=2,dp=4", "--vary", "nodes=1,2",
+                                     "--json", "-o", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.stdout)["points"]
+    assert [p["feasible"] for p in points] == [True, False]
+    assert "2 nodes would leave the rest idle; drop dp= from --plan" in points[1]["reason"]
+
+
 def test_whatif_sweeps_zero_0_as_plan_and_simulate_take_it(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "a100x8", "--vary", "zero=0,1", "--json",
                                      "-o", str(tmp_path / "r")])
