@@ -30,7 +30,10 @@ def find_blocks(model: nn.Module) -> tuple[nn.Module | None, list[str]]:
             continue
         run, last = [], None
         for name, child in list(container.named_children()) + [(None, None)]:
-            sig = _signature(child) if child is not None else None
+            # a block is called; a ModuleList / ModuleDict has no forward (its caller iterates it),
+            # so a list of lists holds its blocks one level down
+            callable_block = child is not None and not isinstance(child, nn.ModuleList | nn.ModuleDict)
+            sig = _signature(child) if callable_block else None
             if sig is not None and sig == last:
                 run.append(name)
                 continue
@@ -39,7 +42,7 @@ def find_blocks(model: nn.Module) -> tuple[nn.Module | None, list[str]]:
                 score = (per_block * len(run), len(run))
                 if score > best_score:
                     best, best_score = (container, list(run)), score
-            run, last = ([name], sig) if child is not None else ([], None)
+            run, last = ([name], sig) if callable_block else ([], None)
     return best
 
 

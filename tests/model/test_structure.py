@@ -2,6 +2,7 @@
 
 from collections import OrderedDict
 
+import pytest
 import torch
 from torch import nn
 
@@ -59,3 +60,55 @@ def test_a_model_without_repeated_modules_has_no_blocks():
     layout = find_layout(_meta(lambda: nn.Linear(4, 4)))
     assert layout.container is None and layout.num_blocks == 0
     assert owned_blocks(nn.Linear(4, 4), layout) == []
+
+
+class _ListOfLists(nn.Module):  # stages of blocks: the outer list's items are lists, never called
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.stages = nn.ModuleList(nn.ModuleList([nn.Linear(8, 8), nn.Linear(8, 8)]) for _ in range(3))
+
+    def forward(self, x):
+        x = self.inp(x)
+        for stage in self.stages:
+            for block in stage:
+                x = block(x)
+        return x
+
+
+def test_a_list_of_lists_holds_its_blocks_one_level_down():
+    layout = find_layout(_meta(_ListOfLists))
+    assert (layout.container, layout.block_names) == ("stages.0", ("0", "1"))
+    assert layout.before == ("inp",) and layout.after == ("stages.1", "stages.2")
+
+
+def test_a_list_of_lists_profiles_every_parameter(tmp_path):
+    from smplan.planner import profile_model
+
+    file = tmp_path / "nested.py"
+    file.write_text(
+        "import torch\nfrom torch import nn\nfrom tests.model.test_structure import _ListOfLists\n\n\n"
+        "def model():\n    return _ListOfLists()\n\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n"
+        "    return torch.randn(micro_batch_size, 4), torch.randn(micro_batch_size, 8)\n\n\n"
+        "def loss(out, target):\n    return nn.functional.mse_loss(out, target)\n")
+    profile = profile_model(str(file), cache=False)
+    assert profile.params == sum(p.numel() for p in _ListOfLists().parameters())  # 3 x 2 x 72 + 40
+    assert profile.num_blocks == 2
+
+
+def test_blocks_that_forward_never_calls_are_refused_not_dropped(tmp_path):
+    from smplan.planner import ModelFileError, profile_model
+
+    file = tmp_path / "uncalled.py"
+    file.write_text(
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))\n\n"
+        "    def forward(self, x):\n        for b in self.blocks:\n            x = F.linear(x, b.weight, b.bias)\n"
+        "        return x\n\n\ndef model():\n    return Net()\n\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n"
+        "    return torch.randn(micro_batch_size, 8), torch.randn(micro_batch_size, 8)\n\n\n"
+        "def loss(out, target):\n    return F.mse_loss(out, target)\n")
+    with pytest.raises(ModelFileError, match=r"forward never calls the repeated blocks blocks.0..2; call each block"):
+        profile_model(str(file), cache=False)
