@@ -14,8 +14,10 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from smplan.model import (
     CP_HOOK,
+    ExpertBank,
     context_parallel_support_problem,
     expert_bank_problem,
+    find_expert_banks,
     find_layout,
     pipeline_problem,
     tensor_parallel_problem,
@@ -211,25 +213,12 @@ def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tra
     return handles
 
 
-def _expert_banks(model: nn.Module) -> list[tuple[nn.Module, list[nn.Module]]]:
-    """[(expert bank, its routers)]: a bank is a module with integer `num_experts` and `top_k`
-    (as `_expert_fractions`); its routers are the nn.Linear siblings with num_experts outputs."""
-    out = []
-    for parent in model.modules():
-        for child in parent.children():
-            experts, top_k = getattr(child, "num_experts", None), getattr(child, "top_k", None)
-            if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
-                routers = [m for m in parent.children() if isinstance(m, nn.Linear) and m.out_features == experts]
-                out.append((child, routers))
-    return out
-
-
 def _expert_hooks(model: nn.Module, tracer: Tracer) -> list:
     """Tag the expert banks' GEMMs and FLOPs, their input (the all-to-all dispatch buffer), and
     the routers' FLOPs, on the part that is running."""
     handles = []
 
-    def bank_hooks(bank: nn.Module):
+    def bank_hooks(bank: ExpertBank):
         def pre(mod, args, kwargs):
             part = tracer.part
             if part is not None and not tracer.in_experts:
@@ -240,7 +229,8 @@ def _expert_hooks(model: nn.Module, tracer: Tracer) -> list:
         def post(mod, args, kwargs, output):
             tracer.in_experts -= 1
 
-        return [bank.register_forward_pre_hook(pre, with_kwargs=True), bank.register_forward_hook(post, with_kwargs=True)]
+        return [bank.module.register_forward_pre_hook(pre, with_kwargs=True),
+                bank.module.register_forward_hook(post, with_kwargs=True)]
 
     def router_hooks(router: nn.Module):
         def pre(mod, args):
@@ -251,9 +241,9 @@ def _expert_hooks(model: nn.Module, tracer: Tracer) -> list:
 
         return [router.register_forward_pre_hook(pre), router.register_forward_hook(post)]
 
-    for bank, routers in _expert_banks(model):
+    for bank in find_expert_banks(model):
         handles += bank_hooks(bank)
-        for router in routers:
+        for router in bank.routers:
             handles += router_hooks(router)
     return handles
 
@@ -453,22 +443,11 @@ def _params_by_part(model, container, run, blocks, parts: _Parts, sharded: set[i
 
 def _expert_fractions(model: nn.Module) -> dict[int, float]:
     """id(parameter) -> the fraction one token uses: top_k / num_experts for the parameters of
-    a module with both integer attributes (a bank of routed experts), else absent (all)."""
+    a bank of routed experts (`find_expert_banks`), else absent (all)."""
     out: dict[int, float] = {}
-    for module in model.modules():
-        experts, top_k = getattr(module, "num_experts", None), getattr(module, "top_k", None)
-        if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
-            for p in module.parameters():
-                out[id(p)] = min(out.get(id(p), 1.0), top_k / experts)
-    for parent in model.modules():  # transformers >= 5: the bank (num_experts) beside its router (top_k too)
-        routers = [c for c in parent.children() if isinstance(getattr(c, "top_k", None), int)
-                   and isinstance(getattr(c, "num_experts", None), int)]
-        for bank in parent.children():
-            experts = getattr(bank, "num_experts", None)
-            if getattr(bank, "top_k", None) is None and isinstance(experts, int):
-                for top_k in {r.top_k for r in routers if r.num_experts == experts and 0 < r.top_k <= experts}:
-                    for p in bank.parameters():
-                        out[id(p)] = min(out.get(id(p), 1.0), top_k / experts)
+    for bank in find_expert_banks(model):
+        for p in bank.module.parameters():
+            out[id(p)] = min(out.get(id(p), 1.0), bank.top_k / bank.num_experts)
     return out
 
 

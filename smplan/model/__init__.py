@@ -4,14 +4,16 @@ are (`structure`), and which parallel dimensions its file and modules can run
 
 from .capabilities import (
            CP_HOOK,
+           ExpertBank,
            context_parallel_support_problem,
            expert_bank_problem,
            expert_banks,
+           find_expert_banks,
            pipeline_problem,
            tensor_parallel_problem,
 )
 from .structure import Layout, find_layout
 
-__all__ = ["CP_HOOK", "Layout", "context_parallel_support_problem", "expert_bank_problem", "expert_banks",
-           "find_layout", "pipeline_problem",
+__all__ = ["CP_HOOK", "ExpertBank", "Layout", "context_parallel_support_problem", "expert_bank_problem",
+           "expert_banks", "find_expert_banks", "find_layout", "pipeline_problem",
            "tensor_parallel_problem"]

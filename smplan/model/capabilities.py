@@ -7,6 +7,8 @@ records the reason here (`ModelProfile.unsupported`), the search leaves the dime
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -74,15 +76,54 @@ def context_parallel_support_problem(hook, name: str) -> str | None:
     return None
 
 
-def expert_banks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(name, module) of every bank of routed experts: a module with integer `num_experts`
-    and `top_k` (0 < top_k <= num_experts), as the profiler counts them (params_active)."""
+@dataclass(frozen=True)
+class ExpertBank:
+    name: str
+    module: nn.Module
+    num_experts: int
+    top_k: int  # experts each token uses
+    routers: tuple[nn.Module, ...]  # the siblings that score the experts (their FLOPs are the router's)
+
+
+def _count(module: nn.Module, attr: str) -> int | None:
+    value = getattr(module, attr, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def find_expert_banks(model: nn.Module) -> list[ExpertBank]:
+    """Every bank of routed experts: a module with integer `num_experts` and `top_k`
+    (0 < top_k <= num_experts; examples/moe.py, transformers < 5), or one with `num_experts`
+    alone beside a router that states both for the same number of experts (transformers >= 5:
+    MixtralExperts next to MixtralTopKRouter; that router is then not a bank). Its routers are
+    those siblings and the nn.Linear siblings with num_experts outputs."""
     out = []
-    for name, module in model.named_modules():
-        experts, top_k = getattr(module, "num_experts", None), getattr(module, "top_k", None)
-        if isinstance(experts, int) and isinstance(top_k, int) and 0 < top_k <= experts:
-            out.append((name, module))
+    for parent_name, parent in model.named_modules():
+        children = list(parent.named_children())
+        for name, child in children:
+            experts, top_k = _count(child, "num_experts"), _count(child, "top_k")
+            if experts is None:
+                continue
+            beside = [c for _, c in children if c is not child and _count(c, "num_experts") == experts]
+            if top_k is not None and any(_count(c, "top_k") is None for c in beside):
+                continue  # a router; the bank is the sibling without top_k
+            routers = [c for c in beside if _count(c, "top_k") is not None] if top_k is None else []
+            if top_k is None:
+                ks = {_count(c, "top_k") for c in routers}
+                if len(ks) != 1:
+                    continue
+                top_k = ks.pop()
+            if not 0 < top_k <= experts:
+                continue
+            routers += [c for _, c in children if isinstance(c, nn.Linear) and c.out_features == experts]
+            out.append(ExpertBank(f"{parent_name}.{name}" if parent_name else name, child, experts, top_k,
+                                  tuple(routers)))
     return out
+
+
+def expert_banks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of every bank of routed experts (`find_expert_banks`), as the profiler
+    counts them (params_active) and expert parallelism shards them."""
+    return [(bank.name, bank.module) for bank in find_expert_banks(model)]
 
 
 def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:

@@ -89,7 +89,12 @@ def test_mixtral_experts_counted(tmp_path):
     assert moe.blocks[0].forward_flops_per_sample == pytest.approx(dense.blocks[0].forward_flops_per_sample + router)
     experts = 4 * 3 * 64 * 32
     assert moe.blocks[0].params == dense.blocks[0].params + 4 * 64 + experts - 3 * 64 * 64
-    assert moe.blocks[0].params_active == pytest.approx(moe.blocks[0].params - experts / 2 - 4 * 64 / 2)
+    # the router (transformers 5: MixtralTopKRouter, beside the MixtralExperts bank) scores every
+    # token: all of its 4 x 64 weights are active, only the experts count top_k / num_experts
+    assert moe.blocks[0].params_active == pytest.approx(moe.blocks[0].params - experts / 2)
+    assert moe.blocks[0].params_expert == experts
+    assert moe.blocks[0].expert_flops_per_sample == 32 * 2 * 2 * (3 * 64 * 32)  # tokens x top_k x 2 x weights
+    assert moe.blocks[0].router_flops_per_sample == pytest.approx(router)
     plan = transformers.MixtralConfig().base_model_tp_plan or {}
     if any(style == "packed_colwise" for style in plan.values()):  # transformers 5.24 ships packed expert styles
         assert "packed_colwise" in moe.unsupported["tp"] and "use tp=1" in moe.unsupported["tp"]
