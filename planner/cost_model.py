@@ -492,7 +492,7 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         )
     # tp > gpus_per_node is evaluated (its collectives cross nodes) though the search never offers it.
     if plan.tp > 1 and profile.num_heads and profile.num_heads % plan.tp:
-        raise PlanError(f"tp={plan.tp} does not divide the model's {profile.num_heads} attention heads; pick a divisor")
+        raise PlanError(f"tp={plan.tp} does not divide the model's {profile.num_heads} key/value heads (tp splits attention by them); pick a divisor")
     if plan.tp > 1 and not profile.has_tp_plan:
         raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
     if plan.tp > 1 and plan.sequence_parallel and profile.supports_sequence_parallel is False:

@@ -145,7 +145,7 @@ def validate_constraints(
             raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         if tp > 1 and heads and heads % tp:
             ok = max(t for t in _divisors(tp_domain_gpus(cluster)) if heads % t == 0 and t <= tp)
-            raise PlanError(f"tp={tp} does not divide the model's {heads} attention heads; use tp={ok}")
+            raise PlanError(f"tp={tp} does not divide the model's {heads} key/value heads (tp splits attention by them); use tp={ok}")
     if fixed.get("ep", 1) > 1 and "ep" in profile.unsupported:
         raise PlanError(f"ep={fixed['ep']}: {profile.unsupported['ep']}")
     pp = fixed.get("pp")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from smplan.calibrate import CalibrateOptions
 from smplan.calibrate import calibrate as run_calibration
 
-from .checks import check_can_write
+from .checks import UserError, check_can_write
 from .options import (
     OneSpelling,
     echo_json,
@@ -67,6 +69,9 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     opts = CalibrateOptions(plans=num_plans, steps=steps, rounds=rounds, nproc=nproc, global_batch=global_batch, output=output,
                             force=force, check=check, runs_dir=runs_dir, hw_set=tuple(hw_set),
                             choices=tuple(choices), stack=stack, stack_output=stack_output)
+    if output and stack_output and Path(output).resolve() == Path(stack_output).resolve():
+        raise UserError(f"-o/--output and --stack-output both name {output}: one holds the hardware profile, the "
+                        "other the stack; give two files")
     for path, option in ((output, "-o/--output"), (stack_output, "--stack-output")):
         check_can_write(path, option)  # before the measured runs
     check_can_write(runs_dir, "--runs-dir", folder=True)

@@ -31,8 +31,8 @@ def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_j
 
     if out and Path(out).is_file() and not force:
         raise UserError(f"{out} exists; pass --force to overwrite it, or choose another -o")
+    run = load_run(run_dir)  # first: a wrong RUN_DIR is named as such, not as -o's folder
     check_can_write(str(out or Path(run_dir) / "report.html"), "-o/--output")
-    run = load_run(run_dir)
     path = write_run_report(run, out or Path(run_dir) / "report.html",
                             Thresholds(straggler_pct, straggler_steps, memory_pct))
     if as_json:

@@ -346,3 +346,26 @@ def test_a_checkpoint_dir_that_will_stay_empty_says_so(cli_runner, tmp_path):
     assert quiet.exit_code == 0 and "holds no checkpoint" not in quiet.stderr, quiet.output
     noted = cli_runner.invoke(cli, [*args, "-o", str(tmp_path / "b")])
     assert noted.exit_code == 0 and "without --checkpoint-every N this run writes none there" in noted.stderr
+
+
+def test_calibrate_refuses_one_file_for_both_outputs_before_any_run(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["calibrate", TINY, "--hw", "a100x8", "-o", str(tmp_path / "same.toml"),
+                                     "--stack-output", str(tmp_path / "." / "same.toml")])
+    assert result.exit_code == 2
+    assert "-o/--output and --stack-output both name" in _error_line(result)
+    assert not (tmp_path / "same.toml").exists()
+
+
+def test_report_names_a_missing_run_directory_as_such(cli_runner, tmp_path):
+    result = cli_runner.invoke(cli, ["report", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "run directory" in _error_line(result) and "does not exist" in _error_line(result)
+    assert "-o/--output" not in _error_line(result).split(";")[0]
+
+
+def test_tp_that_does_not_divide_the_kv_heads_says_kv_heads(cli_runner):
+    # examples/gpt.py:tiny has 4 heads; tp=8 cannot split them
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "tp=8"])
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]  # after the profiling line
+    assert len(errors) == 1 and "4 key/value heads (tp splits attention by them); use tp=4" in errors[0]
