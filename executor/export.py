@@ -55,7 +55,8 @@ def run_checkpoint_dir(run_dir: str | Path) -> Path:
     """Where a run directory's checkpoints are: its run_config.json's checkpoint_dir, else RUN_DIR/checkpoints."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ExportError(f"run directory {run_dir} does not exist; pass the -o/--output folder of smplan execute")
+        what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
+        raise ExportError(f"run directory {run_dir} {what}; pass the -o/--output folder of smplan execute")
     config = run_dir / "run_config.json"
     if config.is_file():
         saved = json.loads(config.read_text()).get("checkpoint_dir")

@@ -233,6 +233,8 @@ def file_digest(ref: str) -> tuple[Path, str, str]:
 
     if is_hf_ref(ref):
         return hf_digest(ref)
+    if not ref.strip():
+        raise ModelFileError("the model reference is empty; pass path/to/model.py[:builder] or hf:DIR")
     path, builder_name = split_ref(ref)
     if ref.endswith(":") and not Path(ref).exists():
         raise ModelFileError(f"{ref!r} names no builder after ':'; drop the ':' (builder model) or give one, "

@@ -370,8 +370,13 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
     except Exception as err:  # noqa: BLE001 - any crash in user code becomes one line
         frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == mf.path.resolve()]
         line = f" (line {frames[-1].lineno} of {mf.path.name})" if frames else ""
-        hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes" \
-            if what == "forward" else ""
+        hint = ""
+        if what == "forward" and isinstance(err, TypeError) and "argument" in str(err):
+            # a signature mismatch, not the meta device: say how batch()'s inputs reach forward
+            hint = ("; batch()'s inputs reach forward as forward(**inputs) for a dict, forward(*inputs) for a "
+                    "tuple or list, forward(inputs) for a tensor")
+        elif what == "forward":
+            hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes"
         raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
 
 

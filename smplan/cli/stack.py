@@ -9,6 +9,7 @@ import click
 from smplan.hwprofiles import DEFAULT_STACK, bundled_stacks, load_stack
 from smplan.hwprofiles.stack import stack_path
 
+from .checks import UserError
 from .options import echo_json, json_option
 from .table import format_table
 
@@ -58,6 +59,8 @@ def list_stacks(as_json: bool) -> None:
 @json_option
 def show(name: str, as_json: bool) -> None:
     """Every value of one stack; the TOML's comments cite where each value comes from."""
+    if not name.strip():  # load_stack reads "" as the default stack; show names one
+        raise UserError("give a stack name or a path to a .toml file (smplan stack list)")
     s = load_stack(name)
     if as_json:
         echo_json(_public(s))

@@ -369,3 +369,30 @@ def test_tp_that_does_not_divide_the_kv_heads_says_kv_heads(cli_runner):
     assert result.exit_code == 2
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]  # after the profiling line
     assert len(errors) == 1 and "4 key/value heads (tp splits attention by them); use tp=4" in errors[0]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["stack", "show", ""], "give a stack name or a path to a .toml file"),
+    (["profile", ""], "the model reference is empty"),
+    (["export", "{tmp}/metrics.jsonl", "{tmp}/out"], "is a file, not a run directory"),
+])
+def test_empty_names_and_files_for_folders_are_one_line(cli_runner, tmp_path, args, says):
+    (tmp_path / "metrics.jsonl").write_text("")
+    result = cli_runner.invoke(cli, [a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == 2
+    assert says in _error_line(result)
+
+
+def test_a_forward_that_does_not_take_the_batch_says_how_inputs_arrive(cli_runner, tmp_path):
+    model = tmp_path / "dictin.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))\n\n"
+        "    def forward(self, inputs):\n        x = inputs['x']\n        for b in self.blocks:\n"
+        "            x = b(x)\n        return x\n\n\ndef model():\n    return Net()\n\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n"
+        "    return {'x': torch.randn(micro_batch_size, 4)}, torch.randn(micro_batch_size, 4)\n")
+    result = cli_runner.invoke(cli, ["profile", str(model)])
+    assert result.exit_code == 2
+    line = [x for x in result.output.splitlines() if x.startswith("error:")][0]
+    assert "unexpected keyword argument 'x'" in line and "forward(**inputs) for a dict" in line
