@@ -254,7 +254,9 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         "fp8 = 0.0",
         "",
         "[intra_node]",
-        f"bandwidth_gbps = {result.link_bandwidth_gbps:.4f}       # all-reduce fit across local processes",
+        f"bandwidth_gbps = {result.link_bandwidth_gbps:.4f}       # "
+        + ("all-reduce fit across local processes" if result.collective_fits
+           else "not measured (one process): the memory bandwidth"),
         f"latency_us = {result.link_latency_us:.3f}",
         "",
         "[inter_node]                     # single machine: no inter-node link was measured",

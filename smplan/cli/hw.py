@@ -137,9 +137,11 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
     click.echo(f"  fitted peak {', '.join(f'{k} {v * 1e3:.1f} GFLOP/s' for k, v in result.peak_tflops.items())}, "
                f"half-size {result.matmul_half_dim:.0f}")
     click.echo(f"  memory bandwidth {result.memory_bandwidth_gbps:.1f} GB/s")
-    for kind, (gbps, us) in (result.collective_fits or {"all_reduce": (result.link_bandwidth_gbps,
-                                                                     result.link_latency_us)}).items():
+    for kind, (gbps, us) in result.collective_fits.items():
         click.echo(f"  {kind} fit: {gbps:.2f} GB/s, {us:.1f} us latency")
+    if not result.collective_fits:  # one process exchanges nothing
+        click.echo(f"  link not measured (one process): the profile states the memory bandwidth, "
+                   f"{result.link_bandwidth_gbps:.2f} GB/s; probe with --nproc-per-node 2 or more to measure it")
     if output:
         click.echo(f"wrote {output} (loads with --hw {output})")
     else:

@@ -112,6 +112,7 @@ def test_eager_probe_writes_no_fusion(tmp_path):
                          memory_bandwidth_gbps=10.0, memory_gib=2.0, link_bandwidth_gbps=10.0, link_latency_us=1.0)
     text = to_toml(result)
     assert "elementwise_fusion = 0.0" in text and "executor" not in text
+    assert "not measured (one process)" in text and "all-reduce fit" not in text  # one process exchanges nothing
     path = tmp_path / "p.toml"
     path.write_text(text)
     assert load_cluster(str(path)).efficiency.elementwise_fusion == 0.0
