@@ -167,7 +167,7 @@ class ModelProfile:
     # The model file's TP plans take sequence_parallel and tp_plan_outer splits the sequence
     # around the blocks (what the executor needs for sp=1); None in older profiles: allowed.
     supports_sequence_parallel: bool | None = None
-    num_heads: int = 0  # attention heads per block (0 when not a transformer); tp must divide it
+    num_heads: int = 0  # key/value heads per block (the attention heads without GQA; 0: not a transformer); tp divides it
     # dimension ("pp", ...) -> why this model cannot run it (smplan.model.capabilities)
     unsupported: dict = field(default_factory=dict)
     file_sha256: str = ""

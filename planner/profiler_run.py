@@ -115,9 +115,9 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
             (pre if stats.kind == "pre" else post).append(bp)
     prefix = qualname(model, container)
     if run and block is None:  # its parameters would be in no part, and the totals short
-        raise ModelFileError(f"{mf.path}: forward never calls the repeated blocks {prefix or 'of the model'}."
-                             f"{run[0]}..{run[-1]}; call each block as a module (block(x)), not through its "
-                             "parameters or submodules")
+        where = f"{prefix}.{run[0]}..{run[-1]}" if prefix else f"{run[0]}..{run[-1]} of the model"
+        raise ModelFileError(f"{mf.path}: forward never calls the repeated blocks {where}; call each block as a "
+                             "module (block(x)), not through its parameters or submodules")
     block_profiles = tuple(
         dataclasses.replace(block, name=f"{prefix}.{n}" if prefix else n) for n in run
     ) if block is not None else ()

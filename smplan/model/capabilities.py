@@ -94,8 +94,9 @@ def find_expert_banks(model: nn.Module) -> list[ExpertBank]:
     """Every bank of routed experts: a module with integer `num_experts` and `top_k`
     (0 < top_k <= num_experts; examples/moe.py, transformers < 5), or one with `num_experts`
     alone beside a router that states both for the same number of experts (transformers >= 5:
-    MixtralExperts next to MixtralTopKRouter; that router is then not a bank). Its routers are
-    those siblings and the nn.Linear siblings with num_experts outputs."""
+    MixtralExperts next to MixtralTopKRouter; that router is then not a bank). A module that
+    holds another bank is the MoE block around it, not a bank. A bank's routers are those
+    siblings and the nn.Linear siblings with num_experts outputs."""
     out = []
     for parent_name, parent in model.named_modules():
         children = list(parent.named_children())
@@ -114,10 +115,15 @@ def find_expert_banks(model: nn.Module) -> list[ExpertBank]:
                 top_k = ks.pop()
             if not 0 < top_k <= experts:
                 continue
-            routers += [c for _, c in children if isinstance(c, nn.Linear) and c.out_features == experts]
+            routers += [c for _, c in children if isinstance(c, nn.Linear) and c.out_features == experts
+                        and not any(c is r for r in routers)]
             out.append(ExpertBank(f"{parent_name}.{name}" if parent_name else name, child, experts, top_k,
                                   tuple(routers)))
-    return out
+    # a MoE block that states num_experts and top_k itself and holds a bank found beside its
+    # router (transformers 5: PhimoeSparseMoeBlock, Llama4TextMoe) is the block, not a bank:
+    # its router and shared experts are not routed experts
+    return [bank for bank in out if not any(other is not bank and other.name.startswith(bank.name + ".")
+                                            for other in out)]
 
 
 def expert_banks(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -30,9 +30,10 @@ def find_blocks(model: nn.Module) -> tuple[nn.Module | None, list[str]]:
             continue
         run, last = [], None
         for name, child in list(container.named_children()) + [(None, None)]:
-            # a block is called; a ModuleList / ModuleDict has no forward (its caller iterates it),
-            # so a list of lists holds its blocks one level down
-            callable_block = child is not None and not isinstance(child, nn.ModuleList | nn.ModuleDict)
+            # a block is called; a plain ModuleList / ModuleDict has no forward (its caller iterates
+            # it), so a list of lists holds its blocks one level down; a subclass with one is a block
+            callable_block = child is not None and not (isinstance(child, nn.ModuleList | nn.ModuleDict)
+                                                        and type(child).forward is nn.Module.forward)
             sig = _signature(child) if callable_block else None
             if sig is not None and sig == last:
                 run.append(name)

@@ -67,7 +67,7 @@ def goodput_chart(goodput: dict, path=None):
         s = np.array(series.get("goodput_std") or [0.0] * len(y), dtype=float)
         # goodput is a fraction: the band stops at 0 and 1 (a mean near 1 with spread would cross it)
         ax.fill_between(x, np.clip(y - s, 0.0, 1.0), np.clip(y + s, 0.0, 1.0), color="#4477aa", alpha=0.2,
-                        linewidth=0, label="±1 std over seeds (within 0..1)")
+                        linewidth=0, label="±1 std over seeds (clipped to 0-100%)")
         ax.plot(x, y, marker="o", color="#4477aa", label="simulated goodput", gid="goodput")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

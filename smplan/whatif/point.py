@@ -49,9 +49,10 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
             keys, gpus_per_node=cluster.gpus_per_node, num_blocks=profile.num_blocks,
             model_args=profile.args, seq_len=profile.seq_len or None, hw_overrides=_overrides(q, spec), **common,
         ).replace(stack=stack)
-        idle = idle_nodes_problem("the --plan", plan.world_size, cluster.gpus_per_node, cluster.nodes)
+        idle = idle_nodes_problem("the plan", plan.world_size, cluster.gpus_per_node, cluster.nodes)
         if idle:  # its figures would be labelled with GPUs that do nothing
-            raise InfeasiblePoint(f"{idle}; drop dp= from --plan to fill each size")
+            given = "--vary dp" if "dp" in spec.plan_keys else "dp= in --plan"
+            raise InfeasiblePoint(f"{idle}: {given} fixes it; leave dp out to fill each size")
         return plan
     from smplan.planner.search import plan_search
     from smplan.simulator.rank import RANKED_PLANS, rank_by_simulation

@@ -160,7 +160,7 @@ def test_whatif_marks_a_size_the_fixed_plan_does_not_fill(cli_runner, tmp_path):
     assert result.exit_code == 0, result.output
     points = json.loads(result.stdout)["points"]
     assert [p["feasible"] for p in points] == [True, False]
-    assert "2 nodes would leave the rest idle; drop dp= from --plan" in points[1]["reason"]
+    assert "2 nodes would leave the rest idle: dp= in --plan fixes it; leave dp out" in points[1]["reason"]
 
 
 def test_whatif_sweeps_zero_0_as_plan_and_simulate_take_it(cli_runner, tmp_path):
@@ -349,8 +349,9 @@ def test_a_checkpoint_dir_that_will_stay_empty_says_so(cli_runner, tmp_path):
 
 
 def test_calibrate_refuses_one_file_for_both_outputs_before_any_run(cli_runner, tmp_path):
+    (tmp_path / "sub").mkdir()  # the same file by another spelling: only resolve() tells
     result = cli_runner.invoke(cli, ["calibrate", TINY, "--hw", "a100x8", "-o", str(tmp_path / "same.toml"),
-                                     "--stack-output", str(tmp_path / "." / "same.toml")])
+                                     "--stack-output", f"{tmp_path}/sub/../same.toml"])
     assert result.exit_code == 2
     assert "-o/--output and --stack-output both name" in _error_line(result)
     assert not (tmp_path / "same.toml").exists()

@@ -83,3 +83,31 @@ def test_the_planner_offers_ep_for_examples_moe(cli_runner):
     result = cli_runner.invoke(cli, ["plan", MOE, "--hw", "h100x8", "--nodes", "1", "--top", "40", "--json"])
     assert result.exit_code == 0, result.output
     assert {p["ep"] for p in json.loads(result.stdout)["plans"]} > {1}
+
+
+class _Router(nn.Linear):  # transformers 5's top-k routers: a Linear that states num_experts and top_k
+    def __init__(self):
+        super().__init__(8, 4, bias=False)
+        self.num_experts, self.top_k = 4, 2
+
+
+class _Experts(nn.Module):  # the bank beside it states num_experts only
+    def __init__(self):
+        super().__init__()
+        self.num_experts = 4
+        self.w = nn.Parameter(torch.empty(4, 8, 8))
+
+
+class _MoeBlock(nn.Module):  # PhimoeSparseMoeBlock / Llama4TextMoe: the block states both as well
+    def __init__(self):
+        super().__init__()
+        self.num_experts, self.top_k = 4, 2
+        self.router, self.experts, self.shared = _Router(), _Experts(), nn.Linear(8, 8)
+
+
+def test_the_bank_is_the_one_beside_its_router_not_the_block_around_them():
+    from smplan.model import find_expert_banks
+
+    banks = find_expert_banks(nn.ModuleDict({"moe": _MoeBlock()}))
+    assert [(b.name, b.num_experts, b.top_k) for b in banks] == [("moe.experts", 4, 2)]
+    assert len(banks[0].routers) == 1 and isinstance(banks[0].routers[0], _Router)  # listed once

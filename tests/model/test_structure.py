@@ -97,6 +97,22 @@ def test_a_list_of_lists_profiles_every_parameter(tmp_path):
     assert profile.num_blocks == 2
 
 
+def test_blocks_the_root_holds_and_forward_never_calls_are_named_plainly(tmp_path):
+    from smplan.planner import ModelFileError, profile_model
+
+    file = tmp_path / "seq.py"
+    file.write_text(
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\n"
+        "class Net(nn.Sequential):\n    def forward(self, x):\n        for b in self:\n"
+        "            x = F.linear(x, b.weight)\n        return x\n\n\n"
+        "def model():\n    return Net(*(nn.Linear(8, 8, bias=False) for _ in range(4)))\n\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n"
+        "    return torch.randn(micro_batch_size, 8), torch.randn(micro_batch_size, 8)\n\n\n"
+        "def loss(out, target):\n    return F.mse_loss(out, target)\n")
+    with pytest.raises(ModelFileError, match=r"never calls the repeated blocks 0..3 of the model; call each"):
+        profile_model(str(file), cache=False)
+
+
 def test_blocks_that_forward_never_calls_are_refused_not_dropped(tmp_path):
     from smplan.planner import ModelFileError, profile_model
 
@@ -112,3 +128,18 @@ def test_blocks_that_forward_never_calls_are_refused_not_dropped(tmp_path):
         "def loss(out, target):\n    return F.mse_loss(out, target)\n")
     with pytest.raises(ModelFileError, match=r"forward never calls the repeated blocks blocks.0..2; call each block"):
         profile_model(str(file), cache=False)
+
+
+class _Stage(nn.ModuleList):  # a list subclass with its own forward is called: it is a block
+    def __init__(self):
+        super().__init__(nn.Linear(8, 8) for _ in range(3))
+
+    def forward(self, x):
+        for block in self:
+            x = block(x)
+        return x
+
+
+def test_a_list_subclass_with_a_forward_is_a_block():
+    layout = find_layout(_meta(lambda: nn.ModuleDict({"stages": nn.ModuleList(_Stage() for _ in range(4))})))
+    assert (layout.container, layout.block_names) == ("stages", ("0", "1", "2", "3"))
