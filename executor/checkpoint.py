@@ -165,7 +165,12 @@ def _failure_reason(err: BaseException) -> tuple[int | None, str]:
         rank = min(failures)
         return rank, _failure_reason(_inner(failures[rank]))[1]
     text = str(err).strip().splitlines()
-    return None, f"{type(err).__name__}: {text[0][:300]}" if text else type(err).__name__
+    if not text:
+        return None, type(err).__name__
+    first = text[0]
+    if len(first) > 160 and ". " in first:  # torch's zip reader goes on with advice: its first sentence says it
+        first = first.split(". ")[0] + "."
+    return None, f"{type(err).__name__}: {first if len(first) <= 300 else first[:299] + '…'}"
 
 
 def _fsync_tree(path: Path) -> None:

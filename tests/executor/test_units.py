@@ -148,6 +148,14 @@ def test_a_checkpoint_that_does_not_read_back_falls_back_to_the_one_before(tmp_p
         load_newest_readable(tmp_path, "a", False, lambda p: p.name,
                              lambda item: [item, (2, None, "ValueError: Size mismatch")])
 
+    from smplan.executor.checkpoint import _failure_reason
+
+    long = ("PytorchStreamReader failed reading zip archive: failed finding central directory. This is an "
+            "internal miniz error. If you are seeing this error, there is a high likelihood that your checkpoint "
+            "file is corrupted.")
+    assert _failure_reason(RuntimeError(long)) == (None, "RuntimeError: PytorchStreamReader failed reading zip "
+                                                         "archive: failed finding central directory.")
+
     def interrupted(path):
         raise KeyboardInterrupt
 
