@@ -82,52 +82,43 @@ def test_a_list_of_lists_holds_its_blocks_one_level_down():
     assert layout.before == ("inp",) and layout.after == ("stages.1", "stages.2")
 
 
+def _model_file(tmp_path, code: str, width: int = 8, inputs: int = 8) -> str:
+    """A model file: `code` defines model(); batch() and loss() are the same for every test here."""
+    file = tmp_path / "model.py"
+    file.write_text(
+        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n" + code + "\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n"
+        f"    return torch.randn(micro_batch_size, {inputs}), torch.randn(micro_batch_size, {width})\n\n\n"
+        "def loss(out, target):\n    return F.mse_loss(out, target)\n")
+    return str(file)
+
+
 def test_a_list_of_lists_profiles_every_parameter(tmp_path):
     from smplan.planner import profile_model
 
-    file = tmp_path / "nested.py"
-    file.write_text(
-        "import torch\nfrom torch import nn\nfrom tests.model.test_structure import _ListOfLists\n\n\n"
-        "def model():\n    return _ListOfLists()\n\n\n"
-        "def batch(micro_batch_size, model=None, seed=0):\n"
-        "    return torch.randn(micro_batch_size, 4), torch.randn(micro_batch_size, 8)\n\n\n"
-        "def loss(out, target):\n    return nn.functional.mse_loss(out, target)\n")
-    profile = profile_model(str(file), cache=False)
+    ref = _model_file(tmp_path, "from tests.model.test_structure import _ListOfLists\n\n\n"
+                                "def model():\n    return _ListOfLists()\n", inputs=4)
+    profile = profile_model(ref, cache=False)
     assert profile.params == sum(p.numel() for p in _ListOfLists().parameters())  # 3 x 2 x 72 + 40
     assert profile.num_blocks == 2
 
 
-def test_blocks_the_root_holds_and_forward_never_calls_are_named_plainly(tmp_path):
+@pytest.mark.parametrize("code, where", [
+    # the blocks are called through their weights, never as modules: refused, not dropped from the totals
+    ("\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+     "        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))\n\n"
+     "    def forward(self, x):\n        for b in self.blocks:\n            x = F.linear(x, b.weight, b.bias)\n"
+     "        return x\n\n\ndef model():\n    return Net()\n", "blocks.0..2"),
+    # the same when the root holds them: named plainly
+    ("\n\nclass Net(nn.Sequential):\n    def forward(self, x):\n        for b in self:\n"
+     "            x = F.linear(x, b.weight)\n        return x\n\n\n"
+     "def model():\n    return Net(*(nn.Linear(8, 8, bias=False) for _ in range(4)))\n", "0..3 of the model"),
+])
+def test_blocks_that_forward_never_calls_are_refused(tmp_path, code, where):
     from smplan.planner import ModelFileError, profile_model
 
-    file = tmp_path / "seq.py"
-    file.write_text(
-        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\n"
-        "class Net(nn.Sequential):\n    def forward(self, x):\n        for b in self:\n"
-        "            x = F.linear(x, b.weight)\n        return x\n\n\n"
-        "def model():\n    return Net(*(nn.Linear(8, 8, bias=False) for _ in range(4)))\n\n\n"
-        "def batch(micro_batch_size, model=None, seed=0):\n"
-        "    return torch.randn(micro_batch_size, 8), torch.randn(micro_batch_size, 8)\n\n\n"
-        "def loss(out, target):\n    return F.mse_loss(out, target)\n")
-    with pytest.raises(ModelFileError, match=r"never calls the repeated blocks 0..3 of the model; call each"):
-        profile_model(str(file), cache=False)
-
-
-def test_blocks_that_forward_never_calls_are_refused_not_dropped(tmp_path):
-    from smplan.planner import ModelFileError, profile_model
-
-    file = tmp_path / "uncalled.py"
-    file.write_text(
-        "import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n\n"
-        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-        "        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))\n\n"
-        "    def forward(self, x):\n        for b in self.blocks:\n            x = F.linear(x, b.weight, b.bias)\n"
-        "        return x\n\n\ndef model():\n    return Net()\n\n\n"
-        "def batch(micro_batch_size, model=None, seed=0):\n"
-        "    return torch.randn(micro_batch_size, 8), torch.randn(micro_batch_size, 8)\n\n\n"
-        "def loss(out, target):\n    return F.mse_loss(out, target)\n")
-    with pytest.raises(ModelFileError, match=r"forward never calls the repeated blocks blocks.0..2; call each block"):
-        profile_model(str(file), cache=False)
+    with pytest.raises(ModelFileError, match=rf"forward never calls the repeated blocks {where}; call each block"):
+        profile_model(_model_file(tmp_path, code), cache=False)
 
 
 class _Stage(nn.ModuleList):  # a list subclass with its own forward is called: it is a block
