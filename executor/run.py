@@ -318,14 +318,14 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
                 f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "
                 "writes; pass a new or empty folder to -o/--output (and --checkpoint-dir DIR to resume from a "
                 "checkpoint folder)")
-    clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
     steps = read_metrics(out) if out.is_dir() else []
-    if not steps:
-        return
-    if not (ckpt_dir and checkpoint.latest(ckpt_dir)):
+    if steps and not (ckpt_dir and checkpoint.latest(ckpt_dir)):
         raise PlanMismatchError(
             f"{out} already holds a run ({len(steps)} steps) and no checkpoint to resume it from; "
             "pass another -o/--output, or delete that folder to start over")
+    clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
+    if not steps:
+        return
     (out / "summary.json").unlink(missing_ok=True)
     for rank, file in rank_files(out).items():
         if rank >= world:

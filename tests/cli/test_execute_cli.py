@@ -114,11 +114,13 @@ def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
     (out / "metrics.jsonl").write_text(earlier)
     (out / "summary.json").write_text("{}")
     (out / "run_config.json").write_text('{"plan": {}, "fingerprint": "0"}')
+    (out / "stopped.json").write_text('{"reason": "failed"}')
     result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another -o/--output" in lines[0]
     assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()
+    assert (out / "stopped.json").exists()  # a refused command changes nothing
 
 
 def test_a_folder_that_is_not_a_run_keeps_its_files(cli_runner, tmp_path):
