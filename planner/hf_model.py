@@ -173,6 +173,10 @@ class HFModel:
         if unknown:
             raise ModelFileError(f"{self.ref}: config.json has no field {unknown[0]!r}; --arg sets config fields "
                                  f"(e.g. num_hidden_layers) or seq_len")
+        for key, value in args.items():  # counts and sizes: transformers builds a negative one without a word
+            if ((key.startswith("num_") or key.endswith("_size")) and isinstance(value, int | float)
+                    and not isinstance(value, bool) and value < 0):
+                raise ModelFileError(f"{self.ref}: --arg {key}={value} is negative; counts and sizes are >= 0")
         seq_len = args.get(SEQ_ARG)
         if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
             raise ModelFileError(f"{self.ref}: --arg seq_len must be a positive whole number, got {seq_len!r}")

@@ -222,6 +222,11 @@ def test_a_batch_longer_than_a_learned_position_table_is_refused(tmp_path):
     assert profile_model(rotary, seq_len=64, cache=False).seq_len == 64
 
 
+def test_a_negative_count_is_refused(tiny):
+    with pytest.raises(ModelFileError, match=r"--arg num_hidden_layers=-1 is negative; counts and sizes are >= 0"):
+        profile_model(tiny, {"num_hidden_layers": -1}, cache=False)
+
+
 def test_positions_held_counts_from_position_zero():
     import torch
     from smplan.planner.hf_model import positions_held
