@@ -105,20 +105,26 @@ def test_slurm_world_size_must_match(cli_runner, tmp_path):
     assert result.exit_code == 2 and "4 processes but 8" in result.output
 
 
-def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
-    # A run directory holds one run: without a checkpoint to continue from, a second run there
-    # would erase the first one's steps and pass its summary off as its own.
-    out = tmp_path / "run"
+def _refused_line(cli_runner, out, files: dict) -> str:
+    """`execute -o OUT` into a folder holding `files` (name -> text): exit 2, one line, returned."""
     out.mkdir()
-    earlier = '{"step": 1, "loss": 4.2, "step_time_s": 0.1}\n'
-    (out / "metrics.jsonl").write_text(earlier)
-    (out / "summary.json").write_text("{}")
-    (out / "run_config.json").write_text('{"plan": {}, "fingerprint": "0"}')
-    (out / "stopped.json").write_text('{"reason": "failed"}')
+    for name, text in files.items():
+        (out / name).write_text(text)
     result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "already holds a run (1 steps)" in lines[0] and "another -o/--output" in lines[0]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_a_run_dir_holding_another_run_is_refused(cli_runner, tmp_path):
+    # A run directory holds one run: without a checkpoint to continue from, a second run there
+    # would erase the first one's steps and pass its summary off as its own.
+    out, earlier = tmp_path / "run", '{"step": 1, "loss": 4.2, "step_time_s": 0.1}\n'
+    line = _refused_line(cli_runner, out, {"metrics.jsonl": earlier, "summary.json": "{}",
+                                           "run_config.json": '{"plan": {}, "fingerprint": "0"}',
+                                           "stopped.json": '{"reason": "failed"}'})
+    assert "already holds a run (1 steps)" in line and "another -o/--output" in line
     assert (out / "metrics.jsonl").read_text() == earlier and (out / "summary.json").exists()
     assert (out / "stopped.json").exists()  # a refused command changes nothing
 
@@ -127,16 +133,10 @@ def test_a_folder_that_is_not_a_run_keeps_its_files(cli_runner, tmp_path):
     # someone's own summary.json (or a checkpoints folder) in the -o folder: a run would replace it,
     # and a run_config.json that `execute` did not write does not make the folder a run's
     out = tmp_path / "results"
-    out.mkdir()
-    (out / "summary.json").write_text('{"mine": 1}')
-    (out / "notes.txt").write_text("x")
-    (out / "run_config.json").write_text('{"lr": 0.1}')
-    result = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1, result.output
-    assert "is not a run directory of `smplan execute` but holds run_config.json, summary.json" in lines[0]
-    assert "new or empty folder" in lines[0]
+    line = _refused_line(cli_runner, out, {"summary.json": '{"mine": 1}', "notes.txt": "x",
+                                           "run_config.json": '{"lr": 0.1}'})
+    assert "is not a run directory of `smplan execute` but holds run_config.json, summary.json" in line
+    assert "new or empty folder" in line
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "run_config.json", "summary.json"]
     assert (out / "summary.json").read_text() == '{"mine": 1}'
 
