@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import checkpoint
+from .metrics import CHECKPOINTS_DIR, RUN_CONFIG_FILE
 
 MODEL_KEY = "model."  # train_state's {"model": ..., "optim": ...}, flattened by DCP
 SINGLE_FILE = "model.safetensors"
@@ -57,12 +58,12 @@ def run_checkpoint_dir(run_dir: str | Path) -> Path:
     if not run_dir.is_dir():
         what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
         raise ExportError(f"run directory {run_dir} {what}; pass the -o/--output folder of smplan execute")
-    config = run_dir / "run_config.json"
+    config = run_dir / RUN_CONFIG_FILE
     if config.is_file():
         saved = json.loads(config.read_text()).get("checkpoint_dir")
         if saved:
             return Path(saved)
-    return run_dir / "checkpoints"
+    return run_dir / CHECKPOINTS_DIR
 
 
 def pick_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[int, Path]:
@@ -96,7 +97,7 @@ def source_model(run_dir: Path, meta: dict):
     from smplan.planner.hf_model import is_hf_module
     from smplan.planner.model_file import load_model_file
 
-    config = Path(run_dir) / "run_config.json"
+    config = Path(run_dir) / RUN_CONFIG_FILE
     saved = json.loads(config.read_text()) if config.is_file() else {}
     ref = saved.get("model_ref") or meta.get("model")
     if not ref:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkpoint
+from .metrics import CHECKPOINTS_DIR
 
 SAFETENSORS = "safetensors"
 DCP = "dcp"
@@ -49,7 +50,7 @@ def resolve(path: str | Path) -> tuple[str, Path]:
         return DCP, path
     if any(path.glob("*.safetensors")):
         return SAFETENSORS, path
-    for root in (path, path / "checkpoints"):
+    for root in (path, path / CHECKPOINTS_DIR):
         found = checkpoint.latest(root)
         if found is not None:
             return DCP, found[1]

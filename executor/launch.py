@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .config import RunConfig
 from .failure import failure_line, failure_report, stderr_log
-from .metrics import mark_stopped
+from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
 
 
 class LaunchError(RuntimeError):
@@ -80,7 +80,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config_path = out / "run_config.json"
+    config_path = out / RUN_CONFIG_FILE
     cfg.save(config_path)
     launch = LaunchConfig(
         min_nodes=nnodes,
@@ -95,7 +95,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         # every worker's stderr also lands in RUN_DIR/elastic/.../attempt_N/RANK/stderr.log, so
         # a crash (an abort from C++ too) can be read after the run; stdout (the progress
         # lines) stays the workers' own, as a caller that redirects it expects
-        logs_specs=DefaultLogsSpecs(log_dir=str(out / "elastic"), tee=Std.ERR),
+        logs_specs=DefaultLogsSpecs(log_dir=str(out / ELASTIC_DIR), tee=Std.ERR),
         shutdown_timeout=shutdown_timeout_s,
         # Ctrl-C stays a KeyboardInterrupt in this process (the agent): its shutdown then stops
         # the workers with SIGTERM, which ends them without a traceback each (forwarding SIGINT
@@ -124,8 +124,8 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         raise LaunchError(f"stopped by {name}; run directory kept at {out}") from None
     except ChildFailedError as err:
         rank, first = err.get_first_failure()
-        log = stderr_log(out / "elastic", launch.run_id, first.local_rank, first.error_file)
-        what = failure_report(rank, first.exitcode, log, out / "elastic")
+        log = stderr_log(out / ELASTIC_DIR, launch.run_id, first.local_rank, first.error_file)
+        what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
         mark_stopped(out, "failed", failure_line(rank, first.exitcode, log))
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}") from None
     return out
@@ -169,9 +169,9 @@ def write_sbatch(cfg: RunConfig, nnodes: int, nproc_per_node: int, gpus_per_node
                  max_restarts: int = 0) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config_path = (out / "run_config.json").resolve()
+    config_path = (out / RUN_CONFIG_FILE).resolve()
     cfg.save(config_path)
-    script = out / "smplan.sbatch"
+    script = out / SBATCH_FILE
     script.write_text(sbatch_script(config_path, nnodes, nproc_per_node, gpus_per_node,
                                     max_restarts=max_restarts))
     script.chmod(0o755)

@@ -30,6 +30,16 @@ def peak_memory_source(device) -> str:
 METRICS_FILE = "metrics.jsonl"  # RUN_DIR/metrics.jsonl: one line per step (rank 0)
 RANKS_DIR = "ranks"  # RUN_DIR/ranks/rank-00001.jsonl: one file per rank
 STOPPED_FILE = "stopped.json"  # RUN_DIR/stopped.json: the local launcher's word that the run ended unfinished
+RUN_CONFIG_FILE = "run_config.json"  # RUN_DIR/run_config.json: what the workers run (executor/config.py)
+SUMMARY_FILE = "summary.json"  # RUN_DIR/summary.json: measured vs predicted, once the run has finished
+CHECKPOINTS_DIR = "checkpoints"  # RUN_DIR/checkpoints/step-N: the run's own checkpoints
+ELASTIC_DIR = "elastic"  # RUN_DIR/elastic/: torchrun's per-worker logs
+TENSORBOARD_DIR = "tensorboard"  # RUN_DIR/tensorboard/: --tensorboard event files
+SBATCH_FILE = "smplan.sbatch"  # RUN_DIR/smplan.sbatch: --launcher slurm's job script
+# Everything a run writes into its folder: a folder holding any of these but no run config of
+# execute's is someone else's, and is not written into (executor/run.py).
+RUN_ENTRIES = (RUN_CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, STOPPED_FILE, RANKS_DIR, ELASTIC_DIR, TENSORBOARD_DIR,
+               CHECKPOINTS_DIR, SBATCH_FILE)
 
 
 def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
@@ -170,5 +180,5 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         }
     else:
         summary["note"] = "the plan carries no predicted figures (make it with `smplan plan` to compare)"
-    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return summary

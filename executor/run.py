@@ -21,7 +21,15 @@ from .config import RunConfig, fingerprint, parse_slow_rank
 from .launch import launch_local, write_sbatch
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
-from .metrics import METRICS_FILE, RANKS_DIR, STOPPED_FILE, clear_stopped, rank_files, read_metrics
+from .metrics import (
+    CHECKPOINTS_DIR,
+    RUN_CONFIG_FILE,
+    RUN_ENTRIES,
+    SUMMARY_FILE,
+    clear_stopped,
+    rank_files,
+    read_metrics,
+)
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .token_data import TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, validate_plan
@@ -161,7 +169,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
     # The run directory's own checkpoints: written with --checkpoint-every, and resumed from
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
-    own = out / "checkpoints"
+    own = out / CHECKPOINTS_DIR
     given = opts.checkpoint_every
     ckpt_dir = (opts.checkpoint_dir or _recorded_checkpoint_dir(out)
                 or (str(own) if given or checkpoint.latest(own) else None))
@@ -261,7 +269,7 @@ def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
 def _earlier_config(out: Path) -> RunConfig | None:
     """The run_config.json of the run already in `out`, or None when there is none to read."""
     try:
-        return RunConfig.load(out / "run_config.json")
+        return RunConfig.load(out / RUN_CONFIG_FILE)
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -283,7 +291,7 @@ def _recorded_checkpoint_dir(out: Path) -> str | None:
     the copy's RUN_DIR/checkpoints now, not the original's to write into."""
     earlier = _earlier_config(out)
     recorded = earlier.checkpoint_dir if earlier is not None else None
-    if recorded and earlier.out_dir and Path(recorded) == Path(earlier.out_dir) / "checkpoints":
+    if recorded and earlier.out_dir and Path(recorded) == Path(earlier.out_dir) / CHECKPOINTS_DIR:
         return None
     return recorded if recorded and checkpoint.latest(recorded) else None
 
@@ -299,20 +307,14 @@ def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
         return 0
 
 
-# What a run writes into its folder (launch.py, metrics.py, the workers). A folder that holds any
-# of them but no run_config.json is not a run's, and nothing in it is replaced.
-RUN_ENTRIES = ("run_config.json", METRICS_FILE, "summary.json", STOPPED_FILE, RANKS_DIR, "elastic", "tensorboard",
-               "checkpoints", "smplan.sbatch")
-
-
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
     """A run directory holds one run: a new run may only continue the steps already there
     from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
     this run does not have would otherwise pass for this run's."""
-    own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / "checkpoints"  # resumed from, not replaced
-    if out.is_dir() and not _is_run_config(out / "run_config.json"):
+    own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / CHECKPOINTS_DIR  # resumed from, not replaced
+    if out.is_dir() and not _is_run_config(out / RUN_CONFIG_FILE):
         theirs = [name for name in RUN_ENTRIES if (out / name).exists()
-                  and not (name == "checkpoints" and own_checkpoints)]
+                  and not (name == CHECKPOINTS_DIR and own_checkpoints)]
         if theirs:
             raise PlanMismatchError(
                 f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "
@@ -326,7 +328,7 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
     clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
     if not steps:
         return
-    (out / "summary.json").unlink(missing_ok=True)
+    (out / SUMMARY_FILE).unlink(missing_ok=True)
     for rank, file in rank_files(out).items():
         if rank >= world:
             file.unlink()
@@ -347,7 +349,7 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
         return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script)
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
                            max_restarts=opts.max_restarts)
-    summary_path = run_dir / "summary.json"
+    summary_path = run_dir / SUMMARY_FILE
     import json
 
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None

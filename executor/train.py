@@ -23,6 +23,7 @@ from .expert_parallel import reduce_expert_grads
 from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
 from .metrics import (
+    TENSORBOARD_DIR,
     MetricsWriter,
     peak_memory_gib,
     peak_memory_source,
@@ -321,7 +322,7 @@ class Trainer:
         from .tensorboard_log import TensorBoardLog
 
         predicted = self.plan.predicted.step_time_s if self.plan.predicted else None
-        return TensorBoardLog(os.path.join(self.cfg.out_dir, "tensorboard"), predicted, resume_step=start)
+        return TensorBoardLog(os.path.join(self.cfg.out_dir, TENSORBOARD_DIR), predicted, resume_step=start)
 
     def run(self) -> None:
         start = self._resume()

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from smplan.executor.metrics import METRICS_FILE as METRICS
-from smplan.executor.metrics import RANKS_DIR, STOPPED_FILE, rank_files, read_jsonl
+from smplan.executor.metrics import (
+    RANKS_DIR,
+    RUN_CONFIG_FILE,
+    STOPPED_FILE,
+    SUMMARY_FILE,
+    rank_files,
+    read_jsonl,
+)
 
 
 class RunDirError(ValueError):
@@ -97,6 +104,6 @@ def load_run(run_dir: str | Path) -> RunData:
         what = "an empty metrics.jsonl" if (path / METRICS).exists() else "no metrics.jsonl"
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
                           "or pass the -o/--output folder of `smplan execute`")
-    return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / "run_config.json"),
-                   summary=_read_json(path / "summary.json"), stopped=stopped,
+    return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / RUN_CONFIG_FILE),
+                   summary=_read_json(path / SUMMARY_FILE), stopped=stopped,
                    skipped=skipped)
