@@ -393,8 +393,9 @@ def plan_from_inline(
     schedule = keys.get("schedule", "interleaved" if keys.get("virtual_stages", 1) > 1 else "1f1b")
     v = keys.get("virtual_stages", 2 if schedule == "interleaved" else 1)
     recompute = keys.pop("recompute", "none")
-    if recompute not in RECOMPUTE:
-        raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    problem = field_problem("recompute", recompute)
+    if problem:
+        raise PlanError(problem)
     stages = (_stages_from_counts(keys["stages"], num_blocks, pp * v, recompute) if "stages" in keys
               else even_stages(num_blocks, pp * v, recompute))
     if dp * tp * pp * cp > world:
@@ -480,17 +481,17 @@ def validate(plan: Plan) -> None:
     problem = expert_grid_problem(plan.ep, plan.tp, plan.cp, plan.dp) or capacity_factor_problem(plan.capacity_factor)
     if problem:
         raise PlanError(problem)
-    if plan.schedule not in SCHEDULES:
-        raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {plan.schedule!r}")
+    problem = field_problem("schedule", plan.schedule)
+    if problem:
+        raise PlanError(problem)
     if plan.schedule == "interleaved":
         if plan.pp < 2 or plan.virtual_stages < 2:
             raise PlanError("the interleaved schedule needs pp >= 2 and v >= 2; use schedule=1f1b otherwise")
     elif plan.virtual_stages != 1:
         raise PlanError(f"v={plan.virtual_stages} needs schedule=interleaved; drop v or set schedule=interleaved")
-    if plan.zero not in (0, 1, 2, 3):
-        raise PlanError(f"zero must be 0, 1, 2 or 3, got {plan.zero!r}")
-    if plan.dtype not in DTYPES:
-        raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {plan.dtype!r}")
+    problem = field_problem("zero", plan.zero) or field_problem("dtype", plan.dtype)
+    if problem:
+        raise PlanError(problem)
     problem = grad_compress_problem(plan.grad_compress, plan.zero) or fp8_scaling_problem(plan.fp8_scaling, plan.dtype)
     if problem:
         raise PlanError(problem)

@@ -20,7 +20,14 @@ from .feasibility import (
 from .grad_compress import parse as parse_grad_compress
 from .grad_compress import problem as grad_compress_problem
 from .model_profile import ModelProfile
-from .plan import COUNT_FIELDS, DTYPES, RECOMPUTE, SCHEDULES, PlanError, count_problem, parse_inline
+from .plan import (
+    COUNT_FIELDS,
+    DTYPES,
+    PlanError,
+    count_problem,
+    field_problem,
+    parse_inline,
+)
 
 MAX_MICRO_BATCH = 64  # larger micro-batches gain no GEMM efficiency and only cost memory
 MAX_VIRTUAL_STAGES = 8
@@ -174,8 +181,9 @@ def validate_constraints(
         lower = max(per, gbs // per * per)
         raise PlanError(f"global batch {gbs} is not divisible by dp*mbs={per}; use --global-batch {lower} or {lower + per}")
     sched = fixed.get("schedule")
-    if sched is not None and sched not in SCHEDULES:
-        raise PlanError(f"schedule must be one of {', '.join(SCHEDULES)}, got {sched!r}")
+    problem = field_problem("schedule", sched) if sched is not None else None
+    if problem:
+        raise PlanError(problem)
     v = fixed.get("virtual_stages")
     if v is not None and v > 1:
         if sched not in (None, "interleaved"):
@@ -192,15 +200,15 @@ def validate_constraints(
     if sched == "interleaved" and pp == 1:
         raise PlanError("the interleaved schedule needs pp >= 2; use schedule=1f1b or fix pp>=2")
     rec = fixed.get("recompute")
-    if rec is not None and rec not in RECOMPUTE:
-        raise PlanError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {rec!r}")
+    problem = field_problem("recompute", rec) if rec is not None else None
+    if problem:
+        raise PlanError(problem)
     if rec == "sac" and profile.blocks and not profile.blocks[0].supports_sac:
         raise PlanError("recompute=sac: the profile has no op-level checkpointing figures (a profile made before "
                         "they existed); re-profile the model or use recompute=selective|full")
-    if fixed.get("zero", 0) not in (0, 1, 2, 3):
-        raise PlanError(f"zero must be 0, 1, 2 or 3, got {fixed['zero']!r}")
-    if fixed["dtype"] not in DTYPES:
-        raise PlanError(f"dtype must be one of {', '.join(DTYPES)}, got {fixed['dtype']!r}")
+    problem = field_problem("zero", fixed.get("zero", 0)) or field_problem("dtype", fixed["dtype"])
+    if problem:
+        raise PlanError(problem)
     if "grad_compress" in fixed:
         fixed["grad_compress"] = str(parse_grad_compress(fixed["grad_compress"]))
         problem = grad_compress_problem(fixed["grad_compress"], fixed.get("zero", 0))
