@@ -19,12 +19,13 @@ and weight_map), the layout `save_pretrained(max_shard_size=...)` writes.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import checkpoint
-from .metrics import CHECKPOINTS_DIR, RUN_CONFIG_FILE
+from .metrics import CHECKPOINTS_DIR, RUN_CONFIG_FILE, RUN_ENTRIES
 
 MODEL_KEY = "model."  # train_state's {"model": ..., "optim": ...}, flattened by DCP
 SINGLE_FILE = "model.safetensors"
@@ -168,10 +169,22 @@ def shard_file(k: int, n: int) -> str:
 def check_out_dir(out_dir: Path, force: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} is a file; pass a folder as OUT_DIR")
+    runs = [name for name in RUN_ENTRIES if (out_dir / name).exists()] if out_dir.is_dir() else []
+    if runs:  # --force replaces safetensors files and config.json: not in a run's own folder
+        raise ExportError(f"{out_dir} holds a run ({', '.join(runs)}); export into a new folder, e.g. {out_dir}/hf")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise ExportError(f"{out_dir} is not empty; pass --force to write into it, or choose another OUT_DIR")
     if not out_dir.parent.is_dir():
         raise ExportError(f"{out_dir.parent} does not exist; create it first, or choose another OUT_DIR")
+
+
+def _readable_as_umask_allows(path: Path) -> None:
+    """safetensors writes its files 0600 (a private temporary file renamed into place); the
+    exported folder is for sharing, so give each file the mode any other file written here gets
+    (0666 less the umask, as config.json from save_pretrained)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
 
 
 def read_tensors(path: Path, names: list[str], stored: dict) -> dict:
@@ -216,6 +229,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     for k, group in enumerate(groups, start=1):
         file = shard_file(k, len(groups))
         save_file(read_tensors(path, group, stored), str(out_dir / file), metadata={"format": "pt"})
+        _readable_as_umask_allows(out_dir / file)
         weight_map.update(dict.fromkeys(group, file))
         files.append(file)
     total = sum(sizes.values())

@@ -143,6 +143,27 @@ def test_out_dir_is_kept_without_force(tmp_path, llama, cli_runner):
     torch.testing.assert_close(logits(loaded.eval()), logits(model.eval()))
 
 
+def test_files_get_the_umask_mode_and_a_run_folder_is_never_written(tmp_path, llama, cli_runner):
+    import os
+    import stat
+
+    run, _ = make_run(tmp_path, llama)
+    out = tmp_path / "hf"
+    umask = os.umask(0o022)
+    try:
+        assert cli_runner.invoke(cli, ["export", str(run), str(out)]).exit_code == 0
+    finally:
+        os.umask(umask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert modes == {"config.json": 0o644, "model.safetensors": 0o644}  # safetensors alone wrote 0600
+    before = sorted(p.name for p in run.rglob("*"))
+    for force in ([], ["--force"]):
+        result = cli_runner.invoke(cli, ["export", str(run), str(run), *force])
+        assert result.exit_code == 2 and result.output.strip().splitlines() == [
+            f"error: {run} holds a run (run_config.json, checkpoints); export into a new folder, e.g. {run}/hf"]
+    assert sorted(p.name for p in run.rglob("*")) == before
+
+
 def test_user_errors_are_one_line(tmp_path, llama, cli_runner):
     cases = {
         "missing": ([str(tmp_path / "nope"), str(tmp_path / "o1")], "does not exist"),
