@@ -88,11 +88,20 @@ def _flatten(values: dict, prefix: str = ""):
             yield prefix + key, value
 
 
+def _profile_name(ctx, param, value: str) -> str:
+    """A profile's name names it in plans and reports: one non-empty line."""
+    if not value.strip() or value != value.strip() or "\n" in value:
+        raise click.BadParameter(f"{value!r} is not a profile name; give a non-empty name without "
+                                 "surrounding spaces or line breaks, e.g. --name mycluster")
+    return value
+
+
 @hw.command("probe")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the profile TOML here.")
 @click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=click.IntRange(min=1, max=64), default=2, show_default=True,
               help="Local processes for the collective measurements (gloo on CPU, nccl on GPU).")
-@click.option("--name", default="local", show_default=True, help="Profile name written into the file.")
+@click.option("--name", default="local", show_default=True, callback=_profile_name,
+              help="Profile name written into the file.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @json_option
 def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: bool) -> None:

@@ -183,6 +183,13 @@ def test_more_processes_than_gpus_is_one_line_before_probing(cli_runner, monkeyp
     assert "--nproc-per-node 4" in line and "has 2" in line and "--nproc-per-node 2" in line
 
 
+@pytest.mark.parametrize("name", ["", "  ", " lab", "two\nlines"])
+def test_a_blank_or_padded_profile_name_is_one_line_before_probing(cli_runner, monkeypatch, name):
+    monkeypatch.setattr("smplan.hwprofiles.probe.probe", lambda **kw: pytest.fail("probed despite a bad name"))
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "--name", name]))
+    assert "is not a profile name" in line and "--name mycluster" in line
+
+
 def _fake_probe(**kwargs):
     return ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.1}, matmul_half_dim=30.0,
                        memory_bandwidth_gbps=10.0, memory_gib=2.0, link_bandwidth_gbps=1.0, link_latency_us=50.0)
