@@ -67,9 +67,11 @@ def parse_vary(item: str, builder_accepts=None) -> Vary:
     if "=" not in item:
         raise VaryError(f"--vary {item!r} needs the form KEY=V1,V2,..., e.g. --vary nodes=4,8,16")
     key, raw = (s.strip() for s in item.split("=", 1))
-    texts = [v.strip() for v in raw.split(",") if v.strip()]
-    if not texts:
+    texts = [v.strip() for v in raw.split(",")]
+    if not any(texts):
         raise VaryError(f"--vary {key}= lists no values; give at least one, e.g. {key}=1,2")
+    if not all(texts):  # "1,,2": a value left out by mistake, not a two-point sweep
+        raise VaryError(f"--vary {key}={raw} has an empty value between commas; list each value once, e.g. {key}=1,2")
     kind, target = classify(key, builder_accepts)
     values = tuple(_loaded(kind, t) if kind in ("hw", "stack") else _value(key, kind, t) for t in texts)
     if len(set(values)) != len(values):
