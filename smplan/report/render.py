@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .charts import breakdown_chart, frontier_chart, memory_chart, scaling_chart, versus_chart
 from .detail import gantt_chart, goodput_chart, sensitivity_chart
 from .html import render_html
-from .points import charts_that_apply, frontier_mode, save, versus_key
+from .points import CHART_NAMES, charts_that_apply, frontier_mode, save, versus_key
 
 FORMATS = ("png", "svg")
 
@@ -60,12 +61,26 @@ def write_report(record: dict, out_dir: str | Path, fmt: str = "png", force: boo
         raise ReportDirError(f"unknown chart format {fmt!r}; use png or svg")
     out = check_report_dir(out_dir, force)
     out.mkdir(parents=True, exist_ok=True)
+    earlier = _charts_written_before(out)
     record["charts"] = {}
     for name in charts_that_apply(record):
         file = f"{name}.{fmt}"
         draw_chart(name, record, out / file)
         record["charts"][name] = file
+    for file in earlier - set(record["charts"].values()):  # a rerun drew fewer: no stale chart beside the new page
+        (out / file).unlink(missing_ok=True)
     save(record, out / "points.json")
     index = out / "index.html"
     index.write_text(render_html(record))
     return index
+
+
+def _charts_written_before(out: Path) -> set[str]:
+    """The chart files an earlier report in `out` wrote (its points.json's `charts`): only
+    names this module writes (CHART_NAMES x FORMATS), whatever a hand-edited file says."""
+    try:
+        charts = json.loads((out / "points.json").read_text()).get("charts") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    ours = {f"{name}.{fmt}" for name in CHART_NAMES for fmt in FORMATS}
+    return {f for f in charts.values() if isinstance(f, str) and f in ours} if isinstance(charts, dict) else set()

@@ -76,6 +76,23 @@ def test_refuses_non_empty_dir_without_force(tmp_path):
     assert check_report_dir(tmp_path / "new") == tmp_path / "new"
 
 
+def test_a_rerun_with_fewer_charts_leaves_no_stale_one(tmp_path):
+    out = tmp_path / "r"
+    report.write_report(synthetic_record(), out)
+    before = sorted(p.name for p in out.glob("*.png"))
+    assert len(before) > 1
+    (out / "mine.png").write_text("not a chart of the report")
+    record = synthetic_record()
+    for p in record["points"]:
+        p["feasible"] = False
+        p["reason"] = "needs more memory than the GPU has"
+    record["recommended"] = None
+    record["details"] = {}
+    report.derive(record)
+    report.write_report(record, out, fmt="svg")
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "memory.svg", "mine.png", "points.json"]
+
+
 def test_no_feasible_point_still_renders(tmp_path):
     record = synthetic_record()
     for p in record["points"]:
