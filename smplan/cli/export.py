@@ -16,7 +16,7 @@ from .options import echo_json, json_option
 @click.option("--max-shard-gib", type=FiniteFloat(), default=None,
               help="Largest safetensors file; more weights are split into model-0000K-of-0000N files "
                    "with model.safetensors.index.json (default 5, as transformers).")
-@click.option("--force", is_flag=True, help="Write into a non-empty OUT_DIR (its old safetensors files are removed).")
+@click.option("--force", is_flag=True, help="Write into a non-empty OUT_DIR (its old safetensors files are removed); never into a run folder.")
 @json_option
 def export(run_dir, out_dir, step, max_shard_gib, force, as_json):
     """Write RUN_DIR's checkpoint as safetensors + config.json, which
