@@ -76,31 +76,31 @@ def test_refuses_non_empty_dir_without_force(tmp_path):
     assert check_report_dir(tmp_path / "new") == tmp_path / "new"
 
 
+def _nothing_feasible() -> dict:
+    """A derived record whose every point needs more memory than the GPU has: one chart applies."""
+    record = synthetic_record()
+    for p in record["points"]:
+        p["feasible"] = False
+        p["reason"] = "needs more memory than the GPU has"
+    record["recommended"] = None
+    record["details"] = {}
+    report.derive(record)
+    return record
+
+
 def test_a_rerun_with_fewer_charts_leaves_no_stale_one(tmp_path):
     out = tmp_path / "r"
     report.write_report(synthetic_record(), out)
     before = sorted(p.name for p in out.glob("*.png"))
     assert len(before) > 1
     (out / "mine.png").write_text("not a chart of the report")
-    record = synthetic_record()
-    for p in record["points"]:
-        p["feasible"] = False
-        p["reason"] = "needs more memory than the GPU has"
-    record["recommended"] = None
-    record["details"] = {}
-    report.derive(record)
+    record = _nothing_feasible()
     report.write_report(record, out, fmt="svg")
     assert sorted(p.name for p in out.iterdir()) == ["index.html", "memory.svg", "mine.png", "points.json"]
 
 
 def test_no_feasible_point_still_renders(tmp_path):
-    record = synthetic_record()
-    for p in record["points"]:
-        p["feasible"] = False
-        p["reason"] = "needs more memory than the GPU has"
-    record["recommended"] = None
-    record["details"] = {}
-    report.derive(record)
+    record = _nothing_feasible()
     index = report.write_report(record, tmp_path / "r")
     assert list(json.loads((tmp_path / "r" / "points.json").read_text())["charts"]) == ["memory"]
     assert "No point of this sweep is feasible" in index.read_text()
