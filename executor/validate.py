@@ -20,6 +20,7 @@ from smplan.model import (
     context_parallel_support_problem,
     expert_bank_problem,
     expert_banks,
+    hf_config_fix,
     pipeline_problem,
     tensor_parallel_problem,
 )
@@ -104,11 +105,12 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
                 f"which does not divide them; use sp=0 or a tp in {{{_divisors(local)}}}"
             )
     if plan.pp > 1 and batch is not None:  # the planner's rule (smplan.model.capabilities) too
-        problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x))
+        problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x),
+                                   **_library_fix(model_file, "pp"))
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
     if plan.ep > 1:
-        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None)
+        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None, _library_fix(model_file, "ep"))
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     if plan.cp > 1:
@@ -131,7 +133,7 @@ def _check_executable(plan: Plan) -> None:
 def _check_cp(plan: Plan, model_file, ref: str, seq_len: int) -> None:
     """Context parallelism needs the model file's hook and sequences that split into 2*cp chunks
     (the planner's rules: smplan.model.capabilities, smplan.planner.feasibility)."""
-    problem = context_parallel_support_problem(model_file.hook(CP_HOOK), ref)
+    problem = context_parallel_support_problem(model_file.hook(CP_HOOK), ref, **_library_fix(model_file, "cp"))
     if problem:
         raise PlanMismatchError(f"cp={plan.cp}: {problem}; use cp=1")
     if not seq_len:
@@ -142,7 +144,13 @@ def _check_cp(plan: Plan, model_file, ref: str, seq_len: int) -> None:
         raise PlanMismatchError(problem)
 
 
-def _check_ep(plan: Plan, meta: nn.Module, inputs) -> None:
+def _library_fix(model_file, dim: str) -> dict:
+    """The fix a reason ends with when the model is an hf: config (transformers' code, not the
+    user's): the capability rules' own `fix` otherwise (smplan.model.capabilities)."""
+    return {"fix": hf_config_fix(dim)} if model_file.is_hf_config else {}
+
+
+def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict) -> None:
     """Expert parallelism as executor/expert_parallel.py runs it: the experts split over ep of
     a stage's dp x cp x tp ranks (the plan already checks that ep divides them), every bank's
     experts divisible by ep, and banks that can be split (the planner's rule too:
@@ -155,7 +163,7 @@ def _check_ep(plan: Plan, meta: nn.Module, inputs) -> None:
         problem = expert_parallel_problem(ep, experts)
         if problem:
             raise PlanMismatchError(problem)
-    problem = expert_bank_problem(meta, inputs, lambda model, x: model(x)) if inputs is not None else None
+    problem = expert_bank_problem(meta, inputs, lambda model, x: model(x), **fix) if inputs is not None else None
     if problem:
         raise PlanMismatchError(f"ep={ep}: {problem}")
 

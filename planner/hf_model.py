@@ -23,6 +23,7 @@ requested device, the meta device for profiling.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import functools
 import hashlib
 import inspect
@@ -106,6 +107,9 @@ class HFModel:
     sha256: str  # of config.json
     raw_config: dict = field(repr=False, compare=False, default_factory=dict)
     builder_name: str = BUILDER
+    # transformers' code, none of it the user's: a reason a dimension cannot run says use 1
+    # (smplan.model.hf_config_fix), not what to change in a model file
+    is_hf_config: bool = field(default=True, init=False, repr=False, compare=False)
 
     @property
     def ref(self) -> str:
@@ -368,11 +372,14 @@ def tp_plan(block, sequence_parallel: bool = False) -> dict:
     row-parallel outputs reduce-scattered back to shards (torchtitan's parallelize_llama)."""
     cfg = _config_of(block)
     plan, entries = {}, 0
+    present = [name for name, _ in block.named_modules() if name]
     for key, style in (cfg.base_model_tp_plan or {}).items():
         head, star, rest = key.partition(".*.")
         if not star:
             continue  # a part around the blocks: tp_plan_outer's
         entries += 1
+        if not any(fnmatch.fnmatchcase(name, rest) for name in present):
+            continue  # another kind of layer's (Qwen3-MoE's plan names the dense MLP of its mlp_only_layers)
         torch_style = _style(key, style)
         if torch_style is not None:
             plan[rest] = torch_style

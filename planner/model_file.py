@@ -34,6 +34,8 @@ class ModelFile:
     module: ModuleType = field(repr=False)
     sha256: str = ""
     _seen: dict = field(default_factory=dict, repr=False, compare=False)  # what build() learnt
+    # The user's own code (hf_model.HFModel, an hf: config, is transformers' code instead).
+    is_hf_config: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def ref(self) -> str:

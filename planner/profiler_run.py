@@ -19,6 +19,7 @@ from smplan.model import (
     expert_bank_problem,
     find_expert_banks,
     find_layout,
+    hf_config_fix,
     pipeline_problem,
     tensor_parallel_problem,
 )
@@ -98,9 +99,11 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
 
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer"))
-    pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf))
-    cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), Path(str(mf.path)).name)
-    ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf))
+    hf = mf.is_hf_config  # transformers' own code: what a model file would change is not the user's to change
+    fix = (lambda dim: {"fix": hf_config_fix(dim)}) if hf else (lambda dim: {})
+    pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
+    cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), ref if hf else Path(str(mf.path)).name, **fix("cp"))
+    ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf), **fix("ep"))
     sharded = _sharded_params({**tp_modules, **outer_modules})
     params_of, active_of, sharded_of, expert_of = _params_by_part(model, container, run, blocks, parts, sharded)
     pre, post, block = [], [], None

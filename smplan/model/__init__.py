@@ -9,11 +9,12 @@ from .capabilities import (
            expert_bank_problem,
            expert_banks,
            find_expert_banks,
+           hf_config_fix,
            pipeline_problem,
            tensor_parallel_problem,
 )
 from .structure import Layout, find_layout
 
 __all__ = ["CP_HOOK", "ExpertBank", "Layout", "context_parallel_support_problem", "expert_bank_problem",
-           "expert_banks", "find_expert_banks", "find_layout", "pipeline_problem",
+           "expert_banks", "find_expert_banks", "find_layout", "hf_config_fix", "pipeline_problem",
            "tensor_parallel_problem"]

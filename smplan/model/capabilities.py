@@ -14,8 +14,14 @@ from torch import nn
 
 from .structure import Layout, cut_chunk
 
+# What a model file changes to allow each dimension (the tail of each reason below); a caller
+# whose model is not the user's own code (a Hugging Face config) passes its own.
+PIPELINE_FIX = "skip None layers in forward, as examples/gpt.py does, to allow pp"
+EXPERT_BANK_FIX = "give the bank examples/moe.py's Experts interface, or use ep=1"
+EXPERT_WEIGHTS_FIX = "batch the expert weights as examples/moe.py's Experts does, or use ep=1"
 
-def pipeline_problem(model: nn.Module, layout: Layout, inputs, call) -> str | None:
+
+def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = PIPELINE_FIX) -> str | None:
     """Why `model` cannot be cut into pipeline stages, or None.
 
     A pipeline stage holds some blocks and sets the others (and the embedding or head of
@@ -42,7 +48,7 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call) -> str | No
             err = err.__cause__ or err.__context__  # the model's own error, not our wrapper of it
         first_line = (str(err).strip().splitlines() or [""])[0][:100]
         return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
-                f"{first_line}); skip None layers in forward, as examples/gpt.py does, to allow pp")
+                f"{first_line}); {fix}")
     return None
 
 
@@ -68,12 +74,21 @@ def tensor_parallel_problem(styled: dict[str, nn.Module], hook: str = "tp_plan")
 CP_HOOK = "context_parallel"
 
 
-def context_parallel_support_problem(hook, name: str) -> str | None:
+def context_parallel_support_problem(hook, name: str, fix: str = "see examples/gpt.py") -> str | None:
     """Why the model file `name` cannot run context parallelism (its `hook`, or None), or None."""
     if hook is None:
         return (f"{name} defines no {CP_HOOK}(model, sequence) hook (attention must see the whole sequence's "
-                "K/V, masked by global position; see examples/gpt.py)")
+                f"K/V, masked by global position); {fix}")
     return None
+
+
+def hf_config_fix(dim: str) -> str:
+    """The end of a reason why an `hf:` config cannot run `dim`: the code that would change is
+    transformers', not the user's (pp and cp reasons get "; use pp=1" from their callers)."""
+    if dim == "ep":
+        return ("an hf: model runs transformers' code as it is, so use ep=1 (a model file of your own can batch "
+                "its experts: see examples/moe.py)")
+    return f"an hf: model runs transformers' code as it is (a model file of your own can allow {dim}: see examples/gpt.py)"
 
 
 @dataclass(frozen=True)
@@ -132,7 +147,7 @@ def expert_banks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(bank.name, bank.module) for bank in find_expert_banks(model)]
 
 
-def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:
+def expert_bank_problem(model: nn.Module, inputs, call, fix: str | None = None) -> str | None:
     """Why the expert banks of `model` cannot be split over expert-parallel ranks, or None
     (also None for a model without banks: feasibility.expert_parallel_problem says ep needs some).
 
@@ -149,7 +164,7 @@ def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:
             if p.dim() == 0 or p.shape[0] != bank.num_experts:
                 return (f"expert bank {name} holds {pname} of shape {tuple(p.shape)}, not num_experts="
                         f"{bank.num_experts} rows in dim 0 (one slice per expert), so it cannot be split over ep "
-                        "ranks; batch the expert weights as examples/moe.py's Experts does, or use ep=1")
+                        f"ranks; {fix or EXPERT_WEIGHTS_FIX}")
     if not banks:
         return None
     seen: dict[str, str | None] = {}
@@ -162,7 +177,7 @@ def expert_bank_problem(model: nn.Module, inputs, call) -> str | None:
             seen.setdefault(name, None if ok else (
                 f"expert bank {name}'s forward takes {_describe(args, kwargs)} and returns {_shape(output)}, "
                 f"not one [num_experts={mod.num_experts}, slots, hidden] buffer in and out, so its tokens cannot be "
-                "dispatched to ep ranks; give the bank examples/moe.py's Experts interface, or use ep=1"))
+                f"dispatched to ep ranks; {fix or EXPERT_BANK_FIX}"))
         return bank.register_forward_hook(hook, with_kwargs=True)
 
     handles = [check(name, bank) for name, bank in banks]

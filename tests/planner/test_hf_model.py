@@ -102,6 +102,23 @@ def test_mixtral_experts_counted(tmp_path):
         assert "tp" not in moe.unsupported and moe.has_tp_plan
 
 
+def test_qwen3_moe_keeps_the_tp_plan_entries_its_layers_have(tmp_path):
+    """Qwen3-MoE's base_model_tp_plan also names the dense MLP of its mlp_only_layers; a sparse
+    layer has none, and tp shards its attention alone (the experts stay replicated)."""
+    from smplan.planner.hf_model import tp_plan
+
+    ref = write_config(tmp_path / "qmoe", transformers.Qwen3MoeConfig, num_experts=4, num_experts_per_tok=2,
+                       moe_intermediate_size=16, head_dim=16)
+    p = profile_model(ref, cache=False)
+    assert p.params == _meta_params(ref) and "tp" not in p.unsupported and p.has_tp_plan
+    model = load_model_file(ref).build({}, device="meta")
+    assert sorted(tp_plan(model.model.layers[0])) == ["self_attn.k_proj", "self_attn.o_proj", "self_attn.q_proj",
+                                                      "self_attn.v_proj"]
+    # what a model file would change is transformers' code here: the reasons say use 1 instead
+    for dim in ("pp", "cp", "ep"):
+        assert "an hf: model runs transformers' code as it is" in p.unsupported[dim], p.unsupported[dim]
+
+
 def test_args_override_config_fields_and_seq_len(tiny):
     p = profile_model(tiny, {"num_hidden_layers": 3, "seq_len": 16}, cache=False)
     assert p.num_blocks == 3 and p.seq_len == 16 and p.params == _meta_params(tiny, {"num_hidden_layers": 3})
@@ -173,7 +190,7 @@ def test_plan_and_simulate_cli(tiny, tmp_path):
         assert sim.returncode == 0, sim.stderr
         assert json.loads(sim.stdout)["step_time_s"] > 0
     refused = _cli("plan", tiny, "--hw", "a100x8", "--fix", "pp=2")
-    assert refused.returncode == 2 and "skip None layers" in refused.stderr
+    assert refused.returncode == 2 and "an hf: model runs transformers' code as it is" in refused.stderr
 
 
 LLAMA3_8B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
