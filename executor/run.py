@@ -18,6 +18,7 @@ from smplan.model.structure import find_layout
 
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
+from .host_fit import available_host_bytes, this_machine_problem
 from .launch import launch_local, write_sbatch
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
@@ -163,6 +164,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     if opts.nnodes > 1 and opts.launcher == "local" and not opts.rdzv_endpoint:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
+    if opts.launcher == "local":  # Slurm's nodes are not this machine
+        _check_this_machine(nproc, opts.nnodes, checked.params)
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
@@ -230,6 +233,15 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         _refuse_a_changed_recipe(found, cfg, out)
     _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     return cfg
+
+
+def _check_this_machine(nproc: int, nnodes: int, params: int) -> None:
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
+    problem = this_machine_problem(nproc, nnodes, params, gpus, available_host_bytes())
+    if problem:
+        raise PlanMismatchError(problem)
 
 
 def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:
