@@ -44,7 +44,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Run directory: metrics.jsonl, ranks/, summary.json, tensorboard/ (default runs/execute-...); "
                    "an existing one is only continued from its checkpoint.")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the initial weights and the data; the same seed gives the same run for any layout.")
+              help="Seed of the initial weights and the synthetic data: the same seed and micro-batch size give the "
+                   "same run under any dp/tp/pp/cp/ep layout (the synthetic batches are drawn per micro-batch; "
+                   "--data reads the same tokens whatever the micro-batch).")
 @click.option("--lr", type=float, default=1e-3, show_default=True,
               help="AdamW peak learning rate (after warmup; the whole run's with --lr-schedule constant).")
 @click.option("--reference-batch", type=click.IntRange(min=1), default=None, metavar="N",
