@@ -90,6 +90,7 @@ def load_run(run_dir: str | Path) -> RunData:
         raise RunDirError(f"{path} is a file, not a run directory; pass the -o/--output folder of `smplan execute`")
     records, bad = read_jsonl(path / METRICS)
     skipped = [f"{METRICS}:{n}" for n in bad]
+    unreadable = len(bad)
     ranks: dict[int, list[dict]] = {}
     for rank, file in rank_files(path).items():
         rows, bad = read_jsonl(file)
@@ -101,7 +102,8 @@ def load_run(run_dir: str | Path) -> RunData:
         raise RunDirError(f"{path} holds no step: the run stopped before its first one ({stopped['reason']}: "
                           f"{stopped.get('detail', 'no detail recorded')})")
     if not records:
-        what = "an empty metrics.jsonl" if (path / METRICS).exists() else "no metrics.jsonl"
+        what = ("no metrics.jsonl" if not (path / METRICS).exists() else
+                f"{unreadable} unreadable line(s) in metrics.jsonl" if unreadable else "an empty metrics.jsonl")
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
                           "or pass the -o/--output folder of `smplan execute`")
     return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / RUN_CONFIG_FILE),

@@ -49,10 +49,10 @@ def render_status(status: dict) -> str:
     lines.append(line)
     mem = status["memory"]
     line = f"  memory GiB  {_memory_by_rank(mem['peak_gib_by_rank'])}"
-    if mem["predicted_peak_gib"]:
+    if mem["compared"] and mem["predicted_peak_gib"] is not None:
         line += f"   predicted peak {mem['predicted_peak_gib']:.2f}"
-        if not mem["compared"]:
-            line += " (CPU: process RSS, not compared)"
+    elif mem["source"] == "rss":  # the plan's GPU allocations are no prediction of a CPU process's RSS
+        line += "   (CPU: process RSS, which the plan's GPU memory does not predict)"
     lines.append(line)
     loss, norm = status["loss"], status["grad_norm"]
     lines.append(f"  loss        {loss['first']:.4f} -> {loss['last']:.4f}  {loss['sparkline']}")

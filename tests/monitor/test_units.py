@@ -151,7 +151,8 @@ def test_status_even_run_and_rss_not_compared(tmp_path):
     status = run_status(load_run(write_run(tmp_path / "r", memory_gib=5.0, memory_source="rss")))
     assert status["stragglers"] == [] and status["warnings"] == []
     assert status["memory"]["compared"] is False
-    assert "not compared" in render_status(status)
+    text = render_status(status)
+    assert "(CPU: process RSS, which the plan's GPU memory does not predict)" in text and "predicted peak" not in text
 
 
 def test_status_memory_above_prediction_on_gpu(tmp_path):
