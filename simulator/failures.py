@@ -272,6 +272,7 @@ class RunReport:
     young_interval_s: float
     daly_interval_s: float
     goodput_mean: float
+    goodput_std: float  # over the seeds (a few failures make it skewed: p10..p90 can miss the mean)
     goodput_p10: float
     goodput_p50: float
     goodput_p90: float
@@ -335,6 +336,7 @@ def analyse_run(
         young_interval_s=young,
         daly_interval_s=daly,
         goodput_mean=float(good.mean()),
+        goodput_std=float(np.std(good)),
         goodput_p10=float(np.percentile(good, 10)),
         goodput_p50=float(np.percentile(good, 50)),
         goodput_p90=float(np.percentile(good, 90)),

@@ -57,7 +57,9 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
 
 def goodput_chart(goodput: dict, path=None):
     """Goodput vs checkpoint interval (with Young/Daly) and vs GPU MTBF; bands are ±1 std over seeds."""
-    fig, (ax_i, ax_m) = new_figure("Goodput over the run", ncols=2, width=12)
+    seeds = goodput.get("seeds")  # Monte Carlo: with few seeds a point moves by its band's width
+    fig, (ax_i, ax_m) = new_figure(f"Goodput over the run ({seeds} simulated runs per point)" if seeds
+                                   else "Goodput over the run", ncols=2, width=12)
     for ax, series, xkey in (
         (ax_i, goodput["vs_interval"], "interval_min"),
         (ax_m, goodput["vs_mtbf"], "gpu_mtbf_hours"),

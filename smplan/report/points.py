@@ -40,7 +40,7 @@ Schema (version 1; all times in seconds unless the key names another unit)::
           "ideal_days": float,       # without failures or checkpoints
           "days": float,             # mean over seeds, with failures
           "usd": float,              # GPU-hours x price for "days"
-          "goodput": float, "goodput_std": float, # mean over seeds; std from p10..p90
+          "goodput": float, "goodput_std": float, # mean and std over seeds
           "goodput_p10": float, "goodput_p90": float,
           "checkpoint_interval_min": float,       # the simulated best, or the one given
           "checkpoint_save_s": float, "young_daly_min": float, "job_mtbf_hours": float,
@@ -58,7 +58,8 @@ Schema (version 1; all times in seconds unless the key names another unit)::
         "goodput": null | {"point": int, "young_daly_min": float,
                            "chosen_interval_min": float,
                            "vs_interval": {"interval_min": [..], "goodput": [..], "goodput_std": [..]},
-                           "vs_mtbf": {"gpu_mtbf_hours": [..], "goodput": [..], "goodput_std": [..]}},
+                           "vs_mtbf": {"gpu_mtbf_hours": [..], "goodput": [..], "goodput_std": [..]},
+                           "seeds": int},  # simulated runs per point
         "sensitivity": null | {"point": int, "delta": float, "base_step_time_s": float,
                                "items": [{"key": str, "low_step_time_s": float,
                                           "high_step_time_s": float}]}

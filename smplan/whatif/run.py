@@ -68,7 +68,7 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
         "days": wall_s / 86400.0,
         "usd": wall_s / 3600.0 * plan.world_size * cluster.cost.usd_per_gpu_hour,
         "goodput": report.goodput_mean,
-        "goodput_std": _std(report),
+        "goodput_std": report.goodput_std,
         "goodput_p10": report.goodput_p10,
         "goodput_p90": report.goodput_p90,
         "checkpoint_interval_min": report.interval_s / 60.0,
@@ -78,11 +78,6 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
         "failures": report.failures_mean,
         "seeds": q.seeds,
     }
-
-
-def _std(report) -> float:
-    # RunReport gives percentiles; for a normal spread p90 - p10 = 2.563 std.
-    return (report.goodput_p90 - report.goodput_p10) / 2.563
 
 
 def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> dict:
@@ -107,4 +102,4 @@ def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> di
         vs_mtbf["goodput"].append(float(res.goodput[0].mean()))
         vs_mtbf["goodput_std"].append(float(res.goodput[0].std()))
     return {"point": point["id"], "young_daly_min": yd_min, "chosen_interval_min": chosen_min,
-            "vs_interval": vs_interval, "vs_mtbf": vs_mtbf}
+            "vs_interval": vs_interval, "vs_mtbf": vs_mtbf, "seeds": q.seeds}

@@ -46,6 +46,19 @@ def test_job_mtbf_scales_with_gpus_and_failures_are_counted():
     assert report.wall_p10_s <= report.wall_p50_s <= report.wall_p90_s
 
 
+def test_goodput_std_is_over_the_seeds_even_when_few_fail():
+    """A run that fails in a few seeds only: p10..p90 are the failure-free value and miss the
+    mean; the std is the seeds' own, not one read off those percentiles."""
+    spec = RunSpec(work_s=0.7 * 86400, num_gpus=16, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=10.0)
+    report = analyse_run(spec, seeds=200)
+    assert 0 < report.failures_mean < 0.2
+    assert report.goodput_p10 == report.goodput_p90 > report.goodput_mean
+    # a few seeds lose d: the mean sits f*d below the failure-free value, within one std (d*sqrt(f(1-f)), f < 1/2)
+    assert 0 < report.goodput_p50 - report.goodput_mean < report.goodput_std
+    sure = analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": 1e12}), seeds=20)
+    assert sure.goodput_std == 0.0 and sure.failures_mean == 0
+
+
 def test_sixteen_thousand_gpus_thirty_days_is_fast():
     spec = RunSpec(work_s=30 * 86400, num_gpus=16384, gpu_mtbf_hours=50000, restart_s=15 * MIN,
                    checkpoint_s=5 * MIN)
