@@ -149,10 +149,15 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         return
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
-        _echo_summary(result.summary)
+        _echo_summary(result.summary, plan)
 
 
-def _echo_summary(summary: dict) -> None:
+# Past this factor either way a measured step is worth calibrating for (a cost model fitted
+# elsewhere: the bundled profiles' factors are fitted on published GPU clusters).
+CALIBRATE_HINT_RATIO = 1.5
+
+
+def _echo_summary(summary: dict, plan) -> None:
     measured, predicted = summary["measured"], summary.get("predicted")
     ratio = summary.get("ratio_measured_over_predicted") or {}
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
@@ -168,6 +173,11 @@ def _echo_summary(summary: dict) -> None:
         click.echo(f"  (ran in {summary['compute_dtype']}: the plan's {planned} applies on a GPU)")
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
+    off = ratio.get("step_time_s")
+    if off is not None and not 1 / CALIBRATE_HINT_RATIO <= off <= CALIBRATE_HINT_RATIO:
+        click.echo(f"  note: the step took {off:.2f}x its prediction on this machine; `smplan calibrate {plan.model} "
+                   f"--hw {plan.hw} -o cal.toml` fits the profile's efficiency and host-time factors to runs here, "
+                   "and `smplan plan --hw cal.toml` then predicts with them")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")
     if "final_val_loss" in measured:
         click.echo(f"  final val loss {measured['final_val_loss']:.6f}")

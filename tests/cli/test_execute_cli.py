@@ -202,3 +202,19 @@ def test_expert_bank_that_cannot_be_split_is_refused_with_the_planners_reason(cl
     assert "ep=2: expert bank blocks.0.bank holds experts.0.weight of shape (8, 8)" in lines[0]
     profiled = cli_runner.invoke(cli, ["plan", LISTED, "--hw", "h100x8", "--nodes", "1", "--fix", "ep=2"])
     assert profiled.exit_code == 2 and "expert bank blocks.0.bank holds experts.0.weight" in profiled.output
+
+
+@pytest.mark.parametrize("ratio, noted", [(1.2, False), (0.8, False), (3.6, True), (0.5, True)])
+def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, ratio, noted):
+    from smplan.planner.plan import Plan
+
+    from smplan.cli.execute import _echo_summary
+
+    summary = {"measured": {"step_time_s": 0.05 * ratio, "tokens_per_s": 1.0, "peak_memory_gib": 0.3,
+                            "final_loss": 4.0},
+               "predicted": {"step_time_s": 0.05, "tokens_per_s": 1.0, "peak_memory_gib": 2.0},
+               "ratio_measured_over_predicted": {"step_time_s": ratio}, "plan": {"dtype": "fp32"}}
+    _echo_summary(summary, Plan(model="examples/gpt.py:tiny", hw="myhw.toml", nodes=1))
+    out = capsys.readouterr().out
+    assert (f"the step took {ratio:.2f}x its prediction on this machine; `smplan calibrate examples/gpt.py:tiny "
+            "--hw myhw.toml -o cal.toml`" in out) is noted
