@@ -96,6 +96,10 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
         if model or model_args:
             plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
         return plan, load_model_file(plan.model)
+    if not model and "=" not in plan_arg:  # a model where the plan goes: `smplan execute examples/gpt.py:tiny`
+        raise PlanMismatchError(
+            f"{plan_arg!r} is not a plan: give a plan file (smplan plan {plan_arg} --hw NAME -o plan.json), or inline "
+            f'plan keys with the model as --model, e.g. smplan execute "dp=2,mbs=1,gbs=8" --model {plan_arg}')
     if not model:
         raise PlanMismatchError(f"an inline plan ({plan_arg!r}) needs --model FILE.py[:builder]")
     model_file = load_model_file(model)

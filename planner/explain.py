@@ -36,7 +36,8 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
         if shape in seen:
             continue
         seen.add(shape)
-        over = f"{amount / GIB:.1f} GiB" if amount >= 0.05 * GIB else f"{amount / 2**20:.0f} MiB"
+        over = (f"{amount / GIB:.1f} GiB" if amount >= 0.05 * GIB else f"{amount / 2**20:.0f} MiB" if amount >= 2**20
+                else "less than 1 MiB")
         lines.append(f"{cand.describe()}: out of memory by {over} per GPU")
         if len(seen) >= limit:
             break

@@ -122,7 +122,12 @@ class ModelFile:
         except TypeError as err:
             raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) failed: {first_line(err)}; check the --arg values") from None
         except (ValueError, AssertionError) as err:
-            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) rejected its arguments: {first_line(err)}") from None
+            if args:
+                raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) rejected its arguments: "
+                                     f"{first_line(err)}") from None
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            raise ModelFileError(f"{self.path}: {self.builder_name}() raised {type(err).__name__}: {first_line(err)} "
+                                 f"(line {where.lineno} of {Path(where.filename).name})") from None
         except Exception as err:  # noqa: BLE001 - any crash in user code becomes one line
             where = traceback.extract_tb(err.__traceback__)[-1]
             raise ModelFileError(
@@ -179,6 +184,21 @@ def split_ref(ref: str, base: Path | None = None) -> tuple[Path, str]:
         return Path(left), right or "model"
     path, _, builder = ref.partition(":") if ref.count(":") == 1 and not there(ref).exists() else (ref, "", "")
     return Path(path), builder or "model"
+
+
+def not_a_model_problem(ref: str) -> str | None:
+    """Why `ref`, which is no plan file, is not a model either (an existing file that is not
+    Python, a folder without config.json), or None: a command taking PLAN.json|MODEL says so
+    instead of asking for a model's --hw."""
+    from .hf_model import is_hf_ref
+
+    if is_hf_ref(ref):
+        return None
+    path = split_ref(ref)[0]
+    if path.is_dir() or (path.is_file() and path.suffix != ".py"):
+        return (f"{ref!r} is neither a plan file (.json, from smplan plan -o) nor a model (FILE.py[:builder], "
+                "or hf:DIR for a Hugging Face config folder)")
+    return None
 
 
 def _callable_without_arguments(fn) -> bool:

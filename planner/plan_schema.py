@@ -202,7 +202,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
 
     p = _Problems()
     if not isinstance(data, dict):
-        p.add("the plan", data, "one JSON object; make one with `smplan plan -o plan.json`")
+        p.add("the plan", data, "one JSON object")
         raise _error(source, p)
     fields = [f.name for f in dataclasses.fields(Plan)]
     _unknown(p, "", data, fields + list(DERIVED))

@@ -13,6 +13,7 @@ from smplan.hwprofiles import (
 )
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
+from smplan.planner.model_file import not_a_model_problem
 from smplan.planner.plan import idle_nodes_problem, is_plan_file_name
 
 
@@ -56,6 +57,9 @@ def resolve_target(
                             "sizes (smplan whatif --vary nodes=...)")
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
         return plan, profile, cluster
+    not_a_model = not_a_model_problem(target)
+    if not_a_model:
+        raise PlanError(not_a_model)
     if not hw:
         raise PlanError(f"{target!r} is not a plan file, so it is a model: give --hw NAME (smplan hw list) and --plan")
     if not plan_text:

@@ -166,8 +166,9 @@ def _value(key: str, kind: str, text: str):
 def grid(varies: list[Vary]) -> list[PointSpec]:
     """The cartesian product of the --vary items, first item slowest."""
     keys = [v.key for v in varies]
-    if len(set(keys)) != len(keys):
-        raise VaryError("a --vary key is given twice; list all its values in one --vary KEY=V1,V2")
+    twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if twice is not None:
+        raise VaryError(f"--vary {twice} is given twice; list all its values in one --vary {twice}=V1,V2")
     total = 1
     for v in varies:
         total *= len(v.values)

@@ -398,3 +398,28 @@ def test_a_forward_that_does_not_take_the_batch_says_how_inputs_arrive(cli_runne
     assert result.exit_code == 2
     line = [x for x in result.output.splitlines() if x.startswith("error:")][0]
     assert "unexpected keyword argument 'x'" in line and "forward(**inputs) for a dict" in line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["simulate", "hwprofiles/profiles/a100x8.toml"], "is neither a plan file (.json, from smplan plan -o) nor a model"),
+    (["simulate", "examples"], "is neither a plan file"),
+    (["execute", TINY], "'examples/gpt.py:tiny' is not a plan: give a plan file (smplan plan examples/gpt.py:tiny"),
+    (["whatif", TINY, "--hw", "a100x8", "--vary", "nodes=1,2", "--vary", "nodes=4"],
+     "--vary nodes is given twice; list all its values in one --vary nodes=V1,V2"),
+])
+def test_a_target_of_the_wrong_kind_is_named_as_such(cli_runner, tmp_path, args, says):
+    result = cli_runner.invoke(cli, [*args, *(["-o", str(tmp_path / "w")] if args[0] == "whatif" else [])])
+    assert result.exit_code == 2 and says in _error_line(result)
+
+
+def test_a_builder_raising_without_arguments_is_not_said_to_reject_them(cli_runner, tmp_path):
+    model = tmp_path / "boom.py"
+    model.write_text("def model():\n    raise ValueError('boom')\n")
+    line = _error_line(cli_runner.invoke(cli, ["profile", str(model)]))
+    assert "model() raised ValueError: boom (line 2 of boom.py)" in line and "arguments" not in line
+
+
+def test_monitor_names_unreadable_metrics(cli_runner, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("garbage\n")
+    line = _error_line(cli_runner.invoke(cli, ["monitor", str(tmp_path)]))
+    assert "holds no step yet (1 unreadable line(s) in metrics.jsonl)" in line
