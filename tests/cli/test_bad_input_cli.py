@@ -423,3 +423,20 @@ def test_monitor_names_unreadable_metrics(cli_runner, tmp_path):
     (tmp_path / "metrics.jsonl").write_text("garbage\n")
     line = _error_line(cli_runner.invoke(cli, ["monitor", str(tmp_path)]))
     assert "holds no step yet (1 unreadable line(s) in metrics.jsonl)" in line
+
+
+def test_a_plan_file_whose_degrees_leave_its_nodes_idle_is_refused(cli_runner, tmp_path):
+    import json
+
+    plan = tmp_path / "plan.json"
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "2", "--fix", "tp=1,pp=1,cp=1",
+                                   "--global-batch", "16", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    assert cli_runner.invoke(cli, ["simulate", str(plan)]).exit_code == 0  # the planner's own file fills them
+    data = json.loads(plan.read_text())
+    data.update(dp=8, global_batch=8)  # hand-edited: one node's worth on the two nodes it names
+    data.pop("num_microbatches", None)
+    plan.write_text(json.dumps(data))
+    for command in (["simulate", str(plan)], ["reliability", str(plan), "--days", "1"]):
+        line = _error_line(cli_runner.invoke(cli, command))
+        assert "lays out 8 GPUs (1 node of 8); 2 nodes would leave the rest idle: set its nodes" in line, line
