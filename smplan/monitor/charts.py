@@ -60,7 +60,7 @@ def memory_chart(run: RunData, path=None):
     order = sorted(run.ranks)
     peaks = [max(r["peak_memory_gib"] for r in run.ranks[rank]) for rank in order]
     source = run.ranks[order[0]][-1].get("peak_memory_source", "rss")
-    what = "process RSS (CPU)" if source == "rss" else "CUDA allocator peak"
+    what = "process RSS on CPU" if source == "rss" else "CUDA allocator peak"
     fig, ax = new_figure(f"Peak memory per rank ({what})", width=max(6, 0.6 * len(order) + 4), height=4.5)
     ax.bar([str(r) for r in order], peaks, color=color("weights"), gid="peak")
     predicted = run.predicted_allocated_gib if source == "cuda_allocator" else None  # RSS: not comparable

@@ -23,8 +23,9 @@ CAPTIONS = {
     "loss": "Training loss and the global gradient norm (before clipping) at every step.",
     "step_time": "Wall-clock time of each optimizer step, each rank's own time (the step less its "
                  "wait for the slowest rank at the step-end synchronisation), and the plan's prediction.",
-    "memory": "Peak memory of every rank; the dashed line is the plan's predicted peak. On CPU this "
-              "is process RSS, which includes the interpreter and libraries.",
+    "memory": "Peak memory of every rank. On a GPU the dashed line is the plan's predicted peak (what the "
+              "allocator hands out); on CPU the bars are process RSS, which includes the interpreter and "
+              "libraries and is not held against the plan.",
     "grad_norms": "Gradient 2-norm of every repeated block at the steps it was recorded "
                   "(--grad-norms-every), on a log colour scale: vanishing or exploding layers stand out.",
 }

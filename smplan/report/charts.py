@@ -31,7 +31,8 @@ def scaling_chart(points: list[dict], path=None):
         c = color("", i)
         ax_rate.plot(gpus, rate, marker="o", color=c, label=name)
         ideal = [rate[0] * g / gpus[0] for g in gpus]
-        ax_rate.plot(gpus, ideal, linestyle=":", color=c, alpha=0.6, gid="ideal")
+        # drawn over the data (zorder): a group that scales linearly would otherwise hide it
+        ax_rate.plot(gpus, ideal, linestyle=":", color="black", linewidth=1.5, alpha=0.7, zorder=3, gid="ideal")
         ax_eff.plot(gpus, eff, marker="o", color=c, label=name)
     ax_eff.axhline(1.0, color="black", linestyle=":", linewidth=1, gid="ideal")
     for ax in (ax_rate, ax_eff):
@@ -40,7 +41,8 @@ def scaling_chart(points: list[dict], path=None):
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("GPUs")
         ax.legend(title="dotted: linear scaling" if ax is ax_rate else None, fontsize=9)
-    ax_rate.set_title("training throughput")
+    ax_rate.set_title("training throughput (log-log: linear scaling is a straight line)")
+    ax_rate.set_yscale("log")  # with the log GPU axis, as scaling plots are read: equal ratios, equal steps
     ax_rate.set_ylabel("tokens per second")
     ax_rate.yaxis.set_major_formatter(EngFormatter(unit="tok/s"))
     ax_eff.set_title("per-GPU throughput vs the fewest-GPU point")

@@ -49,6 +49,10 @@ def test_scaling_series_equal_points(saved):
         assert rate[name][1] == approx([p["figures"]["tokens_per_s"] for p in members])
         assert eff[name][1] == approx([p["scaling_efficiency"] for p in members])
     assert line_by_gid(ax_eff, "ideal").get_ydata()[0] == 1.0
+    # log-log, the linear-scaling line over the data so that a group on it does not hide it
+    assert ax_rate.get_xscale() == ax_rate.get_yscale() == "log"
+    ideal = line_by_gid(ax_rate, "ideal")
+    assert all(ideal.get_zorder() > line.get_zorder() for line in ax_rate.get_lines() if line.get_gid() != "ideal")
 
 
 def test_frontier_series_equal_points(saved):
