@@ -51,6 +51,23 @@ def exception_tail(text: str, max_lines: int = 10) -> list[str]:
     return (frames[-keep:] if keep > 0 else []) + message
 
 
+# What a worker prints when a collective failed because another rank died first (executor/worker.py).
+LOST_PEER_LINE = "another rank left the process group"
+
+
+def root_failure(failures: dict, log_of) -> tuple[int, object]:
+    """(global rank, failure) to report out of the agent's `failures` (rank -> ProcessFailure):
+    the earliest of those that did not merely lose a peer (`log_of(failure)`: its stderr log or
+    None). A rank whose peer died can exit before the agent sees the dead one, so the earliest
+    failure alone may be the bystander."""
+    def lost_a_peer(failure) -> bool:
+        log = log_of(failure)
+        return log is not None and LOST_PEER_LINE in log.read_text(errors="replace")
+
+    ranked = sorted(failures.items(), key=lambda item: item[1].timestamp)
+    return next((item for item in ranked if not lost_a_peer(item[1])), ranked[0])
+
+
 def _how(rank: int, exitcode: int) -> str:
     return f"rank {rank} " + (f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}")
 
@@ -67,5 +84,7 @@ def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, 
     if log is None:
         return f"{head}; logs under {logs_root}"
     tail = exception_tail(log.read_text(errors="replace"), max_lines)
+    if not tail:  # a signal (SIGKILL: out of memory, a scheduler) leaves no exception: one line
+        return f"{head}; full log of rank {rank}: {log}"
     body = "".join(f"\n  | {line}" for line in tail)
     return f"{head}:{body}\nfull log of rank {rank}: {log}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 import sys
@@ -10,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from .config import RunConfig
-from .failure import failure_line, failure_report, stderr_log
+from .failure import failure_line, failure_report, root_failure, stderr_log
 from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
 
 
@@ -66,6 +67,20 @@ def _quiet_agent_on_interrupt():
         logging.disable(logging.NOTSET)
 
 
+@contextlib.contextmanager
+def _agent_log_level(level: int):
+    """The elastic agent's own records ("Sending process N closing signal SIGTERM", "failed
+    (exitcode: -9) local_rank: 1 ...") at `level` while it runs: the launcher reports a failure in
+    its own words (failure_report) and keeps every worker's log under RUN_DIR/elastic."""
+    agent = logging.getLogger("torch.distributed.elastic")
+    previous = agent.level
+    agent.setLevel(level)
+    try:
+        yield
+    finally:
+        agent.setLevel(previous)
+
+
 def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
                  max_restarts: int = 0, run_id: str | None = None, shutdown_timeout_s: int = 5) -> Path:
     """Run `cfg` under torch.distributed's elastic agent (what `torchrun` does).
@@ -111,7 +126,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     }
     try:
-        with _worker_env(env), _quiet_agent_on_interrupt():
+        with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL):
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except KeyboardInterrupt:
         mark_stopped(out, "interrupted", "stopped with Ctrl-C; the same `smplan execute` command resumes it "
@@ -123,8 +138,11 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
                                          "its newest checkpoint")
         raise LaunchError(f"stopped by {name}; run directory kept at {out}") from None
     except ChildFailedError as err:
-        rank, first = err.get_first_failure()
-        log = stderr_log(out / ELASTIC_DIR, launch.run_id, first.local_rank, first.error_file)
+        def log_of(failure):
+            return stderr_log(out / ELASTIC_DIR, launch.run_id, failure.local_rank, failure.error_file)
+
+        rank, first = root_failure(err.failures, log_of)
+        log = log_of(first)
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
         mark_stopped(out, "failed", failure_line(rank, first.exitcode, log))
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}") from None

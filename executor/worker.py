@@ -9,6 +9,7 @@ import time
 
 from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
+from .failure import LOST_PEER_LINE
 from .train import Trainer
 
 
@@ -36,6 +37,24 @@ def leave_at_once(code: int = 0) -> None:
     os._exit(code)
 
 
+# How gloo and NCCL report a peer that is gone (torch 2.x: gloo's tcp pair.cc, ProcessGroupNCCL).
+LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "NCCL communicator was aborted",
+             "remote process exited or there was a network error")
+
+
+# Seconds a rank that lost its peer waits before exiting (the agent polls every 0.1 s).
+LOST_PEER_GRACE_S = 5.0
+
+
+def lost_peer(err: BaseException) -> bool:
+    """Whether `err` is a collective failing because another rank died, not this rank's own fault."""
+    return any(text in str(err) for text in LOST_PEER)
+
+
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -47,6 +66,18 @@ def main(argv: list[str] | None = None) -> None:
     except ONE_LINE_ERRORS as err:  # the launcher shows a failed worker's last lines: make it this one
         trainer.close()
         print(f"error: {err}", file=sys.stderr, flush=True)
+        leave_at_once(1)
+    except RuntimeError as err:
+        if not lost_peer(err):
+            trainer.close()
+            raise
+        # another rank stopped first (the agent reports that one); this rank's traceback says nothing
+        rank = os.environ.get("RANK", "?")
+        print(f"error: rank {rank} stopped: {LOST_PEER_LINE} ({first_line(err)})",
+              file=sys.stderr, flush=True)
+        # the failed rank may still be unwinding its exception: exiting first would make the agent
+        # stop it (SIGTERM) and report this rank; it stops this one as soon as that one has exited
+        time.sleep(LOST_PEER_GRACE_S)
         leave_at_once(1)
     except BaseException:
         trainer.close()

@@ -16,6 +16,7 @@ from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 
 from .checks import check_can_write
+from .main import RunFailed
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 
 
@@ -136,7 +137,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             result = run_plan(plan, model_file, opts, progress=lambda line: click.echo(line, err=True))
     except LaunchError as err:
-        raise click.ClickException(str(err)) from None
+        raise RunFailed(str(err)) from None
     if result.sbatch is not None:
         if as_json:
             echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir)})

@@ -115,6 +115,16 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
+class RunFailed(click.ClickException):
+    """A run that started and failed (a rank's exception, a signal): "error: ..." as every other
+    error line, exit code 1 (not a wrong input's 2); its message may go on with the rank's lines."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
 class Interrupted(click.ClickException):
     """Ctrl-C: one line on stderr and exit code 130 (128 + SIGINT, as a shell reports it)."""
 

@@ -80,6 +80,17 @@ def test_failure_report_names_the_log(tmp_path):
     assert text.startswith("rank 1 exited with code 1:")
     assert "ValueError: boom at step 2" in text and f"full log of rank 1: {log}" in text
     assert failure_report(3, -9, None, tmp_path) == f"rank 3 killed by signal 9; logs under {tmp_path}"
+    quiet = tmp_path / "quiet.log"
+    quiet.write_text("\n")  # SIGKILL: nothing written
+    assert failure_report(2, -9, quiet, tmp_path) == f"rank 2 killed by signal 9; full log of rank 2: {quiet}"
+
+
+def test_a_rank_that_lost_its_peer_is_told_apart():
+    from smplan.executor.worker import lost_peer
+
+    assert lost_peer(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:52451. ..."))
+    assert lost_peer(RuntimeError("Read error [127.0.0.1]:22681: Connection reset by peer."))
+    assert not lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 16x8)"))
 
 
 def test_execute_prints_the_failing_ranks_exception(tmp_path):

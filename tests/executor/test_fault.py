@@ -32,7 +32,11 @@ def test_sigkill_restart_resumes_bit_identical(tmp_path):
 def test_failure_without_restarts_exits_cleanly(tmp_path):
     result = run_execute(PLAN, tmp_path, "--steps", "3", "--fail-at-step", "2", timeout=90)
     assert result.returncode == 1
-    assert "training failed after 0 restart(s)" in result.stdout
+    assert "error: training failed after 0 restart(s): rank 1 killed by signal 9; full log of rank 1:" in result.stdout
+    # rank 0 lost its peer: one line, not the traceback of a collective; the agent's own records stay quiet
+    assert "Traceback" not in result.stdout and "closing signal" not in result.stdout, result.stdout
+    assert "error: rank 0 stopped: another rank left the process group" in result.stdout or \
+        "rank 0" not in result.stdout.split("training failed")[0], result.stdout
     stopped = json.loads((tmp_path / "stopped.json").read_text())  # what `monitor --follow` stops on
     assert stopped["reason"] == "failed" and stopped["detail"].startswith("rank 1 killed by signal 9")
 
