@@ -25,7 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import checkpoint
-from .metrics import CHECKPOINTS_DIR, RUN_CONFIG_FILE, RUN_ENTRIES
+from .metrics import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE
+
+# Files `execute` writes at the top of a run directory and nothing else does under these names
+# (a folder merely holding a `checkpoints` or `ranks` subfolder is no run).
+RUN_FILES = (RUN_CONFIG_FILE, METRICS_FILE, SUMMARY_FILE)
 
 MODEL_KEY = "model."  # train_state's {"model": ..., "optim": ...}, flattened by DCP
 SINGLE_FILE = "model.safetensors"
@@ -166,12 +170,15 @@ def shard_file(k: int, n: int) -> str:
     return SINGLE_FILE if n == 1 else f"model-{k:05d}-of-{n:05d}.safetensors"  # transformers' pattern
 
 
-def check_out_dir(out_dir: Path, force: bool) -> None:
+def check_out_dir(out_dir: Path, force: bool, run_dir: Path | None = None) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} is a file; pass a folder as OUT_DIR")
-    runs = [name for name in RUN_ENTRIES if (out_dir / name).exists()] if out_dir.is_dir() else []
+    runs = [name for name in RUN_FILES if (out_dir / name).is_file()] if out_dir.is_dir() else []
     if runs:  # --force replaces safetensors files and config.json: not in a run's own folder
         raise ExportError(f"{out_dir} holds a run ({', '.join(runs)}); export into a new folder, e.g. {out_dir}/hf")
+    if run_dir is not None and out_dir.resolve().is_relative_to((run_dir / CHECKPOINTS_DIR).resolve()):
+        raise ExportError(f"{out_dir} is inside the run's {CHECKPOINTS_DIR}/, which its resumes read; export into "
+                          "a folder outside it")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise ExportError(f"{out_dir} is not empty; pass --force to write into it, or choose another OUT_DIR")
     if not out_dir.parent.is_dir():
@@ -205,7 +212,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
         raise ExportError(f"--max-shard-gib must be positive, got {max_shard_gib}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     step, path = pick_checkpoint(run_dir, step)
-    check_out_dir(out_dir, force)
+    check_out_dir(out_dir, force, run_dir)
     try:  # the `hf` extra: the folder is transformers' layout, written with its own tools
         import transformers  # noqa: F401
         from safetensors.torch import save_file

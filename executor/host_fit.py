@@ -2,42 +2,61 @@
 
 A plan made for a GPU cluster (`smplan plan ... --hw h100x8 --nodes 2`) names its world size;
 `execute` starts that many processes here. On GPUs each process needs a device of its own
-(torch.cuda.set_device(LOCAL_RANK)); on CPU every process trains at fp32 in host memory. A
-run that cannot start should be one line before launch, not an out-of-memory kill of rank 9.
+(torch.cuda.set_device(LOCAL_RANK)); on CPU every process trains in host memory. A run that
+cannot start should be one line before launch, not an out-of-memory kill of rank 9.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-# AdamW at fp32 keeps, per parameter, its weight, its gradient and two moments: 4 x 4 bytes
-# (Kingma & Ba 2015; torch.optim.AdamW's exp_avg and exp_avg_sq). However the plan shards them,
-# the run holds each at least once: a lower bound on host memory, activations not counted.
-FP32_ADAMW_BYTES_PER_PARAM = 16
+# AdamW keeps, per parameter, its weight, its gradient and two moments, each in the parameter's
+# dtype (torch.optim.AdamW's exp_avg and exp_avg_sq are zeros_like(param); Kingma & Ba 2015):
+# 4 x the parameter bytes. However the plan shards them, the run holds each at least once: a
+# lower bound on host memory, activations not counted.
+ADAMW_COPIES_PER_PARAM = 4
 GIB = 2**30
+# cgroup v2's limit and usage of this process's group (a container, a Slurm job's cgroup):
+# MemAvailable is the machine's, and the kernel kills the group at its own limit.
+CGROUP = Path("/sys/fs/cgroup")
 
 
-def available_host_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (Linux: what new processes can take without swapping), else
-    the free physical pages; None when neither can be read (then nothing is checked)."""
+def available_host_bytes(cgroup: Path = CGROUP) -> int | None:
+    """What new processes can take without swapping: MemAvailable of /proc/meminfo (Linux), else
+    the free physical pages, capped by the cgroup's memory.max less its memory.current; None
+    when nothing can be read (then nothing is checked)."""
+    machine = None
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # kB
+                    machine = int(line.split()[1]) * 1024  # kB
+                    break
     except (OSError, ValueError, IndexError):
         pass
+    if machine is None:
+        try:
+            machine = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            machine = None
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+        limit = (cgroup / "memory.max").read_text().strip()
+        used = int((cgroup / "memory.current").read_text().strip())
+        if limit != "max":
+            group = max(0, int(limit) - used)
+            return group if machine is None else min(machine, group)
+    except (OSError, ValueError):
+        pass
+    return machine
 
 
-def this_machine_problem(local_processes: int, nnodes: int, params: int, gpus: int | None,
+def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gpus: int | None,
                          available_bytes: int | None) -> str | None:
     """Why `local_processes` processes of a run over `nnodes` nodes cannot start here, or None.
 
-    `gpus`: this machine's CUDA devices (None: no CUDA, the processes train on CPU).
+    `param_bytes`: the model's parameters in their dtype; `gpus`: this machine's CUDA devices
+    (None: no CUDA, the processes train on CPU).
     """
     if gpus is not None:
         if local_processes > gpus:
@@ -45,12 +64,13 @@ def this_machine_problem(local_processes: int, nnodes: int, params: int, gpus: i
                     f"run it on the nodes it was planned for (--launcher slurm, or --nnodes N --nproc-per-node "
                     f"{gpus} on each), or plan for {gpus} GPUs")
         return None
-    if available_bytes is None or params <= 0:
+    if available_bytes is None or param_bytes <= 0:
         return None
-    need = FP32_ADAMW_BYTES_PER_PARAM * params / nnodes
+    need = ADAMW_COPIES_PER_PARAM * param_bytes / nnodes
     if need <= available_bytes:
         return None
-    return (f"on CPU this run needs at least {need / GIB:.1f} GiB of host memory here ({params:,} parameters at "
-            f"fp32 with AdamW, 16 bytes each, held at least once{' across ' + str(nnodes) + ' nodes' if nnodes > 1 else ''}), "
-            f"but this machine has {available_bytes / GIB:.1f} GiB available; run it on the GPUs it was planned for "
-            "(--launcher slurm), or plan a smaller model here")
+    across = f" across {nnodes} nodes" if nnodes > 1 else ""
+    return (f"on CPU this run needs at least {need / GIB:.1f} GiB of host memory here (the model's "
+            f"{param_bytes / GIB:.1f} GiB of parameters, with their gradients and AdamW's two moments, held at "
+            f"least once{across}), but this machine has {available_bytes / GIB:.1f} GiB available; run it on "
+            "the GPUs it was planned for, or plan a smaller model here")

@@ -163,7 +163,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
     summary = {
         "steps": len(records),
         "device": device,
-        "compute_dtype": dtype,  # CPU runs are fp32 whatever the plan says
+        "compute_dtype": dtype,  # CPU runs compute in the parameters' dtype (fp32 unless built in bf16)
         "plan": {k: plan[k] for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
                                       "virtual_stages", "zero", "sequence_parallel", "recompute", "dtype",
                                       "fp8_scaling", "capacity_factor", "grad_compress") if k in plan},

@@ -169,7 +169,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     if opts.launcher == "local":  # Slurm's nodes are not this machine
-        _check_this_machine(nproc, opts.nnodes, checked.params)
+        _check_this_machine(nproc, opts.nnodes, checked.param_bytes)
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
@@ -239,11 +239,11 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     return cfg
 
 
-def _check_this_machine(nproc: int, nnodes: int, params: int) -> None:
+def _check_this_machine(nproc: int, nnodes: int, param_bytes: int) -> None:
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
-    problem = this_machine_problem(nproc, nnodes, params, gpus, available_host_bytes())
+    problem = this_machine_problem(nproc, nnodes, param_bytes, gpus, available_host_bytes())
     if problem:
         raise PlanMismatchError(problem)
 

@@ -23,6 +23,7 @@ from .expert_parallel import reduce_expert_grads
 from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
 from .metrics import (
+    ELASTIC_DIR,
     TENSORBOARD_DIR,
     MetricsWriter,
     peak_memory_gib,
@@ -83,9 +84,12 @@ class Trainer:
         amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16")
         dtype = torch.bfloat16 if self.plan.dtype == "bf16" else torch.float16
         self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
-        self.compute_dtype = self.plan.dtype if amp else "fp32"
         self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn,
                                        sequence=self.sequence)
+        # without autocast the parameters' own dtype computes: fp32 from a model file, an hf:
+        # config's torch_dtype (bf16) as built
+        built = next((p.dtype for p in self.parts.parameters() if p.is_floating_point()), torch.float32)
+        self.compute_dtype = self.plan.dtype if amp else {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(built, "fp32")
         # A vocab-parallel head hands the loss sharded logits (a DTensor): cross-entropy
         # and its backward then reduce over the tp ranks instead of gathering the vocabulary.
         self.loss_context = _loss_parallel if self.parts.loss_parallel else contextlib.nullcontext
@@ -325,6 +329,11 @@ class Trainer:
         return TensorBoardLog(os.path.join(self.cfg.out_dir, TENSORBOARD_DIR), predicted, resume_step=start)
 
     def run(self) -> None:
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)  # set by the elastic agent
+        if restart:  # the agent's own records are quiet (launch.py): say that the group restarted, and where to look
+            self._say(f"restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}: the previous attempt "
+                      f"failed; every rank's log of it is under {os.path.join(self.cfg.out_dir, ELASTIC_DIR)}/*/"
+                      f"attempt_{restart - 1}/")
         start = self._resume()
         if start == 0 and self.cfg.init_from:  # a resumed run continues from its own checkpoint
             self._init_from()

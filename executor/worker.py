@@ -38,17 +38,28 @@ def leave_at_once(code: int = 0) -> None:
 
 
 # How gloo and NCCL report a peer that is gone (torch 2.x: gloo's tcp pair.cc, ProcessGroupNCCL).
-LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "NCCL communicator was aborted",
+LOST_PEER = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted",
              "remote process exited or there was a network error")
+# gloo's transport errors name their source file; NCCL's arrive as torch.distributed's DistError types
+GLOO_TRANSPORT = "gloo/transport"
 
 
-# Seconds a rank that lost its peer waits before exiting (the agent polls every 0.1 s).
+# Seconds a rank that lost its peer waits before exiting. The agent polls its workers every
+# 0.1 s (launch.py) and stops the rest once it sees the failed one; a failing rank's traceback
+# and teardown took long enough on 2 busy CPU cores that, without a wait, the bystander exited
+# first and was reported (tests/executor/test_failure_report.py's crash run); 5 s is the margin.
 LOST_PEER_GRACE_S = 5.0
 
 
 def lost_peer(err: BaseException) -> bool:
-    """Whether `err` is a collective failing because another rank died, not this rank's own fault."""
-    return any(text in str(err) for text in LOST_PEER)
+    """Whether `err` is a collective failing because another rank died, not this rank's own fault:
+    raised by the communication backend (gloo's transport, NCCL's DistError) and saying a peer is
+    gone. A model's own RuntimeError that happens to mention a reset connection is not."""
+    import torch.distributed as dist
+
+    text = str(err)
+    from_backend = GLOO_TRANSPORT in text or isinstance(err, getattr(dist, "DistError", ()))
+    return from_backend and any(t in text for t in LOST_PEER)
 
 
 def first_line(err: BaseException) -> str:

@@ -371,8 +371,9 @@ def tp_plan(block, sequence_parallel: bool = False) -> dict:
     norms run on sequence shards, attention and MLP inputs are all-gathered and the
     row-parallel outputs reduce-scattered back to shards (torchtitan's parallelize_llama)."""
     cfg = _config_of(block)
-    plan, entries = {}, 0
-    present = [name for name, _ in block.named_modules() if name]
+    plan, entries, matched = {}, 0, 0
+    # modules and parameters: newer plans name packed expert weights (mlp.experts.gate_up_proj)
+    present = [name for name, _ in block.named_modules() if name] + [name for name, _ in block.named_parameters()]
     for key, style in (cfg.base_model_tp_plan or {}).items():
         head, star, rest = key.partition(".*.")
         if not star:
@@ -380,9 +381,13 @@ def tp_plan(block, sequence_parallel: bool = False) -> dict:
         entries += 1
         if not any(fnmatch.fnmatchcase(name, rest) for name in present):
             continue  # another kind of layer's (Qwen3-MoE's plan names the dense MLP of its mlp_only_layers)
+        matched += 1
         torch_style = _style(key, style)
         if torch_style is not None:
             plan[rest] = torch_style
+    if entries and not matched:
+        raise TPUnsupported(f"{type(cfg).__name__}'s base_model_tp_plan names none of {type(block).__name__}'s "
+                            "modules, so tensor parallelism would shard nothing; use tp=1")
     if not entries:
         raise TPUnsupported(f"{type(cfg).__name__} has no base_model_tp_plan for its layers (transformers ships no "
                             "tensor-parallel plan for this model); use tp=1")

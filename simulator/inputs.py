@@ -55,7 +55,8 @@ def resolve_target(
         if idle:  # the plan's layout would run on its first nodes, the rest idle
             raise PlanError(f"{idle}: drop --nodes, re-plan for them (smplan plan MODEL --nodes {nodes}) or compare "
                             "sizes (smplan whatif --vary nodes=...)")
-        idle = not nodes and idle_nodes_problem(target, plan.world_size, cluster.gpus_per_node, cluster.nodes)
+        # on the file's own hardware only: another --hw may hold more GPUs per node
+        idle = not (nodes or hw) and idle_nodes_problem(target, plan.world_size, cluster.gpus_per_node, cluster.nodes)
         if idle:  # a hand-edited file: its degrees no longer fill the nodes it names
             raise PlanError(f"{idle}: set its nodes to what dp x tp x pp x cp uses, or its degrees to fill them, "
                             "or re-plan (smplan plan MODEL --nodes N -o plan.json)")

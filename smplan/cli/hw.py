@@ -90,9 +90,9 @@ def _flatten(values: dict, prefix: str = ""):
 
 def _profile_name(ctx, param, value: str) -> str:
     """A profile's name names it in plans and reports: one non-empty line."""
-    if not value.strip() or value != value.strip() or "\n" in value:
+    if not value.strip() or value != value.strip() or not value.isprintable():
         raise click.BadParameter(f"{value!r} is not a profile name; give a non-empty name without "
-                                 "surrounding spaces or line breaks, e.g. --name mycluster")
+                                 "surrounding spaces or control characters, e.g. --name mycluster")
     return value
 
 

@@ -68,6 +68,8 @@ def parse_vary(item: str, builder_accepts=None) -> Vary:
         raise VaryError(f"--vary {item!r} needs the form KEY=V1,V2,..., e.g. --vary nodes=4,8,16")
     key, raw = (s.strip() for s in item.split("=", 1))
     texts = [v.strip() for v in raw.split(",")]
+    if len(texts) > 1 and not texts[-1]:
+        texts.pop()  # a trailing comma, as --plan takes one
     if not any(texts):
         raise VaryError(f"--vary {key}= lists no values; give at least one, e.g. {key}=1,2")
     if not all(texts):  # "1,,2": a value left out by mistake, not a two-point sweep

@@ -440,3 +440,9 @@ def test_a_plan_file_whose_degrees_leave_its_nodes_idle_is_refused(cli_runner, t
     for command in (["simulate", str(plan)], ["reliability", str(plan), "--days", "1"]):
         line = _error_line(cli_runner.invoke(cli, command))
         assert "lays out 8 GPUs (1 node of 8); 2 nodes would leave the rest idle: set its nodes" in line, line
+
+
+def test_a_trailing_comma_in_vary_is_no_empty_value():
+    from smplan.whatif import parse_vary
+
+    assert parse_vary("nodes=1,2,").values == (1, 2)

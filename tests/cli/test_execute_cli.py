@@ -214,7 +214,11 @@ def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, ratio, noted
                             "final_loss": 4.0},
                "predicted": {"step_time_s": 0.05, "tokens_per_s": 1.0, "peak_memory_gib": 2.0},
                "ratio_measured_over_predicted": {"step_time_s": ratio}, "plan": {"dtype": "fp32"}}
-    _echo_summary(summary, Plan(model="examples/gpt.py:tiny", hw="myhw.toml", nodes=1))
+    _echo_summary({**summary, "device": "cpu"}, Plan(model="examples/gpt.py:tiny", hw="myhw.toml", nodes=1,
+                                                     model_args={"layers": 2}))
     out = capsys.readouterr().out
     assert (f"the step took {ratio:.2f}x its prediction on this machine; `smplan calibrate examples/gpt.py:tiny "
-            "--hw myhw.toml -o cal.toml`" in out) is noted
+            "--arg layers=2 --hw myhw.toml -o cal.toml`" in out) is noted
+    # a GPU profile's plan run on this CPU: its prediction is for the GPU, nothing to calibrate here
+    _echo_summary({**summary, "device": "cpu"}, Plan(model="examples/gpt.py:tiny", hw="a100x8", nodes=1))
+    assert "smplan calibrate" not in capsys.readouterr().out

@@ -160,8 +160,14 @@ def test_files_get_the_umask_mode_and_a_run_folder_is_never_written(tmp_path, ll
     for force in ([], ["--force"]):
         result = cli_runner.invoke(cli, ["export", str(run), str(run), *force])
         assert result.exit_code == 2 and result.output.strip().splitlines() == [
-            f"error: {run} holds a run (run_config.json, checkpoints); export into a new folder, e.g. {run}/hf"]
+            f"error: {run} holds a run (run_config.json); export into a new folder, e.g. {run}/hf"]
+        step = run / "checkpoints" / "step-1"
+        result = cli_runner.invoke(cli, ["export", str(run), str(step), *force])
+        assert result.exit_code == 2 and "is inside the run's checkpoints/, which its resumes read" in result.output
     assert sorted(p.name for p in run.rglob("*")) == before
+    mine = tmp_path / "mine"  # a folder that merely holds a subfolder named like a run's is no run
+    (mine / "checkpoints").mkdir(parents=True)
+    assert cli_runner.invoke(cli, ["export", str(run), str(mine), "--force"]).exit_code == 0
 
 
 def test_user_errors_are_one_line(tmp_path, llama, cli_runner):

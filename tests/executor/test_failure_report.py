@@ -86,11 +86,32 @@ def test_failure_report_names_the_log(tmp_path):
 
 
 def test_a_rank_that_lost_its_peer_is_told_apart():
+    import torch.distributed as dist
     from smplan.executor.worker import lost_peer
 
-    assert lost_peer(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:52451. ..."))
-    assert lost_peer(RuntimeError("Read error [127.0.0.1]:22681: Connection reset by peer."))
+    gloo = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:{}] {} [127.0.0.1]:52451."
+    assert lost_peer(RuntimeError(gloo.format(553, "Connection closed by peer")))
+    assert lost_peer(RuntimeError(gloo.format(537, "Read error: Connection reset by peer")))
+    assert lost_peer(dist.DistBackendError("NCCL communicator was aborted on rank 0."))
     assert not lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 16x8)"))
+    # the model's own error that mentions a reset connection is its own failure, not a lost peer
+    assert not lost_peer(RuntimeError("reading shard from s3: Connection reset by peer"))
+
+
+def test_the_root_failure_is_the_earliest_that_did_not_lose_a_peer(tmp_path):
+    from types import SimpleNamespace
+
+    from smplan.executor.failure import LOST_PEER_LINE, root_failure
+
+    logs = {0: tmp_path / "0.log", 1: tmp_path / "1.log", 2: tmp_path / "2.log"}
+    logs[0].write_text(f"error: rank 0 stopped: {LOST_PEER_LINE} (...)\n")
+    logs[1].write_text(LOG)
+    logs[2].write_text(f"error: rank 2 stopped: {LOST_PEER_LINE} (...)\n")
+    fail = {r: SimpleNamespace(timestamp=t, local_rank=r) for r, t in ((0, 10), (1, 11), (2, 12))}
+    log_of = lambda f: logs[f.local_rank]  # noqa: E731
+    assert root_failure(fail, log_of)[0] == 1  # rank 0 exited first, as a bystander
+    assert root_failure({0: fail[0], 2: fail[2]}, log_of)[0] == 0  # only bystanders: the earliest
+    assert root_failure(fail, lambda f: None)[0] == 0  # no logs: the earliest
 
 
 def test_execute_prints_the_failing_ranks_exception(tmp_path):

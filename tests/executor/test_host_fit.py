@@ -1,5 +1,5 @@
 """execute refuses, before launch, a run this machine cannot start: more local processes than
-GPUs, or on CPU less host memory than the fp32 AdamW state of the model."""
+GPUs, or on CPU less host memory than the model's parameters with gradients and AdamW moments."""
 
 from __future__ import annotations
 
@@ -15,22 +15,29 @@ def test_gpus_bound_the_local_processes():
     assert "--nproc-per-node 8" in why
 
 
-def test_cpu_needs_sixteen_bytes_per_parameter_at_least():
-    params = 10**9  # 14.9 GiB of weights, gradients and AdamW moments
-    assert this_machine_problem(2, 1, params, gpus=None, available_bytes=15 * GIB) is None
-    why = this_machine_problem(2, 1, params, gpus=None, available_bytes=8 * GIB)
+def test_cpu_needs_four_copies_of_the_parameters_at_least():
+    fp32 = 4 * 10**9  # 1e9 parameters at fp32: 14.9 GiB with gradients and two moments
+    assert this_machine_problem(2, 1, fp32, gpus=None, available_bytes=15 * GIB) is None
+    why = this_machine_problem(2, 1, fp32, gpus=None, available_bytes=8 * GIB)
     assert "needs at least 14.9 GiB" in why and "has 8.0 GiB available" in why and "\n" not in why
-    # spread over nodes, each holds its share
-    assert this_machine_problem(2, 2, params, gpus=None, available_bytes=8 * GIB) is None
-    assert this_machine_problem(2, 1, params, gpus=None, available_bytes=None) is None  # unknown: no check
+    assert this_machine_problem(2, 1, fp32 // 2, gpus=None, available_bytes=8 * GIB) is None  # bf16: half
+    assert this_machine_problem(2, 2, fp32, gpus=None, available_bytes=8 * GIB) is None  # each node its share
+    assert this_machine_problem(2, 1, fp32, gpus=None, available_bytes=None) is None  # unknown: no check
 
 
-def test_available_memory_is_read():
-    free = available_host_bytes()
+def test_available_memory_is_capped_by_the_cgroup(tmp_path):
+    free = available_host_bytes(tmp_path)  # no cgroup files there: the machine's figure
     assert free is None or free > 0
+    (tmp_path / "memory.max").write_text(f"{3 * GIB}\n")
+    (tmp_path / "memory.current").write_text(f"{GIB}\n")
+    capped = available_host_bytes(tmp_path)
+    assert capped is not None and capped <= 2 * GIB
+    (tmp_path / "memory.max").write_text("max\n")
+    assert available_host_bytes(tmp_path) == free
 
 
 def test_execute_refuses_before_launch(cli_runner, tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # the CPU branch, on a GPU machine too
     monkeypatch.setattr("smplan.executor.run.available_host_bytes", lambda: 1024)
     monkeypatch.setattr("smplan.executor.run.launch_local", lambda *a, **k: (_ for _ in ()).throw(
         AssertionError("launched")))

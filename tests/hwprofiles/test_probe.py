@@ -183,7 +183,7 @@ def test_more_processes_than_gpus_is_one_line_before_probing(cli_runner, monkeyp
     assert "--nproc-per-node 4" in line and "has 2" in line and "--nproc-per-node 2" in line
 
 
-@pytest.mark.parametrize("name", ["", "  ", " lab", "two\nlines"])
+@pytest.mark.parametrize("name", ["", "  ", " lab", "two\nlines", "a\rb", "tab\there"])
 def test_a_blank_or_padded_profile_name_is_one_line_before_probing(cli_runner, monkeypatch, name):
     monkeypatch.setattr("smplan.hwprofiles.probe.probe", lambda **kw: pytest.fail("probed despite a bad name"))
     line = _one_line_exit_2(cli_runner.invoke(cli, ["hw", "probe", "--name", name]))

@@ -15,6 +15,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from smplan.planner import ModelFileError, load_model_file, profile_model  # noqa: E402
+from smplan.planner.hf_model import TPUnsupported  # noqa: E402
 from smplan.planner.model_file import file_digest  # noqa: E402
 from smplan.planner.model_profile import MatmulShape  # noqa: E402
 
@@ -112,8 +113,16 @@ def test_qwen3_moe_keeps_the_tp_plan_entries_its_layers_have(tmp_path):
     p = profile_model(ref, cache=False)
     assert p.params == _meta_params(ref) and "tp" not in p.unsupported and p.has_tp_plan
     model = load_model_file(ref).build({}, device="meta")
-    assert sorted(tp_plan(model.model.layers[0])) == ["self_attn.k_proj", "self_attn.o_proj", "self_attn.q_proj",
-                                                      "self_attn.v_proj"]
+    block = model.model.layers[0]
+    assert sorted(tp_plan(block)) == ["self_attn.k_proj", "self_attn.o_proj", "self_attn.q_proj", "self_attn.v_proj"]
+    plan = dict(model.config.base_model_tp_plan)
+    # an entry naming a parameter of the layer is held to the styles smplan maps, not skipped
+    model.config.base_model_tp_plan = {**plan, "layers.*.mlp.experts.gate_up_proj": "packed_colwise"}
+    with pytest.raises(TPUnsupported, match="packed_colwise"):
+        tp_plan(block)
+    model.config.base_model_tp_plan = {"layers.*.mlp.gate_proj": "colwise"}  # nothing of this layer
+    with pytest.raises(TPUnsupported, match="names none of Qwen3MoeDecoderLayer's modules"):
+        tp_plan(block)
     # what a model file would change is transformers' code here: the reasons say use 1 instead
     for dim in ("pp", "cp", "ep"):
         assert "an hf: model runs transformers' code as it is" in p.unsupported[dim], p.unsupported[dim]
