@@ -20,15 +20,16 @@ GIB = 2**30
 # cgroup v2's limit and usage of this process's group (a container, a Slurm job's cgroup):
 # MemAvailable is the machine's, and the kernel kills the group at its own limit.
 CGROUP = Path("/sys/fs/cgroup")
+MEMINFO = Path("/proc/meminfo")
 
 
-def available_host_bytes(cgroup: Path = CGROUP) -> int | None:
+def available_host_bytes(cgroup: Path = CGROUP, meminfo: Path = MEMINFO) -> int | None:
     """What new processes can take without swapping: MemAvailable of /proc/meminfo (Linux), else
     the free physical pages, capped by the cgroup's memory.max less its memory.current; None
     when nothing can be read (then nothing is checked)."""
     machine = None
     try:
-        with open("/proc/meminfo") as fh:
+        with open(meminfo) as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     machine = int(line.split()[1]) * 1024  # kB

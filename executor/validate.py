@@ -37,8 +37,7 @@ class PlanMismatchError(ValueError):
 class Checked:
     layout: Layout
     tokens_per_sample: int
-    params: int = 0  # the model's parameters (elements), from its meta-device build
-    param_bytes: int = 0  # and their bytes in the dtype they are built in (an hf: config's bf16 too)
+    param_bytes: int = 0  # the model's parameters, in bytes of the dtype they are built in (an hf: config's bf16 too)
 
 
 def _divisors(n: int) -> str:
@@ -117,7 +116,7 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     if plan.cp > 1:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
-    return Checked(layout=layout, tokens_per_sample=tokens, params=sum(p.numel() for p in meta.parameters()),
+    return Checked(layout=layout, tokens_per_sample=tokens,
                    param_bytes=sum(p.numel() * p.element_size() for p in meta.parameters()))
 
 

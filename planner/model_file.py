@@ -188,8 +188,8 @@ def split_ref(ref: str, base: Path | None = None) -> tuple[Path, str]:
 
 def not_a_model_problem(ref: str) -> str | None:
     """Why `ref`, which is no plan file, is not a model either (an existing file that is not
-    Python, a folder without config.json), or None: a command taking PLAN.json|MODEL says so
-    instead of asking for a model's --hw."""
+    Python, a folder: a config folder is named hf:DIR), or None: a command taking
+    PLAN.json|MODEL says so instead of asking for a model's --hw."""
     from .hf_model import is_hf_ref
 
     if is_hf_ref(ref):

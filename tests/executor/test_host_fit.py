@@ -26,14 +26,18 @@ def test_cpu_needs_four_copies_of_the_parameters_at_least():
 
 
 def test_available_memory_is_capped_by_the_cgroup(tmp_path):
-    free = available_host_bytes(tmp_path)  # no cgroup files there: the machine's figure
-    assert free is None or free > 0
-    (tmp_path / "memory.max").write_text(f"{3 * GIB}\n")
-    (tmp_path / "memory.current").write_text(f"{GIB}\n")
-    capped = available_host_bytes(tmp_path)
-    assert capped is not None and capped <= 2 * GIB
-    (tmp_path / "memory.max").write_text("max\n")
-    assert available_host_bytes(tmp_path) == free
+    live = available_host_bytes()
+    assert live is None or live > 0
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:    8388608 kB\n")  # 8 GiB
+    group = tmp_path / "cgroup"
+    group.mkdir()
+    assert available_host_bytes(group, meminfo) == 8 * GIB  # no cgroup files: the machine's figure
+    (group / "memory.max").write_text(f"{3 * GIB}\n")
+    (group / "memory.current").write_text(f"{GIB}\n")
+    assert available_host_bytes(group, meminfo) == 2 * GIB  # the group's limit less its use
+    (group / "memory.max").write_text("max\n")
+    assert available_host_bytes(group, meminfo) == 8 * GIB
 
 
 def test_execute_refuses_before_launch(cli_runner, tmp_path, monkeypatch):
