@@ -26,6 +26,22 @@ from .options import (
 )
 from .table import format_table
 
+# `smplan plan` records its pick's simulated step (contention on, all-reduce), or the closed form's
+# (--closed-form, or too many micro-batches to simulate): the same file simulated as it is gives
+# one of the two to float rounding; past this share it is not that file's prediction any more
+# (edited, or written by another smplan version or profile).
+STALE_PREDICTION_SHARE = 0.01
+
+
+def stale_prediction_note(target: str, plan, step_time_s: float, closed_form_s: float | None) -> str | None:
+    """One line when a plan file's recorded prediction is neither figure simulating it gives."""
+    recorded = plan.predicted.step_time_s if plan.predicted is not None else None
+    if not recorded or any(t and abs(t / recorded - 1.0) <= STALE_PREDICTION_SHARE for t in (step_time_s, closed_form_s)):
+        return None
+    return (f"note: {target} records a predicted step of {recorded:.4g} s but simulating it gives {step_time_s:.4g} s "
+            "(the file was edited, or written by another smplan version or profile); `smplan plan ... -o` "
+            "writes it anew, and `execute` compares a run with the recorded figure")
+
 
 @click.command()
 @click.argument("target", metavar="PLAN.json|MODEL")
@@ -69,6 +85,11 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     if gemm_tile_note(cluster):
         click.echo(gemm_tile_note(cluster), err=True)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
+    as_planned = not (hw or stack or nodes or hw_set or no_contention) and dp_pattern == "allreduce"
+    stale = (stale_prediction_note(target, plan, result.step_time_s, result.closed_form_step_time_s)
+             if as_planned else None)
+    if stale:
+        click.echo(stale, err=True)
     nodes_of = [row["node"] for row in result.stage_utilisation]
     if trace_path:
         write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})

@@ -446,3 +446,20 @@ def test_a_trailing_comma_in_vary_is_no_empty_value():
     from smplan.whatif import parse_vary
 
     assert parse_vary("nodes=1,2,").values == (1, 2)
+
+
+def test_simulate_notes_a_plan_file_whose_recorded_prediction_is_not_its_own(cli_runner, tmp_path):
+    import json
+
+    plan = tmp_path / "plan.json"
+    assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--global-batch", "16", "-o", str(plan)]).exit_code == 0
+    assert "records a predicted step" not in cli_runner.invoke(cli, ["simulate", str(plan)]).output
+    closed = tmp_path / "closed.json"
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--global-batch", "16", "--closed-form",
+                                   "-o", str(closed)])
+    assert made.exit_code == 0 and "records a predicted step" not in cli_runner.invoke(cli, ["simulate", str(closed)]).output
+    data = json.loads(plan.read_text())
+    data["predicted"]["step_time_s"] = 99.0  # hand-edited
+    plan.write_text(json.dumps(data))
+    result = cli_runner.invoke(cli, ["simulate", str(plan)])
+    assert result.exit_code == 0 and f"note: {plan} records a predicted step of 99 s but simulating it gives" in result.output
