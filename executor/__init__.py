@@ -9,7 +9,7 @@ from .checkpoint import CheckpointMismatchError
 from .config import RunConfig, fingerprint
 from .launch import LaunchError, launch_local, sbatch_script, write_sbatch
 from .mesh import MeshError, ParallelDims
-from .run import ExecuteOptions, ExecuteResult, execute, prepare, resolve_plan
+from .run import ExecuteOptions, ExecuteResult, check_this_machine, execute, prepare, resolve_plan
 from .validate import PlanMismatchError, validate_plan
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ParallelDims",
     "PlanMismatchError",
     "RunConfig",
+    "check_this_machine",
     "execute",
     "fingerprint",
     "launch_local",

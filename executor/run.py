@@ -169,7 +169,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     if opts.launcher == "local":  # Slurm's nodes are not this machine
-        _check_this_machine(nproc, opts.nnodes, checked.param_bytes)
+        check_this_machine(nproc, opts.nnodes, checked.param_bytes)
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
@@ -239,7 +239,9 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     return cfg
 
 
-def _check_this_machine(nproc: int, nnodes: int, param_bytes: int) -> None:
+def check_this_machine(nproc: int, nnodes: int, param_bytes: int) -> None:
+    """Raise PlanMismatchError when this machine cannot start `nproc` processes of the run
+    (executor/host_fit.py): its GPUs, or on CPU its free host memory."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else None

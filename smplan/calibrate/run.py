@@ -205,12 +205,13 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
 def check_plans(labelled: Sequence[tuple[str, Plan]], model_file, profile, cluster: Cluster, nproc: int) -> None:
     """Reject, before any run, a plan that the cost model or the executor would refuse:
     otherwise it fails only when its turn comes, after the earlier plans ran for minutes."""
-    from smplan.executor import PlanMismatchError, validate_plan
+    from smplan.executor import PlanMismatchError, check_this_machine, validate_plan
 
     for label, plan in labelled:
         try:
             estimate(plan, profile, cluster)
-            validate_plan(plan, model_file, world_size=nproc)
+            checked = validate_plan(plan, model_file, world_size=nproc)
+            check_this_machine(nproc, 1, checked.param_bytes)  # calibrate runs every plan on this machine
         except (PlanError, PlanMismatchError) as err:
             raise PlanError(f"plan {label}: {err}; nothing was run") from None
 

@@ -147,6 +147,18 @@ def test_a_plan_the_executor_rejects_is_refused_before_any_run(cli_runner, probe
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_plan_this_machine_cannot_hold_is_refused_before_any_run(cli_runner, probed, tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("smplan.executor.run.available_host_bytes", lambda: 1024)
+    monkeypatch.setattr("smplan.calibrate.run.run_plan",
+                        lambda *args: pytest.fail("a plan ran before every plan was checked"))
+    line = _one_line_exit_2(cli_runner.invoke(cli, [
+        "calibrate", GPT_TINY, "--hw", str(probed), "--nproc", "2", "--plan", "dp=2",
+        "--runs-dir", str(tmp_path / "runs")]))
+    assert "on CPU this run needs at least" in line and "nothing was run" in line
+    assert not (tmp_path / "runs").exists()
+
+
 def test_hw_set_values_are_written_into_the_calibrated_profile(cli_runner, probed, tmp_path, monkeypatch):
     from smplan.planner import estimate, profile_model
 
