@@ -290,7 +290,7 @@ class CostModel:
         comp0 = sum(grad_compress.compress_time_s(p, x[0], key.tp, spec, cl, key.dtype)
                     for p, x in zip(parts, split0, strict=True))
         comp_blk = grad_compress.compress_time_s(block, db, key.tp, spec, cl, key.dtype)
-        residual = (sum(x[0] for x in split0), db)  # dense local params: PowerSGD's error feedback
+        residual = (sum(x[0] for x in split0), db)  # dense local params: what the optimizer updates, PowerSGD's error feedback
         db = grad_compress.sent_elements(block, db, key.tp, spec)
         spans = self.spans(key.tp, key.dp, key.cp, key.ep)
 
@@ -365,8 +365,9 @@ class CostModel:
             dp_s0=dp_s0,
             dp_s_blk=dp_s_blk,
             dp_overlappable=key.overlap_dp,
-            opt0=opt_time(spans["dp"]) * d0 + opt_time(spans["edp"]) * e0,
-            opt_blk=opt_time(spans["dp"]) * db + opt_time(spans["edp"]) * eb,
+            # the optimizer updates every local parameter, whatever the gradients' all-reduce sent
+            opt0=opt_time(spans["dp"]) * residual[0] + opt_time(spans["edp"]) * e0,
+            opt_blk=opt_time(spans["dp"]) * residual[1] + opt_time(spans["edp"]) * eb,
             rec_flops_blk=bp.recompute_flops[recompute],
             memory=mem,
             epf0=sum(p.ep_forward_s for p in pts),
