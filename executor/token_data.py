@@ -125,9 +125,11 @@ def sequence_indices(step: int, global_batch: int, micro_batch: int, n_micro: in
 class TokenBatchSource:
     """BatchSource's interface (skip, microbatches) over a token stream."""
 
-    def __init__(self, sequences: Sequences, micro_batch: int, n_micro: int, dp_rank: int, global_batch: int):
+    def __init__(self, sequences: Sequences, micro_batch: int, n_micro: int, dp_rank: int, global_batch: int,
+                 vocab: int | None = None):
         self.sequences = sequences
         self.micro_batch, self.n_micro, self.dp_rank, self.global_batch = micro_batch, n_micro, dp_rank, global_batch
+        self.vocab = vocab  # the launch samples the file (check_stream); every batch is held to it here
 
     def skip(self, steps: int) -> None:
         """Resume: nothing to skip, the position is a function of the step."""
@@ -137,9 +139,24 @@ class TokenBatchSource:
 
         out = []
         for indices in sequence_indices(step, self.global_batch, self.micro_batch, self.n_micro, self.dp_rank):
-            tokens = torch.from_numpy(np.stack([self.sequences.get(s) for s in indices]))
+            rows = np.stack([self.sequences.get(s) for s in indices])
+            self._check_ids(rows, indices)
+            tokens = torch.from_numpy(rows)
             out.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
         return out
+
+    def _check_ids(self, rows: np.ndarray, indices: list[int]) -> None:
+        """An id outside [0, vocab) would index past the embedding (an IndexError, a device-side
+        assert on a GPU) in the middle of a run: one line naming it and where it lies instead."""
+        bad = (rows < 0) | (rows >= self.vocab) if self.vocab is not None else rows < 0
+        if not bad.any():
+            return
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        stream, n = self.sequences.stream, self.sequences.seq_len + 1
+        where = (indices[row] % self.sequences.count) * n + col
+        allowed = f"the model's vocabulary [0, {self.vocab})" if self.vocab is not None else "token ids >= 0"
+        raise TokenDataError(f"{stream.label} {stream.path}: token id {int(rows[row, col])} at token {where} is "
+                             f"outside {allowed}; check --data-dtype or the tokenizer the data was written with")
 
     def position(self, steps_done: int) -> dict:
         """Where the data stand after `steps_done` steps (for checkpoint metadata)."""

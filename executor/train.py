@@ -120,12 +120,12 @@ class Trainer:
             return BatchSource(self.model_file, self.parts.reference, plan.micro_batch,
                                plan.num_microbatches, self.dims.coord("dp"), plan.dp, cfg.seed), None
 
-        def source(path):
-            seqs = token_data.Sequences(token_data.TokenStream(path, cfg.data_dtype), cfg.data_seq_len)
+        def source(path, label):
+            seqs = token_data.Sequences(token_data.TokenStream(path, cfg.data_dtype, label), cfg.data_seq_len)
             return token_data.TokenBatchSource(seqs, plan.micro_batch, plan.num_microbatches,
-                                               self.dims.coord("dp"), plan.global_batch)
+                                               self.dims.coord("dp"), plan.global_batch, cfg.vocab)
 
-        return source(cfg.data), (source(cfg.val_data) if cfg.val_data else None)
+        return source(cfg.data, "--data"), (source(cfg.val_data, "--val-data") if cfg.val_data else None)
 
     # -- one step ---------------------------------------------------------------------------
     def _forward_backward(self, step: int, timer: PhaseTimer) -> torch.Tensor:

@@ -10,6 +10,7 @@ import time
 from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
 from .failure import LOST_PEER_LINE
+from .token_data import TokenDataError
 from .train import Trainer
 
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     trainer = Trainer(RunConfig.load(argv[0]))
     try:
         trainer.run()
-    except ONE_LINE_ERRORS as err:  # the launcher shows a failed worker's last lines: make it this one
+    except (*ONE_LINE_ERRORS, TokenDataError) as err:  # the launcher shows a failed worker's last lines: this one
         trainer.close()
         print(f"error: {err}", file=sys.stderr, flush=True)
         leave_at_once(1)

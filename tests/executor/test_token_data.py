@@ -110,6 +110,23 @@ def test_unreadable_files_are_one_line(tmp_path, case, message):
     assert message in str(err.value) and str(err.value).startswith("--data ") and "\n" not in str(err.value)
 
 
+def test_an_id_the_launch_did_not_sample_is_refused_by_the_batch_that_holds_it(tmp_path):
+    """check_stream samples a large file; the rest is held to the vocabulary batch by batch, so a
+    stray id is one line naming where it lies, not an IndexError in the embedding mid-run."""
+    tokens = np.zeros(300_000, dtype=np.uint16)
+    at = 70_500  # between the sampled windows
+    tokens[at] = 1000
+    stream = TokenStream(write_bin(tmp_path / "t.bin", tokens))
+    check_stream(stream, SEQ, 8, vocab=64)  # not sampled: the launch passes it
+    seqs = Sequences(stream, SEQ)
+    batches = TokenBatchSource(seqs, 8, 1, 0, 8, vocab=64)
+    step = at // (SEQ + 1) // 8 + 1  # the step whose global batch holds that sequence
+    batches.microbatches(step - 1)  # the batch before is clean
+    with pytest.raises(TokenDataError, match=rf"t.bin: token id 1000 at token {at} is outside the model's "
+                                             r"vocabulary \[0, 64\)"):
+        batches.microbatches(step)
+
+
 def test_tokens_outside_the_vocabulary_and_short_streams_are_refused(tmp_path):
     tokens = np.zeros(300_000, dtype=np.uint16)
     tokens[-1] = 64  # in the last chunk
