@@ -197,6 +197,9 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
+    if found:  # a resume loads its own checkpoint: --init-from weights are not what it continues from
+        earlier = _earlier_config(out)
+        init_from = earlier.init_from if earlier is not None else None
     ref = model_file.absolute_ref
     factor = lr_scale(plan.global_batch, opts.reference_batch, opts.lr_scaling)
     cfg = RunConfig(
@@ -266,11 +269,16 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
     seed = earlier.seed if earlier is not None else cfg.seed
     if seed != cfg.seed:
         changed.append(f"seed={seed} (now {cfg.seed})")
+    if earlier is not None:  # the data a resume reads on: the same stream at the step's position
+        for key, option in (("data", "--data"), ("val_data", "--val-data"), ("data_dtype", "--data-dtype")):
+            was, now = getattr(earlier, key), getattr(cfg, key)
+            if (was or now) and was != now and not (key == "data_dtype" and not (earlier.data or cfg.data)):
+                changed.append(f"{option} {was or 'not given'} (now {now or 'not given'})")
     if changed:
         raise PlanMismatchError(
             f"the run in {path} (step {step}) trained with {', '.join(changed)}; pass the same options "
             "(--lr, --lr-schedule, --warmup-steps, --min-lr, --decay-fraction, --weight-decay, --adam-betas, "
-            "--grad-clip, --seed) to continue it, or --force-resume to change them")
+            "--grad-clip, --seed, --data, --val-data, --data-dtype) to continue it, or --force-resume to change them")
 
 
 def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:

@@ -126,6 +126,11 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     check_can_write(checkpoint_dir, "--checkpoint-dir", folder=True)
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
                                     nproc_per_node=nproc_per_node, nnodes=nnodes)
+    resume_root = checkpoint_dir or (os.path.join(out, "checkpoints") if out else None)
+    resumes = latest_checkpoint(resume_root) if resume_root else None
+    if init_from and resumes:
+        click.echo(f"note: --init-from {init_from} is not used: the run resumes from its own checkpoint "
+                   f"{resumes[1]}", err=True)
     if checkpoint_dir and not checkpoint_every and not latest_checkpoint(checkpoint_dir):
         click.echo(f"note: --checkpoint-dir {checkpoint_dir} holds no checkpoint to resume from, and without "
                    "--checkpoint-every N this run writes none there", err=True)

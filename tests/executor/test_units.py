@@ -278,9 +278,31 @@ def test_a_resume_refuses_a_changed_recipe_or_seed(tmp_path):
     same = RunConfig(**{**started.__dict__, "steps": 8})  # training longer is what a resume is for
     run._refuse_a_changed_recipe(found, same, tmp_path)
     for change, says in (({"lr_schedule": "constant"}, "schedule='cosine' (now 'constant')"),
-                         ({"lr": 0.01}, "lr=0.001 (now 0.01)"), ({"seed": 0}, "seed=3 (now 0)")):
+                         ({"lr": 0.01}, "lr=0.001 (now 0.01)"), ({"seed": 0}, "seed=3 (now 0)"),
+                         ({"data": "/d/train.bin"}, "--data not given (now /d/train.bin)")):
         with pytest.raises(PlanMismatchError, match=re.escape(says) + ".*--force-resume"):
             run._refuse_a_changed_recipe(found, RunConfig(**{**same.__dict__, **change}), tmp_path)
+
+
+def test_a_resume_refuses_other_data(tmp_path):
+    """Trained on a token file: resuming on another one, or on synthetic batches, reads another
+    stream at the step's position; the data options are held as the recipe is."""
+    from smplan.executor import run
+    from smplan.executor.config import RunConfig
+
+    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=4, data="/d/train.bin")
+    started.save(tmp_path / "run_config.json")
+    step_dir = tmp_path / "checkpoints" / "step-4"
+    step_dir.mkdir(parents=True)
+    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
+    found = (4, step_dir)
+    run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8}), tmp_path)
+    for change, says in (({"data": "/d/train.npy"}, "--data /d/train.bin (now /d/train.npy)"),
+                         ({"data": None}, "--data /d/train.bin (now not given)"),
+                         ({"data_dtype": "uint32"}, "--data-dtype uint16 (now uint32)"),
+                         ({"val_data": "/d/val.bin"}, "--val-data not given (now /d/val.bin)")):
+        with pytest.raises(PlanMismatchError, match=re.escape(says) + ".*--force-resume"):
+            run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, **change}), tmp_path)
 
 
 def test_unreadable_checkpoint_metadata_is_one_line(tmp_path):
