@@ -83,11 +83,9 @@ class ModelFile:
         params = self.builder_parameters()
         return arg in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
-    def build(self, args: dict | None = None, device: str | None = "meta", dtype=None):
-        """Call the builder with `args` under `device` (meta by default: no weights allocated)."""
-        import torch
-
-        args = dict(args or {})
+    def check_args(self, args: dict) -> None:
+        """Raise ModelFileError for an argument the builder does not take, or a value of another
+        type than its default's (whatif checks swept values with it before any point is built)."""
         unknown = [k for k in args if not self.accepts(k)]
         if unknown:
             known = ", ".join(k for k, p in self.builder_parameters().items() if p.kind != p.VAR_KEYWORD)
@@ -111,6 +109,13 @@ class ModelFile:
                 raise ModelFileError(f"{self.path}: --arg {key} must be a whole number, got {value!r}")
             if isinstance(default, str) and not isinstance(value, str):
                 raise ModelFileError(f"{self.path}: --arg {key} must be text (default {default!r}), got {value!r}")
+
+    def build(self, args: dict | None = None, device: str | None = "meta", dtype=None):
+        """Call the builder with `args` under `device` (meta by default: no weights allocated)."""
+        import torch
+
+        args = dict(args or {})
+        self.check_args(args)
         previous = torch.get_default_dtype()
         try:
             if dtype is not None:

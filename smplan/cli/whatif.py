@@ -63,7 +63,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
           --vary hw=a100x8,h100x8 --tokens 1e12 -o out/
     """
     from smplan.hwprofiles.loader import parse_override
-    from smplan.planner.model_file import load_model_file
+    from smplan.planner.model_file import ModelFileError, load_model_file
     from smplan.planner.plan import is_plan_file_name
     from smplan.report import write_report
     from smplan.report.render import check_report_dir
@@ -84,6 +84,13 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         checkpoint_interval_min=checkpoint_interval_min, seeds=seeds, sensitivity_delta=delta,
         command=shlex.join(["smplan", *sys.argv[1:]]) if sys.argv and "whatif" in sys.argv else None,
     )
+    for v in q.varies:  # a swept model argument of the wrong type is the user's typo, not an infeasible point
+        if v.kind == "arg" and hasattr(load_model_file(model), "check_args"):
+            for value in v.values:
+                try:
+                    load_model_file(model).check_args({v.target: value})
+                except ModelFileError as err:
+                    raise UserError(f"--vary {v.key}: {err}") from None
     warn_if_uncalibrated(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values))
     record = run_whatif(q, jobs=jobs, progress=ProgressBar())
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)

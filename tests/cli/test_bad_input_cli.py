@@ -105,6 +105,7 @@ def test_bad_moe_stack_settings_are_one_line(cli_runner, setting, says):
     # NaN and infinities: one line, not a traceback from int()
     ("nodes=nan", "--vary nodes values must be finite numbers, got 'nan'"),
     ("nodes=1,,2", "--vary nodes=1,,2 has an empty value between commas"),
+    ("arg.layers=abc,2", "--vary arg.layers: examples/gpt.py: --arg layers must be a whole number, got 'abc'"),
     ("tp=inf", "tp must be a whole number, got 'inf'"),
     ("global_batch=1e400", "--vary global_batch values must be finite numbers"),
     ("checkpoint_interval_min=nan", "must be finite numbers"),
