@@ -163,7 +163,7 @@ def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_p
 #SBATCH --ntasks-per-node=1
 {gres}#SBATCH --cpus-per-task={max(1, 4 * nproc_per_node)}
 #SBATCH --time={time_limit}
-#SBATCH --output={job_name}-%j.out
+#SBATCH --output={Path(cfg_path).parent / job_name}-%j.out
 set -euo pipefail
 
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)

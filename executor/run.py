@@ -26,6 +26,7 @@ from .metrics import (
     CHECKPOINTS_DIR,
     RUN_CONFIG_FILE,
     RUN_ENTRIES,
+    SBATCH_FILE,
     SUMMARY_FILE,
     clear_stopped,
     rank_files,
@@ -126,6 +127,9 @@ def check_options(opts: ExecuteOptions) -> None:
         resolve(opts.init_from)  # exists and holds weights; names and shapes once the model is built
     if not 0 <= opts.seed < 2**63:  # torch.manual_seed's range (a signed 64-bit generator seed)
         raise PlanMismatchError(f"--seed must be between 0 and 2**63-1, got {opts.seed}")
+    if opts.rdzv_endpoint is not None and opts.launcher == "slurm":
+        raise PlanMismatchError("--rdzv-endpoint applies to --launcher local; the Slurm script rendezvouses on its "
+                                "allocation's first node")
     if opts.rdzv_endpoint is not None:
         host, _, port = opts.rdzv_endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -238,6 +242,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     )
     if found and not opts.force_resume:
         _refuse_a_changed_recipe(found, cfg, out)
+    _keep_a_slurm_script(out, opts.launcher)
     _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     return cfg
 
@@ -331,6 +336,20 @@ def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
         return max(0, int(earlier.checkpoint_every)) if earlier is not None else 0
     except (ValueError, TypeError):  # a hand-edited value
         return 0
+
+
+def _keep_a_slurm_script(out: Path, launcher: str) -> None:
+    """A folder holding a Slurm script that has not run yet (no steps) is that job's: writing
+    another script, or launching here, would rewrite its run_config.json (and a user's edits of
+    the script) under it."""
+    script = out / SBATCH_FILE
+    if not script.is_file() or read_metrics(out):
+        return
+    if launcher == "slurm":
+        raise PlanMismatchError(f"{out} already holds a Slurm script ({SBATCH_FILE}); submit it (sbatch {script}), "
+                                "or pass another -o/--output (delete the script to write it anew)")
+    raise PlanMismatchError(f"{out} holds a Slurm script not yet run ({SBATCH_FILE}); submit it (sbatch {script}), "
+                            "or pass another -o/--output to run here")
 
 
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:

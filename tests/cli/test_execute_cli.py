@@ -97,6 +97,17 @@ def test_slurm_script(cli_runner, tmp_path):
         assert needle in text, needle
     config = json.loads((out / "run_config.json").read_text())
     assert config["plan"]["dp"] == 4 and config["plan"]["tp"] == 2
+    assert f"#SBATCH --output={out}/smplan-%j.out" in text  # the job's log beside the run, not in the submit dir
+    # the unsubmitted script is the job's: neither another script nor a local run rewrites it
+    script.write_text(text + "# my edit\n")
+    for launcher in (["--launcher", "slurm", "--nnodes", "2", "--nproc-per-node", "4"], []):
+        refused = _invoke(cli_runner, "dp=4,tp=2,mbs=1,gbs=8", "--model", GPT, *launcher, "--out", str(out))
+        assert refused.exit_code == 2 and "a Slurm script" in refused.output and f"sbatch {script}" in refused.output
+    assert script.read_text().endswith("# my edit\n")
+    assert json.loads((out / "run_config.json").read_text()) == config
+    refused = _invoke(cli_runner, "dp=4,tp=2,mbs=1,gbs=8", "--model", GPT, "--launcher", "slurm", "--nnodes", "2",
+                      "--nproc-per-node", "4", "--rdzv-endpoint", "host:1234", "--out", str(tmp_path / "other"))
+    assert refused.exit_code == 2 and "--rdzv-endpoint applies to --launcher local" in refused.output
 
 
 def test_slurm_world_size_must_match(cli_runner, tmp_path):
