@@ -17,7 +17,7 @@ from smplan.executor.run import check_options
 from smplan.hwprofiles import bundled_profiles
 
 from .checks import check_can_write
-from .main import RunFailed
+from .main import RunFailed, UserError
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 
 
@@ -122,6 +122,13 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                           val_data=val_data, eval_every=eval_every, eval_batches=eval_batches,
                           init_from=init_from, reference_batch=reference_batch, lr_scaling=lr_scaling)
     check_options(opts)  # before the model file is even loaded
+    given = click.get_current_context().get_parameter_source("lr_scaling")
+    if given == click.core.ParameterSource.COMMANDLINE and not reference_batch:
+        raise UserError(f"--lr-scaling {lr_scaling} scales --lr from the global batch it was tuned at: add "
+                        "--reference-batch B, or drop --lr-scaling")
+    if warmup_steps and warmup_steps >= steps:
+        click.echo(f"note: --warmup-steps {warmup_steps} is not shorter than --steps {steps}: the lr never "
+                   f"reaches --lr {lr:g}", err=True)
     check_can_write(out, "-o/--output", folder=True)
     check_can_write(checkpoint_dir, "--checkpoint-dir", folder=True)
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),

@@ -6,9 +6,15 @@ Agg canvas in any process, need no display, and hold no global state between cha
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from matplotlib.figure import Figure
+
+# Log-scale tick labels are mathtext; where its STIX fallback faces are missing, matplotlib's font
+# manager warns once per glyph lookup ("findfont: Font family ['STIXGeneral'] not found", 21 lines
+# for a run report) and draws them in DejaVu Sans, as it does anyway: no message for the user.
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
 # Colour per quantity, the same in every chart (tab10-like, colour-blind friendly order).
 COLORS = {

@@ -233,3 +233,10 @@ def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, ratio, noted
     # a GPU profile's plan run on this CPU: its prediction is for the GPU, nothing to calibrate here
     _echo_summary({**summary, "device": "cpu"}, Plan(model="examples/gpt.py:tiny", hw="a100x8", nodes=1))
     assert "smplan calibrate" not in capsys.readouterr().out
+
+
+def test_lr_scaling_without_a_reference_batch_is_refused(cli_runner, tmp_path):
+    result = _invoke(cli_runner, "mbs=1,gbs=1", "--model", GPT, "--lr-scaling", "linear", "--steps", "1",
+                     "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2 and "add --reference-batch B, or drop --lr-scaling" in result.output
+    assert not (tmp_path / "run").exists()
