@@ -258,6 +258,21 @@ def check_this_machine(nproc: int, nnodes: int, param_bytes: int) -> None:
         raise PlanMismatchError(problem)
 
 
+def _stretched_schedule_note(cfg: RunConfig) -> str | None:
+    """A resume with another --steps re-spans a decaying schedule (cosine, wsd run to the last
+    step): say how the lr moves where the run continues, or None."""
+    found = checkpoint.latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    earlier = _earlier_config(Path(cfg.out_dir)) if found else None
+    if earlier is None or earlier.steps == cfg.steps or cfg.lr_schedule == "constant":
+        return None
+    from .recipe import lr_at
+
+    step = found[0]
+    was, now = lr_at(step, earlier.recipe()), lr_at(step + 1, cfg.recipe())
+    return (f"note: the {cfg.lr_schedule} schedule spans --steps; continuing step {step} of {earlier.steps} to "
+            f"{cfg.steps} steps stretches it: the lr goes from {was:.3g} (step {step}) to {now:.3g} (step {step + 1})")
+
+
 def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:
     """A resumed run trains on with the recipe and seed it started with: an option left at its
     default (or given anew) would silently change the learning rate or the data order mid-run.
@@ -383,6 +398,9 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
     """Validate, then launch; `progress(line)` hears what happens during the silent start-up."""
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    stretched = _stretched_schedule_note(cfg)
+    if progress and stretched:
+        progress(stretched)
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
         progress(describe_lr_scale(opts.lr, cfg.lr_scale, plan.global_batch, opts.reference_batch, opts.lr_scaling))
     if progress and opts.launcher == "local":

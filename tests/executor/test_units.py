@@ -305,6 +305,21 @@ def test_a_resume_refuses_other_data(tmp_path):
             run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, **change}), tmp_path)
 
 
+def test_a_resume_that_stretches_a_decaying_schedule_says_so(tmp_path, monkeypatch):
+    from smplan.executor import checkpoint, run
+    from smplan.executor.config import RunConfig
+
+    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=6, lr_schedule="cosine",
+                        warmup_steps=2, checkpoint_dir=str(tmp_path / "checkpoints"))
+    started.save(tmp_path / "run_config.json")
+    monkeypatch.setattr(checkpoint, "latest", lambda root: (6, Path(root) / "step-6"))
+    longer = RunConfig(**{**started.__dict__, "steps": 10})
+    note = run._stretched_schedule_note(longer)
+    assert note.startswith("note: the cosine schedule spans --steps; continuing step 6 of 6 to 10 steps stretches it")
+    assert run._stretched_schedule_note(started) is None  # the same span
+    assert run._stretched_schedule_note(RunConfig(**{**longer.__dict__, "lr_schedule": "constant"})) is None
+
+
 def test_unreadable_checkpoint_metadata_is_one_line(tmp_path):
     from smplan.executor.checkpoint import read_meta
 
