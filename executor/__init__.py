@@ -7,12 +7,22 @@
 
 from .checkpoint import CheckpointMismatchError
 from .config import RunConfig, fingerprint
-from .launch import LaunchError, launch_local, sbatch_script, write_sbatch
+from .launch import (
+    SLURM_STARTUP_S,
+    SLURM_STEP_MARGIN,
+    LaunchError,
+    launch_local,
+    sbatch_script,
+    slurm_time_limit,
+    write_sbatch,
+)
 from .mesh import MeshError, ParallelDims
 from .run import ExecuteOptions, ExecuteResult, check_this_machine, execute, prepare, resolve_plan
 from .validate import PlanMismatchError, validate_plan
 
 __all__ = [
+    "SLURM_STARTUP_S",
+    "SLURM_STEP_MARGIN",
     "CheckpointMismatchError",
     "ExecuteOptions",
     "ExecuteResult",
@@ -28,6 +38,7 @@ __all__ = [
     "prepare",
     "resolve_plan",
     "sbatch_script",
+    "slurm_time_limit",
     "validate_plan",
     "write_sbatch",
 ]

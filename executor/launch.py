@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
+import re
 import shlex
 import sys
 import uuid
@@ -149,9 +151,45 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     return out
 
 
+# Slurm's --time for a job the plan predicts nothing for (an inline plan): one hour.
+DEFAULT_SLURM_TIME = "01:00:00"
+# Start-up of one attempt inside the allocation: process launch, rendezvous, model build, a
+# checkpoint's load. Assumed, not measured: 10 minutes, under the hardware profiles'
+# restart_minutes (15), which also count detecting the failure and rescheduling. Every restart pays it.
+SLURM_STARTUP_S = 600.0
+# Room on the predicted steps: the cost model's worst per-source MAPE on published runs is 18%
+# (benchmarks/validate_published.py, Megatron-Bridge), and the first steps warm up and compile.
+SLURM_STEP_MARGIN = 1.5
+# The forms of sbatch --time (sbatch(1), "-t, --time"): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+_SLURM_TIME = re.compile(r"(\d+)(:\d+){0,2}|\d+-\d+(:\d+){0,2}")
+
+
+def check_slurm_time(text: str) -> str:
+    """`text` if sbatch takes it as --time, else a ValueError saying the forms it takes."""
+    if not _SLURM_TIME.fullmatch(text.strip()) or not any(ch != "0" for ch in text if ch.isdigit()):
+        raise ValueError(f"--time-limit must be a Slurm time such as 90 (minutes), 4:00:00 or 2-00:00:00 "
+                         f"(days-hours:minutes:seconds), above zero; got {text!r}")
+    return text.strip()
+
+
+def slurm_time_limit(predicted_step_s: float | None, steps: int, max_restarts: int = 0) -> str:
+    """sbatch --time for `steps` of a plan predicted at `predicted_step_s` (None or 0: unknown).
+
+    Every attempt (the first and each restart) pays the start-up; the steps get
+    SLURM_STEP_MARGIN. Rounded up to whole minutes, as D-HH:MM:SS past a day.
+    """
+    if not predicted_step_s or predicted_step_s <= 0:
+        return DEFAULT_SLURM_TIME
+    seconds = (1 + max_restarts) * SLURM_STARTUP_S + SLURM_STEP_MARGIN * predicted_step_s * steps
+    minutes = math.ceil(seconds / 60.0)
+    days, minutes = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+
+
 def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_per_node: int,
                   job_name: str = "smplan", max_restarts: int = 0, port: int = 29500,
-                  time_limit: str = "01:00:00") -> str:
+                  time_limit: str = DEFAULT_SLURM_TIME) -> str:
     """An sbatch script: one srun task per node, each a torchrun agent joining a c10d
     rendezvous hosted on the first node of the allocation."""
     cfg = shlex.quote(str(cfg_path))
@@ -184,13 +222,13 @@ srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
 
 
 def write_sbatch(cfg: RunConfig, nnodes: int, nproc_per_node: int, gpus_per_node: int,
-                 max_restarts: int = 0) -> Path:
+                 max_restarts: int = 0, time_limit: str = DEFAULT_SLURM_TIME) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = (out / RUN_CONFIG_FILE).resolve()
     cfg.save(config_path)
     script = out / SBATCH_FILE
     script.write_text(sbatch_script(config_path, nnodes, nproc_per_node, gpus_per_node,
-                                    max_restarts=max_restarts))
+                                    max_restarts=max_restarts, time_limit=time_limit))
     script.chmod(0o755)
     return script

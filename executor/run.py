@@ -19,7 +19,7 @@ from smplan.model.structure import find_layout
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
 from .host_fit import available_host_bytes, this_machine_problem
-from .launch import launch_local, write_sbatch
+from .launch import check_slurm_time, launch_local, slurm_time_limit, write_sbatch
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
 from .metrics import (
@@ -73,6 +73,7 @@ class ExecuteOptions:
     # lr scaling to the plan's global batch (executor/lr_scaling.py); None: --lr as given
     reference_batch: int | None = None
     lr_scaling: str = "sqrt"
+    time_limit: str | None = None  # --launcher slurm: sbatch --time; None: from the plan's prediction
 
     def recipe(self) -> Recipe:
         return Recipe(lr=self.lr, schedule=self.lr_schedule, total_steps=self.steps, warmup_steps=self.warmup_steps,
@@ -86,6 +87,7 @@ class ExecuteResult:
     plan: Plan
     summary: dict | None = None
     sbatch: Path | None = None
+    time_limit: str | None = None  # the sbatch script's --time
 
 
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
@@ -130,6 +132,13 @@ def check_options(opts: ExecuteOptions) -> None:
     if opts.rdzv_endpoint is not None and opts.launcher == "slurm":
         raise PlanMismatchError("--rdzv-endpoint applies to --launcher local; the Slurm script rendezvouses on its "
                                 "allocation's first node")
+    if opts.time_limit is not None:
+        if opts.launcher != "slurm":
+            raise PlanMismatchError("--time-limit is the Slurm job's --time: use it with --launcher slurm")
+        try:
+            check_slurm_time(opts.time_limit)
+        except ValueError as err:
+            raise PlanMismatchError(str(err)) from None
     if opts.rdzv_endpoint is not None:
         host, _, port = opts.rdzv_endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -407,9 +416,11 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
         progress(f"starting {nproc} processes ({plan.world_size} in all) for {opts.steps} step{'s' if opts.steps != 1 else ''}; "
                  f"run directory {cfg.out_dir}; the first step comes after process start-up and model build")
     if opts.launcher == "slurm":
+        predicted_s = plan.predicted.step_time_s if plan.predicted else None
+        time_limit = opts.time_limit or slurm_time_limit(predicted_s, opts.steps, opts.max_restarts)
         script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,
-                              max_restarts=opts.max_restarts)
-        return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script)
+                              max_restarts=opts.max_restarts, time_limit=time_limit)
+        return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script, time_limit=time_limit)
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
                            max_restarts=opts.max_restarts)
     summary_path = run_dir / SUMMARY_FILE

@@ -8,7 +8,13 @@ import sys
 
 import click
 
-from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
+from smplan.executor import (
+    SLURM_STARTUP_S,
+    SLURM_STEP_MARGIN,
+    ExecuteOptions,
+    LaunchError,
+    resolve_plan,
+)
 from smplan.executor import execute as run_plan
 from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
@@ -42,6 +48,10 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Restarts torchrun's agent allows after a worker fails.")
 @click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
               help="local: start torchrun here; slurm: write an sbatch script into the run directory instead.")
+@click.option("--time-limit", default=None, metavar="TIME",
+              help="--launcher slurm: the job's --time (90, 4:00:00, 2-00:00:00). Default: 1.5x the plan's "
+                   "predicted step time x --steps, plus 10 minutes of start-up per attempt; 1 hour when the plan "
+                   "predicts nothing (an inline plan).")
 @click.option("-o", "--output", "--out", "out", cls=OneSpelling, old_names=("--out",), default=None, type=click.Path(file_okay=False),
               help="Run directory: metrics.jsonl, ranks/, summary.json, tensorboard/ (default runs/execute-...); "
                    "an existing one is only continued from its checkpoint.")
@@ -93,7 +103,7 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
-            checkpoint_every, force_resume, max_restarts, launcher, out, seed, lr, reference_batch, lr_scaling,
+            checkpoint_every, force_resume, max_restarts, launcher, time_limit, out, seed, lr, reference_batch, lr_scaling,
             lr_schedule, warmup_steps, min_lr,
             decay_fraction, weight_decay, grad_clip, adam_betas, data, data_dtype, val_data, eval_every, eval_batches,
             init_from, tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
@@ -120,7 +130,8 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                           decay_fraction=decay_fraction, weight_decay=weight_decay,
                           adam_betas=parse_betas(adam_betas), data=data, data_dtype=data_dtype,
                           val_data=val_data, eval_every=eval_every, eval_batches=eval_batches,
-                          init_from=init_from, reference_batch=reference_batch, lr_scaling=lr_scaling)
+                          init_from=init_from, reference_batch=reference_batch, lr_scaling=lr_scaling,
+                          time_limit=time_limit)
     check_options(opts)  # before the model file is even loaded
     given = click.get_current_context().get_parameter_source("lr_scaling")
     if given == click.core.ParameterSource.COMMANDLINE and not reference_batch:
@@ -153,9 +164,11 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         raise RunFailed(str(err)) from None
     if result.sbatch is not None:
         if as_json:
-            echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir)})
+            echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir),
+                       "time_limit": result.time_limit})
             return
         click.echo(f"wrote {result.sbatch}")
+        click.echo(f"its --time is {result.time_limit}: {_time_limit_reason(time_limit, plan, steps, max_restarts)}")
         click.echo(f"submit it with:  sbatch {result.sbatch}")
         return
     if as_json:
@@ -164,6 +177,17 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
         _echo_summary(result.summary, plan)
+
+
+def _time_limit_reason(given: str | None, plan, steps: int, max_restarts: int) -> str:
+    """Where the Slurm script's --time came from, for the line under `wrote smplan.sbatch`."""
+    if given:
+        return "as --time-limit gave it"
+    if not plan.predicted or not plan.predicted.step_time_s:
+        return "an inline plan predicts no step time, so 1 hour; --time-limit sets it"
+    attempts = f" for each of {1 + max_restarts} attempts" if max_restarts else ""
+    return (f"{SLURM_STEP_MARGIN:g}x the predicted {plan.predicted.step_time_s:.3g} s/step x {steps} steps, plus "
+            f"{SLURM_STARTUP_S / 60:.0f} minutes of start-up{attempts}; --time-limit sets it")
 
 
 # Past this factor either way a measured step is worth calibrating for: the bundled factors'

@@ -110,6 +110,35 @@ def test_slurm_script(cli_runner, tmp_path):
     assert refused.exit_code == 2 and "--rdzv-endpoint applies to --launcher local" in refused.output
 
 
+def test_slurm_time_limit(cli_runner, tmp_path):
+    # an inline plan predicts nothing: one hour, and the line says how to set it
+    inline = _invoke(cli_runner, "dp=2,mbs=1,gbs=4", "--model", GPT, "--launcher", "slurm", "--out", str(tmp_path / "a"))
+    assert inline.exit_code == 0, inline.output
+    assert "#SBATCH --time=01:00:00" in (tmp_path / "a" / "smplan.sbatch").read_text()
+    assert "its --time is 01:00:00: an inline plan predicts no step time" in inline.output
+    # a plan file's prediction: 1.5 x step x steps + 10 minutes for each of 2 attempts, up to the minute
+    path = tmp_path / "plan.json"
+    made = cli_runner.invoke(cli, ["plan", GPT, "--hw", "a100x8", "--nodes", "1", "-o", str(path)])
+    assert made.exit_code == 0, made.output
+    step_s = json.loads(path.read_text())["predicted"]["step_time_s"]
+    steps = int(3600 / step_s)  # ~40 minutes of steps with the margin: 2 x 10 + 60 = 80 minutes
+    planned = _invoke(cli_runner, str(path), "--launcher", "slurm", "--steps", str(steps), "--max-restarts", "1",
+                      "--out", str(tmp_path / "b"), "--json")
+    assert planned.exit_code == 0, planned.output
+    minutes = -(-(1200 + 1.5 * step_s * steps) // 60)
+    expected = f"{int(minutes) // 60:02d}:{int(minutes) % 60:02d}:00"
+    assert json.loads(planned.stdout)["time_limit"] == expected and expected.startswith("01:")
+    assert f"#SBATCH --time={expected}" in (tmp_path / "b" / "smplan.sbatch").read_text()
+    given = _invoke(cli_runner, str(path), "--launcher", "slurm", "--time-limit", "2-00:00:00", "--out", str(tmp_path / "c"))
+    assert given.exit_code == 0 and "#SBATCH --time=2-00:00:00" in (tmp_path / "c" / "smplan.sbatch").read_text()
+    for args, needle in ((["--time-limit", "90"], "use it with --launcher slurm"),
+                         (["--launcher", "slurm", "--time-limit", "1h"], "must be a Slurm time"),
+                         (["--launcher", "slurm", "--time-limit", "0:00"], "above zero")):
+        refused = _invoke(cli_runner, str(path), *args, "--out", str(tmp_path / "d"))
+        assert refused.exit_code == 2 and needle in refused.output, refused.output
+        assert not (tmp_path / "d").exists()
+
+
 def test_slurm_world_size_must_match(cli_runner, tmp_path):
     result = _invoke(cli_runner, "dp=4,mbs=1,gbs=4", "--model", GPT, "--launcher", "slurm",
                      "--nnodes", "2", "--nproc-per-node", "4", "--out", str(tmp_path / "r"))
