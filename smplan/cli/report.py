@@ -18,8 +18,8 @@ from .options import echo_json, json_option
 @threshold_options
 @json_option
 def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_json):
-    """One self-contained HTML page for a run of `smplan execute`: loss, step time against
-    the plan's prediction, memory per rank and the gradient-norm heatmap (blocks x steps),
+    """One self-contained HTML page for a run of `smplan execute`: loss (and validation loss),
+    the learning rate, step time against the plan's prediction, memory per rank and the gradient-norm heatmap (blocks x steps),
     with the same warnings as `smplan monitor`. Works while the run is still going.
 
     \b

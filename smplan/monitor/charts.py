@@ -1,5 +1,5 @@
-"""Charts of one run: loss and grad norm, step time vs the plan, memory per rank, and the
-gradient-norm heatmap (blocks x steps). Same look as the what-if report (its style module).
+"""Charts of one run: loss (and validation loss) and grad norm, the learning rate, step time
+vs the plan, memory per rank, and the gradient-norm heatmap (blocks x steps). Same look as the what-if report (its style module).
 
 Each takes a RunData and returns a matplotlib Figure, or None when the run has no data for
 it (no per-rank records, no block gradient norms).
@@ -20,13 +20,34 @@ from .status import own_time_matrix
 def loss_chart(run: RunData, path=None):
     fig, (ax_loss, ax_norm) = new_figure("Loss and gradient norm", ncols=2, width=12, height=4.5)
     steps = [r["step"] for r in run.records]
-    ax_loss.plot(steps, [r["loss"] for r in run.records], marker=".", color=color("", 0), gid="loss")
-    ax_loss.set_title("training loss")
+    ax_loss.plot(steps, [r["loss"] for r in run.records], marker=".", color=color("", 0), label="training",
+                 gid="loss")
+    evals = [(r["step"], r["val_loss"]) for r in run.records if r.get("val_loss") is not None]
+    if evals:  # --eval-every steps, on the same axis: the gap between them is what to watch
+        ax_loss.plot([s for s, _ in evals], [v for _, v in evals], marker="s", color=color("", 2),
+                     label="validation", gid="val_loss")
+        ax_loss.legend(fontsize=8)
+    ax_loss.set_title("loss" if evals else "training loss")
     ax_norm.plot(steps, [r["grad_norm"] for r in run.records], marker=".", color=color("", 1), gid="grad_norm")
     ax_norm.set_title("global gradient norm (before clipping)")
     for ax in (ax_loss, ax_norm):
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return finish(fig, path)
+
+
+def lr_chart(run: RunData, path=None):
+    """The learning rate of every step (warmup, schedule, resumes), or None when not recorded."""
+    points = [(r["step"], r["lr"]) for r in run.records if r.get("lr") is not None]
+    if not points:
+        return None
+    schedule = (run.config or {}).get("lr_schedule")
+    fig, ax = new_figure("Learning rate" + (f" ({schedule})" if schedule else ""), width=8, height=3.5)
+    ax.plot([s for s, _ in points], [v for _, v in points], color=color("", 3), gid="lr")
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("lr")
+    ax.set_ylim(bottom=0)
     return finish(fig, path)
 
 
@@ -99,5 +120,5 @@ def grad_norm_heatmap(run: RunData, path=None):
     return fig
 
 
-CHARTS = {"loss": loss_chart, "step_time": step_time_chart, "memory": memory_chart,
+CHARTS = {"loss": loss_chart, "lr": lr_chart, "step_time": step_time_chart, "memory": memory_chart,
           "grad_norms": grad_norm_heatmap}

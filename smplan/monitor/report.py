@@ -17,10 +17,12 @@ from .charts import CHARTS
 from .rundir import RunData
 from .status import Thresholds, run_status
 
-TITLES = {"loss": "Loss and gradient norm", "step_time": "Step time vs prediction",
+TITLES = {"loss": "Loss and gradient norm", "lr": "Learning rate", "step_time": "Step time vs prediction",
           "memory": "Memory per rank", "grad_norms": "Gradient norm per block"}
 CAPTIONS = {
-    "loss": "Training loss and the global gradient norm (before clipping) at every step.",
+    "loss": "Training loss and the global gradient norm (before clipping) at every step; the validation "
+            "loss (--val-data) at the --eval-every steps.",
+    "lr": "The learning rate each step ran at: warmup, then the --lr-schedule.",
     "step_time": "Wall-clock time of each optimizer step, each rank's own time (the step less its "
                  "wait for the slowest rank at the step-end synchronisation), and the plan's prediction.",
     "memory": "Peak memory of every rank. On a GPU the dashed line is the plan's predicted peak (what the "
@@ -55,6 +57,13 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
         ("median tokens/s", f"{status['tokens_per_s']['median']:,.0f}"),
         ("loss", f"{status['loss']['first']:.4f} → {status['loss']['last']:.4f}"),
     ]
+    val, lr = status["val_loss"], status["lr"]
+    if val:
+        facts.append(("validation loss", f"{val['first']:.4f} (step {val['first_step']}) → {val['last']:.4f} "
+                                         f"(step {val['last_step']}); best {val['best']:.4f} at step {val['best_step']}"))
+    if lr:
+        facts.append(("learning rate", f"peak {lr['peak']:.3g}, last {lr['last']:.3g}"
+                                       + (f" ({lr['schedule']})" if lr["schedule"] else "")))
     plan = run.plan
     if plan:
         facts.insert(0, ("plan", " ".join(f"{k}={plan[k]}" for k in ("dp", "tp", "pp", "micro_batch",

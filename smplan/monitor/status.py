@@ -9,6 +9,10 @@ Schema (all times in seconds; null where the run or the plan does not say)::
      "tokens_per_s": {"median": float, "predicted": float | null},
      "loss": {"first": float, "last": float, "sparkline": str},
      "grad_norm": {"last": float, "sparkline": str},
+     "val_loss": {"first": float, "first_step": int, "last": float, "last_step": int,
+                  "best": float, "best_step": int, "sparkline": str} | null,   # --eval-every steps
+     "lr": {"first": float, "last": float, "peak": float, "schedule": str | null,
+            "sparkline": str} | null,                # null for runs that predate the lr record
      "memory": {"predicted_peak_gib": float | null, "source": "rss" | "cuda_allocator" | null,
                 "compared": bool,                    # RSS (CPU) is not held against a GPU prediction
                 "peak_gib_by_rank": {RANK: float}},   # JSON keys are strings; "max" (over
@@ -80,6 +84,25 @@ def _rank_rows(run: RunData, steps: list[int], order: list[int], rows: list[list
     return out
 
 
+def _val_loss(records: list[dict], spark_width: int) -> dict | None:
+    """The validation losses of the --eval-every steps, or None when the run records none."""
+    evals = [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
+    if not evals:
+        return None
+    best_step, best = min(evals, key=lambda e: (e[1], e[0]))
+    return {"first": evals[0][1], "first_step": evals[0][0], "last": evals[-1][1], "last_step": evals[-1][0],
+            "best": best, "best_step": best_step, "sparkline": sparkline([v for _, v in evals], spark_width)}
+
+
+def _lr(run: RunData, spark_width: int) -> dict | None:
+    """The learning rate each step ran at, or None when the records do not hold it."""
+    lrs = [r["lr"] for r in run.records if r.get("lr") is not None]
+    if not lrs:
+        return None
+    return {"first": lrs[0], "last": lrs[-1], "peak": max(lrs), "schedule": (run.config or {}).get("lr_schedule"),
+            "sparkline": sparkline(lrs, spark_width)}
+
+
 def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: int = 40) -> dict:
     th = thresholds or Thresholds()
     records, predicted = run.records, run.predicted
@@ -118,6 +141,8 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
                  "sparkline": sparkline([r["loss"] for r in records], spark_width)},
         "grad_norm": {"last": records[-1]["grad_norm"],
                       "sparkline": sparkline([r["grad_norm"] for r in records], spark_width)},
+        "val_loss": _val_loss(records, spark_width),
+        "lr": _lr(run, spark_width),
         "memory": {"predicted_peak_gib": run.predicted_allocated_gib, "source": source,
                    "compared": compared, "peak_gib_by_rank": peaks},
         "ranks": rank_rows,

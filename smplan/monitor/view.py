@@ -57,6 +57,14 @@ def render_status(status: dict) -> str:
     loss, norm = status["loss"], status["grad_norm"]
     lines.append(f"  loss        {loss['first']:.4f} -> {loss['last']:.4f}  {loss['sparkline']}")
     lines.append(f"  grad norm   {norm['last']:.4f}  {norm['sparkline']}")
+    val = status.get("val_loss")
+    if val:
+        lines.append(f"  val loss    {val['first']:.4f} (step {val['first_step']}) -> {val['last']:.4f} "
+                     f"(step {val['last_step']}), best {val['best']:.4f} at step {val['best_step']}  {val['sparkline']}")
+    lr = status.get("lr")
+    if lr:
+        lines.append(f"  lr          {lr['last']:.3g} now, peak {lr['peak']:.3g}"
+                     + (f" ({lr['schedule']})" if lr["schedule"] else "") + f"  {lr['sparkline']}")
     if status["ranks"]:
         lines.append("  rank  steps  step time   own time    waited      peak GiB")
         rows = status["ranks"]

@@ -108,6 +108,13 @@ def test_report_is_one_self_contained_page(cli_runner, tmp_path):
     assert "rank 1 is a straggler" in html
     assert cli_runner.invoke(cli, ["report", str(run)]).exit_code == 0
     assert (run / "report.html").exists()
+    # a run with a validation set and an lr schedule: both on the page, the lr in a chart of its own
+    trained = write_run(tmp_path / "t", steps=8, val_every=3, lr_warmup=4)
+    assert cli_runner.invoke(cli, ["report", str(trained), "-o", str(tmp_path / "t.html")]).exit_code == 0
+    html = (tmp_path / "t.html").read_text()
+    assert html.count("<img ") == 5 and 'id="chart-lr"' in html
+    assert "<dt>validation loss</dt><dd>4.7000 (step 3) → 4.7600 (step 6); best 4.7000 at step 3</dd>" in html
+    assert "<dt>learning rate</dt><dd>peak 0.001, last 6.25e-05 (cosine)</dd>" in html
 
 
 def test_report_output_must_be_a_file_in_an_existing_folder(cli_runner, tmp_path):

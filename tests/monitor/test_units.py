@@ -147,6 +147,22 @@ def test_status_names_the_slow_rank(tmp_path):
     assert status["step_time_s"]["ratio"] == pytest.approx(0.09 / 0.05)
 
 
+def test_validation_loss_and_lr_in_the_status_and_the_view(tmp_path):
+    plain = run_status(load_run(write_run(tmp_path / "plain", steps=6)))
+    assert plain["val_loss"] is None and plain["lr"] is None  # older runs record neither
+    assert "val loss" not in render_status(plain) and "  lr " not in render_status(plain)
+    status = run_status(load_run(write_run(tmp_path / "r", steps=8, val_every=3, lr_warmup=4)))
+    val = status["val_loss"]
+    assert (val["first_step"], val["last_step"], val["best_step"]) == (3, 6, 3)
+    assert val["first"] == pytest.approx(4.7) and val["last"] == pytest.approx(4.76) and len(val["sparkline"]) == 2
+    lr = status["lr"]
+    assert lr["first"] == pytest.approx(2.5e-4) and lr["peak"] == pytest.approx(1e-3)
+    assert lr["last"] == pytest.approx(1e-3 / 16) and lr["schedule"] == "cosine"
+    text = render_status(status)
+    assert "val loss    4.7000 (step 3) -> 4.7600 (step 6), best 4.7000 at step 3" in text
+    assert "lr          6.25e-05 now, peak 0.001 (cosine)" in text
+
+
 def test_status_even_run_and_rss_not_compared(tmp_path):
     status = run_status(load_run(write_run(tmp_path / "r", memory_gib=5.0, memory_source="rss")))
     assert status["stragglers"] == [] and status["warnings"] == []
