@@ -6,7 +6,7 @@ import math
 
 import click
 
-from smplan.simulator.failures import ReliabilityError
+from smplan.simulator.failures import MIN_SWEEP_FAILURES, ReliabilityError
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, plan_reliability
 
@@ -103,11 +103,16 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     ]
     click.echo(format_table(["over " + str(r.seeds) + " seeds", "mean", "p10", "p50", "p90"], rows, align="lrrrr"))
     click.echo("")
+    used = "Daly's: too few failures to sweep" if r.interval_source == "daly" else r.interval_source
     click.echo(format_table(["checkpoint interval", "minutes"], [
-        [f"used ({r.interval_source})", r.interval_s / 60],
+        [f"used ({used})", r.interval_s / 60],
         ["best by sweep", r.best_interval_s / 60],
         ["Young sqrt(2 delta M)", r.young_interval_s / 60],
         ["Daly (2006)", r.daly_interval_s / 60],
     ]))
     click.echo(f"\nDaly's expected wall-clock at the used interval: {r.daly_expected_wall_s / day:.2f} days "
                f"(simulated mean {r.wall_mean_s / day:.2f})")
+    if r.interval_source == "daly":
+        click.echo(f"note: the {r.seeds} seeds drew {r.sweep_failures} failure(s) at the sweep's best interval, under "
+                   f"the {MIN_SWEEP_FAILURES} that tell intervals apart, so the interval used is Daly's; more --seeds "
+                   "let the sweep choose")

@@ -3,7 +3,13 @@ import time
 import numpy as np
 import pytest
 from smplan.simulator.daly import daly_expected_time, daly_interval, young_interval
-from smplan.simulator.failures import ReliabilityError, RunSpec, analyse_run, simulate_sweep
+from smplan.simulator.failures import (
+    MIN_SWEEP_FAILURES,
+    ReliabilityError,
+    RunSpec,
+    analyse_run,
+    simulate_sweep,
+)
 
 MIN = 60.0
 HOUR = 3600.0
@@ -57,6 +63,20 @@ def test_goodput_std_is_over_the_seeds_even_when_few_fail():
     assert 0 < report.goodput_p50 - report.goodput_mean < report.goodput_std
     sure = analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": 1e12}), seeds=20)
     assert sure.goodput_std == 0.0 and sure.failures_mean == 0
+
+
+def test_too_few_failures_drawn_to_sweep_take_dalys_interval():
+    """With no failure drawn the sweep's best is its longest interval: auto then takes Daly's."""
+    spec = RunSpec(work_s=2 * 86400, num_gpus=128, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=30.0)
+    few = analyse_run(spec, seeds=3)
+    assert few.sweep_failures < MIN_SWEEP_FAILURES and few.interval_source == "daly"
+    assert few.interval_s == few.daly_interval_s and few.best_interval_s > 3 * few.daly_interval_s
+    # failures aplenty: the sweep decides, near Daly's
+    many = analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": 500}), seeds=100)
+    assert many.sweep_failures >= MIN_SWEEP_FAILURES and many.interval_source == "auto"
+    assert many.interval_s == many.best_interval_s == pytest.approx(many.daly_interval_s, rel=0.35)
+    given = analyse_run(spec, interval_s=3600.0, seeds=3)
+    assert given.interval_source == "given" and given.interval_s == 3600.0
 
 
 def test_sixteen_thousand_gpus_thirty_days_is_fast():
