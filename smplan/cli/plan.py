@@ -113,8 +113,11 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
          _usd_per_million(p)]
         for i, p in enumerate(plans)
     ]
-    where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}" if max_nodes
-             else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name})")
+    # --hw-set gpus_per_node=2 makes another node than the profile's name says: name its GPUs too
+    per_node = f" with {cluster.gpus_per_node} GPUs each" if any(
+        kv.split("=", 1)[0].strip() == "gpus_per_node" for kv in hw_set) else ""
+    where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}{per_node}" if max_nodes
+             else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name}{per_node})")
     gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
     gc += f", {plans[0].fp8_scaling}-scaled (MFU of the fp8 peak)" if plans[0].dtype == "fp8" else ""
     click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}, "

@@ -289,3 +289,11 @@ def test_json_keeps_the_explanation(cli_runner):
     assert isinstance(data["not_offered"], dict)
     plain = json.loads(cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--top", "3", "--json"]).stdout)
     assert "explain" not in plain
+
+
+def test_title_names_the_gpus_per_node_a_hw_set_gives(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "4", "--hw-set", "gpus_per_node=2"])
+    assert result.exit_code == 0, result.output
+    assert "on 8 GPUs (4x a100x8 with 2 GPUs each)" in result.stdout.splitlines()[0]
+    plain = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "2"])
+    assert "on 16 GPUs (2x a100x8)," in plain.stdout.splitlines()[0]
