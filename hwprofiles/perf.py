@@ -109,19 +109,23 @@ def flash_attention_efficiency(head_dim: int, keys_per_query: float, cluster: Cl
 
 
 def flash_attention_time_s(
-    queries: int, keys: int, head_dim: int, heads: int, causal: bool, cluster: Cluster, backward: bool = False
+    queries: int, keys: int, head_dim: int, heads: int, causal: bool, cluster: Cluster, backward: bool = False,
+    dtype: str = "bf16",
 ) -> float:
-    """Seconds of one fused attention call (forward, or its backward) over `heads` (batch x heads).
+    """Seconds of one fused attention call (forward, or its backward) over `heads` (batch x heads),
+    in half precision `dtype` ("bf16" or "fp16": the kernels take no other).
 
     FLOPs: q k^T and p v, 2 x 2 x queries x keys x head_dim per head, half of it under a
     causal mask (the kernels skip masked tiles; Dao 2023); backward 2.5x that.
     """
     _check_dims(queries, keys, head_dim)
+    if dtype not in ("bf16", "fp16"):
+        raise PerfModelError(f"fused attention runs in bf16 or fp16, not {dtype!r}")
     keys_per_query = keys / 2.0 if causal else float(keys)
     flops = 4.0 * queries * keys_per_query * head_dim * heads
     if backward:
         flops *= FLASH_BACKWARD_FLOPS_RATIO
-    peak = cluster.gpu.peak_tflops.for_dtype("bf16") * 1e12
+    peak = cluster.gpu.peak_tflops.for_dtype(dtype) * 1e12
     return flops / (peak * flash_attention_efficiency(head_dim, keys_per_query, cluster))
 
 

@@ -249,8 +249,9 @@ def pass_times(
         m, n, k, batch = _gemm_dims(mm, tp, b, cp, ep, capacity_factor)
         if mm.kernel != "gemm" and dtype in FLASH_DTYPES:
             causal = mm.kernel == "flash_causal"  # a fused attention call: queries, keys, head dim
-            flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster)
-            flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True)
+            half = "fp16" if dtype == "fp16" else "bf16"  # an fp8 plan's attention runs in bf16
+            flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster, dtype=half)
+            flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True, dtype=half)
             continue
         t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch, launches=mm.count)
         gemm += t

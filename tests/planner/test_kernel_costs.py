@@ -60,6 +60,20 @@ def test_the_stacks_kernel_decides_the_rate():
         flash_attention_time_s(0, 8, 8, 1, True, H100)
 
 
+def test_fp16_attention_runs_at_the_fp16_peak_and_plans_on_v100():
+    """A GPU without a bf16 peak (V100) times an fp16 plan's fused attention at its fp16 peak."""
+    assert flash_attention_time_s(4096, 4096, 128, 8, True, A100, dtype="fp16") == flash_attention_time_s(
+        4096, 4096, 128, 8, True, A100)  # A100: the same peak either way
+    v100 = load_cluster("v100x8")
+    assert flash_attention_time_s(4096, 4096, 128, 8, True, v100, dtype="fp16") > 0
+    with pytest.raises(PerfModelError, match="bf16 or fp16"):
+        flash_attention_time_s(4096, 4096, 128, 8, True, A100, dtype="fp8")
+    profile = _tiny("sdpa")
+    plan = Plan(model="tiny", hw="v100x8", nodes=1, dp=8, micro_batch=1, global_batch=8, dtype="fp16",
+                stages=even_stages(profile.num_blocks, 1))
+    assert estimate(plan, profile, v100).step_time_s > 0
+
+
 def test_flash_is_faster_than_the_same_gemms_on_the_gemm_curve():
     """The old costing (two GEMMs at the min-dimension curve, the whole s x s square) was ~3x slower."""
     s, d, heads = 8192, 128, 32
