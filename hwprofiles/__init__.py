@@ -3,7 +3,13 @@ hardware performance model."""
 
 from .calibrated import uncalibrated_warning
 from .cluster import Cluster, Efficiency, Gpu, HardwareProfileError, Link, PeakTflops, settable_keys
-from .loader import bundled_profiles, load_cluster, override_rule, parse_override
+from .loader import (
+    a100_figures_taken,
+    bundled_profiles,
+    load_cluster,
+    override_rule,
+    parse_override,
+)
 from .perf import (
     ALGORITHMS,
     COLLECTIVES,
@@ -50,6 +56,7 @@ __all__ = [
     "STACK_KEYS",
     "Stack",
     "StackError",
+    "a100_figures_taken",
     "bundled_profiles",
     "bundled_stacks",
     "collective_time_s",

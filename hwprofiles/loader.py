@@ -30,6 +30,22 @@ def read_profile(name_or_path: str) -> dict:
     return read_toml(path, "hardware file", HardwareProfileError)
 
 
+# Keys a profile may leave out and then takes A100's measured figures for (cluster.AttentionKernels,
+# cluster.MatmulCeiling): `hw show` says so, since they are no measurement of that GPU.
+A100_FIGURE_KEYS = ("attention.flash1", "attention.flash2", "attention.cudnn", "matmul_ceiling.bf16")
+
+
+def a100_figures_taken(name_or_path: str) -> list[str]:
+    """The gpu.* keys of A100_FIGURE_KEYS that the profile file does not state (A100's are used)."""
+    gpu = read_profile(name_or_path).get("gpu") or {}
+    missing = []
+    for key in A100_FIGURE_KEYS:
+        table, leaf = key.split(".")
+        if leaf not in (gpu.get(table) or {}):
+            missing.append(f"gpu.{key}")
+    return missing
+
+
 def override_rule(err: HardwareProfileError) -> str:
     """The rule an override broke, without the loader's framing ("--hw-set:", "hardware profile:",
     its "fix the profile or --hw-set"), for a caller that names where the override came from."""

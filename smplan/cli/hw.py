@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from smplan.hwprofiles import bundled_profiles, load_cluster
+from smplan.hwprofiles import a100_figures_taken, bundled_profiles, load_cluster
 
 from .checks import check_can_write
 from .main import UserError
@@ -62,6 +62,7 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
     if name is None:
         raise UserError("hw show needs a profile: smplan hw show NAME|PATH (smplan hw list names the bundled ones)")
     cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
+    overridden = {kv.split("=", 1)[0].strip() for kv in hw_set}
     data = cluster.to_dict()
     if as_json:
         data["num_gpus"] = cluster.num_gpus
@@ -72,11 +73,14 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
     if cluster.fast_domain_gpus > cluster.gpus_per_node:
         click.echo(f"  NVLink domain: {cluster.fast_domain_gpus} GPUs "
                    f"({cluster.fast_domain_gpus // cluster.gpus_per_node} nodes); intra_node links span it")
+    borrowed = set(a100_figures_taken(name))
     for section, values in data.items():
         if isinstance(values, dict):
             click.echo(f"[{section}]")
             for key, value in _flatten(values):
                 meaning = ZERO_MEANS.get(f"{section}.{key}") if not value else None
+                if f"{section}.{key}" in borrowed and f"{section}.{key}" not in overridden:
+                    meaning = "not in this profile: A100's measured figure"
                 click.echo(f"  {key} = {value}" + (f" ({meaning})" if meaning else ""))
 
 

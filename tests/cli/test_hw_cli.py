@@ -140,3 +140,14 @@ def test_hw_show_takes_the_profile_as_argument_or_hw(cli_runner):
     assert "sm_count = 0 (not stated)" in by_hw.output and "gemm_tile = 0 (off)" in by_hw.output
     none = cli_runner.invoke(cli, ["hw", "show"])
     assert none.exit_code == 2 and "smplan hw list" in none.output
+
+
+def test_hw_show_says_which_figures_are_a100s(cli_runner):
+    """A profile without [gpu.attention] or a bf16 matmul ceiling runs on A100's: show says so."""
+    l40s = cli_runner.invoke(cli, ["hw", "show", "l40sx8"]).output
+    for key in ("attention.flash2 = 0.63", "attention.cudnn = 0.63", "matmul_ceiling.bf16 = 0.869"):
+        assert f"{key} (not in this profile: A100's measured figure)" in l40s, key
+    h100 = cli_runner.invoke(cli, ["hw", "show", "h100x8"]).output
+    assert "attention.cudnn = 0.54\n" in h100 and "A100's measured figure" not in h100
+    given = cli_runner.invoke(cli, ["hw", "show", "l40sx8", "--hw-set", "gpu.attention.cudnn=0.5"]).output
+    assert "attention.cudnn = 0.5\n" in given
