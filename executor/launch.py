@@ -131,13 +131,11 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL):
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except KeyboardInterrupt:
-        mark_stopped(out, "interrupted", "stopped with Ctrl-C; the same `smplan execute` command resumes it "
-                                         "from its newest checkpoint")
+        mark_stopped(out, "interrupted", f"stopped with Ctrl-C; {_how_to_continue(cfg)}")
         raise LaunchInterrupted(out) from None
     except SignalException as err:  # SIGTERM / SIGHUP / SIGQUIT to this process: a closed terminal, a scheduler
         name = getattr(err.sigval, "name", str(err.sigval))
-        mark_stopped(out, "interrupted", f"stopped by {name}; the same `smplan execute` command resumes it from "
-                                         "its newest checkpoint")
+        mark_stopped(out, "interrupted", f"stopped by {name}; {_how_to_continue(cfg)}")
         raise LaunchError(f"stopped by {name}; run directory kept at {out}") from None
     except ChildFailedError as err:
         def log_of(failure):
@@ -149,6 +147,17 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         mark_stopped(out, "failed", failure_line(rank, first.exitcode, log))
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}") from None
     return out
+
+
+def _how_to_continue(cfg: RunConfig) -> str:
+    """What a stopped run's record tells the user: a resume needs a checkpoint to continue from."""
+    from .checkpoint import latest
+
+    found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if found:
+        return f"the same `smplan execute` command resumes it from its newest checkpoint ({Path(found[1]).name})"
+    return ("it wrote no checkpoint, so it cannot be resumed: run it again with another -o/--output (or delete "
+            "this folder); --checkpoint-every N makes a run resumable")
 
 
 # Slurm's --time for a job the plan predicts nothing for (an inline plan): one hour.

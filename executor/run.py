@@ -33,6 +33,7 @@ from .metrics import (
     read_metrics,
 )
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
+from .run_lock import holding_run_dir
 from .token_data import TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, validate_plan
 
@@ -404,7 +405,19 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
 
 
 def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
-    """Validate, then launch; `progress(line)` hears what happens during the silent start-up."""
+    """Validate, then launch; `progress(line)` hears what happens during the silent start-up.
+
+    A local launch holds its -o/--output folder's lock (executor/run_lock.py) from the checks
+    to the end of the run: a second launch into it is refused, not run beside it. Not under
+    Slurm (the job runs later, elsewhere) nor across nodes (their launchers share the folder).
+    """
+    if opts.launcher == "local" and opts.nnodes == 1 and opts.out:
+        with holding_run_dir(Path(opts.out).resolve()):
+            return _execute(plan, model_file, opts, progress)
+    return _execute(plan, model_file, opts, progress)
+
+
+def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
     stretched = _stretched_schedule_note(cfg)

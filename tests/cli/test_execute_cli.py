@@ -269,3 +269,27 @@ def test_lr_scaling_without_a_reference_batch_is_refused(cli_runner, tmp_path):
                      "--out", str(tmp_path / "run"))
     assert result.exit_code == 2 and "add --reference-batch B, or drop --lr-scaling" in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
+    """Two launches into one folder would both resume from its checkpoint and append to one
+    metrics.jsonl: the second is refused, naming the first, while the first holds the lock."""
+    import os
+
+    from smplan.executor.run_lock import LOCK_FILE, holding_run_dir
+
+    out = tmp_path / "run"
+    with holding_run_dir(out):
+        refused = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(out))
+        assert refused.exit_code == 2, refused.output
+        assert f"{out} is in use by another `smplan execute` (pid {os.getpid()} on" in refused.output
+        assert "pass another -o/--output" in refused.output
+    # refused before it wrote anything: a folder made only for the lock is not left behind
+    assert not out.exists()
+    bad = _invoke(cli_runner, "tp=3,mbs=1,gbs=4", "--model", GPT, "--out", str(out))
+    assert bad.exit_code == 2 and not out.exists()
+    # an existing folder keeps its lock file (unlinking it would let a third launch lock a new one)
+    out.mkdir()
+    with holding_run_dir(out):
+        pass
+    assert (out / LOCK_FILE).read_text() == ""

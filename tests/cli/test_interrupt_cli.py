@@ -52,6 +52,8 @@ def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, 
     assert says.format(out=out) in err
     assert out.is_dir() and (out / "run_config.json").is_file()
     assert reason in (out / "stopped.json").read_text()  # monitor --follow stops on it
+    # no --checkpoint-every: the record does not promise a resume the same command cannot do
+    assert "it wrote no checkpoint, so it cannot be resumed" in (out / "stopped.json").read_text()
     # no worker outlives the launcher: its process group is empty
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)

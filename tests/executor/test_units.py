@@ -379,3 +379,16 @@ def test_slurm_time_limit_rounds_up_and_counts_every_attempt():
     for bad in ("0", "00:00:00", "1h", "", "1:2:3:4", "-1"):
         with pytest.raises(ValueError, match="Slurm time"):
             check_slurm_time(bad)
+
+
+def test_a_stopped_run_is_promised_a_resume_only_with_a_checkpoint(tmp_path):
+    from smplan.executor.config import RunConfig
+    from smplan.executor.launch import _how_to_continue
+
+    ckpt = tmp_path / "checkpoints"
+    cfg = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=10, checkpoint_dir=str(ckpt))
+    assert "cannot be resumed" in _how_to_continue(cfg)
+    (ckpt / "step-4").mkdir(parents=True)
+    (ckpt / "step-4" / "COMPLETE").write_text("ok\n")
+    (ckpt / "step-4" / "smplan.json").write_text("{}")
+    assert _how_to_continue(cfg).endswith("resumes it from its newest checkpoint (step-4)")
