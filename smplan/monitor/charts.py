@@ -53,7 +53,9 @@ def lr_chart(run: RunData, path=None):
 
 def step_time_chart(run: RunData, path=None):
     """Measured step time per step, each rank's own time, and the plan's prediction."""
-    fig, ax = new_figure("Step time: measured vs predicted", width=11, height=5)
+    predicted = run.predicted.get("step_time_s")
+    fig, ax = new_figure("Step time: measured vs predicted" if predicted else "Step time (the plan predicts none)",
+                         width=11, height=5)
     steps = [r["step"] for r in run.records]
     ax.plot(steps, [r["step_time_s"] for r in run.records], marker="o", color="black", label="measured step",
             gid="measured")
@@ -61,7 +63,6 @@ def step_time_chart(run: RunData, path=None):
     for col, rank in enumerate(order):
         ax.plot(own_steps, [row[col] for row in rows], linewidth=1, alpha=0.7, color=color("", col + 1),
                 label=f"rank {rank} own time", gid=f"own_rank_{rank}")
-    predicted = run.predicted.get("step_time_s")
     if predicted:
         ax.axhline(predicted, color=color("bubble"), linestyle="--", linewidth=1.5, label="predicted",
                    gid="predicted")

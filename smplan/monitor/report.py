@@ -15,9 +15,9 @@ from smplan.report.html import CSS
 
 from .charts import CHARTS
 from .rundir import RunData
-from .status import Thresholds, run_status
+from .status import Thresholds, describe_lr, run_status
 
-TITLES = {"loss": "Loss and gradient norm", "lr": "Learning rate", "step_time": "Step time vs prediction",
+TITLES = {"loss": "Loss and gradient norm", "lr": "Learning rate", "step_time": "Step time",
           "memory": "Memory per rank", "grad_norms": "Gradient norm per block"}
 CAPTIONS = {
     "loss": "Training loss and the global gradient norm (before clipping) at every step; the validation "
@@ -62,8 +62,7 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
         facts.append(("validation loss", f"{val['first']:.4f} (step {val['first_step']}) → {val['last']:.4f} "
                                          f"(step {val['last_step']}); best {val['best']:.4f} at step {val['best_step']}"))
     if lr:
-        facts.append(("learning rate", f"peak {lr['peak']:.3g}, last {lr['last']:.3g}"
-                                       + (f" ({lr['schedule']})" if lr["schedule"] else "")))
+        facts.append(("learning rate", f"{describe_lr(lr)}; last {lr['last']:.3g}"))
     plan = run.plan
     if plan:
         facts.insert(0, ("plan", " ".join(f"{k}={plan[k]}" for k in ("dp", "tp", "pp", "micro_batch",
@@ -83,8 +82,12 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
     for name, fig in figures.items():
         if fig is None:
             continue
+        caption = CAPTIONS[name]
+        if name == "step_time" and not st["predicted"]:
+            caption = caption.replace(", and the plan's prediction", "") + (
+                " The plan carries no prediction (an inline plan): a plan file from `smplan plan` has one.")
         parts.append(f'<figure id="chart-{name}"><img src="{_png_data_uri(fig)}" alt="{escape(TITLES[name])} chart">'
-                     f"<figcaption><b>{escape(TITLES[name])}.</b> {escape(CAPTIONS[name])}</figcaption></figure>")
+                     f"<figcaption><b>{escape(TITLES[name])}.</b> {escape(caption)}</figcaption></figure>")
     parts.append("<p>Every number behind these charts: <code>metrics.jsonl</code> and <code>ranks/</code> "
                  "in the run directory.</p></body></html>")
     return "\n".join(parts) + "\n"

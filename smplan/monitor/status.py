@@ -11,7 +11,8 @@ Schema (all times in seconds; null where the run or the plan does not say)::
      "grad_norm": {"last": float, "sparkline": str},
      "val_loss": {"first": float, "first_step": int, "last": float, "last_step": int,
                   "best": float, "best_step": int, "sparkline": str} | null,   # --eval-every steps
-     "lr": {"first": float, "last": float, "peak": float, "schedule": str | null,
+     "lr": {"first": float, "last": float, "peak": float,  # peak: the run's --lr (as scaled), else
+            "schedule": str | null, "warmup_steps": int, #   the highest recorded
             "sparkline": str} | null,                # null for runs that predate the lr record
      "memory": {"predicted_peak_gib": float | null, "source": "rss" | "cuda_allocator" | null,
                 "compared": bool,                    # RSS (CPU) is not held against a GPU prediction
@@ -99,8 +100,21 @@ def _lr(run: RunData, spark_width: int) -> dict | None:
     lrs = [r["lr"] for r in run.records if r.get("lr") is not None]
     if not lrs:
         return None
-    return {"first": lrs[0], "last": lrs[-1], "peak": max(lrs), "schedule": (run.config or {}).get("lr_schedule"),
+    config = run.config or {}
+    peak = config.get("lr")  # run_config.json holds --lr already scaled to the global batch
+    return {"first": lrs[0], "last": lrs[-1], "peak": peak if isinstance(peak, (int, float)) else max(lrs),
+            "schedule": config.get("lr_schedule"), "warmup_steps": int(config.get("warmup_steps") or 0),
             "sparkline": sparkline(lrs, spark_width)}
+
+
+def describe_lr(lr: dict) -> str:
+    """'peak 0.002, 20 warmup steps, then cosine' for the view and the report."""
+    parts = [f"peak {lr['peak']:.3g}"]
+    if lr.get("warmup_steps"):
+        parts.append(f"{lr['warmup_steps']} warmup steps")
+    if lr.get("schedule"):
+        parts.append(("then " if lr.get("warmup_steps") else "") + lr["schedule"])
+    return ", ".join(parts)
 
 
 def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: int = 40) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .status import describe_lr
+
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:,.1f} ms"
@@ -63,8 +65,7 @@ def render_status(status: dict) -> str:
                      f"(step {val['last_step']}), best {val['best']:.4f} at step {val['best_step']}  {val['sparkline']}")
     lr = status.get("lr")
     if lr:
-        lines.append(f"  lr          {lr['last']:.3g} now, peak {lr['peak']:.3g}"
-                     + (f" ({lr['schedule']})" if lr["schedule"] else "") + f"  {lr['sparkline']}")
+        lines.append(f"  lr          {lr['last']:.3g} now ({describe_lr(lr)})  {lr['sparkline']}")
     if status["ranks"]:
         lines.append("  rank  steps  step time   own time    waited      peak GiB")
         rows = status["ranks"]

@@ -114,7 +114,7 @@ def test_report_is_one_self_contained_page(cli_runner, tmp_path):
     html = (tmp_path / "t.html").read_text()
     assert html.count("<img ") == 5 and 'id="chart-lr"' in html
     assert "<dt>validation loss</dt><dd>4.7000 (step 3) → 4.7600 (step 6); best 4.7000 at step 3</dd>" in html
-    assert "<dt>learning rate</dt><dd>peak 0.001, last 6.25e-05 (cosine)</dd>" in html
+    assert "<dt>learning rate</dt><dd>peak 0.001, 4 warmup steps, then cosine; last 6.25e-05</dd>" in html
 
 
 def test_report_output_must_be_a_file_in_an_existing_folder(cli_runner, tmp_path):
@@ -150,3 +150,13 @@ def test_rank_that_has_not_written_a_step_yet(cli_runner, tmp_path):
         assert result.exit_code == 0, result.output
     status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
     assert {r["rank"] for r in status["ranks"]} == {0, 1}
+
+
+def test_report_of_a_run_without_a_prediction_does_not_promise_one(cli_runner, tmp_path):
+    run = write_run(tmp_path / "r")
+    config = json.loads((run / "run_config.json").read_text())
+    del config["plan"]["predicted"]  # an inline plan carries no prediction
+    (run / "run_config.json").write_text(json.dumps(config))
+    assert cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "r.html")]).exit_code == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "and the plan&#x27;s prediction" not in html and "The plan carries no prediction" in html

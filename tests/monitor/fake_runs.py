@@ -23,7 +23,7 @@ def write_run(run_dir: Path, steps: int = 6, ranks: int = 2, total_steps: int | 
     plan = {"dp": ranks, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 4, "zero": 0, "predicted": PREDICTED}
     config = {"plan": plan, "steps": total_steps or steps, "out_dir": str(run_dir)}
     if lr_warmup is not None:
-        config["lr_schedule"] = "cosine"
+        config.update(lr=1e-3, lr_schedule="cosine", warmup_steps=lr_warmup)
     (run_dir / "run_config.json").write_text(json.dumps(config))
     files = {r: (run_dir / "ranks" / f"rank-{r:05d}.jsonl").open("w") for r in range(ranks)}
     with (run_dir / "metrics.jsonl").open("w") as metrics:

@@ -157,10 +157,13 @@ def test_validation_loss_and_lr_in_the_status_and_the_view(tmp_path):
     assert val["first"] == pytest.approx(4.7) and val["last"] == pytest.approx(4.76) and len(val["sparkline"]) == 2
     lr = status["lr"]
     assert lr["first"] == pytest.approx(2.5e-4) and lr["peak"] == pytest.approx(1e-3)
-    assert lr["last"] == pytest.approx(1e-3 / 16) and lr["schedule"] == "cosine"
+    assert lr["last"] == pytest.approx(1e-3 / 16) and lr["schedule"] == "cosine" and lr["warmup_steps"] == 4
+    # stopped in warmup: the peak is the run's --lr, not the highest lr reached so far
+    early = run_status(load_run(write_run(tmp_path / "early", steps=2, lr_warmup=4)))["lr"]
+    assert early["peak"] == pytest.approx(1e-3) and early["last"] == pytest.approx(5e-4)
     text = render_status(status)
     assert "val loss    4.7000 (step 3) -> 4.7600 (step 6), best 4.7000 at step 3" in text
-    assert "lr          6.25e-05 now, peak 0.001 (cosine)" in text
+    assert "lr          6.25e-05 now (peak 0.001, 4 warmup steps, then cosine)" in text
 
 
 def test_status_even_run_and_rss_not_compared(tmp_path):
