@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -51,8 +52,9 @@ def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pc
 
     def show(run, clear: bool = False) -> None:
         if run is None:
-            click.echo(json.dumps({"run_dir": run_dir, "waiting": True}) if as_json
-                       else f"waiting for the first step in {run_dir} ...")
+            where = (f"the first step in {run_dir}" if os.path.isdir(run_dir)
+                     else f"{run_dir} to appear (smplan execute creates it as it starts)")
+            click.echo(json.dumps({"run_dir": run_dir, "waiting": True}) if as_json else f"waiting for {where} ...")
             return
         status = run_status(run, thresholds)
         if as_json and follow:

@@ -8,20 +8,27 @@ from pathlib import Path
 
 from .rundir import RunData, RunDirError, load_run, read_stopped
 
+# `execute` creates its run directory a second or two after it starts (interpreter start-up,
+# imports): `monitor --follow` started beside it waits this long for the folder to appear; a
+# mistyped path is an error after it.
+APPEAR_WAIT_S = 30.0
+
 
 def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 2.0,
            max_updates: int | None = None, sleep: Callable[[float], None] = time.sleep) -> RunData | None:
     """Call `show` with the latest RunData every `interval_s` (None while the run has not
-    written its first step) until summary.json appears or the launcher records that the run
-    stopped (failed, interrupted); returns the last RunData."""
+    written its first step, or its folder not appeared, for up to APPEAR_WAIT_S) until
+    summary.json appears or the launcher records that the run stopped (failed,
+    interrupted); returns the last RunData."""
     run = None
     updates = 0
     while True:
         try:
             run = load_run(run_dir)
         except RunDirError:
-            if not Path(run_dir).is_dir() or read_stopped(run_dir) is not None:
-                raise  # a missing directory will not appear by waiting, nor steps of a stopped run
+            missing = not Path(run_dir).is_dir()
+            if (missing and updates * interval_s >= APPEAR_WAIT_S) or (not missing and read_stopped(run_dir) is not None):
+                raise  # no run started there after all, or a stopped run writes no more steps
             run = None
         show(run)
         updates += 1

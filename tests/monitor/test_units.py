@@ -225,8 +225,18 @@ def test_follow_waits_for_the_first_step_then_stops_when_finished(tmp_path):
     last = follow(run_dir, lambda run: seen.append(None if run is None else run.records[-1]["step"]),
                   interval_s=0, sleep=sleep)
     assert seen == [None, 3, 4] and last.finished
-    with pytest.raises(RunDirError):
-        follow(tmp_path / "missing", lambda run: None, sleep=sleep)
+    # a folder that does not exist yet: waited for (execute creates it after its start-up), then an error
+    late, shown = tmp_path / "late", []
+
+    def appear(_):
+        if len(shown) == 2:
+            write_run(late, steps=2, total_steps=2)
+
+    assert follow(late, shown.append, interval_s=1.0, sleep=appear).finished and shown[:2] == [None, None]
+    waited = []
+    with pytest.raises(RunDirError, match="does not exist"):
+        follow(tmp_path / "missing", waited.append, interval_s=10.0, sleep=lambda _: None)
+    assert len(waited) == 3  # 0, 10 and 20 s: then 30 s have passed
 
 
 def test_view_of_many_ranks_and_of_a_run_without_per_rank_records(tmp_path):
