@@ -168,7 +168,14 @@ def _resolve_data(plan: Plan, model_file, opts: ExecuteOptions, batch_tokens: in
     seq_len, vocab = resolve_shape(plan, model_file, batch_tokens)
     for label, path in (("--data", opts.data), ("--val-data", opts.val_data)):
         if path:
-            open_checked(path, opts.data_dtype, label, seq_len, plan.global_batch, vocab)
+            seqs = open_checked(path, opts.data_dtype, label, seq_len, plan.global_batch, vocab)
+            held = seqs.count // plan.global_batch
+            if label == "--val-data" and opts.eval_batches > held:
+                # past its end the stream wraps: the mean would count its first batches again
+                raise PlanMismatchError(
+                    f"--eval-batches {opts.eval_batches} needs that many global batches of --val-data, but "
+                    f"{path} holds {held} ({seqs.count} sequences of seq_len+1={seq_len + 1} tokens, "
+                    f"{plan.global_batch} a batch); use --eval-batches {held} or fewer")
     return seq_len, vocab
 
 

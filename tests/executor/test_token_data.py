@@ -157,6 +157,9 @@ def pattern(n_tokens: int) -> np.ndarray:
     (["--data", "{tmp}/short.bin"], "fewer than one global batch (8)"),
     (["--data", "{tmp}/ok.bin", "--val-data", "{tmp}/short.bin", "--eval-every", "2"], "--val-data"),
     (["--data", "{tmp}/ok.bin", "--eval-every", "2"], "--eval-every needs --val-data PATH"),
+    # 2000 tokens make 117 sequences of 17: 14 global batches of 8, not 20 (past them the stream wraps)
+    (["--data", "{tmp}/ok.bin", "--val-data", "{tmp}/ok.bin", "--eval-every", "2", "--eval-batches", "20"],
+     "--eval-batches 20 needs that many global batches of --val-data, but {tmp}/ok.bin holds 14"),
     (["--data", "{tmp}/ok.bin", "--lr-schedule", "cosine", "--warmup-steps", "5"], "--warmup-steps (5) must be below"),
     (["--grad-clip", "nan"], "--grad-clip must be a finite number"),
     (["--adam-betas", "0.9"], "--adam-betas must be B1,B2"),
