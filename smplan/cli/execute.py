@@ -199,6 +199,9 @@ CALIBRATE_HINT_RATIO = 1.5
 def _echo_summary(summary: dict, plan) -> None:
     measured, predicted = summary["measured"], summary.get("predicted")
     ratio = summary.get("ratio_measured_over_predicted") or {}
+    steps = summary.get("steps") or 0
+    if steps > 1:  # a resumed run's summary covers the steps of every invocation
+        click.echo(f"  over the run's {steps} steps (medians from step 2: the first warms up)")
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
         line = f"  {key:16s} measured {measured.get(key, float('nan')):.4g}"
         if predicted and predicted.get(key) is not None:
@@ -214,8 +217,11 @@ def _echo_summary(summary: dict, plan) -> None:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     off = ratio.get("step_time_s")
     gpu_plan_on_cpu = summary.get("device") == "cpu" and plan.hw in bundled_profiles()  # every bundled one is a GPU
-    if off is not None and not gpu_plan_on_cpu and not 1 / CALIBRATE_HINT_RATIO <= off <= CALIBRATE_HINT_RATIO:
+    loads = plan.hw in bundled_profiles() or os.path.isfile(plan.hw)  # a hand-edited hw would not
+    if (off is not None and loads and not gpu_plan_on_cpu
+            and not 1 / CALIBRATE_HINT_RATIO <= off <= CALIBRATE_HINT_RATIO):
         args = "".join(f" --arg {k}={v}" for k, v in (plan.model_args or {}).items())
+        args += "".join(f" --hw-set {k}={v}" for k, v in (plan.hw_overrides or {}).items())
         click.echo(f"  note: the step took {off:.2f}x its prediction on this machine; `smplan calibrate {plan.model}"
                    f"{args} --hw {plan.hw} -o cal.toml` fits the profile's efficiency and host-time factors to runs "
                    "here, and `smplan plan --hw cal.toml` then predicts with them")

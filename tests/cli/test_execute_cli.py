@@ -245,10 +245,13 @@ def test_expert_bank_that_cannot_be_split_is_refused_with_the_planners_reason(cl
 
 
 @pytest.mark.parametrize("ratio, noted", [(1.2, False), (0.8, False), (3.6, True), (0.5, True)])
-def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, ratio, noted):
+def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, tmp_path, monkeypatch, ratio, noted):
     from smplan.planner.plan import Plan
 
     from smplan.cli.execute import _echo_summary
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "myhw.toml").write_text("")  # the suggested command names a profile that exists
 
     summary = {"measured": {"step_time_s": 0.05 * ratio, "tokens_per_s": 1.0, "peak_memory_gib": 0.3,
                             "final_loss": 4.0},
@@ -261,6 +264,13 @@ def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, ratio, noted
             "--arg layers=2 --hw myhw.toml -o cal.toml`" in out) is noted
     # a GPU profile's plan run on this CPU: its prediction is for the GPU, nothing to calibrate here
     _echo_summary({**summary, "device": "cpu"}, Plan(model="examples/gpt.py:tiny", hw="a100x8", nodes=1))
+    assert "smplan calibrate" not in capsys.readouterr().out
+    # the plan's --hw-set values go along; a profile that does not load is not suggested
+    _echo_summary({**summary, "device": "cpu"}, Plan(model="m.py", hw="myhw.toml", nodes=1,
+                                                     hw_overrides={"gpus_per_node": 2}))
+    assert ("`smplan calibrate m.py --hw-set gpus_per_node=2 --hw myhw.toml -o cal.toml`"
+            in capsys.readouterr().out) is noted
+    _echo_summary({**summary, "device": "cpu"}, Plan(model="m.py", hw="a100x9", nodes=1))
     assert "smplan calibrate" not in capsys.readouterr().out
 
 
