@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+import math
 from dataclasses import dataclass
 
 from smplan.planner.feasibility import (
@@ -175,13 +176,17 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
     if not model_file.has_tp_plan:
         raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref} defines no tp_plan(block); use tp=1")
     # examples/gpt.py's names, then transformers' (num_attention_heads, num_key_value_heads)
+    counts = {}
     for name, alias in (("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads")):
         value = _config_value(meta, name)
         value = _config_value(meta, alias) if value is None else value
-        if isinstance(value, int) and value % tp:
+        if isinstance(value, int) and value > 0:
+            counts[name] = value
+    for name, value in counts.items():
+        if value % tp:  # the degrees offered divide every head count, not only this one
             raise PlanMismatchError(
                 f"tp={tp} does not divide the model's {value} {name.replace('_', ' ')}; "
-                f"use tp in {{{_divisors(value)}}}"
+                f"use tp in {{{_divisors(math.gcd(*counts.values()))}}}"
             )
     tp_plan = model_file.hook("tp_plan")
     owned = owned_blocks(meta, layout)

@@ -118,6 +118,9 @@ def test_tp2_dp2_on_four_processes(llama, reference, tmp_path):
 def test_tp_must_divide_the_kv_heads(llama, tmp_path):
     result = run_execute("tp=4,mbs=1,gbs=4", tmp_path / "run", "--steps", "1", model=llama, timeout=120)
     assert result.returncode == 2 and "tp=4 does not divide the model's 2 kv heads; use tp in {1, 2}" in result.stdout
+    # the degrees a heads mismatch offers divide the kv heads too (4 heads, 2 kv heads: not 4)
+    result = run_execute("tp=3,mbs=1,gbs=4", tmp_path / "run3", "--steps", "1", model=llama, timeout=120)
+    assert result.returncode == 2 and "tp=3 does not divide the model's 4 heads; use tp in {1, 2}" in result.stdout
 
 
 def test_mixtral_runs_dp2(tmp_path):
