@@ -255,9 +255,14 @@ def check_derived(plan, data: dict, source: str = "plan") -> None:
     """The derived keys a plan file gives must agree with the plan they describe."""
     p = _Problems()
     derived = plan.to_dict()
+    how = {"recompute": "the strongest of the stages' recompute",
+           # name the sum, so that an edited dp (or mbs, gbs) points at the key that moved
+           "num_microbatches": f"global_batch / (dp x micro_batch) = {plan.global_batch} / ({plan.dp} x "
+                               f"{plan.micro_batch})"}
     for key, expected in (("recompute", derived["recompute"]), ("num_microbatches", derived["num_microbatches"])):
         if key in data and data[key] != expected:
-            p.add(key, data[key], f"{json.dumps(expected)} (derived from the plan; drop the key or fix the plan)")
+            p.add(key, data[key], f"{json.dumps(expected)} ({how[key]}, derived from the plan; drop the key or "
+                                  "fix the plan)")
     if "stage_blocks" in data and data["stage_blocks"] != derived["stage_blocks"]:
         p.add("stage_blocks", data["stage_blocks"], f"{json.dumps(derived['stage_blocks'])} (derived from stages; drop it)")
     if p:

@@ -73,8 +73,8 @@ BAD = [
     ({"dp": _DROP}, "dp: missing; a plan file must give it"),
     ({"model": _DROP}, "model: missing"),
     ({"global_batch": _DROP}, "global_batch: missing"),
-    ({"num_microbatches": 3}, "num_microbatches: got 3, expected 4 (derived from the plan"),
-    ({"recompute": "full"}, "recompute: got \"full\" (text), expected \"none\" (derived"),
+    ({"num_microbatches": 3}, "num_microbatches: got 3, expected 4 (global_batch / (dp x micro_batch) = "),
+    ({"recompute": "full"}, "recompute: got \"full\" (text), expected \"none\" (the strongest of the stages"),
     ({"stage_blocks": [[0, 4]]}, "stage_blocks: got [[0, 4]] (a list)"),
 ]
 
