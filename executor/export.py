@@ -64,8 +64,15 @@ def run_checkpoint_dir(run_dir: str | Path) -> Path:
         what = "is a file, not a run directory" if run_dir.exists() else "does not exist"
         raise ExportError(f"run directory {run_dir} {what}; pass the -o/--output folder of smplan execute")
     config = run_dir / RUN_CONFIG_FILE
+    if not config.is_file() and not (run_dir / CHECKPOINTS_DIR).is_dir():
+        raise ExportError(f"{run_dir} is not a run directory of smplan execute (no {RUN_CONFIG_FILE}, no "
+                          f"{CHECKPOINTS_DIR}/); pass the -o/--output folder of smplan execute")
     if config.is_file():
-        saved = json.loads(config.read_text()).get("checkpoint_dir")
+        try:
+            saved = json.loads(config.read_text()).get("checkpoint_dir")
+        except (ValueError, AttributeError):
+            raise ExportError(f"{config} is not a run's JSON config; pass the -o/--output folder of "
+                              "smplan execute") from None
         if saved:
             return Path(saved)
     return run_dir / CHECKPOINTS_DIR

@@ -173,8 +173,14 @@ def test_files_get_the_umask_mode_and_a_run_folder_is_never_written(tmp_path, ll
 def test_user_errors_are_one_line(tmp_path, llama, cli_runner):
     cases = {
         "missing": ([str(tmp_path / "nope"), str(tmp_path / "o1")], "does not exist"),
-        "no checkpoint": ([str(tmp_path), str(tmp_path / "o2")], "holds no complete checkpoint"),
+        "not a run": ([str(tmp_path), str(tmp_path / "o2")], "is not a run directory of smplan execute"),
+        "no checkpoint": ([str(tmp_path / "ran"), str(tmp_path / "o3")], "holds no complete checkpoint"),
+        "torn config": ([str(tmp_path / "torn"), str(tmp_path / "o4")], "is not a run's JSON config"),
     }
+    (tmp_path / "ran").mkdir()
+    (tmp_path / "ran" / "run_config.json").write_text("{}")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "run_config.json").write_text("{")
     for what, (args, text) in cases.items():
         result = cli_runner.invoke(cli, ["export", *args])
         assert result.exit_code == 2, (what, result.output)
