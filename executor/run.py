@@ -433,7 +433,7 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
         progress(describe_lr_scale(opts.lr, cfg.lr_scale, plan.global_batch, opts.reference_batch, opts.lr_scaling))
     if progress and opts.launcher == "local":
-        progress(f"starting {nproc} processes ({plan.world_size} in all) for {opts.steps} step{'s' if opts.steps != 1 else ''}; "
+        progress(f"starting {nproc} process{'es' if nproc != 1 else ''} ({plan.world_size} in all) for {opts.steps} step{'s' if opts.steps != 1 else ''}; "
                  f"run directory {cfg.out_dir}; the first step comes after process start-up and model build")
     if opts.launcher == "slurm":
         predicted_s = plan.predicted.step_time_s if plan.predicted else None
