@@ -351,7 +351,7 @@ def _stages_from_counts(counts, num_blocks: int, chunks: int, recompute: str) ->
                         "full) or give RECOMPUTED 0")
     out, start = [], 0
     for n, r in counts:
-        out.append(Stage(start, start + n, recompute if r else "none", None if r in (0, n) else r))
+        out.append(Stage(start, start + n, recompute, None if r == n else r))
         start += n
     return tuple(out)
 

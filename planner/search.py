@@ -233,8 +233,7 @@ def _placements(n: int, r: int, v: int) -> list[list[tuple[int, int]]]:
 def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_ref: str) -> Plan:
     stages, start = [], 0
     for n, r in zip(blocks, recompute, strict=True):
-        # a chunk that recomputes nothing says "none", not the candidate's kind with 0 blocks
-        stages.append(Stage(start, start + n, cand.kind if r else "none", r if r else None))
+        stages.append(Stage(start, start + n, cand.kind, r))
         start += n
     cl, prof = cm.cluster, cm.profile
     plan = Plan(
