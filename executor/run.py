@@ -414,12 +414,15 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
 def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     """Validate, then launch; `progress(line)` hears what happens during the silent start-up.
 
-    A local launch holds its -o/--output folder's lock (executor/run_lock.py) from the checks
-    to the end of the run: a second launch into it is refused, not run beside it. Not under
-    Slurm (the job runs later, elsewhere) nor across nodes (their launchers share the folder).
+    A launch holds its -o/--output folder's lock (executor/run_lock.py) from the checks to the
+    end of the run (under Slurm, to the script's writing): a second launch into it is refused,
+    not run beside it. Not across nodes: their launchers share the folder.
     """
-    if opts.launcher == "local" and opts.nnodes == 1 and opts.out:
-        with holding_run_dir(Path(opts.out).resolve()):
+    if opts.out and not (opts.launcher == "local" and opts.nnodes > 1):
+        with holding_run_dir(Path(opts.out).resolve()) as locked:
+            if not locked and progress:
+                progress(f"note: {opts.out}'s file system offers no file locks: nothing stops a second launch "
+                         "into it while this one runs")
             return _execute(plan, model_file, opts, progress)
     return _execute(plan, model_file, opts, progress)
 

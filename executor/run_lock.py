@@ -1,16 +1,17 @@
 """One `smplan execute` at a time per run directory.
 
 Two launches into one folder would both resume from its checkpoint, append to one
-metrics.jsonl and race on the next checkpoint's rename. The launcher holds an advisory
-lock (flock(2), Linux man-pages) on RUN_DIR/.smplan.lock while it prepares and runs: the
-kernel drops it when the process ends, however it ends, so a crash leaves no stale lock.
-The file stays (unlinking a lock file lets a third launcher lock a new inode while a second
-still holds the old one); it names the holder for the error line.
+metrics.jsonl and race on the next checkpoint's rename. A launch holds an advisory lock
+(flock(2), Linux man-pages) on RUN_DIR/.smplan.lock while it prepares and runs: the kernel
+drops it when the process ends, however it ends, so a crash leaves no stale lock. The file
+stays (unlinking a lock file lets a third launcher lock a new inode while a second still
+holds the old one); it names the holder for the error line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import socket
@@ -21,6 +22,9 @@ from pathlib import Path
 from .validate import PlanMismatchError
 
 LOCK_FILE = ".smplan.lock"
+# What flock(2) returns on a file system that does not offer it (Lustre mounted without
+# -o flock: ENOSYS; some NFS set-ups: ENOLCK, EOPNOTSUPP): the run goes on unlocked.
+NO_LOCKING = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL)
 
 
 def _holder(fd: int) -> str:
@@ -32,15 +36,24 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def holding_run_dir(out: str | Path) -> Iterator[None]:
-    """Hold RUN_DIR's lock for the block, or raise PlanMismatchError naming the launch that
-    holds it. A folder this call created and that holds nothing else afterwards (the run was
-    refused before writing anything) is removed again."""
+def holding_run_dir(out: str | Path) -> Iterator[bool]:
+    """Hold RUN_DIR's lock for the block (yields True; False where the file system offers no
+    locking), or raise PlanMismatchError naming the launch that holds it. A folder this call
+    created and that holds nothing else at the end (the run was refused before writing
+    anything) is removed again, while the lock is still held."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PlanMismatchError(f"{out} is a file; pass a folder to -o/--output")
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    for attempt in range(2):  # a refused launch that made the folder may remove it between the two calls
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            break
+        except FileNotFoundError:
+            if attempt:
+                raise
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -48,15 +61,22 @@ def holding_run_dir(out: str | Path) -> Iterator[None]:
             raise PlanMismatchError(
                 f"{out} is in use by another `smplan execute`{_holder(fd)}; wait for it to end (smplan monitor "
                 f"{out}), stop it, or pass another -o/--output") from None
+        except OSError as err:
+            if err.errno not in NO_LOCKING:
+                raise
+            yield False
+            return
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%H:%M:%S')}".encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                  .encode(), 0)
         try:
-            yield
+            yield True
         finally:
             os.ftruncate(fd, 0)
+            # still holding the lock: a launch refused meanwhile has not touched the folder
+            with contextlib.suppress(OSError):
+                if created and [p.name for p in out.iterdir()] == [LOCK_FILE]:
+                    path.unlink()
+                    out.rmdir()
     finally:
         os.close(fd)  # releases the lock
-        if created and [p.name for p in out.iterdir()] == [LOCK_FILE]:
-            path.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                out.rmdir()

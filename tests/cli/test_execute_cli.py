@@ -285,7 +285,9 @@ def test_a_run_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
     """Two launches into one folder would both resume from its checkpoint and append to one
     metrics.jsonl: the second is refused, naming the first, while the first holds the lock."""
     import os
+    from pathlib import Path
 
+    from smplan.executor import PlanMismatchError
     from smplan.executor.run_lock import LOCK_FILE, holding_run_dir
 
     out = tmp_path / "run"
@@ -294,7 +296,22 @@ def test_a_run_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
         assert refused.exit_code == 2, refused.output
         assert f"{out} is in use by another `smplan execute` (pid {os.getpid()} on" in refused.output
         assert "pass another -o/--output" in refused.output
+        # nor is a Slurm script written under a running launch (it would rewrite run_config.json)
+        slurm = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--launcher", "slurm", "--out", str(out))
+        assert slurm.exit_code == 2 and "in use by another" in slurm.output
     # refused before it wrote anything: a folder made only for the lock is not left behind
+    assert not out.exists()
+    # a launch refused at the same moment as the one that made the folder (it, too, found none)
+    # never removes it: only the holder of the lock cleans up
+    with holding_run_dir(out):
+        real_exists = Path.exists
+        Path.exists = lambda self: False if self == out else real_exists(self)
+        try:
+            with pytest.raises(PlanMismatchError, match="in use by another"), holding_run_dir(out):
+                pass
+        finally:
+            Path.exists = real_exists
+        assert (out / LOCK_FILE).is_file()
     assert not out.exists()
     bad = _invoke(cli_runner, "tp=3,mbs=1,gbs=4", "--model", GPT, "--out", str(out))
     assert bad.exit_code == 2 and not out.exists()
