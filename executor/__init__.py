@@ -8,8 +8,6 @@
 from .checkpoint import CheckpointMismatchError
 from .config import RunConfig, fingerprint
 from .launch import (
-    SLURM_STARTUP_S,
-    SLURM_STEP_MARGIN,
     LaunchError,
     launch_local,
     sbatch_script,
@@ -21,8 +19,6 @@ from .run import ExecuteOptions, ExecuteResult, check_this_machine, execute, pre
 from .validate import PlanMismatchError, validate_plan
 
 __all__ = [
-    "SLURM_STARTUP_S",
-    "SLURM_STEP_MARGIN",
     "CheckpointMismatchError",
     "ExecuteOptions",
     "ExecuteResult",

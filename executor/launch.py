@@ -160,7 +160,8 @@ def _how_to_continue(cfg: RunConfig) -> str:
             "this folder); --checkpoint-every N makes a run resumable")
 
 
-# Slurm's --time for a job the plan predicts nothing for (an inline plan): one hour.
+# Slurm's --time for a job the plan predicts nothing for (an inline plan): one hour, the fixed
+# value the script had before it was priced; --time-limit sets another.
 DEFAULT_SLURM_TIME = "01:00:00"
 # Start-up of one attempt inside the allocation: process launch, rendezvous, model build, a
 # checkpoint's load. Assumed, not measured: 10 minutes, under the hardware profiles'
@@ -181,19 +182,25 @@ def check_slurm_time(text: str) -> str:
     return text.strip()
 
 
-def slurm_time_limit(predicted_step_s: float | None, steps: int, max_restarts: int = 0) -> str:
-    """sbatch --time for `steps` of a plan predicted at `predicted_step_s` (None or 0: unknown).
+def slurm_time_limit(predicted_step_s: float | None, steps: int, max_restarts: int = 0) -> tuple[str, str]:
+    """(sbatch --time, why) for `steps` (those left to run) of a plan predicted at
+    `predicted_step_s` (None or 0: unknown, DEFAULT_SLURM_TIME).
 
     Every attempt (the first and each restart) pays the start-up; the steps get
-    SLURM_STEP_MARGIN. Rounded up to whole minutes, as D-HH:MM:SS past a day.
+    SLURM_STEP_MARGIN (checkpoint writes and evaluations are not priced: the margin covers a
+    few). Rounded up to whole minutes, as D-HH:MM:SS past a day.
     """
     if not predicted_step_s or predicted_step_s <= 0:
-        return DEFAULT_SLURM_TIME
+        return DEFAULT_SLURM_TIME, "the plan predicts no step time (an inline plan), so 1 hour"
     seconds = (1 + max_restarts) * SLURM_STARTUP_S + SLURM_STEP_MARGIN * predicted_step_s * steps
     minutes = math.ceil(seconds / 60.0)
     days, minutes = divmod(minutes, 24 * 60)
     hours, minutes = divmod(minutes, 60)
-    return f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+    limit = f"{days}-{hours:02d}:{minutes:02d}:00" if days else f"{hours:02d}:{minutes:02d}:00"
+    attempts = f" for each of {1 + max_restarts} attempts" if max_restarts else ""
+    why = (f"{SLURM_STEP_MARGIN:g}x the predicted {predicted_step_s:.3g} s/step x {steps} steps, plus "
+           f"{SLURM_STARTUP_S / 60:.0f} minutes of start-up{attempts}")
+    return limit, why
 
 
 def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_per_node: int,

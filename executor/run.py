@@ -89,6 +89,7 @@ class ExecuteResult:
     summary: dict | None = None
     sbatch: Path | None = None
     time_limit: str | None = None  # the sbatch script's --time
+    time_limit_reason: str | None = None  # where it came from, for the CLI's line
 
 
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
@@ -439,11 +440,18 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
         progress(f"starting {nproc} process{'es' if nproc != 1 else ''} ({plan.world_size} in all) for {opts.steps} step{'s' if opts.steps != 1 else ''}; "
                  f"run directory {cfg.out_dir}; the first step comes after process start-up and model build")
     if opts.launcher == "slurm":
-        predicted_s = plan.predicted.step_time_s if plan.predicted else None
-        time_limit = opts.time_limit or slurm_time_limit(predicted_s, opts.steps, opts.max_restarts)
+        if opts.time_limit:
+            time_limit, why = check_slurm_time(opts.time_limit), "as --time-limit gave it"
+        else:
+            found = checkpoint.latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+            done = found[0] if found else 0  # a resume runs only the steps after its checkpoint
+            predicted_s = plan.predicted.step_time_s if plan.predicted else None
+            time_limit, why = slurm_time_limit(predicted_s, opts.steps - done, opts.max_restarts)
+            why += (f" (the steps after {found[1].name})" if found else "") + "; --time-limit sets it"
         script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,
                               max_restarts=opts.max_restarts, time_limit=time_limit)
-        return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script, time_limit=time_limit)
+        return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script, time_limit=time_limit,
+                             time_limit_reason=why)
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
                            max_restarts=opts.max_restarts)
     summary_path = run_dir / SUMMARY_FILE

@@ -8,13 +8,7 @@ import sys
 
 import click
 
-from smplan.executor import (
-    SLURM_STARTUP_S,
-    SLURM_STEP_MARGIN,
-    ExecuteOptions,
-    LaunchError,
-    resolve_plan,
-)
+from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
 from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
@@ -168,7 +162,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                        "time_limit": result.time_limit})
             return
         click.echo(f"wrote {result.sbatch}")
-        click.echo(f"its --time is {result.time_limit}: {_time_limit_reason(time_limit, plan, steps, max_restarts)}")
+        click.echo(f"its --time is {result.time_limit}: {result.time_limit_reason}")
         click.echo(f"submit it with:  sbatch {result.sbatch}")
         return
     if as_json:
@@ -177,17 +171,6 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
         _echo_summary(result.summary, plan)
-
-
-def _time_limit_reason(given: str | None, plan, steps: int, max_restarts: int) -> str:
-    """Where the Slurm script's --time came from, for the line under `wrote smplan.sbatch`."""
-    if given:
-        return "as --time-limit gave it"
-    if not plan.predicted or not plan.predicted.step_time_s:
-        return "an inline plan predicts no step time, so 1 hour; --time-limit sets it"
-    attempts = f" for each of {1 + max_restarts} attempts" if max_restarts else ""
-    return (f"{SLURM_STEP_MARGIN:g}x the predicted {plan.predicted.step_time_s:.3g} s/step x {steps} steps, plus "
-            f"{SLURM_STARTUP_S / 60:.0f} minutes of start-up{attempts}; --time-limit sets it")
 
 
 # Past this factor either way a measured step is worth calibrating for: the bundled factors'

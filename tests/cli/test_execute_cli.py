@@ -115,7 +115,7 @@ def test_slurm_time_limit(cli_runner, tmp_path):
     inline = _invoke(cli_runner, "dp=2,mbs=1,gbs=4", "--model", GPT, "--launcher", "slurm", "--out", str(tmp_path / "a"))
     assert inline.exit_code == 0, inline.output
     assert "#SBATCH --time=01:00:00" in (tmp_path / "a" / "smplan.sbatch").read_text()
-    assert "its --time is 01:00:00: an inline plan predicts no step time" in inline.output
+    assert "its --time is 01:00:00: the plan predicts no step time (an inline plan)" in inline.output
     # a plan file's prediction: 1.5 x step x steps + 10 minutes for each of 2 attempts, up to the minute
     path = tmp_path / "plan.json"
     made = cli_runner.invoke(cli, ["plan", GPT, "--hw", "a100x8", "--nodes", "1", "-o", str(path)])
@@ -129,8 +129,18 @@ def test_slurm_time_limit(cli_runner, tmp_path):
     expected = f"{int(minutes) // 60:02d}:{int(minutes) % 60:02d}:00"
     assert json.loads(planned.stdout)["time_limit"] == expected and expected.startswith("01:")
     assert f"#SBATCH --time={expected}" in (tmp_path / "b" / "smplan.sbatch").read_text()
-    given = _invoke(cli_runner, str(path), "--launcher", "slurm", "--time-limit", "2-00:00:00", "--out", str(tmp_path / "c"))
-    assert given.exit_code == 0 and "#SBATCH --time=2-00:00:00" in (tmp_path / "c" / "smplan.sbatch").read_text()
+    given = _invoke(cli_runner, str(path), "--launcher", "slurm", "--time-limit", " 2-00:00:00", "--out", str(tmp_path / "c"))
+    assert given.exit_code == 0 and "#SBATCH --time=2-00:00:00\n" in (tmp_path / "c" / "smplan.sbatch").read_text()
+    # a resume prices only the steps after its checkpoint
+    ckpt = tmp_path / "e" / "checkpoints" / f"step-{steps - 10}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "COMPLETE").write_text("ok\n")
+    (ckpt / "smplan.json").write_text(json.dumps({"fingerprint": json.loads((tmp_path / "b" / "run_config.json")
+                                                                             .read_text())["fingerprint"],
+                                                  "step": steps - 10}))
+    resumed = _invoke(cli_runner, str(path), "--launcher", "slurm", "--steps", str(steps), "--out", str(tmp_path / "e"))
+    assert resumed.exit_code == 0, resumed.output
+    assert f"x 10 steps, plus 10 minutes of start-up (the steps after step-{steps - 10}); --time-limit" in resumed.output
     for args, needle in ((["--time-limit", "90"], "use it with --launcher slurm"),
                          (["--launcher", "slurm", "--time-limit", "1h"], "must be a Slurm time"),
                          (["--launcher", "slurm", "--time-limit", "0:00"], "above zero")):

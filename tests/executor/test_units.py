@@ -369,11 +369,14 @@ def test_a_run_that_checkpointed_elsewhere_continues_from_there(tmp_path, monkey
 def test_slurm_time_limit_rounds_up_and_counts_every_attempt():
     from smplan.executor.launch import check_slurm_time, slurm_time_limit
 
-    assert slurm_time_limit(None, 100) == slurm_time_limit(0.0, 100) == "01:00:00"
-    assert slurm_time_limit(0.01, 10) == "00:11:00"  # 600 s + 0.15 s, up to the next minute
-    assert slurm_time_limit(2.0, 1000) == "01:00:00"  # 600 + 1.5 x 2000 s
-    assert slurm_time_limit(2.0, 1000, max_restarts=2) == "01:20:00"
-    assert slurm_time_limit(5.0, 100_000, max_restarts=2) == "8-16:50:00"  # days past 24 h
+    assert slurm_time_limit(None, 100)[0] == slurm_time_limit(0.0, 100)[0] == "01:00:00"
+    assert "predicts no step time" in slurm_time_limit(None, 100)[1]
+    assert slurm_time_limit(0.01, 10)[0] == "00:11:00"  # 600 s + 0.15 s, up to the next minute
+    assert slurm_time_limit(2.0, 1000) == ("01:00:00", "1.5x the predicted 2 s/step x 1000 steps, plus 10 minutes "
+                                                       "of start-up")  # 600 + 1.5 x 2000 s
+    assert slurm_time_limit(2.0, 1000, max_restarts=2) == ("01:20:00", "1.5x the predicted 2 s/step x 1000 steps, "
+                                                                       "plus 10 minutes of start-up for each of 3 attempts")
+    assert slurm_time_limit(5.0, 100_000, max_restarts=2)[0] == "8-16:50:00"  # days past 24 h
     for ok in ("90", "4:00:00", "2-00:00:00", "1-12", "0:30"):
         assert check_slurm_time(ok) == ok
     for bad in ("0", "00:00:00", "1h", "", "1:2:3:4", "-1"):
