@@ -152,8 +152,11 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
 def _how_to_continue(cfg: RunConfig) -> str:
     """What a stopped run's record tells the user: a resume needs a checkpoint to continue from."""
     from .checkpoint import latest
+    from .metrics import read_metrics
 
     found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if not found and not read_metrics(cfg.out_dir):  # nothing ran: the folder takes the same command again
+        return "it stopped before its first step: the same `smplan execute` command starts it again"
     if found:
         return f"the same `smplan execute` command resumes it from its newest checkpoint ({Path(found[1]).name})"
     return ("it wrote no checkpoint, so it cannot be resumed: run it again with another -o/--output (or delete "

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from .cluster import Cluster, HardwareProfileError, from_dict
+from .cluster import AttentionKernels, Cluster, HardwareProfileError, from_dict
 from .paths import read_toml, toml_path
 from .stack import STACK_KEYS, apply_stack
 
@@ -30,9 +31,10 @@ def read_profile(name_or_path: str) -> dict:
     return read_toml(path, "hardware file", HardwareProfileError)
 
 
-# Keys a profile may leave out and then takes A100's measured figures for (cluster.AttentionKernels,
-# cluster.MatmulCeiling): `hw show` says so, since they are no measurement of that GPU.
-A100_FIGURE_KEYS = ("attention.flash1", "attention.flash2", "attention.cudnn", "matmul_ceiling.bf16")
+# Keys a profile may leave out and then takes A100's measured figures for (every field of
+# cluster.AttentionKernels, and MatmulCeiling.bf16): `hw show` says so, since they are no
+# measurement of that GPU.
+A100_FIGURE_KEYS = tuple(f"attention.{f.name}" for f in dataclasses.fields(AttentionKernels)) + ("matmul_ceiling.bf16",)
 
 
 def a100_figures_taken(name_or_path: str) -> list[str]:

@@ -323,6 +323,8 @@ def analyse_run(
     chosen = interval_s if interval_s else best
     if interval_s is None and drawn < MIN_SWEEP_FAILURES and (daly > 0 or young > 0):
         chosen, source = (daly if daly > 0 else young), "daly"
+        if spec.async_checkpoint:  # Daly prices only the blocking copy: never start a write before the last ends
+            chosen = max(chosen, spec.checkpoint_s)
     row = int(np.argmin(np.abs(res.intervals_s - chosen)))
     if interval_s is None:
         # Evaluate exactly at the refined best interval, on the same failure draws.

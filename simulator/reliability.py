@@ -53,6 +53,7 @@ class PlanReliability:
     tokens_per_s: float
     checkpoint_bytes: float
     num_gpus: int
+    nodes: int = 1  # the nodes writing the checkpoint, each its shard
 
     def to_dict(self) -> dict:
         out = self.report.to_dict()
@@ -61,6 +62,7 @@ class PlanReliability:
             tokens_per_s=self.tokens_per_s,
             checkpoint_bytes=self.checkpoint_bytes,
             num_gpus=self.num_gpus,
+            nodes=self.nodes,
         )
         return out
 
@@ -108,4 +110,4 @@ def plan_reliability(
         repair_hours=repair_hours,
     )
     report = analyse_run(spec, interval_minutes * 60.0 if interval_minutes else None, seeds, seed)
-    return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size)
+    return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size, nodes)

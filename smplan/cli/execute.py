@@ -184,7 +184,7 @@ def _echo_summary(summary: dict, plan) -> None:
     ratio = summary.get("ratio_measured_over_predicted") or {}
     steps = summary.get("steps") or 0
     if steps > 1:  # a resumed run's summary covers the steps of every invocation
-        click.echo(f"  over the run's {steps} steps (medians from step 2: the first warms up)")
+        click.echo(f"  over the run's {steps} steps (medians leave out step 1, which warms up)")
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
         line = f"  {key:16s} measured {measured.get(key, float('nan')):.4g}"
         if predicted and predicted.get(key) is not None:

@@ -73,7 +73,8 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
     if cluster.fast_domain_gpus > cluster.gpus_per_node:
         click.echo(f"  NVLink domain: {cluster.fast_domain_gpus} GPUs "
                    f"({cluster.fast_domain_gpus // cluster.gpus_per_node} nodes); intra_node links span it")
-    borrowed = set(a100_figures_taken(name))
+    # an A100's own profile states A100's figures by leaving them out: nothing to flag there
+    borrowed = set() if cluster.gpu.name.startswith("A100") else set(a100_figures_taken(name))
     for section, values in data.items():
         if isinstance(values, dict):
             click.echo(f"[{section}]")

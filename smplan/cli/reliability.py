@@ -93,9 +93,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     click.echo(f"{plan.model}: {result.num_gpus} GPUs, step {result.step_time_s:.3g} s, "
                f"{result.tokens_per_s:,.0f} tokens/s, failure-free {r.work_s / day:.2f} days")
     if checkpoint_minutes is None:  # say what the write time assumes: it scales with the nodes writing
-        nodes = -(-result.num_gpus // cluster.gpus_per_node)
-        rate = (f", {nodes} node{'s' if nodes != 1 else ''} writing {cluster.storage.checkpoint_write_gbps:g} GB/s "
-                "each; --checkpoint-minutes sets it")
+        writers = result.nodes
+        rate = (f", {writers} node{'s' if writers != 1 else ''} writing {cluster.storage.checkpoint_write_gbps:g} "
+                "GB/s each; --checkpoint-minutes sets it")
     else:
         rate = ""
     click.echo(f"job MTBF {r.job_mtbf_s / 3600:.2f} h, restart {r.restart_s / 60:.1f} min, "

@@ -39,7 +39,8 @@ from .table import format_table
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
 @click.option("--checkpoint-interval-min", type=FiniteFloat(), default=None,
               help="Checkpoint interval in minutes (default per point: the best of a failure-simulation sweep "
-                   "around the Young/Daly optimum, as `smplan reliability` picks it; more --seeds steady it).")
+                   "around the Young/Daly optimum, or Daly's when the seeds draw under 20 failures, as `smplan "
+                   "reliability` picks it; more --seeds steady it).")
 @click.option("--seeds", type=click.IntRange(min=1), default=30, show_default=True,
               help="Failure-simulation seeds per point.")
 @click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2, show_default=True,

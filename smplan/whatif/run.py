@@ -40,7 +40,8 @@ def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_ho
 
 
 def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster: Cluster, params: float) -> dict:
-    """The run of one point: the failure simulation's best (or the given) checkpoint interval."""
+    """The run of one point at the failure simulation's best checkpoint interval (Daly's when its
+    seeds draw too few failures to tell intervals apart), or at the given one."""
     from smplan.simulator.failures import analyse_run
 
     save_s = checkpoint_save_s(params, cluster)
@@ -72,6 +73,7 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
         "goodput_p10": report.goodput_p10,
         "goodput_p90": report.goodput_p90,
         "checkpoint_interval_min": report.interval_s / 60.0,
+        "checkpoint_interval_source": report.interval_source,  # "auto", "daly" or "given"
         "checkpoint_save_s": save_s,
         "young_daly_min": report.daly_interval_s / 60.0,
         "job_mtbf_hours": report.job_mtbf_s / 3600.0,

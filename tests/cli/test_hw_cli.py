@@ -149,5 +149,6 @@ def test_hw_show_says_which_figures_are_a100s(cli_runner):
         assert f"{key} (not in this profile: A100's measured figure)" in l40s, key
     h100 = cli_runner.invoke(cli, ["hw", "show", "h100x8"]).output
     assert "attention.cudnn = 0.54\n" in h100 and "A100's measured figure" not in h100
+    assert "A100's measured figure" not in cli_runner.invoke(cli, ["hw", "show", "a100x8"]).output
     given = cli_runner.invoke(cli, ["hw", "show", "l40sx8", "--hw-set", "gpu.attention.cudnn=0.5"]).output
     assert "attention.cudnn = 0.5\n" in given

@@ -77,6 +77,11 @@ def test_too_few_failures_drawn_to_sweep_take_dalys_interval():
     assert many.interval_s == many.best_interval_s == pytest.approx(many.daly_interval_s, rel=0.35)
     given = analyse_run(spec, interval_s=3600.0, seeds=3)
     assert given.interval_source == "given" and given.interval_s == 3600.0
+    # async: Daly prices the 2 s copy, but a 600 s write must end before the next one starts
+    quick = RunSpec(work_s=3 * 3600, num_gpus=8192, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=600.0,
+                    async_checkpoint=True, async_blocking_s=2.0)
+    fallback = analyse_run(quick, seeds=2)
+    assert fallback.interval_source == "daly" and fallback.daly_interval_s < 600.0 == fallback.interval_s
 
 
 def test_sixteen_thousand_gpus_thirty_days_is_fast():
