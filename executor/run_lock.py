@@ -4,8 +4,10 @@ Two launches into one folder would both resume from its checkpoint, append to on
 metrics.jsonl and race on the next checkpoint's rename. A launch holds an advisory lock
 (flock(2), Linux man-pages) on RUN_DIR/.smplan.lock while it prepares and runs: the kernel
 drops it when the process ends, however it ends, so a crash leaves no stale lock. The file
-stays (unlinking a lock file lets a third launcher lock a new inode while a second still
-holds the old one); it names the holder for the error line.
+names the holder for the error line; the holder removes it as it ends, still holding the lock,
+so that a folder keeps nothing of a launch that was refused or has finished. (A launch that
+opened the file just before that unlink could then lock the removed inode beside a later one:
+three launches into one folder within the same instant, which this does not guard against.)
 """
 
 from __future__ import annotations
@@ -72,11 +74,10 @@ def holding_run_dir(out: str | Path) -> Iterator[bool]:
         try:
             yield True
         finally:
-            os.ftruncate(fd, 0)
             # still holding the lock: a launch refused meanwhile has not touched the folder
             with contextlib.suppress(OSError):
-                if created and [p.name for p in out.iterdir()] == [LOCK_FILE]:
-                    path.unlink()
+                path.unlink()
+                if created and not any(out.iterdir()):
                     out.rmdir()
     finally:
         os.close(fd)  # releases the lock
