@@ -44,8 +44,8 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="local: start torchrun here; slurm: write an sbatch script into the run directory instead.")
 @click.option("--time-limit", default=None, metavar="TIME",
               help="--launcher slurm: the job's --time (90, 4:00:00, 2-00:00:00). Default: 1.5x the plan's "
-                   "predicted step time x --steps, plus 10 minutes of start-up per attempt; 1 hour when the plan "
-                   "predicts nothing (an inline plan).")
+                   "predicted step time x the steps to run (after a resume's checkpoint), plus 10 minutes of "
+                   "start-up per attempt; 1 hour when the plan predicts nothing (an inline plan).")
 @click.option("-o", "--output", "--out", "out", cls=OneSpelling, old_names=("--out",), default=None, type=click.Path(file_okay=False),
               help="Run directory: metrics.jsonl, ranks/, summary.json, tensorboard/ (default runs/execute-...); "
                    "an existing one is only continued from its checkpoint.")
