@@ -179,6 +179,6 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
             for k in MEASURED
         }
     else:
-        summary["note"] = "the plan carries no predicted figures (make it with `smplan plan` to compare)"
+        summary["note"] = "the plan carries no predicted figures: a plan file from `smplan plan` has them to compare"
     (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -75,7 +75,7 @@ class Trainer:
                                  gpus_per_node=int(os.environ.get("LOCAL_WORLD_SIZE", 1)), cp=self.plan.cp,
                                  ep=self.plan.ep)
         self.dims.build_mesh(self.device.type)
-        self.loss_fn = plain_loss(self.model_file.hook("loss") or (lambda out, y: F.cross_entropy(out.float(), y)))
+        self.loss_fn = plain_loss(self.model_file.hook("loss") or default_loss)
         # Context parallelism: this rank's share of every sequence; its loss is weighted so
         # that the mean over the cp ranks is the whole sequence's mean.
         self.sequence = self._sequence_shard() if self.dims.cp_enabled else None
@@ -389,6 +389,16 @@ class Trainer:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy for a model file without loss(): F.cross_entropy on fp32 scores. Scores with
+    the classes last beside targets of their leading shape, (batch, seq, vocab) against (batch,
+    seq) as a language model gives them, are flattened to rows first (F.cross_entropy wants the
+    classes in dim 1)."""
+    if outputs.dim() >= 3 and outputs.dim() == targets.dim() + 1 and outputs.shape[:-1] == targets.shape:
+        outputs, targets = outputs.flatten(0, -2), targets.flatten()
+    return F.cross_entropy(outputs.float(), targets)
 
 
 def plain_loss(loss_fn):

@@ -397,3 +397,19 @@ def test_a_stopped_run_is_promised_a_resume_only_with_a_checkpoint(tmp_path):
     (ckpt / "step-4" / "COMPLETE").write_text("ok\n")
     (ckpt / "step-4" / "smplan.json").write_text("{}")
     assert _how_to_continue(cfg).endswith("resumes it from its newest checkpoint (step-4)")
+
+
+def test_the_default_loss_takes_a_language_models_logits():
+    """(batch, seq, vocab) scores against (batch, seq) targets: flattened, as a language model file
+    without loss() would otherwise fail in F.cross_entropy; (N, C) and channel-first (N, C, L) as before."""
+    import torch.nn.functional as F
+    from smplan.executor.train import default_loss
+
+    gen = torch.Generator().manual_seed(0)
+    logits, ids = torch.randn(2, 5, 7, generator=gen), torch.randint(0, 7, (2, 5), generator=gen)
+    assert default_loss(logits, ids).item() == pytest.approx(F.cross_entropy(logits.reshape(10, 7), ids.reshape(10)).item())
+    rows, labels = torch.randn(4, 3, generator=gen), torch.tensor([0, 2, 1, 1])
+    assert default_loss(rows, labels).item() == pytest.approx(F.cross_entropy(rows, labels).item())
+    channels_first, per_pixel = torch.randn(2, 3, 6, generator=gen), torch.randint(0, 3, (2, 6), generator=gen)
+    assert default_loss(channels_first, per_pixel).item() == pytest.approx(
+        F.cross_entropy(channels_first, per_pixel).item())
