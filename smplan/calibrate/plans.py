@@ -39,13 +39,16 @@ class PlanChoice:
 
 
 def meshes(nproc: int, profile: ModelProfile) -> list[tuple[int, int, int]]:
-    """(dp, tp, pp) with dp*tp*pp = nproc that the model allows; pure dp first."""
+    """(dp, tp, pp) with dp*tp*pp = nproc that the model allows (profile.unsupported: what the
+    planner would refuse too, e.g. pp for a forward that does not skip other stages' layers);
+    pure dp first."""
     out = []
     for tp in _divisors(nproc):
-        if tp > 1 and (not profile.has_tp_plan or (profile.num_heads and profile.num_heads % tp)):
+        if tp > 1 and (not profile.has_tp_plan or "tp" in profile.unsupported
+                       or (profile.num_heads and profile.num_heads % tp)):
             continue
         for pp in _divisors(nproc // tp):
-            if pp > profile.num_blocks:
+            if pp > profile.num_blocks or (pp > 1 and "pp" in profile.unsupported):
                 continue
             out.append((nproc // (tp * pp), tp, pp))
     return sorted(out, key=lambda m: (-m[0], m[1], m[2]))

@@ -42,6 +42,15 @@ def test_no_tensor_parallelism_without_a_tp_plan(profile):
     assert all(tp == 1 for _, tp, _ in meshes(4, no_tp))
 
 
+def test_no_dimension_the_model_cannot_run(profile):
+    """A forward that does not skip another stage's layers (profile.unsupported["pp"]) gets no pp
+    plan to calibrate on (it was chosen, and calibrate stopped at it); likewise tp."""
+    no_pp = dataclasses.replace(profile, unsupported={"pp": "Net.forward does not skip ..."})
+    assert {pp for _, _, pp in meshes(4, no_pp)} == {1} and any(tp > 1 for _, tp, _ in meshes(4, no_pp))
+    no_tp = dataclasses.replace(profile, unsupported={"tp": "no plan"})
+    assert {tp for _, tp, _ in meshes(4, no_tp)} == {1} and any(pp > 1 for _, _, pp in meshes(4, no_tp))
+
+
 def test_too_many_plans_or_none_is_one_clear_error(profile):
     with pytest.raises(PlanError, match="--plans must be at least 1"):
         choose(2, profile, 0)
