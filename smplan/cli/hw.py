@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from smplan.hwprofiles import a100_figures_taken, bundled_profiles, load_cluster
+from smplan.hwprofiles import a100_figures_taken, bundled_profiles, load_cluster, parse_override
 
 from .checks import check_can_write
 from .main import UserError
@@ -62,7 +62,7 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
     if name is None:
         raise UserError("hw show needs a profile: smplan hw show NAME|PATH (smplan hw list names the bundled ones)")
     cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
-    overridden = {kv.split("=", 1)[0].strip() for kv in hw_set}
+    overridden = {parse_override(kv)[0] for kv in hw_set}
     data = cluster.to_dict()
     if as_json:
         data["num_gpus"] = cluster.num_gpus
@@ -73,8 +73,7 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
     if cluster.fast_domain_gpus > cluster.gpus_per_node:
         click.echo(f"  NVLink domain: {cluster.fast_domain_gpus} GPUs "
                    f"({cluster.fast_domain_gpus // cluster.gpus_per_node} nodes); intra_node links span it")
-    # an A100's own profile states A100's figures by leaving them out: nothing to flag there
-    borrowed = set() if cluster.gpu.name.startswith("A100") else set(a100_figures_taken(name))
+    borrowed = set(a100_figures_taken(name))
     for section, values in data.items():
         if isinstance(values, dict):
             click.echo(f"[{section}]")

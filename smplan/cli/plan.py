@@ -115,7 +115,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     ]
     # --hw-set gpus_per_node=2 makes another node than the profile's name says: name its GPUs too
     per_node = f" with {cluster.gpus_per_node} GPUs each" if any(
-        kv.split("=", 1)[0].strip() == "gpus_per_node" for kv in hw_set) else ""
+        parse_override(kv)[0] == "gpus_per_node" for kv in hw_set) else ""
     where = (f"{nodes or 1}..{max_nodes} nodes of {cluster.name}{per_node}" if max_nodes
              else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name}{per_node})")
     gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
