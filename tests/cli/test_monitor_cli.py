@@ -22,6 +22,19 @@ def test_missing_run_dir(cli_runner, tmp_path, command):
     _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path / "nope")]), "does not exist")
 
 
+def test_follow_on_a_folder_that_never_appears(cli_runner, tmp_path, monkeypatch):
+    """--follow waits for the folder (execute creates it after its start-up), then says what is wrong."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("smplan.monitor.follow"), "APPEAR_WAIT_S", 0.1)
+    result = cli_runner.invoke(cli, ["monitor", str(tmp_path / "nope"), "--follow", "--interval", "0.05"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == f"waiting for {tmp_path / 'nope'} to appear (smplan execute creates it as it starts) ..."
+    assert lines[-1].startswith("error: run directory") and "does not exist" in lines[-1]
+    assert not any("Traceback" in line for line in lines) and not (tmp_path / "nope").exists()
+
+
 @pytest.mark.parametrize("command", ["monitor", "report"])
 def test_empty_run_dir(cli_runner, tmp_path, command):
     _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path)]), "holds no step yet (no metrics.jsonl)")
