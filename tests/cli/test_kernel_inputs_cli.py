@@ -36,7 +36,7 @@ def test_unknown_attention_kernel_in_a_stack_file(cli_runner, tmp_path):
 
 def test_attention_rate_out_of_range_in_a_hardware_file(cli_runner, tmp_path):
     hw = tmp_path / "hw.toml"
-    hw.write_text((PROFILE_DIR / "a100x8.toml").read_text() + "\n[gpu.attention]\nflash2 = 2\n")
+    hw.write_text((PROFILE_DIR / "l40sx8.toml").read_text() + "\n[gpu.attention]\nflash2 = 2\n")  # l40s states none
     line = _one_error_line(cli_runner.invoke(cli, ["simulate", GPT, "--hw", str(hw), "--plan", INLINE]))
     assert "gpu.attention.flash2 must be in (0, 1], got 2.0" in line
 
