@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from smplan.executor.metrics import read_metrics
 
 from smplan.cli.main import cli
 from tests.conftest import ROOT
@@ -38,9 +39,11 @@ def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, 
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").is_file() and time.monotonic() < deadline and proc.poll() is None:
+        # a finished step, not the file: the writer opens metrics.jsonl before its first line lands,
+        # and a run stopped before its first step is recorded as one the same command starts again
+        while not read_metrics(out) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
-        assert (out / "metrics.jsonl").is_file(), "the run never started a step"
+        assert read_metrics(out), "the run never finished a step"
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
