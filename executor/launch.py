@@ -83,6 +83,22 @@ def _agent_log_level(level: int):
         agent.setLevel(previous)
 
 
+def _logs_specs(log_dir: Path, nproc_per_node: int):
+    """Where the workers' output goes. Every worker's stderr lands in
+    RUN_DIR/elastic/.../attempt_N/RANK/stderr.log, so a crash (an abort from C++ too) can be read
+    after the run. The console shows local rank 0's stderr and stdout (the progress lines, the
+    workers' own stdout, as a caller that redirects it expects), as torchtitan's run_train.sh does
+    (torchrun --local-ranks-filter 0): a model bug raised on every rank would otherwise print one
+    traceback per rank. The other ranks' stdout goes to their stdout.log; a failure on any rank
+    is reported by the launcher with its last lines and its log's path (failure_report)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+
+    return DefaultLogsSpecs(
+        log_dir=str(log_dir), tee=Std.ERR, local_ranks_filter={0},
+        # not redirected, a filtered rank's stdout would go to /dev/null (DefaultLogsSpecs.reify)
+        redirects={rank: Std.OUT for rank in range(1, nproc_per_node)})
+
+
 def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
                  max_restarts: int = 0, run_id: str | None = None, shutdown_timeout_s: int = 5) -> Path:
     """Run `cfg` under torch.distributed's elastic agent (what `torchrun` does).
@@ -90,7 +106,6 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     A failed worker makes the agent stop the others and restart the whole group (up to
     `max_restarts` times); workers resume from the newest complete checkpoint.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -109,10 +124,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         rdzv_endpoint=rdzv_endpoint or "localhost:0",  # torchrun --standalone
         max_restarts=max_restarts,
         monitor_interval=0.1,
-        # every worker's stderr also lands in RUN_DIR/elastic/.../attempt_N/RANK/stderr.log, so
-        # a crash (an abort from C++ too) can be read after the run; stdout (the progress
-        # lines) stays the workers' own, as a caller that redirects it expects
-        logs_specs=DefaultLogsSpecs(log_dir=str(out / ELASTIC_DIR), tee=Std.ERR),
+        logs_specs=_logs_specs(out / ELASTIC_DIR, nproc_per_node),
         shutdown_timeout=shutdown_timeout_s,
         # Ctrl-C stays a KeyboardInterrupt in this process (the agent): its shutdown then stops
         # the workers with SIGTERM, which ends them without a traceback each (forwarding SIGINT

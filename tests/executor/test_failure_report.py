@@ -126,3 +126,6 @@ def test_execute_prints_the_failing_ranks_exception(tmp_path):
     assert 'raise ValueError("boom at step 2")' in error
     logs = list((out / "elastic").glob("*/attempt_0/1/stderr.log"))
     assert len(logs) == 1 and f"full log of rank 1: {logs[0]}" in error
+    # the console shows local rank 0's output only (torchrun --local-ranks-filter 0): rank 1's
+    # traceback is in its log and in the report above, not echoed line by line
+    assert "[rank1]" not in result.stdout and "Traceback" in logs[0].read_text()
