@@ -1,8 +1,8 @@
 """Turn a Plan into this rank's parallelised model chunks, in torchtitan's order:
 
-build on meta -> cut pipeline chunks by the plan's layer ranges -> TP (+SP) -> CP (the
-model file's context_parallel hook) -> EP -> recomputation -> FSDP2 / replicate -> materialise this rank's shards module by module
-(materialize.py) -> DDP ->
+build on meta -> cut pipeline chunks by the plan's layer ranges -> FP8 linears (float8.py) ->
+TP (+SP) -> CP (the model file's context_parallel hook) -> EP -> recomputation -> FSDP2 /
+replicate -> materialise this rank's shards module by module (materialize.py) -> DDP ->
 pipeline schedule.
 """
 
@@ -26,7 +26,7 @@ from smplan.model.structure import (
     present_parts,
 )
 
-from . import grad_compress
+from . import float8, grad_compress
 from .context_parallel import SequenceShard, apply_context_parallel
 from .expert_parallel import apply_ep, expert_parameters, shard_over_edp
 from .materialize import INIT_HOOK, build_meta, materialize
@@ -53,6 +53,7 @@ class ModelParts:
     loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
     expert_banks: list[nn.Module] = field(default_factory=list)  # ep > 1: sharded banks, gradients reduced over edp
     powersgd: object | None = field(default=None, repr=False)  # PowerSGDState under grad_compress=powersgd
+    fp8_linears: tuple[int, int] | None = None  # dtype=fp8: (float8 linears, linears) in this rank's blocks
 
     def parameters(self):
         for chunk in self.chunks:
@@ -81,11 +82,16 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     stages = plan_stages(plan, layout.num_blocks)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
     chunks, expert_banks = [], []
+    fp8_linears = (0, 0)
     for sid in stage_ids:
         spec = stages[sid]
         chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
                           is_first=sid == 0, is_last=sid == len(stages) - 1)
         blocks = [m for _, m in owned_blocks(chunk, layout)]
+        if plan.dtype == "fp8":  # before TP and FSDP, as torchtitan's float8 converter
+            converted, linears = float8.convert_blocks(chunk, blocks, plan.fp8_scaling)
+            fp8_linears = (fp8_linears[0] + converted, fp8_linears[1] + linears)
+            blocks = [m for _, m in owned_blocks(chunk, layout)]  # a block that was a Linear is a new module
         if dims.tp_enabled:
             apply_tp(chunk, blocks, dims["tp"], model_file.hook("tp_plan"), model_file.hook("tp_plan_outer"),
                      plan.sequence_parallel)
@@ -128,7 +134,8 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                                   plan.num_microbatches, loss_fn)
     return ModelParts(chunks=chunks, stage_ids=stage_ids, schedule=schedule, reference=meta, layout=layout,
                       loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
-                      expert_banks=expert_banks, powersgd=powersgd)
+                      expert_banks=expert_banks, powersgd=powersgd,
+                      fp8_linears=fp8_linears if plan.dtype == "fp8" else None)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

@@ -18,6 +18,7 @@ from smplan.model.structure import find_layout
 
 from . import checkpoint
 from .config import RunConfig, fingerprint, parse_slow_rank
+from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
 from .launch import check_slurm_time, launch_local, slurm_time_limit, write_sbatch
 from .lr_scaling import describe as describe_lr_scale
@@ -191,7 +192,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     if opts.launcher == "local":  # Slurm's nodes are not this machine
-        check_this_machine(nproc, opts.nnodes, checked.param_bytes)
+        check_this_machine(nproc, opts.nnodes, checked.param_bytes, fp8=plan.dtype == "fp8")
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
     fp = fingerprint(plan, model_file.sha256)
@@ -265,13 +266,16 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     return cfg
 
 
-def check_this_machine(nproc: int, nnodes: int, param_bytes: int) -> None:
+def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = False) -> None:
     """Raise PlanMismatchError when this machine cannot start `nproc` processes of the run
-    (executor/host_fit.py): its GPUs, or on CPU its free host memory."""
+    (executor/host_fit.py): its GPUs, or on CPU its free host memory; under `fp8`, GPUs
+    without FP8 units (executor/float8.py)."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
     problem = this_machine_problem(nproc, nnodes, param_bytes, gpus, available_host_bytes())
+    if not problem and fp8 and gpus:
+        problem = fp8_device_problem(torch.cuda.get_device_capability(0))
     if problem:
         raise PlanMismatchError(problem)
 

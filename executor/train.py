@@ -20,6 +20,7 @@ from .config import FAIL_ENV, FAIL_RANK_ENV, RunConfig, parse_slow_rank
 from .context_parallel import SequenceShard, sequence_length, weighted_loss
 from .data import BatchSource
 from .expert_parallel import reduce_expert_grads
+from .float8 import fp8_line
 from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
 from .metrics import (
@@ -63,6 +64,11 @@ def _device_and_backend() -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """A plan's name for a torch dtype: bf16, fp16, else fp32."""
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -81,15 +87,18 @@ class Trainer:
         self.sequence = self._sequence_shard() if self.dims.cp_enabled else None
         if self.sequence is not None:
             self.loss_fn = weighted_loss(self.loss_fn, self.sequence)
-        amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16")
-        dtype = torch.bfloat16 if self.plan.dtype == "bf16" else torch.float16
+        # fp8: the float8 linears' casts and GEMMs inside bf16 autocast for the rest, as torchtitan
+        amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16", "fp8")
+        dtype = torch.float16 if self.plan.dtype == "fp16" else torch.bfloat16
         self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
         self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn,
                                        sequence=self.sequence)
         # without autocast the parameters' own dtype computes: fp32 from a model file, an hf:
         # config's torch_dtype (bf16) as built
         built = next((p.dtype for p in self.parts.parameters() if p.is_floating_point()), torch.float32)
-        self.compute_dtype = self.plan.dtype if amp else {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(built, "fp32")
+        self.compute_dtype = dtype_name(dtype) if amp else dtype_name(built)
+        if self.parts.fp8_linears and self.parts.fp8_linears[0]:  # float8 GEMMs on CPU too (torch._scaled_mm)
+            self.compute_dtype = "fp8"
         # A vocab-parallel head hands the loss sharded logits (a DTensor): cross-entropy
         # and its backward then reduce over the tp ranks instead of gathering the vocabulary.
         self.loss_context = _loss_parallel if self.parts.loss_parallel else contextlib.nullcontext
@@ -334,6 +343,8 @@ class Trainer:
             self._say(f"restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}: the previous attempt "
                       f"failed; every rank's log of it is under {os.path.join(self.cfg.out_dir, ELASTIC_DIR)}/*/"
                       f"attempt_{restart - 1}/")
+        if self.parts.fp8_linears is not None:
+            self._say(fp8_line(*self.parts.fp8_linears, self.plan.fp8_scaling))
         start = self._resume()
         if start == 0 and self.cfg.init_from:  # a resumed run continues from its own checkpoint
             self._init_from()

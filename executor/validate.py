@@ -27,6 +27,7 @@ from smplan.model import (
 )
 from smplan.model.structure import Layout, find_layout, owned_blocks
 
+from .float8 import Float8Unavailable, fp8_plan_problem, torchao_float8
 from .parallelize import call_tp_plan
 
 
@@ -129,8 +130,13 @@ def _check_executable(plan: Plan) -> None:
                                 "only for zero=0 without tp or pp (FSDP2 replicate/shard has no PowerSGD); "
                                 "use tp=1,pp=1,zero=0 or grad_compress=bf16")
     if plan.dtype == "fp8":
-        raise PlanMismatchError("dtype=fp8: FP8 linears need a GPU with FP8 units (and torchao); this executor "
-                                "runs bf16, fp16 or fp32: use dtype=bf16")
+        problem = fp8_plan_problem(plan.fp8_scaling, plan.tp)
+        if problem:
+            raise PlanMismatchError(problem)
+        try:
+            torchao_float8()
+        except Float8Unavailable as err:
+            raise PlanMismatchError(str(err)) from None
 
 
 def _check_cp(plan: Plan, model_file, ref: str, seq_len: int) -> None:

@@ -1,0 +1,103 @@
+"""dtype=fp8 in the executor: the blocks' linears become torchao float8 linears (on CPU too,
+where torch._scaled_mm runs), the head does not, and what cannot run is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from smplan.executor.float8 import (
+    Float8Unavailable,
+    convert_blocks,
+    convertible,
+    fp8_device_problem,
+    fp8_line,
+    fp8_plan_problem,
+    torchao_float8,
+)
+from torch import nn
+
+from tests.executor.runs import metrics, run_execute
+
+
+class _Block(nn.Module):
+    def __init__(self, width: int, odd: int):
+        super().__init__()
+        self.up, self.down, self.odd = nn.Linear(width, 2 * width), nn.Linear(2 * width, width), nn.Linear(width, odd)
+
+
+def _model(width=32):
+    model = nn.Module()
+    model.blocks = nn.ModuleList([_Block(width, 10), nn.Linear(width, width)])  # a block may be a Linear itself
+    model.head = nn.Linear(width, 64)
+    return model
+
+
+def test_the_blocks_linears_with_dims_of_16_become_float8_and_nothing_else():
+    torchao_float8()
+    from torchao.float8.float8_linear import Float8Linear
+
+    model = _model()
+    assert convert_blocks(model, list(model.blocks)) == (3, 4)  # up, down and the Linear block; not odd (10)
+    block, linear_block = model.blocks
+    assert isinstance(block.up, Float8Linear) and isinstance(block.down, Float8Linear)
+    assert isinstance(linear_block, Float8Linear)  # replaced in its parent, not only returned
+    assert type(block.odd) is nn.Linear and type(model.head) is nn.Linear  # the head stays as planned
+
+
+def test_a_float8_linear_computes_close_to_but_not_exactly_the_linear():
+    torch.manual_seed(0)
+    model = _model()
+    reference = _model()
+    reference.load_state_dict(model.state_dict())
+    convert_blocks(model, list(model.blocks))
+    x = torch.randn(64, 32)
+    out, ref = model.blocks[0].up(x), reference.blocks[0].up(x)
+    assert not torch.equal(out, ref)  # e4m3 has 3 mantissa bits: the result moves
+    assert torch.allclose(out, ref, rtol=0.1, atol=0.1)
+
+
+def test_convertible_needs_both_dims_a_multiple_of_16():
+    assert convertible(nn.Linear(32, 48)) and not convertible(nn.Linear(32, 40))
+    assert not convertible(nn.Linear(8, 32)) and not convertible(nn.Conv1d(16, 16, 1))
+
+
+def test_what_the_executor_cannot_run_in_fp8_is_said_with_the_fix():
+    assert fp8_plan_problem("tensor", 1) is None
+    assert "use fp8_scaling=tensor" in fp8_plan_problem("block", 1)
+    assert "use tp=1 or dtype=bf16" in fp8_plan_problem("tensor", 2)
+    assert fp8_device_problem(None) is None and fp8_device_problem((9, 0)) is None and fp8_device_problem((8, 9)) is None
+    assert "this one has 8.0: use dtype=bf16" in fp8_device_problem((8, 0))  # A100: no FP8 units
+    assert "nothing runs in float8" in fp8_line(0, 4)
+    assert fp8_line(3, 4).startswith("fp8: 3 of the 4 linears")
+
+
+def test_without_torchao_the_fix_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao.float8", None)  # import raises ImportError
+    with pytest.raises(Float8Unavailable, match=r"pip install 'smplan\[fp8\]'"):
+        torchao_float8()
+
+
+def test_execute_refuses_fp8_it_cannot_run_in_one_line(tmp_path):
+    result = run_execute("tp=2,mbs=1,gbs=2,dtype=fp8", tmp_path / "run", "--steps", "1", timeout=60)
+    assert result.returncode == 2, result.stdout
+    assert result.stdout.strip().splitlines() == [
+        "error: dtype=fp8 runs with tp=1 in this executor (float8 linears under a tensor-parallel plan are not "
+        "wired); use tp=1 or dtype=bf16"]
+
+
+def test_an_fp8_run_trains_in_float8_and_ends_near_the_full_precision_loss(tmp_path):
+    """FSDP2 (zero=3) over 2 ranks in fp8 against plain DDP in fp32: the same data and initial
+    weights, so the losses differ only by float8's rounding."""
+    fp8, full = tmp_path / "fp8", tmp_path / "fp32"
+    result = run_execute("dp=2,zero=3,mbs=2,gbs=4,dtype=fp8", fp8, "--steps", "6")
+    assert result.returncode == 0, result.stdout
+    assert "fp8: 16 of the 16 linears in this rank's blocks run in float8 (torchao, tensorwise scaling)" in result.stdout
+    assert "Failed to load" not in result.stdout  # torchao's import noise is silenced
+    assert json.loads((fp8 / "summary.json").read_text())["compute_dtype"] == "fp8"
+    assert run_execute("dp=2,mbs=2,gbs=4", full, "--steps", "6").returncode == 0
+    got, want = [r["loss"] for r in metrics(fp8)], [r["loss"] for r in metrics(full)]
+    assert got[0] != want[0]  # float8 GEMMs ran
+    assert got == pytest.approx(want, rel=5e-3)
