@@ -6,12 +6,14 @@ for gradients) with dynamic per-tensor scales and multiply with `torch._scaled_m
 weights and optimizer state stay in the model's dtype. This is torchtitan's float8 converter
 (torchtitan/components/quantization/float8.py), applied the same way: on the meta-built
 chunk, before tensor parallelism and FSDP. As there, the head is not converted (the plan's
-memory and cost models price FP8 on the blocks' GEMMs only).
+memory and cost models leave it in bf16 too). Under TP the model file's own styles shard the
+Float8Linear's weight: torchao takes each scale's amax over the whole DTensor, so a tp=2 run
+rounds as one process does (tests/executor/test_float8.py).
 
 `torch._scaled_mm` runs on CUDA GPUs with FP8 units (compute capability 8.9 and up: L40S, H100,
 B200) and on CPU (torch 2.13, checked by tests/executor/test_float8.py), so a CPU run trains
-with the same float8 numerics (not at any useful speed). Without torch.compile the casts run as separate kernels; torchao's speed-up
-needs it (torchao/float8/README.md).
+with the same float8 numerics (not at any useful speed). Without torch.compile the casts run
+as separate kernels; torchao's speed-up needs it (torchao/float8/README.md).
 """
 
 from __future__ import annotations
@@ -46,16 +48,11 @@ def torchao_float8():
     return float8
 
 
-def fp8_plan_problem(scaling: str, tp: int) -> str | None:
-    """Why this executor cannot run a dtype=fp8 plan of this scaling and tp, or None."""
+def fp8_plan_problem(scaling: str) -> str | None:
+    """Why this executor cannot run a dtype=fp8 plan of this scaling, or None."""
     if scaling not in TORCHAO_RECIPES:
         return (f"fp8_scaling={scaling} has no torchao float8 training recipe this executor runs "
                 f"(it runs {', '.join(TORCHAO_RECIPES)}); use fp8_scaling=tensor")
-    if tp > 1:
-        # torchao's float8 TP styles (Float8ColwiseParallel, ...) would replace the model file's
-        # own TP plan, which this executor applies as it is
-        return ("dtype=fp8 runs with tp=1 in this executor (float8 linears under a tensor-parallel plan are not "
-                "wired); use tp=1 or dtype=bf16")
     return None
 
 

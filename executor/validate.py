@@ -130,7 +130,7 @@ def _check_executable(plan: Plan) -> None:
                                 "only for zero=0 without tp or pp (FSDP2 replicate/shard has no PowerSGD); "
                                 "use tp=1,pp=1,zero=0 or grad_compress=bf16")
     if plan.dtype == "fp8":
-        problem = fp8_plan_problem(plan.fp8_scaling, plan.tp)
+        problem = fp8_plan_problem(plan.fp8_scaling)
         if problem:
             raise PlanMismatchError(problem)
         try:

@@ -65,9 +65,8 @@ def test_convertible_needs_both_dims_a_multiple_of_16():
 
 
 def test_what_the_executor_cannot_run_in_fp8_is_said_with_the_fix():
-    assert fp8_plan_problem("tensor", 1) is None
-    assert "use fp8_scaling=tensor" in fp8_plan_problem("block", 1)
-    assert "use tp=1 or dtype=bf16" in fp8_plan_problem("tensor", 2)
+    assert fp8_plan_problem("tensor") is None
+    assert "use fp8_scaling=tensor" in fp8_plan_problem("block")
     assert fp8_device_problem(None) is None and fp8_device_problem((9, 0)) is None and fp8_device_problem((8, 9)) is None
     assert "this one has 8.0: use dtype=bf16" in fp8_device_problem((8, 0))  # A100: no FP8 units
     assert "nothing runs in float8" in fp8_line(0, 4)
@@ -81,16 +80,17 @@ def test_without_torchao_the_fix_is_named(monkeypatch):
 
 
 def test_execute_refuses_fp8_it_cannot_run_in_one_line(tmp_path):
-    result = run_execute("tp=2,mbs=1,gbs=2,dtype=fp8", tmp_path / "run", "--steps", "1", timeout=60)
+    result = run_execute("dp=1,mbs=1,gbs=2,dtype=fp8,fp8_scaling=block", tmp_path / "run", "--steps", "1", timeout=60)
     assert result.returncode == 2, result.stdout
     assert result.stdout.strip().splitlines() == [
-        "error: dtype=fp8 runs with tp=1 in this executor (float8 linears under a tensor-parallel plan are not "
-        "wired); use tp=1 or dtype=bf16"]
+        "error: fp8_scaling=block has no torchao float8 training recipe this executor runs (it runs tensor); "
+        "use fp8_scaling=tensor"]
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_fp8_run_trains_in_float8_and_ends_near_the_full_precision_loss(tmp_path):
     """FSDP2 (zero=3) over 2 ranks in fp8 against plain DDP in fp32: the same data and initial
-    weights, so the losses differ only by float8's rounding."""
+    weights, so the losses differ only by float8's rounding; then tp=2 in fp8."""
     fp8, full = tmp_path / "fp8", tmp_path / "fp32"
     result = run_execute("dp=2,zero=3,mbs=2,gbs=4,dtype=fp8", fp8, "--steps", "6")
     assert result.returncode == 0, result.stdout
@@ -101,3 +101,8 @@ def test_an_fp8_run_trains_in_float8_and_ends_near_the_full_precision_loss(tmp_p
     got, want = [r["loss"] for r in metrics(fp8)], [r["loss"] for r in metrics(full)]
     assert got[0] != want[0]  # float8 GEMMs ran
     assert got == pytest.approx(want, rel=5e-3)
+    # tensor parallel with sequence parallel: torchao takes each scale's amax over the whole
+    # DTensor, so the sharded run rounds as the unsharded one does
+    tp = tmp_path / "tp"
+    assert run_execute("tp=2,sp=true,mbs=2,gbs=4,dtype=fp8", tp, "--steps", "6").returncode == 0
+    assert [r["loss"] for r in metrics(tp)] == pytest.approx(got, rel=1e-4)
