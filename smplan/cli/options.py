@@ -38,12 +38,15 @@ def hw_options(required: bool = True, default: str | None = None):
         )(fn)
         fn = click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (overrides the profile).")(fn)
         fn = stack_option(fn)
+        # no default= at all when there is none: click 8.2+ takes an explicit default=None as a
+        # default, and a required option with a default is never reported missing
+        fallback = {"default": default, "show_default": True} if default is not None else {}
         fn = click.option(
             "--hw",
             required=required and default is None,
-            default=default,
             metavar="NAME|PATH",
             help="Hardware profile: a bundled name (smplan hw list) or a path to a .toml file.",
+            **fallback,
         )(fn)
         return fn
 

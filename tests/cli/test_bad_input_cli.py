@@ -464,3 +464,11 @@ def test_simulate_notes_a_plan_file_whose_recorded_prediction_is_not_its_own(cli
     plan.write_text(json.dumps(data))
     result = cli_runner.invoke(cli, ["simulate", str(plan)])
     assert result.exit_code == 0 and f"note: {plan} records a predicted step of 99 s but simulating it gives" in result.output
+
+
+def test_plan_without_hw_says_it_is_missing(cli_runner):
+    """--hw is required by plan: click 8.2+ would take an explicit default=None as a default and
+    never report it missing (the command then died on None)."""
+    result = cli_runner.invoke(cli, ["plan", TINY])
+    assert result.exit_code == 2
+    assert _error_line(result).startswith("error: Missing option '--hw'; see '")
