@@ -206,7 +206,7 @@ def slurm_time_limit(predicted_step_s: float | None, steps: int, max_restarts: i
     few). Rounded up to whole minutes, as D-HH:MM:SS past a day.
     """
     if not predicted_step_s or predicted_step_s <= 0:
-        return DEFAULT_SLURM_TIME, "the plan predicts no step time (an inline plan), so 1 hour"
+        return DEFAULT_SLURM_TIME, "the plan predicts no step time (an inline plan, or a file without predicted figures), so 1 hour"
     seconds = (1 + max_restarts) * SLURM_STARTUP_S + SLURM_STEP_MARGIN * predicted_step_s * steps
     minutes = math.ceil(seconds / 60.0)
     days, minutes = divmod(minutes, 24 * 60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 
@@ -15,10 +16,12 @@ from smplan.executor.config import FAIL_ENV, SLOW_ENV
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 from smplan.hwprofiles import bundled_profiles
+from smplan.planner import Plan
 
 from .checks import check_can_write
 from .main import RunFailed, UserError
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
+from .prediction import model_changed, repriced
 
 
 @click.command()
@@ -29,8 +32,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Optimizer steps.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
               help="Processes per node (default: the plan's world size, dp*tp*pp*cp, / nnodes).")
-@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Nodes the run spans (torchrun --nnodes); more than 1 needs --rdzv-endpoint.")
+@click.option("--nnodes", type=click.IntRange(min=1), default=None,
+              help="Nodes the run spans (torchrun --nnodes). Default: 1 with --launcher local (this machine; more "
+                   "needs --rdzv-endpoint), the plan file's nodes with --launcher slurm.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
               help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set).")
@@ -115,6 +119,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-N.jsonl (every rank's step
     time, wait, phases and memory), summary.json and, with --tensorboard, tensorboard/.
     """
+    given_nnodes, nnodes = nnodes, nnodes or 1
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                           max_restarts=max_restarts, launcher=launcher, out=out, fail_at_step=fail_at_step,
@@ -136,8 +141,12 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                    f"reaches --lr {lr:g}", err=True)
     check_can_write(out, "-o/--output", folder=True)
     check_can_write(checkpoint_dir, "--checkpoint-dir", folder=True)
-    plan, model_file = resolve_plan(plan_arg, model=model, model_args=model_args_from(model_args),
-                                    nproc_per_node=nproc_per_node, nnodes=nnodes)
+    args = model_args_from(model_args)
+    plan, model_file = resolve_plan(plan_arg, model=model, model_args=args, nproc_per_node=nproc_per_node,
+                                    nnodes=nnodes)
+    plan = _own_prediction(plan_arg, plan, model, args)
+    if launcher == "slurm" and given_nnodes is None and plan.nodes > 1:  # the job spans the nodes it was planned for
+        opts = dataclasses.replace(opts, nnodes=plan.nodes)
     resume_root = checkpoint_dir or (os.path.join(out, "checkpoints") if out else None)
     resumes = latest_checkpoint(resume_root) if resume_root else None
     if init_from and resumes:
@@ -161,7 +170,9 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
             echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir),
                        "time_limit": result.time_limit})
             return
-        click.echo(f"wrote {result.sbatch}")
+        per_node = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+        click.echo(f"wrote {result.sbatch}: {opts.nnodes} node{'s' if opts.nnodes != 1 else ''} x {per_node} "
+                   f"GPU{'s' if per_node != 1 else ''} (--nnodes / --nproc-per-node set them)")
         click.echo(f"its --time is {result.time_limit}: {result.time_limit_reason}")
         click.echo(f"submit it with:  sbatch {result.sbatch}")
         return
@@ -171,6 +182,21 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
         _echo_summary(result.summary, plan)
+
+
+def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict):
+    """The plan with predicted figures of its own: none when --model / --arg build another model
+    than the file's, the simulated ones when the file's are stale (prediction.repriced)."""
+    if plan.predicted is None:  # an inline plan, or a file without figures
+        return plan
+    if model_changed(Plan.load(plan_arg), model, model_args):
+        click.echo(f"note: --model/--arg build another model than {plan_arg} was priced for; this run is not "
+                   "compared with its predicted figures", err=True)
+        return plan.replace(predicted=None)
+    plan, note = repriced(plan_arg, plan)
+    if note:
+        click.echo(note, err=True)
+    return plan
 
 
 # Past this factor either way a measured step is worth calibrating for: the bundled factors'

@@ -24,23 +24,8 @@ from .options import (
     model_args_option,
     warn_if_uncalibrated,
 )
+from .prediction import stale_prediction_note
 from .table import format_table
-
-# `smplan plan` records its pick's simulated step (contention on, all-reduce), or the closed form's
-# (--closed-form, or too many micro-batches to simulate): the same file simulated as it is gives
-# one of the two to float rounding; past this share it is not that file's prediction any more
-# (edited, or written by another smplan version or profile).
-STALE_PREDICTION_SHARE = 0.01
-
-
-def stale_prediction_note(target: str, plan, step_time_s: float, closed_form_s: float | None) -> str | None:
-    """One line when a plan file's recorded prediction is neither figure simulating it gives."""
-    recorded = plan.predicted.step_time_s if plan.predicted is not None else None
-    if not recorded or any(t and abs(t / recorded - 1.0) <= STALE_PREDICTION_SHARE for t in (step_time_s, closed_form_s)):
-        return None
-    return (f"note: {target} records a predicted step of {recorded:.4g} s but simulating it gives {step_time_s:.4g} s "
-            "(the file was edited, or written by another smplan version or profile); `smplan plan ... -o` "
-            "writes it anew, and `execute` compares a run with the recorded figure")
 
 
 @click.command()

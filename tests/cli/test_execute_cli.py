@@ -30,7 +30,7 @@ def _invoke(cli_runner, *args):
         ("cp=2,tp=4,sp=1,mbs=1,gbs=2", ("--arg", "seq_len=12", "--nproc-per-node", "8"),
          "splits each cp rank's 6 tokens (seq_len / cp) over tp=4"),
         ("cp=2,dp=2,mbs=1,gbs=2", ("--nproc-per-node", "2"), "dp*tp*pp*cp=4 GPUs but the cluster has 2"),
-        ("dtype=fp8,dp=2,mbs=1,gbs=2", (), "dtype=fp8: FP8 linears need a GPU"),
+        ("dtype=fp8,fp8_scaling=block,dp=2,mbs=1,gbs=2", (), "fp8_scaling=block has no torchao float8 training recipe"),
     ],
 )
 def test_mismatch_is_one_line_exit_2(cli_runner, tmp_path, plan, extra, needle):
@@ -115,7 +115,7 @@ def test_slurm_time_limit(cli_runner, tmp_path):
     inline = _invoke(cli_runner, "dp=2,mbs=1,gbs=4", "--model", GPT, "--launcher", "slurm", "--out", str(tmp_path / "a"))
     assert inline.exit_code == 0, inline.output
     assert "#SBATCH --time=01:00:00" in (tmp_path / "a" / "smplan.sbatch").read_text()
-    assert "its --time is 01:00:00: the plan predicts no step time (an inline plan)" in inline.output
+    assert "its --time is 01:00:00: the plan predicts no step time (an inline plan, or a file without" in inline.output
     # a plan file's prediction: 1.5 x step x steps + 10 minutes for each of 2 attempts, up to the minute
     path = tmp_path / "plan.json"
     made = cli_runner.invoke(cli, ["plan", GPT, "--hw", "a100x8", "--nodes", "1", "-o", str(path)])
@@ -147,6 +147,52 @@ def test_slurm_time_limit(cli_runner, tmp_path):
         refused = _invoke(cli_runner, str(path), *args, "--out", str(tmp_path / "d"))
         assert refused.exit_code == 2 and needle in refused.output, refused.output
         assert not (tmp_path / "d").exists()
+
+
+def test_slurm_spans_the_plan_files_nodes(cli_runner, tmp_path):
+    """A plan for 2 nodes of 8 GPUs is a 2-node job by default, not 16 GPUs on one node."""
+    path = tmp_path / "plan.json"
+    made = cli_runner.invoke(cli, ["plan", GPT, "--hw", "a100x8", "--nodes", "2", "-o", str(path)])
+    assert made.exit_code == 0, made.output
+    assert json.loads(path.read_text())["nodes"] == 2
+    result = _invoke(cli_runner, str(path), "--launcher", "slurm", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert "smplan.sbatch: 2 nodes x 8 GPUs (--nnodes / --nproc-per-node set them)" in result.output
+    text = (tmp_path / "run" / "smplan.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gpus-per-node=8\n" in text and "--nproc-per-node=8" in text
+    given = _invoke(cli_runner, str(path), "--launcher", "slurm", "--nnodes", "4", "--out", str(tmp_path / "four"))
+    assert given.exit_code == 0 and "#SBATCH --gpus-per-node=4\n" in (tmp_path / "four" / "smplan.sbatch").read_text()
+
+
+def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(cli_runner, tmp_path):
+    """The recorded prediction of a hand-edited file is not its plan's: execute simulates the
+    plan and compares (and sizes Slurm's --time) with that; with --model of another model
+    it compares nothing."""
+    path, edited = tmp_path / "plan.json", tmp_path / "edited.json"
+    assert cli_runner.invoke(cli, ["plan", GPT, "--hw", "a100x8", "--fix", "dp=8", "-o", str(path)]).exit_code == 0
+    data = json.loads(path.read_text())
+    recorded = data["predicted"]["step_time_s"]
+    data["global_batch"] *= 8
+    data.pop("num_microbatches")
+    edited.write_text(json.dumps(data))
+    result = _invoke(cli_runner, str(edited), "--launcher", "slurm", "--out", str(tmp_path / "a"), "--json")
+    assert result.exit_code == 0, result.output
+    note = f"note: {edited} records a predicted step of {recorded:.4g} s but its plan simulates to "
+    assert note in result.stderr and "the run is compared with the simulated figures" in result.stderr
+    simulated = float(result.stderr.split("simulates to ")[1].split(" s")[0])
+    assert simulated > 4 * recorded  # 8x the micro-batches
+    config = json.loads((tmp_path / "a" / "run_config.json").read_text())
+    assert config["plan"]["predicted"]["step_time_s"] == pytest.approx(simulated, rel=1e-3)
+    # the file as written: its own figures, no note
+    same = _invoke(cli_runner, str(path), "--launcher", "slurm", "--out", str(tmp_path / "b"), "--json")
+    assert same.exit_code == 0 and "note:" not in same.stderr
+    assert json.loads((tmp_path / "b" / "run_config.json").read_text())["plan"]["predicted"]["step_time_s"] == recorded
+    other = _invoke(cli_runner, str(path), "--model", f"{EXAMPLES / 'mlp.py'}", "--launcher", "slurm",
+                    "--out", str(tmp_path / "c"))
+    assert "build another model than" in other.output
+    assert "predicts no step time" in other.output, other.output
+    wider = _invoke(cli_runner, str(path), "--arg", "hidden=64", "--launcher", "slurm", "--out", str(tmp_path / "d"))
+    assert "build another model than" in wider.output, wider.output
 
 
 def test_slurm_world_size_must_match(cli_runner, tmp_path):
