@@ -54,6 +54,12 @@ class PlanReliability:
     checkpoint_bytes: float
     num_gpus: int
     nodes: int = 1  # the nodes writing the checkpoint, each its shard
+    peak_memory_gib: float = 0.0  # the step's fullest GPU, as `simulate` gives it
+    memory_capacity_gib: float = 0.0  # what a GPU can use (0: not known)
+
+    @property
+    def fits_memory(self) -> bool:
+        return not self.memory_capacity_gib or self.peak_memory_gib <= self.memory_capacity_gib
 
     def to_dict(self) -> dict:
         out = self.report.to_dict()
@@ -63,6 +69,9 @@ class PlanReliability:
             checkpoint_bytes=self.checkpoint_bytes,
             num_gpus=self.num_gpus,
             nodes=self.nodes,
+            peak_memory_gib=self.peak_memory_gib,
+            memory_capacity_gib=self.memory_capacity_gib,
+            fits_memory=self.fits_memory,
         )
         return out
 
@@ -110,4 +119,5 @@ def plan_reliability(
         repair_hours=repair_hours,
     )
     report = analyse_run(spec, interval_minutes * 60.0 if interval_minutes else None, seeds, seed)
-    return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size, nodes)
+    return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size, nodes,
+                           figures.peak_memory_gib, step.memory_capacity_gib)

@@ -31,3 +31,10 @@ def gemm_tile_note(cluster: Cluster) -> str | None:
         return None
     return (f"warning: efficiency.gemm_tile={cluster.efficiency.gemm_tile} does nothing here: the {cluster.gpu.name} "
             "profile states no gpu.sm_count; add --hw-set gpu.sm_count=N (the GPU's multiprocessors)")
+
+
+def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name: str) -> str:
+    """The line `simulate` and `reliability` print for a plan whose fullest GPU does not fit."""
+    return (f"warning: the fullest GPU needs {peak_memory_gib:.1f} GiB but {capacity_gib:.1f} GiB is usable on "
+            f"{gpu_name}; this plan would run out of memory. Add recompute=full or selective, zero=1..3, or more "
+            "tp/pp (or let `smplan plan` choose).")

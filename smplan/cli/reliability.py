@@ -11,6 +11,7 @@ from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, plan_reliability
 
 from .checks import FiniteFloat
+from .notes import out_of_memory_warning
 from .options import (
     OneSpelling,
     echo_json,
@@ -85,6 +86,8 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,
         spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
     )
+    if not result.fits_memory:  # on stderr: --json keeps stdout to its one object
+        click.echo(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name), err=True)
     if as_json:
         echo_json(result.to_dict())
         return

@@ -15,7 +15,7 @@ from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
 from .main import UserError
-from .notes import gemm_tile_note, host_wait_note
+from .notes import gemm_tile_note, host_wait_note, out_of_memory_warning
 from .options import (
     echo_json,
     hw_options,
@@ -126,9 +126,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
                                                                    "send", "dp_comm")]
          for r in result.stage_utilisation]))
     if not result.fits_memory:
-        click.echo(f"\nwarning: the fullest GPU needs {f.peak_memory_gib:.1f} GiB but {result.memory_capacity_gib:.1f} GiB "
-                   f"is usable on {cluster.gpu.name}; this plan would run out of memory. Add recompute=full or "
-                   "selective, zero=1..3, or more tp/pp (or let `smplan plan` choose).")
+        click.echo("\n" + out_of_memory_warning(f.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name))
     for path, what in ((trace_path, "trace"), (gantt_path, "Gantt chart")):
         if path:
             click.echo(f"\nwrote {what}: {path}")

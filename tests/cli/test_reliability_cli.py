@@ -55,3 +55,17 @@ def test_reliability_bad_inputs_one_line_exit_2(cli_runner, extra):
 def test_reliability_missing_plan_file(cli_runner):
     result = cli_runner.invoke(cli, ["reliability", "nope.json", "--days", "1"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_reliability_warns_of_a_plan_that_does_not_fit(cli_runner):
+    """Goodput of a plan that runs out of memory is no run's: the same warning as `simulate`."""
+    args = ["reliability", GPT, "--hw", "a100x8", "--hw-set", "gpu.memory_gib=0.01", "--plan",
+            "tp=1,pp=1,dp=8,mbs=8,gbs=64", "--tokens", "1e9", "--seeds", "3"]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert text.stderr.startswith("warning: the fullest GPU needs") and "run out of memory" in text.stderr
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).stdout)
+    assert data["fits_memory"] is False and data["peak_memory_gib"] > data["memory_capacity_gib"] > 0
+    fits = cli_runner.invoke(cli, ["reliability", GPT, "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8", "--tokens",
+                                   "1e9", "--seeds", "3", "--json"])
+    assert json.loads(fits.stdout)["fits_memory"] is True and "warning" not in fits.stderr
