@@ -211,6 +211,8 @@ def _echo_summary(summary: dict, plan) -> None:
     steps = summary.get("steps") or 0
     if steps > 1:  # a resumed run's summary covers the steps of every invocation
         click.echo(f"  over the run's {steps} steps (medians leave out step 1, which warms up)")
+    elif steps == 1:
+        click.echo("  over the run's 1 step, which warms up (allocations, first kernels): the steps after it are faster")
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
         line = f"  {key:16s} measured {measured.get(key, float('nan')):.4g}"
         if predicted and predicted.get(key) is not None:
@@ -219,13 +221,16 @@ def _echo_summary(summary: dict, plan) -> None:
         elif predicted and key == "peak_memory_gib":
             line += "  (process RSS on CPU: not compared with the prediction)"
         click.echo(line)
+    gpu_plan_on_cpu = summary.get("device") == "cpu" and plan.hw in bundled_profiles()  # every bundled one is a GPU
+    if predicted and gpu_plan_on_cpu:
+        click.echo(f"  (predicted for {plan.world_size} GPU{'s' if plan.world_size != 1 else ''} of {plan.hw}; this "
+                   "run is on CPU, so the ratios do not test the prediction)")
     planned = summary.get("plan", {}).get("dtype")
     if summary.get("compute_dtype") and planned and planned != summary["compute_dtype"]:
         click.echo(f"  (ran in {summary['compute_dtype']}: the plan's {planned} applies on a GPU)")
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     off = ratio.get("step_time_s")
-    gpu_plan_on_cpu = summary.get("device") == "cpu" and plan.hw in bundled_profiles()  # every bundled one is a GPU
     loads = plan.hw in bundled_profiles() or os.path.isfile(plan.hw)  # a hand-edited hw would not
     if (off is not None and loads and not gpu_plan_on_cpu
             and not 1 / CALIBRATE_HINT_RATIO <= off <= CALIBRATE_HINT_RATIO):

@@ -320,7 +320,9 @@ def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, tmp_path, mo
             "--arg layers=2 --hw myhw.toml -o cal.toml`" in out) is noted
     # a GPU profile's plan run on this CPU: its prediction is for the GPU, nothing to calibrate here
     _echo_summary({**summary, "device": "cpu"}, Plan(model="examples/gpt.py:tiny", hw="a100x8", nodes=1))
-    assert "smplan calibrate" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "smplan calibrate" not in out
+    assert "(predicted for 1 GPU of a100x8; this run is on CPU, so the ratios do not test the prediction)" in out
     # the plan's --hw-set values go along; a profile that does not load is not suggested
     _echo_summary({**summary, "device": "cpu"}, Plan(model="m.py", hw="myhw.toml", nodes=1,
                                                      hw_overrides={"gpus_per_node": 2}))
@@ -376,3 +378,14 @@ def test_a_run_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
     with holding_run_dir(out):
         assert (out / LOCK_FILE).read_text().startswith(f"pid {os.getpid()} on ")
     assert out.is_dir() and not any(out.iterdir())
+
+
+def test_a_one_step_summary_says_it_is_the_warm_up_step(capsys):
+    from smplan.planner.plan import Plan
+
+    from smplan.cli.execute import _echo_summary
+
+    summary = {"measured": {"step_time_s": 0.5, "tokens_per_s": 1.0, "peak_memory_gib": 0.3, "final_loss": 4.0},
+               "steps": 1, "device": "cpu", "plan": {"dtype": "fp32"}, "note": "no prediction"}
+    _echo_summary(summary, Plan(model="m.py", hw="local", nodes=1))
+    assert "over the run's 1 step, which warms up" in capsys.readouterr().out
