@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smplan.planner.model_file import load_model_file
-from smplan.planner.plan import Plan, PlanError, is_plan_file_name, parse_inline, plan_from_inline
+from smplan.planner.plan import (
+    Plan,
+    PlanError,
+    is_plan_file_name,
+    model_not_found,
+    parse_inline,
+    plan_from_inline,
+)
 
 from smplan.model.structure import find_layout
 
@@ -101,6 +108,9 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
         plan = Plan.load(plan_arg)
         if model or model_args:
             plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
+        missing = not model and model_not_found(plan, plan_arg, "pass --model PATH (or fix its \"model\" key)")
+        if missing:
+            raise PlanMismatchError(missing)
         return plan, load_model_file(plan.model)
     if not model and "=" not in plan_arg:  # a model where the plan goes: `smplan execute examples/gpt.py:tiny`
         raise PlanMismatchError(

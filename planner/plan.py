@@ -21,7 +21,7 @@ from .feasibility import (
     pipeline_fill_problem,
 )
 from .grad_compress import problem as grad_compress_problem
-from .model_file import beside, relative_to_folder
+from .model_file import beside, relative_to_folder, split_ref
 from .plan_schema import check_derived, check_plan_dict
 
 # 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read. Keys added
@@ -218,6 +218,20 @@ class Plan:
         # before, to where `smplan plan` ran.
         model = beside(plan.model, path.parent)
         return plan if model == plan.model else plan.replace(model=model)
+
+
+def model_not_found(plan: Plan, path: str | Path, fix: str = "fix its \"model\" key") -> str | None:
+    """Where plan file `path` looked for its model, when neither place holds it (a plan moved
+    without its model file), else None."""
+    ref = plan.model
+    if not isinstance(ref, str) or not ref:
+        return None
+    found = split_ref(ref)[0]
+    if found.exists() or found.is_absolute():
+        return None  # an absolute path that is gone: the model file's own error names it
+    folder = Path(path).parent
+    return (f"plan file {str(path)!r} names model {ref!r}, which is neither beside it ({folder / found}) nor "
+            f"below the working directory ({Path.cwd() / found}); copy the model file there, or {fix}")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:

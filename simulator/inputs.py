@@ -14,7 +14,7 @@ from smplan.hwprofiles import (
 from smplan.planner import Plan, PlanError, parse_inline, plan_from_inline, profile_model
 from smplan.planner.feasibility import default_dtype
 from smplan.planner.model_file import not_a_model_problem
-from smplan.planner.plan import idle_nodes_problem, is_plan_file_name
+from smplan.planner.plan import idle_nodes_problem, is_plan_file_name, model_not_found
 
 
 def resolve_target(
@@ -39,6 +39,9 @@ def resolve_target(
             raise PlanError(f"{target} is a plan file, which fixes the model's --arg and --seq-len; drop them, or "
                             "plan that shape again (smplan plan MODEL --arg ... -o plan.json)")
         plan = Plan.load(target)
+        missing = model_not_found(plan, target)
+        if missing:
+            raise PlanError(missing)
         if stack:
             plan = plan.replace(stack=stack)
         given = dict(parse_override(item) for item in hw_set)

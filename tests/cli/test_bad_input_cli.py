@@ -472,3 +472,21 @@ def test_plan_without_hw_says_it_is_missing(cli_runner):
     result = cli_runner.invoke(cli, ["plan", TINY])
     assert result.exit_code == 2
     assert _error_line(result).startswith("error: Missing option '--hw'; see '")
+
+
+def test_a_plan_file_whose_model_is_in_neither_place_names_both(cli_runner, tmp_path):
+    """A plan moved without its model file: the error says where it looked and what to do."""
+    import json
+
+    path = tmp_path / "p.json"
+    assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(path)]).exit_code == 0
+    data = json.loads(path.read_text())
+    data["model"] = "nowhere/gpt.py:tiny"
+    path.write_text(json.dumps(data))
+    line = _error_line(cli_runner.invoke(cli, ["simulate", str(path)]))
+    assert line.startswith(f"error: plan file {str(path)!r} names model 'nowhere/gpt.py:tiny', which is neither "
+                           f"beside it ({tmp_path / 'nowhere' / 'gpt.py'}) nor below the working directory (")
+    assert line.endswith('copy the model file there, or fix its "model" key')
+    executed = cli_runner.invoke(cli, ["execute", str(path), "--steps", "1", "--out", str(tmp_path / "run")])
+    assert executed.exit_code == 2 and _error_line(executed).endswith('or pass --model PATH (or fix its "model" key)')
+    assert not (tmp_path / "run").exists()
