@@ -264,7 +264,16 @@ def check_derived(plan, data: dict, source: str = "plan") -> None:
             p.add(key, data[key], f"{json.dumps(expected)} ({how[key]}, derived from the plan; drop the key or "
                                   "fix the plan)")
     if "stage_blocks" in data and data["stage_blocks"] != derived["stage_blocks"]:
-        p.add("stage_blocks", data["stage_blocks"], f"{json.dumps(derived['stage_blocks'])} (derived from stages; drop it)")
+        if not data.get("stages"):  # the stages were dropped, not the split edited: say which key is gone
+            wanted = ("the stages that stage_blocks lists (each chunk's first_block, last_block, recompute, "
+                      "recompute_blocks); drop stage_blocks too for an even split")
+            if "stages" in data:
+                p.add("stages", data["stages"], wanted)
+            else:
+                p.append(f"stages: missing, expected {wanted}")
+        else:
+            p.add("stage_blocks", data["stage_blocks"],
+                  f"{json.dumps(derived['stage_blocks'])} (derived from stages; drop it)")
     if p:
         raise _error(source, p)
 

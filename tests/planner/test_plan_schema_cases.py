@@ -75,7 +75,11 @@ BAD = [
     ({"global_batch": _DROP}, "global_batch: missing"),
     ({"num_microbatches": 3}, "num_microbatches: got 3, expected 4 (global_batch / (dp x micro_batch) = "),
     ({"recompute": "full"}, "recompute: got \"full\" (text), expected \"none\" (the strongest of the stages"),
-    ({"stage_blocks": [[0, 4]]}, "stage_blocks: got [[0, 4]] (a list)"),
+    ({"stages": [{"first_block": 0, "last_block": 2}, {"first_block": 2, "last_block": 4}], "stage_blocks": [[0, 3]]},
+     "stage_blocks: got [[0, 3]] (a list), expected [[0, 2], [2, 4]] (derived from stages; drop it)"),
+    # the stages dropped and their summary kept: the missing key is named, not the summary
+    ({"stage_blocks": [[0, 4]]}, "stages: missing, expected the stages that stage_blocks lists"),
+    ({"stages": [], "stage_blocks": [[0, 4]]}, "stages: got [] (a list), expected the stages that stage_blocks"),
 ]
 
 
