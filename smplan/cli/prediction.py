@@ -53,14 +53,21 @@ def repriced(target: str, plan):
     recorded = plan.predicted
     if recorded is None:
         return plan, None
-    profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
-    cluster = load_cluster(plan.hw, nodes=plan.nodes, overrides=plan.hw_overrides, stack=plan.stack)
-    if _matches(recorded.step_time_s, estimate_from_costs(plan_costs(plan, profile, cluster)).step_time_s):
+    try:
+        profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
+        cluster = load_cluster(plan.hw, nodes=plan.nodes, overrides=plan.hw_overrides, stack=plan.stack)
+        closed = estimate_from_costs(plan_costs(plan, profile, cluster))
+    except ValueError:  # hardware that is no profile (a hand-written "local"): nothing to price with
+        return plan, None
+    if _matches(recorded.step_time_s, closed.step_time_s):
         return plan, None  # cheap first: a file written with --closed-form
-    result = simulate_plan(plan, profile, cluster, record_events=False)
-    if _matches(recorded.step_time_s, result.step_time_s):
+    try:
+        fresh = simulate_plan(plan, profile, cluster, record_events=False).figures
+    except ValueError:  # too many micro-batches to simulate: the closed form, as `plan` records then
+        fresh = closed
+    if _matches(recorded.step_time_s, fresh.step_time_s):
         return plan, None
     note = (f"note: {target} records a predicted step of {recorded.step_time_s:.4g} s but its plan simulates to "
-            f"{result.step_time_s:.4g} s (the file was edited, or written by another smplan version or profile); "
+            f"{fresh.step_time_s:.4g} s (the file was edited, or written by another smplan version or profile); "
             "the run is compared with the simulated figures")
-    return plan.replace(predicted=result.figures), note
+    return plan.replace(predicted=fresh), note

@@ -19,6 +19,7 @@ from smplan.executor.metrics import (
     rank_files,
     read_jsonl,
 )
+from smplan.executor.run_lock import LOCK_FILE
 
 
 class RunDirError(ValueError):
@@ -101,6 +102,10 @@ def load_run(run_dir: str | Path) -> RunData:
     if not records and stopped is not None:
         raise RunDirError(f"{path} holds no step: the run stopped before its first one ({stopped['reason']}: "
                           f"{stopped.get('detail', 'no detail recorded')})")
+    if not records and not any((path / name).exists() for name in (RUN_CONFIG_FILE, METRICS, LOCK_FILE)):
+        # execute holds its lock, then writes run_config.json, before the workers start: no run ever used this folder
+        raise RunDirError(f"{path} is not a run directory (no {RUN_CONFIG_FILE}, no {METRICS}); pass the "
+                          "-o/--output folder of `smplan execute`")
     if not records:
         what = ("no metrics.jsonl" if not (path / METRICS).exists() else
                 f"{unreadable} unreadable line(s) in metrics.jsonl" if unreadable else "an empty metrics.jsonl")

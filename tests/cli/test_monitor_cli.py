@@ -37,6 +37,10 @@ def test_follow_on_a_folder_that_never_appears(cli_runner, tmp_path, monkeypatch
 
 @pytest.mark.parametrize("command", ["monitor", "report"])
 def test_empty_run_dir(cli_runner, tmp_path, command):
+    (tmp_path / "notes.txt").write_text("a folder no run used")
+    _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path)]),
+                    f"{tmp_path} is not a run directory (no run_config.json, no metrics.jsonl)")
+    (tmp_path / ".smplan.lock").write_text("pid 1 on host")  # a launch that has not written its config yet
     _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path)]), "holds no step yet (no metrics.jsonl)")
     (tmp_path / "metrics.jsonl").write_text("")
     _one_error_line(cli_runner.invoke(cli, [command, str(tmp_path)]), "an empty metrics.jsonl")

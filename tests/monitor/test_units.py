@@ -130,6 +130,9 @@ def test_read_jsonl_any_cut_keeps_the_whole_lines(tmp_path_factory, steps, cut):
 def test_load_run_errors(tmp_path):
     with pytest.raises(RunDirError, match="does not exist"):
         load_run(tmp_path / "nope")
+    with pytest.raises(RunDirError, match="is not a run directory"):
+        load_run(tmp_path)
+    (tmp_path / "run_config.json").write_text("{}")
     with pytest.raises(RunDirError, match="no metrics.jsonl"):
         load_run(tmp_path)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "lo')
