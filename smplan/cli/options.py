@@ -10,8 +10,12 @@ from smplan.hwprofiles import DEFAULT_STACK, Cluster, bundled_stacks, load_clust
 from smplan.planner import parse_model_args
 
 
-def stack_option(fn):
-    """`--stack NAME|PATH`: the software stack (hwprofiles/stack.py)."""
+def stack_option(fn=None, *, plan_files: bool = False):
+    """`--stack NAME|PATH`: the software stack (hwprofiles/stack.py). `plan_files`: the command
+    also takes a plan file, whose own stack is then the default."""
+    if fn is None:
+        return lambda f: stack_option(f, plan_files=plan_files)
+    default = f"a plan file's stack, else {DEFAULT_STACK}" if plan_files else DEFAULT_STACK
     return click.option(
         "--stack",
         default=None,
@@ -21,12 +25,13 @@ def stack_option(fn):
              "collectives cross nodes, TP-comm and MoE all-to-all overlap, the MoE dispatcher, DP gradient-reduce "
              "overlap and dtype). A bundled name "
              f"({', '.join(bundled_stacks())}; smplan stack list) or a path to a .toml file. "
-             f"Default: a plan file's stack, else {DEFAULT_STACK}. --hw-set efficiency.KEY=... still wins.",
+             f"Default: {default}. --hw-set efficiency.KEY=... still wins.",
     )(fn)
 
 
-def hw_options(required: bool = True, default: str | None = None):
-    """`--hw NAME|PATH`, `--stack NAME|PATH`, `--nodes N`, `--hw-set key=value` (repeatable)."""
+def hw_options(required: bool = True, default: str | None = None, plan_files: bool = False):
+    """`--hw NAME|PATH`, `--stack NAME|PATH`, `--nodes N`, `--hw-set key=value` (repeatable);
+    `plan_files`: the command also takes a plan file (its stack is --stack's default)."""
 
     def decorate(fn):
         fn = click.option(
@@ -37,7 +42,7 @@ def hw_options(required: bool = True, default: str | None = None):
             help="Override a hardware value, dotted key (e.g. inter_node.bandwidth_gbps=50). Repeatable.",
         )(fn)
         fn = click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (overrides the profile).")(fn)
-        fn = stack_option(fn)
+        fn = stack_option(fn, plan_files=plan_files)
         # no default= at all when there is none: click 8.2+ takes an explicit default=None as a
         # default, and a required option with a default is never reported missing
         fallback = {"default": default, "show_default": True} if default is not None else {}

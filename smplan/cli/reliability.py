@@ -38,7 +38,7 @@ def _interval(value: str) -> float | None:
 
 @click.command()
 @click.argument("target", metavar="PLAN.json|MODEL")
-@hw_options(required=False)
+@hw_options(required=False, plan_files=True)
 @click.option("--plan", "plan_text", default=None, metavar="KEYS", help="Inline plan for a MODEL.")
 @model_args_option
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample; builder argument).")
