@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from torch import nn
 
-from smplan.library_logs import quiet_library_logs
-
 # torch._scaled_mm needs both GEMM dimensions divisible by 16 (torchao/float8/README.md,
 # "Float8 training": torchtitan's filter skips any linear whose in or out features are not).
 FP8_DIM_MULTIPLE = 16
@@ -39,7 +37,6 @@ class Float8Unavailable(RuntimeError):
 
 def torchao_float8():
     """torchao.float8, or Float8Unavailable saying how to install it."""
-    quiet_library_logs()
     try:
         import torchao.float8 as float8
     except ImportError:

@@ -7,8 +7,6 @@ import sys
 import threading
 import time
 
-from smplan.library_logs import quiet_library_logs
-
 from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
 from .failure import LOST_PEER_LINE
@@ -74,7 +72,6 @@ def main(argv: list[str] | None = None) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: python -m smplan.executor.worker RUN_CONFIG.json")
     _exit_with_parent()
-    quiet_library_logs()
     trainer = Trainer(RunConfig.load(argv[0]))
     try:
         trainer.run()

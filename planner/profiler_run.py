@@ -182,6 +182,11 @@ class _Parts:
 def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tracer: Tracer) -> list:
     handles = []
     tracer.part = parts.ambient()
+    # TP hooks first: torch runs a module's hooks in registration order, so on a module that is
+    # both a part and TP-styled (a top-level vocab-parallel embedding or head) the collective is
+    # recorded, and the output tagged sharded, while its part is still the current one
+    for mod_name, (module, style) in tp_modules.items():
+        handles += _tp_hooks(mod_name, module, style, tracer)
 
     def part_hooks(module: nn.Module, name: str | None, kind: str | None = None, first_block: bool = False):
         def pre(mod, args, kwargs):
@@ -210,8 +215,6 @@ def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tra
         for b in blocks[1:]:
             part_hooks(b, None, first_block=True)  # stubbed, or ignored if it must really run
         handles.append(_stub_identical_blocks(blocks))
-    for mod_name, (module, style) in tp_modules.items():
-        handles += _tp_hooks(mod_name, module, style, tracer)
     handles += _expert_hooks(model, tracer)
     return handles
 

@@ -7,7 +7,6 @@ import importlib
 import click
 
 from smplan import __version__
-from smplan.library_logs import quiet_library_logs
 
 # name -> "module:attribute"; a command's module is imported only when it runs, so
 # `smplan --help` stays fast and one broken command cannot take down the others.
@@ -84,7 +83,6 @@ def cli() -> None:
       smplan simulate plan.json --gantt step.png       # step time, timeline
       smplan execute plan.json --steps 20              # run it for real
     """
-    quiet_library_logs()
 
 
 def is_user_error(err: BaseException) -> bool:

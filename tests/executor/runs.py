@@ -91,6 +91,12 @@ def _wait_gone(text: str, within_s: float = 10.0) -> list[int]:
         time.sleep(0.2)
 
 
+def rank_logs(out: Path) -> str:
+    """Every rank's stdout.log and stderr.log of every attempt under OUT/elastic: where the test
+    hooks' lines of ranks other than local rank 0 land (the console shows local rank 0 only)."""
+    return "".join(log.read_text(errors="replace") for log in sorted(Path(out).glob("elastic/*/attempt_*/*/std*.log")))
+
+
 def metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
 

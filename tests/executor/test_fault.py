@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.executor.runs import assert_same_state, checkpoint_state, metrics, run_execute
+from tests.executor.runs import assert_same_state, checkpoint_state, metrics, rank_logs, run_execute
 
 PLAN = "dp=2,zero=1,mbs=1,gbs=4"  # FSDP2: sharded parameters and optimizer state
 ARGS = ("--steps", "6", "--checkpoint-every", "2")
@@ -20,8 +20,7 @@ def test_sigkill_restart_resumes_bit_identical(tmp_path):
     result = run_execute(PLAN, faulty, *ARGS, "--max-restarts", "1", env={"SMPLAN_FAIL_AT_STEP": "3"})
     assert result.returncode == 0, result.stdout
     # rank 1's own output is in its log, not on the console (only local rank 0's is shown)
-    killed = faulty.glob("elastic/*/attempt_0/1/stdout.log")
-    assert any("SIGKILL rank 1 at step 3" in log.read_text() for log in killed), result.stdout
+    assert "SIGKILL rank 1 at step 3" in rank_logs(faulty), result.stdout
     assert "SIGKILL rank 1" not in result.stdout
     assert "restart 1 of 1: the previous attempt failed; every rank's log of it is under" in result.stdout
     assert "resumed from" in result.stdout and "step-2" in result.stdout

@@ -74,3 +74,70 @@ def test_sequence_parallel_is_not_offered_without_the_outer_plan(replicated_gpt)
                 sequence_parallel=True)
     with pytest.raises(PlanError, match="tp_plan_outer"):
         estimate(plan, p, cl)
+
+
+TOP_LEVEL = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(x)))
+
+
+class Net(nn.Module):
+    def __init__(self, vocab=512, hidden=64, layers=2, seq_len=32):
+        super().__init__()
+        self.seq_len = seq_len
+        self.emb = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(Block(hidden) for _ in range(layers))
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.out(x)
+
+
+def model(**kw):
+    return Net(**kw)
+
+
+def batch(micro_batch_size, model, seed=0):
+    tokens = torch.randint(0, 512, (micro_batch_size, model.seq_len))
+    return tokens, tokens
+
+
+def tp_plan(block):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+
+
+def tp_plan_outer(model):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {"emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+            "out": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)}
+'''
+
+
+def test_top_level_tp_styled_modules_keep_their_collectives_and_sharded_logits(tmp_path):
+    """An embedding and head that are themselves the model's top-level parts (as transformers'
+    embed_tokens and lm_head are): their TP collectives belong to them and the logits are sharded,
+    as for examples/gpt.py's nested ones (the profiler once recorded neither: a part's own hook ran
+    first and left the part)."""
+    path = tmp_path / "toplevel.py"
+    path.write_text(TOP_LEVEL)
+    p = profile_model(str(path), {}, cache=False)
+    (emb,), (out, *_) = p.pre, p.post
+    assert [(c.module, c.phase) for c in emb.tp_collectives] == [("emb", "forward")]
+    assert [(c.module, c.phase) for c in out.tp_collectives] == [("out", "backward")]
+    assert out.output_tp_sharded and not emb.output_tp_sharded
+    moe = profile_model(str(EXAMPLES / "moe.py:tiny"), {}, cache=False)
+    assert [(c.module, c.phase) for c in moe.pre[0].tp_collectives] == [("embed", "forward")]
