@@ -140,6 +140,9 @@ def validate_constraints(
         raise PlanError(problem)
     if fixed.get("cp", 1) > 1 and "cp" in profile.unsupported:
         raise PlanError(f"cp={fixed['cp']}: {profile.unsupported['cp']}; use cp=1")
+    if fixed.get("capacity_factor", 1.0) != 1.0 and profile.num_experts <= 1:  # it would change nothing
+        raise PlanError(f"cf={fixed['capacity_factor']:g} sets the busiest expert's load, but {profile.model} has no "
+                        "routed experts; drop cf")
     tp = fixed.get("tp")
     if tp is not None:
         tp_gpus = tp_domain_gpus(cluster)
@@ -221,6 +224,9 @@ def validate_constraints(
         raise PlanError(problem)
     if fixed.get("sequence_parallel") and tp == 1:
         raise PlanError("sequence parallelism needs tp > 1; drop sp=1 or fix tp>1")
+    if fixed.get("sequence_parallel") and "tp" not in fixed and tp_domain_gpus(cluster) == 1:
+        raise PlanError(f"sequence parallelism needs tp > 1, and {cluster.name} has no two GPUs in one NVLink domain "
+                        "to split it over; drop sp=1")
     if fixed.get("sequence_parallel") and profile.supports_sequence_parallel is False:
         raise PlanError(SP_UNSUPPORTED)
     return fixed
@@ -265,6 +271,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
             t for t in _divisors(tp_domain_gpus(cluster)) if t <= world and (t == 1 or (
                 not powersgd and profile.has_tp_plan and "tp" not in profile.unsupported and (not heads or heads % t == 0)))
         ]
+        if fixed.get("sequence_parallel"):  # sp=1 splits activations over the tp ranks: tp=1 has none
+            tps = [t for t in tps if t > 1]
         for tp, cp in ((t, c) for t in tps for c in _cps(profile, fixed, world // t if world % t == 0 else 0)):
             if world % (tp * cp):
                 continue

@@ -109,3 +109,22 @@ def test_search_splits_experts_and_fixes_hold(moe):
 def test_bad_fixes_name_the_fix(moe, fix, says):
     with pytest.raises(PlanError, match=says):
         plan_search(moe, load_cluster("a100x8" if "fp8" in fix else "h100x8", nodes=1), global_batch=32, fix=fix)
+
+
+def test_a_fixed_sp_searches_only_tensor_parallel_meshes():
+    """--fix sp=1 with tp free: every candidate has tp > 1 and sp on (tp=1 once dropped sp silently)."""
+    prof = profile_model("examples/gpt.py:tiny")
+    cluster = load_cluster("a100x8", nodes=1)
+    fixed = validate_constraints(prof, cluster, "sp=1", 8, None, None, "bf16")
+    cands = list(enumerate_candidates(prof, cluster, fixed, None))
+    assert cands and all(c.tp > 1 and c.sp for c in cands)
+    one = load_cluster("a100x8", nodes=1, overrides=["gpus_per_node=1"])
+    with pytest.raises(PlanError, match="no two GPUs in one NVLink domain to split it over; drop sp=1"):
+        validate_constraints(prof, one, "sp=1", 8, None, None, "bf16")
+
+
+def test_a_capacity_factor_on_a_dense_model_is_refused():
+    prof = profile_model("examples/gpt.py:tiny")
+    with pytest.raises(PlanError, match="has no routed experts; drop cf"):
+        validate_constraints(prof, load_cluster("a100x8", nodes=1), "cf=2", 8, None, None, "bf16")
+    assert validate_constraints(prof, load_cluster("a100x8", nodes=1), "cf=1", 8, None, None, "bf16")
