@@ -139,10 +139,18 @@ def failure_times(
         rate_mean = spec.job_mtbf_s
         expected = horizon_s / rate_mean
         k = max(8, int(expected + 6 * math.sqrt(expected) + 8))
-        times = np.cumsum(rng.exponential(rate_mean, size=(seeds, k)), axis=1)
-        while times[:, -1].min() < horizon_s:  # rare: draw more
-            more = times[:, -1:] + np.cumsum(rng.exponential(rate_mean, size=(seeds, k)), axis=1)
-            times = np.concatenate([times, more], axis=1)
+        # Common random numbers across MTBFs too: each seed draws its own stream of unit
+        # exponentials, scaled by the job MTBF, so runs that differ only in MTBF (whatif's
+        # goodput-vs-MTBF curve) see the same failures stretched, not fresh draws that can
+        # make a less reliable cluster look better (a 10-seed curve once rose as MTBF fell).
+        streams = [np.random.default_rng(s) for s in rng.integers(2**63, size=seeds)]
+
+        def draw() -> np.ndarray:
+            return np.cumsum(np.stack([g.standard_exponential(k) for g in streams]), axis=1) * rate_mean
+
+        times = draw()
+        while times[:, -1].min() < horizon_s:  # rare: draw more, each seed's stream continued
+            times = np.concatenate([times, times[:, -1:] + draw()], axis=1)
         times[times >= horizon_s] = np.inf
         keep = int(np.isfinite(times).sum(axis=1).max())
         return times[:, : max(keep, 1)]

@@ -55,7 +55,7 @@ def test_job_mtbf_scales_with_gpus_and_failures_are_counted():
 def test_goodput_std_is_over_the_seeds_even_when_few_fail():
     """A run that fails in a few seeds only: p10..p90 are the failure-free value and miss the
     mean; the std is the seeds' own, not one read off those percentiles."""
-    spec = RunSpec(work_s=0.7 * 86400, num_gpus=16, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=10.0)
+    spec = RunSpec(work_s=0.7 * 86400, num_gpus=16, gpu_mtbf_hours=10000, restart_s=15 * MIN, checkpoint_s=10.0)
     report = analyse_run(spec, seeds=200)
     assert 0 < report.failures_mean < 0.2
     assert report.goodput_p10 == report.goodput_p90 > report.goodput_mean
@@ -137,3 +137,20 @@ def test_a_checkpoint_longer_than_the_time_between_failures_is_named_as_the_caus
     spec = RunSpec(work_s=86400.0, num_gpus=8, gpu_mtbf_hours=50000.0, restart_s=15 * MIN, checkpoint_s=1e12)
     with pytest.raises(ReliabilityError, match="a checkpoint takes 1e.12 s.*shorten --checkpoint-minutes"):
         analyse_run(spec, seeds=10)
+
+
+def test_failures_at_another_mtbf_are_the_same_draws_stretched():
+    """Common random numbers across MTBFs: at twice the MTBF each seed's failures come at twice
+    the times (whatif's goodput-vs-MTBF curve once rose as the MTBF fell, from fresh draws)."""
+    from smplan.simulator.failures import failure_times
+
+    spec = RunSpec(work_s=86400, num_gpus=512, gpu_mtbf_hours=20000, restart_s=15 * MIN, checkpoint_s=60.0)
+    longer = RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": 40000})
+    horizon = 4 * 86400.0
+    near = failure_times(spec, 50, horizon, np.random.default_rng(7))
+    far = failure_times(longer, 50, horizon, np.random.default_rng(7))
+    stretched = np.where(2 * near < horizon, 2 * near, np.inf)[:, : far.shape[1]]
+    assert np.isfinite(far).sum() > 50 and np.allclose(far, stretched)
+    goodput = [analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": h}), seeds=10).goodput_mean
+               for h in (2500, 5000, 10000, 20000, 40000)]
+    assert goodput == sorted(goodput)
