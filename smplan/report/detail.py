@@ -10,7 +10,12 @@ from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
 from .style import color, finish, new_figure
 
-GANTT_ORDER = ("forward", "backward", "recompute", "send", "dp_comm", "optimizer")
+GANTT_ORDER = ("forward", "backward", "recompute", "send", "ep_comm", "cp_comm", "dp_comm", "optimizer")
+# Within a stage's row (offset from its centre, height): compute on top, then the pipeline, expert
+# and context-parallel transfers, then the DP group's collectives, each its own thin lane, so the
+# hundreds of per-layer ZeRO-3 / FSDP collectives run under the compute instead of over it.
+GANTT_LANES = {"compute": (-0.15, 0.5), "send": (0.19, 0.14), "dp": (0.35, 0.14)}
+GANTT_LANE_OF = {"send": "send", "ep_comm": "send", "cp_comm": "send", "dp_comm": "dp"}
 SENSITIVITY_LABELS = {
     "gpu.peak_tflops": "GPU peak TFLOP/s",
     "gpu.memory_bandwidth_gbps": "HBM bandwidth (GB/s)",
@@ -34,22 +39,22 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
         left = np.array([t["start_s"] for t in mine])
         width = np.array([t["end_s"] - t["start_s"] for t in mine])
         rows = np.array([t["stage"] for t in mine])
-        height = 0.35 if kind in ("send", "dp_comm") else 0.8
-        offset = 0.4 if kind in ("send", "dp_comm") else 0.0
+        offset, height = GANTT_LANES[GANTT_LANE_OF.get(kind, "compute")]
         ax.barh(rows + offset, width, height=height, left=left, color=color(kind, i), edgecolor="white",
                 linewidth=0.4, label=kind.replace("_", " "), gid=kind)
-    if len(tasks) <= 400:
+    numbered = len(tasks) <= 400
+    if numbered:
         span = gantt["step_time_s"] or max(t["end_s"] for t in tasks)
         for t in tasks:
             if t.get("microbatch") is not None and t["kind"] in ("forward", "backward") \
                     and (t["end_s"] - t["start_s"]) > span / 90:
-                ax.text((t["start_s"] + t["end_s"]) / 2, t["stage"], str(t["microbatch"]),
-                        ha="center", va="center", fontsize=6, color="white")
+                ax.text((t["start_s"] + t["end_s"]) / 2, t["stage"] + GANTT_LANES["compute"][0],
+                        str(t["microbatch"]), ha="center", va="center", fontsize=6, color="white")
     ax.axvline(gantt["step_time_s"], color="black", linestyle="--", linewidth=1, gid="step_end")
     ax.set_yticks(range(stages), [f"stage {s}" for s in range(stages)])
     ax.invert_yaxis()
     ax.xaxis.set_major_formatter(EngFormatter(unit="s"))
-    ax.set_xlabel("time within the step; numbers are micro-batches")
+    ax.set_xlabel("time within the step" + ("; numbers are micro-batches" if numbered else ""))
     ax.set_ylabel("pipeline stage (GPU rank)")
     ax.legend(fontsize=8, ncols=len(kinds), loc="lower right", bbox_to_anchor=(1.0, 1.0))
     return finish(fig, path)

@@ -18,6 +18,11 @@ EVENT_KINDS = {
     "send-grad": "send",
     "dp-reduce": "dp_comm",
     "dp-gather": "dp_comm",
+    # ZeRO-3 / FSDP's per-layer collectives run on the DP group's links, under the compute
+    "zero-gather": "dp_comm",
+    "zero-reduce": "dp_comm",
+    "ep-a2a": "ep_comm",
+    "cp-comm": "cp_comm",
     "optimizer": "optimizer",
 }
 MAX_GANTT_TASKS = 6000  # beyond this the chart is a solid block anyway; keep the first ones

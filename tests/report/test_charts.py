@@ -160,3 +160,20 @@ def test_the_chart_order_lists_every_breakdown_key_the_planner_and_simulator_emi
     for parts in (simulate_plan(plan, prof, cl).figures.breakdown, estimate(plan, prof, cl).breakdown):
         assert "host_wait" in parts and "ep_all_to_all" in parts
         assert set(parts) <= set(BREAKDOWN_ORDER), set(parts) - set(BREAKDOWN_ORDER)
+
+
+def test_gantt_comm_lanes_sit_below_the_compute_bars(saved):
+    """The DP group's collectives (ZeRO-3 / FSDP's per-layer ones too) get their own lane under
+    the forward and backward bars instead of covering them."""
+    from smplan.whatif.details import EVENT_KINDS
+
+    assert {EVENT_KINDS[k] for k in ("zero-gather", "zero-reduce", "dp-reduce")} == {"dp_comm"}
+    _, record = saved
+    containers = bars(report.draw_chart("gantt", record).axes[0])
+
+    def within_row(patch) -> tuple[float, float]:  # (top, bottom) from the stage row's centre
+        top = patch.get_y() - round(patch.get_y() + patch.get_height() / 2)
+        return top, top + patch.get_height()
+
+    compute_bottom = max(within_row(p)[1] for k in ("forward", "backward") for p in containers[k])
+    assert min(within_row(p)[0] for p in containers["dp_comm"]) >= compute_bottom - 1e-9  # y grows downwards
