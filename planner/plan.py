@@ -152,6 +152,11 @@ class Plan:
                 return kind
         return "none"
 
+    @property
+    def recomputed_blocks(self) -> tuple[int, int]:
+        """(blocks recomputed, blocks) over every model chunk."""
+        return sum(s.num_recomputed for s in self.stages), sum(s.num_blocks for s in self.stages)
+
     def replace(self, **changes) -> Plan:
         return dataclasses.replace(self, **changes)
 

@@ -144,8 +144,7 @@ def _hw_ref(hw: str) -> str:
 
 
 def _recompute(p) -> str:
-    n = sum(s.num_recomputed for s in p.stages)
-    total = sum(s.num_blocks for s in p.stages)
+    n, total = p.recomputed_blocks
     return "none" if n == 0 else f"{p.recompute} {n}/{total}"
 
 

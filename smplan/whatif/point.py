@@ -125,7 +125,7 @@ def _plan_dict(plan: Plan) -> dict:
 
 
 def plan_label(plan: Plan) -> str:
-    """Short, human: "tp=8 pp=4 dp=2 mbs=1 gbs=512 recompute=full"."""
+    """Short, human: "tp=8 pp=4 dp=2 mbs=1 gbs=512 recompute=full" (of some blocks: "recompute=full 34/80")."""
     parts = [f"tp={plan.tp}", f"pp={plan.pp}", f"dp={plan.dp}"]
     parts += [f"{k}={getattr(plan, k)}" for k in ("ep", "cp") if getattr(plan, k) > 1]
     parts += [f"mbs={plan.micro_batch}", f"gbs={plan.global_batch}"]
@@ -138,7 +138,8 @@ def plan_label(plan: Plan) -> str:
     if plan.sequence_parallel and plan.tp > 1:
         parts.append("sp")
     if plan.recompute != "none":
-        parts.append(f"recompute={plan.recompute}")
+        n, total = plan.recomputed_blocks
+        parts.append(f"recompute={plan.recompute}" + (f" {n}/{total}" if n < total else ""))  # "full 34/80"
     return " ".join(parts)
 
 

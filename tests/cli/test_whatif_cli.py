@@ -186,3 +186,16 @@ def test_the_planner_refuses_to_fix_the_stage_split(cli_runner):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "stages=2:0/2:0"])
     assert result.exit_code == 2 and result.output.startswith("error: --fix stages= is not a search constraint")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_points_label_says_how_many_blocks_recompute():
+    """A plan recomputing some of its blocks is not labelled as recomputing all of them."""
+    from smplan.planner.plan import Plan, Stage
+
+    from smplan.whatif.point import plan_label
+
+    stages = (Stage(0, 2, "full", 1), Stage(2, 4, "full", 0))
+    some = Plan(model="m.py", hw="a100x8", nodes=1, pp=2, micro_batch=1, global_batch=4, stages=stages)
+    assert plan_label(some).endswith("recompute=full 1/4")
+    every = some.replace(stages=(Stage(0, 2, "full"), Stage(2, 4, "full")))
+    assert plan_label(every).endswith("recompute=full")
