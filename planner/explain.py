@@ -12,6 +12,9 @@ from .plan import Plan
 from .search_space import enumerate_candidates
 
 GIB = 2.0**30
+# Runner-ups within this share of the best's step time are reported as ties: the printed step
+# times agree to 3 digits, so naming where the time went would blame a rounding difference.
+TIE_SHARE = 5e-4
 
 
 def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> list[str]:
@@ -24,6 +27,10 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
         f = plan.predicted
         diff = {k: f.breakdown.get(k, 0.0) - best.breakdown.get(k, 0.0) for k in set(f.breakdown) | set(best.breakdown)}
         worst = max(diff, key=diff.get)
+        if abs(f.step_time_s / best.step_time_s - 1) < TIE_SHARE:  # no kind of time to blame: say it is a tie
+            lines.append(f"{_shape(plan)}: ties with the best ({f.step_time_s:.3f} s, {f.peak_memory_gib:.1f} GiB vs "
+                         f"{best.peak_memory_gib:.1f} GiB): the cost model sees no difference between them")
+            continue
         lines.append(
             f"{_shape(plan)}: {100 * (f.step_time_s / best.step_time_s - 1):+.1f}% step time "
             f"({f.step_time_s:.3f} s vs {best.step_time_s:.3f} s), mostly {worst.replace('_', ' ')} "
