@@ -104,9 +104,9 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
             rec = record["points"][record["recommended"]]
             click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")
             click.echo(f"  {record['recommendation']}")
-        else:
-            click.echo(f"\nno feasible point: {record['recommendation']}")
     click.echo(f"report: {index}", err=as_json)
+    if record["recommended"] is None:  # the report says why each point failed; a script must see it failed
+        raise UserError(f"no feasible point: {record['recommendation']}; the report {index} says why each one failed")
 
 
 def points_table(record: dict) -> str:

@@ -199,3 +199,10 @@ def test_a_points_label_says_how_many_blocks_recompute():
     assert plan_label(some).endswith("recompute=full 1/4")
     every = some.replace(stages=(Stage(0, 2, "full"), Stage(2, 4, "full")))
     assert plan_label(every).endswith("recompute=full")
+
+
+def test_a_sweep_with_no_feasible_point_writes_its_report_and_exits_2(cli_runner, tmp_path):
+    result = run(cli_runner, "--vary", "gpu.memory_gib=0.5,1", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1].startswith("error: no feasible point: ")
+    assert (tmp_path / "r" / "index.html").is_file() and (tmp_path / "r" / "points.json").is_file()
