@@ -170,4 +170,5 @@ def _refuse_plan_file(path: str) -> None:
     if plan.stack != DEFAULT_STACK:
         words += ["--stack", plan.stack]
     words += ["--plan", plan_inline(plan), "--vary", "KEY=V1,V2"]
-    raise UserError(f"{path} is a plan file; whatif takes its model: {shlex.join(words)}")
+    raise UserError(f"{path} is a plan file; whatif takes its model: {shlex.join(words)} (to --vary nodes, drop "
+                    "--nodes and dp= from --plan: dp then fills each point's GPUs)")
