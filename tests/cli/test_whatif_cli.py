@@ -155,6 +155,7 @@ def test_a_plan_file_is_refused_with_the_command_that_sweeps_its_model(cli_runne
     assert len(lines) == 1 and lines[0].startswith("error: ") and "is a plan file" in lines[0]
     assert "smplan whatif examples/gpt.py:tiny --hw a100x8" in lines[0] and "--plan tp=" in lines[0]
     assert "--arg layers=8" in lines[0] and "--hw-set gpu.memory_gib=40" in lines[0]  # the shape it was made for
+    assert lines[0].endswith("(to --vary nodes, drop --nodes and dp= from --plan: dp then fills each point's GPUs)")
     assert not (tmp_path / "r").exists()
 
 
