@@ -519,7 +519,7 @@ def validate(plan: Plan) -> None:
         lower = max(per_step, plan.global_batch // per_step * per_step)
         raise PlanError(
             f"global batch {plan.global_batch} is not divisible by dp*mbs={per_step}; "
-            f"use gbs={lower} or {lower + per_step}"
+            f"use gbs={lower} or {lower + per_step} (global_batch in a plan file)"
         )
     if plan.schedule == "interleaved":
         problem = pipeline_fill_problem(plan.pp, plan.schedule, plan.num_microbatches, plan.dp, plan.micro_batch)

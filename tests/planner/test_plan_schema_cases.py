@@ -77,6 +77,7 @@ BAD = [
     ({"recompute": "full"}, "recompute: got \"full\" (text), expected \"none\" (the strongest of the stages"),
     ({"stages": [{"first_block": 0, "last_block": 2}, {"first_block": 2, "last_block": 4}], "stage_blocks": [[0, 3]]},
      "stage_blocks: got [[0, 3]] (a list), expected [[0, 2], [2, 4]] (derived from stages; drop it)"),
+    ({"global_batch": 7}, "global batch 7 is not divisible by dp*mbs=2; use gbs=6 or 8 (global_batch in a plan file)"),
     # the stages dropped and their summary kept: the missing key is named, not the summary
     ({"stage_blocks": [[0, 4]]}, "stages: missing, expected the stages that stage_blocks lists"),
     ({"stages": [], "stage_blocks": [[0, 4]]}, "stages: got [] (a list), expected the stages that stage_blocks"),
