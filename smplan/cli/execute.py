@@ -147,6 +147,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     plan = _own_prediction(plan_arg, plan, model, args)
     if launcher == "slurm" and given_nnodes is None and plan.nodes > 1:  # the job spans the nodes it was planned for
         opts = dataclasses.replace(opts, nnodes=plan.nodes)
+    elif given_nnodes is None and plan.nodes > 1:
+        click.echo(f"note: the plan is for {plan.nodes} nodes; all {plan.world_size} of its processes start on this "
+                   "machine (--launcher slurm spans its nodes; --nnodes N --rdzv-endpoint HOST:PORT on each node "
+                   "splits it by hand)", err=True)
     resume_root = checkpoint_dir or (os.path.join(out, "checkpoints") if out else None)
     resumes = latest_checkpoint(resume_root) if resume_root else None
     if init_from and resumes:

@@ -162,6 +162,11 @@ def test_slurm_spans_the_plan_files_nodes(cli_runner, tmp_path):
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gpus-per-node=8\n" in text and "--nproc-per-node=8" in text
     given = _invoke(cli_runner, str(path), "--launcher", "slurm", "--nnodes", "4", "--out", str(tmp_path / "four"))
     assert given.exit_code == 0 and "#SBATCH --gpus-per-node=4\n" in (tmp_path / "four" / "smplan.sbatch").read_text()
+    # the local launcher starts every process here, and says so (a stage split the model no longer has
+    # stops it before the launch)
+    local = _invoke(cli_runner, str(path), "--arg", "layers=2", "--out", str(tmp_path / "local"))
+    assert local.exit_code == 2
+    assert "note: the plan is for 2 nodes; all 16 of its processes start on this machine" in local.stderr
 
 
 def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(cli_runner, tmp_path):
