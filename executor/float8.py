@@ -11,7 +11,8 @@ Float8Linear's weight: torchao takes each scale's amax over the whole DTensor, s
 rounds as one process does (tests/executor/test_float8.py).
 
 `torch._scaled_mm` runs on CUDA GPUs with FP8 units (compute capability 8.9 and up: L40S, H100,
-B200) and on CPU (torch 2.13, checked by tests/executor/test_float8.py), so a CPU run trains
+B200) and on CPU (torch 2.13, checked by tests/executor/test_float8.py; `execute` tries it once
+before a CPU launch and refuses a torch without it in one line), so a CPU run trains
 with the same float8 numerics (not at any useful speed). Without torch.compile the casts run
 as separate kernels; torchao's speed-up needs it (torchao/float8/README.md).
 """
@@ -19,6 +20,8 @@ as separate kernels; torchao's speed-up needs it (torchao/float8/README.md).
 from __future__ import annotations
 
 from torch import nn
+
+from smplan.model import find_expert_banks
 
 # torch._scaled_mm needs both GEMM dimensions divisible by 16 (torchao/float8/README.md,
 # "Float8 training": torchtitan's filter skips any linear whose in or out features are not).
@@ -55,12 +58,30 @@ def fp8_plan_problem(scaling: str) -> str | None:
 
 def fp8_device_problem(capability: tuple[int, int] | None) -> str | None:
     """Why this machine's first CUDA GPU (its (major, minor) compute capability; None: no GPU,
-    the run is on CPU, where torch._scaled_mm runs) cannot train in float8, or None."""
-    if capability is None or tuple(capability) >= MIN_FP8_CAPABILITY:
+    the run is on CPU) cannot train in float8, or None."""
+    if capability is None:
+        return _cpu_scaled_mm_problem()
+    if tuple(capability) >= MIN_FP8_CAPABILITY:
         return None
     major, minor = capability
     return (f"dtype=fp8 needs a GPU with FP8 units (compute capability 8.9 or later: L40S, H100, B200); this one "
             f"has {major}.{minor}: use dtype=bf16")
+
+
+def _cpu_scaled_mm_problem() -> str | None:
+    """torch._scaled_mm on CPU tried once on 16 x 16 float8 matrices: torch builds without a CPU
+    kernel for it would fail at every rank's first step instead."""
+    import torch
+
+    try:
+        a = torch.zeros(16, 16).to(torch.float8_e4m3fn)
+        one = torch.tensor(1.0)
+        torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+    except (RuntimeError, NotImplementedError, AttributeError, TypeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+        return (f"dtype=fp8 on CPU needs torch._scaled_mm for CPU, which torch {torch.__version__} lacks ({first}); "
+                "run it on a GPU with FP8 units, or use dtype=bf16")
+    return None
 
 
 def convertible(module: nn.Module) -> bool:
@@ -71,11 +92,14 @@ def convertible(module: nn.Module) -> bool:
 
 def convert_blocks(chunk: nn.Module, blocks: list[nn.Module], scaling: str = "tensor") -> tuple[int, int]:
     """Swap the convertible linears inside `blocks` (modules of `chunk`) for torchao
-    Float8Linear, in place. (converted, linears in the blocks): a linear of other dimensions,
-    and any linear outside the blocks (the head), stays as it is."""
+    Float8Linear, in place. (converted, linears in the blocks, routers not counted): a linear of
+    other dimensions, a MoE router and any linear outside the blocks (the head) stay as they are."""
     float8 = torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(TORCHAO_RECIPES[scaling])
-    linears = [m for block in blocks for m in block.modules() if isinstance(m, nn.Linear)]
+    # the MoE routers stay as they are (torchtitan's float8 filter leaves out "router.gate"): top-k
+    # on e4m3 scores would pick other experts, and the cost model prices the router unconverted
+    routers = {id(m) for bank in find_expert_banks(chunk) for router in bank.routers for m in router.modules()}
+    linears = [m for block in blocks for m in block.modules() if isinstance(m, nn.Linear) and id(m) not in routers]
     chosen = {id(m) for m in linears if convertible(m)}
     # on the chunk, not block by block: a block that is itself a Linear is replaced in its parent
     float8.convert_to_float8_training(chunk, config=config, module_filter_fn=lambda m, _fqn: id(m) in chosen)
@@ -88,4 +112,5 @@ def fp8_line(converted: int, linears: int, scaling: str = "tensor") -> str:
         return (f"fp8: none of the {linears} linears in this rank's blocks has both dimensions a multiple of "
                 f"{FP8_DIM_MULTIPLE}, so nothing runs in float8; the plan's fp8 prediction does not apply")
     return (f"fp8: {converted} of the {linears} linears in this rank's blocks run in float8 (torchao, "
-            f"{TORCHAO_RECIPES[scaling]} scaling); the head and every other op run as they would without fp8")
+            f"{TORCHAO_RECIPES[scaling]} scaling); the head, MoE routers and every other op run as they would "
+            "without fp8")

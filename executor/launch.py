@@ -225,6 +225,9 @@ def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_p
     rendezvous hosted on the first node of the allocation."""
     cfg = shlex.quote(str(cfg_path))
     gres = f"#SBATCH --gpus-per-node={gpus_per_node}\n" if gpus_per_node else ""
+    # as launch_local's _logs_specs: local rank 0 on the job's log, every rank's stderr and the
+    # other ranks' stdout under RUN_DIR/elastic (torchrun --redirects takes local_rank:1 for stdout)
+    redirects = (" --redirects=" + ",".join(f"{r}:1" for r in range(1, nproc_per_node))) if nproc_per_node > 1 else ""
     return f"""#!/bin/bash
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={nnodes}
@@ -248,6 +251,7 @@ srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
     --rdzv-backend=c10d \\
     --rdzv-endpoint="$head_node:{port}" \\
     --rdzv-id="$SLURM_JOB_ID" \\
+    --log-dir={shlex.quote(str(Path(cfg_path).parent / ELASTIC_DIR))} --tee=2 --local-ranks-filter=0{redirects} \\
     -m smplan.executor.worker {cfg}
 """
 

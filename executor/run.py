@@ -284,8 +284,8 @@ def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = Fa
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
     problem = this_machine_problem(nproc, nnodes, param_bytes, gpus, available_host_bytes())
-    if not problem and fp8 and gpus:
-        problem = fp8_device_problem(torch.cuda.get_device_capability(0))
+    if not problem and fp8:
+        problem = fp8_device_problem(torch.cuda.get_device_capability(0) if gpus else None)
     if problem:
         raise PlanMismatchError(problem)
 

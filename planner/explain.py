@@ -27,7 +27,8 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
         f = plan.predicted
         diff = {k: f.breakdown.get(k, 0.0) - best.breakdown.get(k, 0.0) for k in set(f.breakdown) | set(best.breakdown)}
         worst = max(diff, key=diff.get)
-        if abs(f.step_time_s / best.step_time_s - 1) < TIE_SHARE:  # no kind of time to blame: say it is a tie
+        # no kind of time to blame, on as many GPUs (so at the same cost): say it is a tie
+        if abs(f.step_time_s / best.step_time_s - 1) < TIE_SHARE and plan.world_size == plans[0].world_size:
             lines.append(f"{_shape(plan)}: ties with the best ({f.step_time_s:.3f} s, {f.peak_memory_gib:.1f} GiB vs "
                          f"{best.peak_memory_gib:.1f} GiB): the cost model sees no difference between them")
             continue

@@ -121,9 +121,11 @@ class SweepResult:
 
 
 def failure_times(
-    spec: RunSpec, seeds: int, horizon_s: float, rng: np.random.Generator
+    spec: RunSpec, seeds: int, horizon_s: float, rng: np.random.Generator, stream_seeds=None
 ) -> np.ndarray:
-    """(seeds, K) sorted failure times before `horizon_s`, padded with +inf."""
+    """(seeds, K) sorted failure times before `horizon_s`, padded with +inf. `stream_seeds`:
+    one seed per row for the exponential case (drawn from `rng` when not given); the same ones
+    give the same failures, stretched by the MTBF, at any horizon."""
     expected = horizon_s / spec.job_mtbf_s  # failures per seed, about the same under Weibull renewals
     if expected > MAX_FAILURES_PER_SEED:
         fix = "raise --mtbf-hours (reliability.gpu_mtbf_hours), shorten --restart-minutes or use fewer GPUs"
@@ -143,7 +145,9 @@ def failure_times(
         # exponentials, scaled by the job MTBF, so runs that differ only in MTBF (whatif's
         # goodput-vs-MTBF curve) see the same failures stretched, not fresh draws that can
         # make a less reliable cluster look better (a 10-seed curve once rose as MTBF fell).
-        streams = [np.random.default_rng(s) for s in rng.integers(2**63, size=seeds)]
+        if stream_seeds is None:
+            stream_seeds = rng.integers(2**63, size=seeds)
+        streams = [np.random.default_rng(s) for s in stream_seeds]
 
         def draw() -> np.ndarray:
             return np.cumsum(np.stack([g.standard_exponential(k) for g in streams]), axis=1) * rate_mean
@@ -213,8 +217,9 @@ def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) 
     horizon = (
         1.5 * min(worst, 1e3 * spec.work_s) + 10 * (spec.restart_s + spec.checkpoint_s) + 10 * m
     )
+    stream_seeds = rng.integers(2**63, size=seeds)  # once: a longer horizon extends the same draws
     for _ in range(8):
-        times = failure_times(spec, seeds, horizon, rng)
+        times = failure_times(spec, seeds, horizon, rng, stream_seeds)
         waits = spare_waits(spec, times)
         wall, fails = _step(spec, intervals, times, waits)
         if np.all(wall <= horizon):

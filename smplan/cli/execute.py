@@ -144,10 +144,12 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     args = model_args_from(model_args)
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=args, nproc_per_node=nproc_per_node,
                                     nnodes=nnodes)
-    plan = _own_prediction(plan_arg, plan, model, args)
+    plan = _own_prediction(plan_arg, plan, model, args, model_file)
     if launcher == "slurm" and given_nnodes is None and plan.nodes > 1:  # the job spans the nodes it was planned for
-        opts = dataclasses.replace(opts, nnodes=plan.nodes)
-    elif given_nnodes is None and plan.nodes > 1:
+        # with --nproc-per-node given, the nodes its processes fill
+        nodes = -(-plan.world_size // nproc_per_node) if nproc_per_node else plan.nodes
+        opts = dataclasses.replace(opts, nnodes=nodes)
+    elif given_nnodes is None and plan.nodes > 1 and not nproc_per_node:
         click.echo(f"note: the plan is for {plan.nodes} nodes; all {plan.world_size} of its processes start on this "
                    "machine (--launcher slurm spans its nodes; --nnodes N --rdzv-endpoint HOST:PORT on each node "
                    "splits it by hand)", err=True)
@@ -188,12 +190,13 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         _echo_summary(result.summary, plan)
 
 
-def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict):
+def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict, model_file):
     """The plan with predicted figures of its own: none when --model / --arg build another model
     than the file's, the simulated ones when the file's are stale (prediction.repriced)."""
     if plan.predicted is None:  # an inline plan, or a file without figures
         return plan
-    if model_changed(Plan.load(plan_arg), model, model_args):
+    defaults = {k: p.default for k, p in model_file.builder_parameters().items() if p.default is not p.empty}
+    if model_changed(Plan.load(plan_arg), model, model_args, defaults):
         click.echo(f"note: --model/--arg build another model than {plan_arg} was priced for; this run is not "
                    "compared with its predicted figures", err=True)
         return plan.replace(predicted=None)
@@ -231,7 +234,8 @@ def _echo_summary(summary: dict, plan) -> None:
                    "run is on CPU, so the ratios do not test the prediction)")
     planned = summary.get("plan", {}).get("dtype")
     if summary.get("compute_dtype") and planned and planned != summary["compute_dtype"]:
-        click.echo(f"  (ran in {summary['compute_dtype']}: the plan's {planned} applies on a GPU)")
+        where = "the plan's {} applies on a GPU" if summary.get("device") == "cpu" else "not the plan's {}"
+        click.echo(f"  (ran in {summary['compute_dtype']}: {where.format(planned)})")
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")
     off = ratio.get("step_time_s")

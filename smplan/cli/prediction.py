@@ -8,7 +8,8 @@ Slurm job's --time from them, so it prices the plan again first.
 
 from __future__ import annotations
 
-from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles import bundled_profiles, load_cluster
+from smplan.hwprofiles.paths import is_path
 from smplan.planner import estimate_from_costs, profile_model
 from smplan.planner.cost_model import plan_costs
 from smplan.planner.model_file import split_ref
@@ -30,15 +31,23 @@ def stale_prediction_note(target: str, plan, step_time_s: float, closed_form_s: 
     recorded = plan.predicted.step_time_s if plan.predicted is not None else None
     if not recorded or _matches(recorded, step_time_s, closed_form_s):
         return None
-    return (f"note: {target} records a predicted step of {recorded:.4g} s but simulating it gives {step_time_s:.4g} s "
-            "(the file was edited, or written by another smplan version or profile); `smplan plan ... -o` "
-            "writes it anew, and `execute` compares a run with the simulated figure")
+    return _stale(target, recorded, step_time_s, "`smplan plan ... -o` writes it anew, and `execute` compares a run "
+                  "with the simulated figure")
 
 
-def model_changed(plan, model: str | None, model_args: dict | None) -> bool:
+def _stale(target: str, recorded_s: float, simulated_s: float, then: str) -> str:
+    return (f"note: {target} records a predicted step of {recorded_s:.4g} s but simulating it gives {simulated_s:.4g} s "
+            f"(the file was edited, or written by another smplan version or profile); {then}")
+
+
+def model_changed(plan, model: str | None, model_args: dict | None, defaults: dict | None = None) -> bool:
     """Whether --model / --arg given with a plan file build another model than the one it was
-    priced for. The same file name and builder in another folder (a moved checkout) is the same model."""
-    if model_args and any(plan.model_args.get(k) != v for k, v in model_args.items()):
+    priced for. `defaults`: the builder's own argument defaults, so that an --arg giving the value
+    the plan already built with changes nothing. The same file name and builder in another folder
+    (a moved checkout) is the same model."""
+    built = {**(defaults or {}), **plan.model_args}
+    missing = object()
+    if model_args and any(built.get(k, missing) != v for k, v in model_args.items()):
         return True
     if not model:
         return False
@@ -53,12 +62,16 @@ def repriced(target: str, plan):
     recorded = plan.predicted
     if recorded is None:
         return plan, None
+    if plan.hw not in bundled_profiles() and not is_path(plan.hw):
+        return plan, None  # hardware that is no profile (a hand-written "local"): nothing to price with
     try:
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
         cluster = load_cluster(plan.hw, nodes=plan.nodes, overrides=plan.hw_overrides, stack=plan.stack)
         closed = estimate_from_costs(plan_costs(plan, profile, cluster))
-    except ValueError:  # hardware that is no profile (a hand-written "local"): nothing to price with
-        return plan, None
+    except ValueError as err:  # a profile file moved away, a stack gone: say the figures went unchecked
+        reason = (str(err).splitlines() or [type(err).__name__])[0]
+        return plan, (f"note: {target}'s predicted figures could not be checked against its plan ({reason}); the "
+                      "run is compared with them as recorded")
     if _matches(recorded.step_time_s, closed.step_time_s):
         return plan, None  # cheap first: a file written with --closed-form
     try:
@@ -67,7 +80,5 @@ def repriced(target: str, plan):
         fresh = closed
     if _matches(recorded.step_time_s, fresh.step_time_s):
         return plan, None
-    note = (f"note: {target} records a predicted step of {recorded.step_time_s:.4g} s but its plan simulates to "
-            f"{fresh.step_time_s:.4g} s (the file was edited, or written by another smplan version or profile); "
-            "the run is compared with the simulated figures")
+    note = _stale(target, recorded.step_time_s, fresh.step_time_s, "the run is compared with the simulated figures")
     return plan.replace(predicted=fresh), note

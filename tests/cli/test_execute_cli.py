@@ -93,7 +93,9 @@ def test_slurm_script(cli_runner, tmp_path):
     for needle in ("#SBATCH --nodes=2", "#SBATCH --ntasks=2", "#SBATCH --ntasks-per-node=1",
                    "#SBATCH --gpus-per-node=4", "srun --nodes=2 --ntasks=2", "--nnodes=2",
                    "--nproc-per-node=4", "--rdzv-backend=c10d", '--rdzv-endpoint="$head_node:', "--max-restarts=2",
-                   "-m smplan.executor.worker", str(out / "run_config.json")):
+                   "-m smplan.executor.worker", str(out / "run_config.json"),
+                   # as the local launcher: local rank 0 on the job's log, every rank's logs in RUN_DIR/elastic
+                   f"--log-dir={out / 'elastic'} --tee=2 --local-ranks-filter=0 --redirects=1:1,2:1,3:1"):
         assert needle in text, needle
     config = json.loads((out / "run_config.json").read_text())
     assert config["plan"]["dp"] == 4 and config["plan"]["tp"] == 2
@@ -162,6 +164,9 @@ def test_slurm_spans_the_plan_files_nodes(cli_runner, tmp_path):
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gpus-per-node=8\n" in text and "--nproc-per-node=8" in text
     given = _invoke(cli_runner, str(path), "--launcher", "slurm", "--nnodes", "4", "--out", str(tmp_path / "four"))
     assert given.exit_code == 0 and "#SBATCH --gpus-per-node=4\n" in (tmp_path / "four" / "smplan.sbatch").read_text()
+    # processes per node given: the nodes they fill
+    packed = _invoke(cli_runner, str(path), "--launcher", "slurm", "--nproc-per-node", "16", "--out", str(tmp_path / "p"))
+    assert packed.exit_code == 0 and "#SBATCH --nodes=1\n" in (tmp_path / "p" / "smplan.sbatch").read_text()
     # the local launcher starts every process here, and says so (a stage split the model no longer has
     # stops it before the launch)
     local = _invoke(cli_runner, str(path), "--arg", "layers=2", "--out", str(tmp_path / "local"))
@@ -182,12 +187,18 @@ def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(c
     edited.write_text(json.dumps(data))
     result = _invoke(cli_runner, str(edited), "--launcher", "slurm", "--out", str(tmp_path / "a"), "--json")
     assert result.exit_code == 0, result.output
-    note = f"note: {edited} records a predicted step of {recorded:.4g} s but its plan simulates to "
+    note = f"note: {edited} records a predicted step of {recorded:.4g} s but simulating it gives "
     assert note in result.stderr and "the run is compared with the simulated figures" in result.stderr
-    simulated = float(result.stderr.split("simulates to ")[1].split(" s")[0])
+    simulated = float(result.stderr.split("simulating it gives ")[1].split(" s")[0])
     assert simulated > 4 * recorded  # 8x the micro-batches
     config = json.loads((tmp_path / "a" / "run_config.json").read_text())
     assert config["plan"]["predicted"]["step_time_s"] == pytest.approx(simulated, rel=1e-3)
+    # a profile file that moved away: the figures cannot be checked, and it says so
+    data["hw"] = str(tmp_path / "gone.toml")
+    edited.write_text(json.dumps(data))
+    moved = _invoke(cli_runner, str(edited), "--launcher", "slurm", "--out", str(tmp_path / "m"))
+    assert moved.exit_code == 0, moved.output
+    assert f"note: {edited}'s predicted figures could not be checked against its plan (" in moved.stderr
     # the file as written: its own figures, no note
     same = _invoke(cli_runner, str(path), "--launcher", "slurm", "--out", str(tmp_path / "b"), "--json")
     assert same.exit_code == 0 and "note:" not in same.stderr
@@ -198,6 +209,9 @@ def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(c
     assert "predicts no step time" in other.output, other.output
     wider = _invoke(cli_runner, str(path), "--arg", "hidden=64", "--launcher", "slurm", "--out", str(tmp_path / "d"))
     assert "build another model than" in wider.output, wider.output
+    # tiny's own width, given again, builds the same model: its figures stay
+    same_args = _invoke(cli_runner, str(path), "--arg", "hidden=32", "--launcher", "slurm", "--out", str(tmp_path / "e"))
+    assert same_args.exit_code == 0 and "note:" not in same_args.stderr, same_args.output
 
 
 def test_slurm_world_size_must_match(cli_runner, tmp_path):
@@ -394,3 +408,16 @@ def test_a_one_step_summary_says_it_is_the_warm_up_step(capsys):
                "steps": 1, "device": "cpu", "plan": {"dtype": "fp32"}, "note": "no prediction"}
     _echo_summary(summary, Plan(model="m.py", hw="local", nodes=1))
     assert "over the run's 1 step, which warms up" in capsys.readouterr().out
+
+
+def test_a_gpu_run_in_another_dtype_does_not_say_the_plan_applies_on_a_gpu(capsys):
+    from smplan.planner.plan import Plan
+
+    from smplan.cli.execute import _echo_summary
+
+    summary = {"measured": {"step_time_s": 0.5, "tokens_per_s": 1.0, "peak_memory_gib": 0.3, "final_loss": 4.0},
+               "steps": 3, "plan": {"dtype": "fp8"}, "note": "no prediction", "compute_dtype": "bf16"}
+    _echo_summary({**summary, "device": "cuda"}, Plan(model="m.py", hw="local", nodes=1))
+    assert "(ran in bf16: not the plan's fp8)" in capsys.readouterr().out
+    _echo_summary({**summary, "device": "cpu", "compute_dtype": "fp32"}, Plan(model="m.py", hw="local", nodes=1))
+    assert "(ran in fp32: the plan's fp8 applies on a GPU)" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from smplan.executor.float8 import (
 )
 from torch import nn
 
+from tests.conftest import EXAMPLES
 from tests.executor.runs import metrics, run_execute
 
 
@@ -47,6 +48,21 @@ def test_the_blocks_linears_with_dims_of_16_become_float8_and_nothing_else():
     assert type(block.odd) is nn.Linear and type(model.head) is nn.Linear  # the head stays as planned
 
 
+def test_moe_routers_stay_unconverted():
+    """A router with 16 experts has dims of 16 too; top-k on e4m3 scores would pick other experts."""
+    from smplan.planner.model_file import load_model_file
+    from torchao.float8.float8_linear import Float8Linear
+
+    from smplan.model.structure import find_layout, owned_blocks
+
+    model = load_model_file(str(EXAMPLES / "moe.py:tiny")).build({"experts": 16, "top_k": 2}, device="meta")
+    blocks = [b for _, b in owned_blocks(model, find_layout(model))]
+    converted, linears = convert_blocks(model, blocks)
+    assert converted == linears > 0
+    routers = [m for n, m in model.named_modules() if n.endswith("mlp.router")]
+    assert routers and not any(isinstance(m, Float8Linear) for r in routers for m in r.modules())
+
+
 def test_a_float8_linear_computes_close_to_but_not_exactly_the_linear():
     torch.manual_seed(0)
     model = _model()
@@ -71,6 +87,16 @@ def test_what_the_executor_cannot_run_in_fp8_is_said_with_the_fix():
     assert "this one has 8.0: use dtype=bf16" in fp8_device_problem((8, 0))  # A100: no FP8 units
     assert "nothing runs in float8" in fp8_line(0, 4)
     assert fp8_line(3, 4).startswith("fp8: 3 of the 4 linears")
+
+
+def test_a_torch_without_cpu_scaled_mm_is_refused_in_one_line(monkeypatch):
+    def missing(*args, **kwargs):
+        raise RuntimeError('"_scaled_mm" not implemented for \'CPU\'')
+
+    monkeypatch.setattr(torch, "_scaled_mm", missing)
+    problem = fp8_device_problem(None)
+    assert problem.startswith("dtype=fp8 on CPU needs torch._scaled_mm for CPU, which torch ")
+    assert problem.endswith("run it on a GPU with FP8 units, or use dtype=bf16")
 
 
 def test_without_torchao_the_fix_is_named(monkeypatch):

@@ -151,6 +151,11 @@ def test_failures_at_another_mtbf_are_the_same_draws_stretched():
     far = failure_times(longer, 50, horizon, np.random.default_rng(7))
     stretched = np.where(2 * near < horizon, 2 * near, np.inf)[:, : far.shape[1]]
     assert np.isfinite(far).sum() > 50 and np.allclose(far, stretched)
+    # a retry with a doubled horizon (simulate_sweep's) extends the same draws, given the same stream seeds
+    seeds = np.random.default_rng(3).integers(2**63, size=50)
+    short = failure_times(spec, 50, horizon, None, seeds)
+    long = failure_times(spec, 50, 2 * horizon, None, seeds)
+    assert np.array_equal(np.where(long < horizon, long, np.inf)[:, : short.shape[1]], short)
     goodput = [analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": h}), seeds=10).goodput_mean
                for h in (2500, 5000, 10000, 20000, 40000)]
     assert goodput == sorted(goodput)
