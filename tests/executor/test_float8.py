@@ -132,3 +132,24 @@ def test_an_fp8_run_trains_in_float8_and_ends_near_the_full_precision_loss(tmp_p
     tp = tmp_path / "tp"
     assert run_execute("tp=2,sp=true,mbs=2,gbs=4,dtype=fp8", tp, "--steps", "6").returncode == 0
     assert [r["loss"] for r in metrics(tp)] == pytest.approx(got, rel=1e-4)
+
+
+@pytest.mark.parametrize("breaks, says", [
+    ("torchao", "dtype=fp8 trains with torchao's float8 linears, which are not installed: pip install 'smplan[fp8]'"),
+    ("scaled_mm", "dtype=fp8 on CPU needs torch._scaled_mm for CPU, which torch "),
+])
+def test_execute_without_what_fp8_needs_is_one_line_exit_2(cli_runner, tmp_path, monkeypatch, breaks, says):
+    """Through the CLI: refused before anything is written, in one line, exit 2."""
+    from smplan.cli.main import cli
+
+    if breaks == "torchao":
+        monkeypatch.setitem(sys.modules, "torchao.float8", None)
+    else:
+        monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no CPU kernel")))
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=2,dtype=fp8", "--model", str(EXAMPLES / "gpt.py:tiny"),
+                                     "--steps", "1", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {says}") and "Traceback" not in result.output
+    assert not out.exists()

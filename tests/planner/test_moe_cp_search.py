@@ -128,3 +128,14 @@ def test_a_capacity_factor_on_a_dense_model_is_refused():
     with pytest.raises(PlanError, match="has no routed experts; drop cf"):
         validate_constraints(prof, load_cluster("a100x8", nodes=1), "cf=2", 8, None, None, "bf16")
     assert validate_constraints(prof, load_cluster("a100x8", nodes=1), "cf=1", 8, None, None, "bf16")
+
+
+def test_plan_refuses_cf_on_a_dense_model_in_one_line(cli_runner):
+    from smplan.cli.main import cli
+
+    result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "--fix", "cf=2"])
+    assert result.exit_code == 2
+    # a first run also prints the profiling progress line before it
+    assert [line for line in result.output.splitlines() if line.startswith("error")] == [
+        "error: cf=2 sets the busiest expert's load, but examples/gpt.py:tiny has no routed experts; drop cf"]
+    assert "Traceback" not in result.output and result.stdout == ""
