@@ -17,11 +17,11 @@ from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 from smplan.hwprofiles import bundled_profiles
 from smplan.planner import Plan
+from smplan.simulator.prediction import model_changed, repriced
 
 from .checks import check_can_write
 from .main import RunFailed, UserError
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
-from .prediction import model_changed, repriced
 
 
 @click.command()

@@ -11,6 +11,7 @@ from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
 from smplan.simulator.gantt import write_gantt
 from smplan.simulator.inputs import resolve_target
+from smplan.simulator.prediction import stale_prediction_note
 from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
@@ -24,7 +25,6 @@ from .options import (
     model_args_option,
     warn_if_uncalibrated,
 )
-from .prediction import stale_prediction_note
 from .table import format_table
 
 

@@ -1,4 +1,5 @@
-"""Whether a plan file's recorded prediction still belongs to its plan (simulate, execute).
+"""Whether a plan file's recorded prediction still belongs to its plan (`smplan simulate` and
+`smplan execute` say so; a library user running a plan file calls `repriced` the same way).
 
 `smplan plan` writes its pick's predicted figures into the file. A file edited by hand (a
 larger global batch, another micro-batch), or written by another smplan version or profile,
@@ -13,7 +14,8 @@ from smplan.hwprofiles.paths import is_path
 from smplan.planner import estimate_from_costs, profile_model
 from smplan.planner.cost_model import plan_costs
 from smplan.planner.model_file import split_ref
-from smplan.simulator import simulate_plan
+
+from .api import simulate_plan
 
 # `smplan plan` records its pick's simulated step (contention on, all-reduce), or the closed form's
 # (--closed-form, or too many micro-batches to simulate): the same file simulated as it is gives
