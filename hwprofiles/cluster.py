@@ -119,9 +119,13 @@ class Cost:
 
 @dataclass(frozen=True)
 class Storage:
-    """Where checkpoints go: aggregate write bandwidth of the shared file system per node."""
+    """Where checkpoints go: each node's write bandwidth to the shared file system, and the file
+    system's own ceiling, which many nodes writing at once reach."""
 
     checkpoint_write_gbps: float = 5.0  # GB/s per node; typical parallel FS client (assumption)
+    # GB/s for the whole job: Meta's Tectonic sustains 2 TB/s (peak 7) for Llama 3's 16k-GPU
+    # runs (Llama 3 paper, 2024, section 3.3.1 "Storage"); a large training cluster's file system.
+    filesystem_write_gbps: float = 2000.0
 
 
 @dataclass(frozen=True)
@@ -432,6 +436,7 @@ def _validate(c: Cluster) -> None:
     non_negative("reliability.restart_minutes", c.reliability.restart_minutes)
     non_negative("cost.usd_per_gpu_hour", c.cost.usd_per_gpu_hour)
     positive("storage.checkpoint_write_gbps", c.storage.checkpoint_write_gbps)
+    positive("storage.filesystem_write_gbps", c.storage.filesystem_write_gbps)
     e = c.efficiency
     for key in ("matmul_max", "memory_bound", "network", "single_nic_network"):
         value = getattr(e, key)

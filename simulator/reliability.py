@@ -41,9 +41,21 @@ def checkpoint_bytes(params: int, dtype: str) -> float:
     return params * (weights + optimizer)
 
 
+def writer_nodes(world_size: int, cluster: Cluster) -> int:
+    """Nodes a plan of `world_size` GPUs spans: each writes its ranks' shards."""
+    return -(-world_size // cluster.gpus_per_node)
+
+
+def checkpoint_write_gbps(nodes: int, cluster: Cluster) -> float:
+    """GB/s a checkpoint is written at: every node writes its shard in parallel at
+    `storage.checkpoint_write_gbps`, up to the file system's `storage.filesystem_write_gbps`."""
+    storage = cluster.storage
+    return min(max(nodes, 1) * storage.checkpoint_write_gbps, storage.filesystem_write_gbps)
+
+
 def checkpoint_seconds(nbytes: float, nodes: int, cluster: Cluster) -> float:
-    """Every node writes its shard in parallel at `storage.checkpoint_write_gbps`."""
-    return nbytes / (max(nodes, 1) * cluster.storage.checkpoint_write_gbps * 1e9)
+    """Seconds to write `nbytes` of checkpoint from `nodes` nodes (`checkpoint_write_gbps`)."""
+    return nbytes / (checkpoint_write_gbps(nodes, cluster) * 1e9)
 
 
 @dataclass
@@ -101,7 +113,7 @@ def plan_reliability(
     figures = step.figures
     work = target.work_s(figures.tokens_per_s)
     nbytes = checkpoint_bytes(profile.params, plan.dtype)
-    nodes = -(-plan.world_size // cluster.gpus_per_node)
+    nodes = writer_nodes(plan.world_size, cluster)
     ckpt_s = checkpoint_minutes * 60.0 if checkpoint_minutes is not None else checkpoint_seconds(nbytes, nodes, cluster)
     if interval_minutes is not None and interval_minutes <= 0:
         raise ReliabilityError(f"--checkpoint-interval must be 'auto' or minutes > 0, got {interval_minutes}")

@@ -54,7 +54,8 @@ def _interval(value: str) -> float | None:
 @click.option("--mtbf-hours", type=FiniteFloat(), default=None, help="Per-GPU MTBF (default: the hardware profile's).")
 @click.option("--restart-minutes", type=FiniteFloat(allow_zero=True), default=None, help="Detection + restart (default: the profile's).")
 @click.option("--checkpoint-minutes", type=FiniteFloat(allow_zero=True), default=None,
-              help="Checkpoint write time (default: checkpoint bytes / storage bandwidth).")
+              help="Checkpoint write time (default: weights + optimizer state over nodes x "
+                   "storage.checkpoint_write_gbps, at most the file system's storage.filesystem_write_gbps).")
 @click.option("--async-checkpoint", is_flag=True, help="Training blocks only for the GPU->host snapshot.")
 @click.option("--spares", type=click.IntRange(min=0), default=None, help="Hot spare nodes (default: never short).")
 @click.option("--repair-hours", type=FiniteFloat(), default=24.0, show_default=True, help="Time a failed node is out (with --spares).")
@@ -96,9 +97,11 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     click.echo(f"{plan.model}: {result.num_gpus} GPUs, step {result.step_time_s:.3g} s, "
                f"{result.tokens_per_s:,.0f} tokens/s, failure-free {r.work_s / day:.2f} days")
     if checkpoint_minutes is None:  # say what the write time assumes: it scales with the nodes writing
-        writers = result.nodes
-        rate = (f", {writers} node{'s' if writers != 1 else ''} writing {cluster.storage.checkpoint_write_gbps:g} "
-                "GB/s each; --checkpoint-minutes sets it")
+        writers, storage = result.nodes, cluster.storage
+        rate = f", {writers} node{'s' if writers != 1 else ''} writing {storage.checkpoint_write_gbps:g} GB/s each"
+        if writers * storage.checkpoint_write_gbps > storage.filesystem_write_gbps:
+            rate += f", capped at the file system's {storage.filesystem_write_gbps:g} GB/s"
+        rate += "; --checkpoint-minutes sets it"
     else:
         rate = ""
     click.echo(f"job MTBF {r.job_mtbf_s / 3600:.2f} h, restart {r.restart_s / 60:.1f} min, "

@@ -15,17 +15,16 @@ from smplan.planner import Plan
 from .grid import PointSpec
 from .question import Question
 
-# Bytes per parameter in a training checkpoint: bf16 weights (2) + fp32 master weights and
-# Adam m, v (12) (Rajbhandari et al. 2020, "mixed precision Adam" = 16 B/param less the
-# bf16 gradients, which are not saved).
-CHECKPOINT_BYTES_PER_PARAM = 14.0
 INTERVAL_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # around Young/Daly, goodput chart
 MTBF_FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)  # around the profile's GPU MTBF
 
 
-def checkpoint_save_s(params: float, cluster: Cluster) -> float:
-    """Seconds to write one checkpoint: the model state over every node's storage link."""
-    return params * CHECKPOINT_BYTES_PER_PARAM / (cluster.storage.checkpoint_write_gbps * 1e9 * cluster.nodes)
+def checkpoint_save_s(params: float, plan: Plan, cluster: Cluster) -> float:
+    """Seconds to write one checkpoint of the plan's model state from the plan's nodes, as
+    `smplan reliability` prices it (weights + optimizer state, capped by the file system)."""
+    from smplan.simulator.reliability import checkpoint_bytes, checkpoint_seconds, writer_nodes
+
+    return checkpoint_seconds(checkpoint_bytes(params, plan.dtype), writer_nodes(plan.world_size, cluster), cluster)
 
 
 def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_hours: float | None = None):
@@ -44,7 +43,7 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
     seeds draw too few failures to tell intervals apart), or at the given one."""
     from smplan.simulator.failures import analyse_run
 
-    save_s = checkpoint_save_s(params, cluster)
+    save_s = checkpoint_save_s(params, plan, cluster)
     given_min = spec.checkpoint_interval_min or q.checkpoint_interval_min
     step_s = figures["step_time_s"]
     tokens_per_step = figures["tokens_per_s"] * step_s

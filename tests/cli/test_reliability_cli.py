@@ -27,8 +27,10 @@ def test_reliability_table_tokens_and_options(cli_runner):
                                             "--weibull-shape", "1.2", "--seeds", "10"])
     assert result.exit_code == 0, result.output
     assert "goodput" in result.output and "Daly" in result.output and "used (given)" in result.output
-    # the write time's assumption is printed: every node writes its shard at the profile's rate
-    assert "512 nodes writing 5 GB/s each; --checkpoint-minutes sets it, async: blocks" in result.output
+    # the write time's assumption is printed: every node writes its shard at the profile's rate,
+    # up to the file system's ceiling (512 x 5 GB/s is past it)
+    assert ("512 nodes writing 5 GB/s each, capped at the file system's 2000 GB/s; --checkpoint-minutes sets it, "
+            "async: blocks") in result.output
     given = cli_runner.invoke(cli, BASE + ["--days", "1", "--checkpoint-minutes", "5", "--seeds", "5"])
     assert "checkpoint 5.00 min (" in given.output and "writing" not in given.output
 

@@ -207,3 +207,15 @@ def test_a_sweep_with_no_feasible_point_writes_its_report_and_exits_2(cli_runner
     assert result.exit_code == 2, result.output
     assert result.output.strip().splitlines()[-1].startswith("error: no feasible point: ")
     assert (tmp_path / "r" / "index.html").is_file() and (tmp_path / "r" / "points.json").is_file()
+
+
+def test_a_points_checkpoint_time_is_what_reliability_says_for_its_plan(sweep, cli_runner, tmp_path):
+    # One pricing of a checkpoint (weights + optimizer state over the plan's nodes, capped by the
+    # file system) for both verbs: whatif's goodput must not rest on another one.
+    out, _ = sweep
+    for point in report.load(out / "points.json")["points"]:
+        plan_file = tmp_path / f"plan{point['id']}.json"
+        plan_file.write_text(json.dumps(point["plan"]))
+        result = cli_runner.invoke(cli, ["reliability", str(plan_file), "--tokens", "1e9", "--seeds", "5", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["checkpoint_s"] == pytest.approx(point["run"]["checkpoint_save_s"])
