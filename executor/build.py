@@ -53,7 +53,8 @@ class ModelParts:
     loss_parallel: bool = False  # the head's logits reach the loss vocab-sharded: run it under loss_parallel()
     expert_banks: list[nn.Module] = field(default_factory=list)  # ep > 1: sharded banks, gradients reduced over edp
     powersgd: object | None = field(default=None, repr=False)  # PowerSGDState under grad_compress=powersgd
-    fp8_linears: tuple[int, int] | None = None  # dtype=fp8: (float8 linears, linears) in this rank's blocks
+    # dtype=fp8: (float8 linears, linears, expert banks left in bf16) in this rank's blocks
+    fp8_linears: tuple[int, int, int] | None = None
 
     def parameters(self):
         for chunk in self.chunks:
@@ -82,15 +83,15 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     stages = plan_stages(plan, layout.num_blocks)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
     chunks, expert_banks = [], []
-    fp8_linears = (0, 0)
+    fp8_linears = (0, 0, 0)
     for sid in stage_ids:
         spec = stages[sid]
         chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
                           is_first=sid == 0, is_last=sid == len(stages) - 1)
         blocks = [m for _, m in owned_blocks(chunk, layout)]
         if plan.dtype == "fp8":  # before TP and FSDP, as torchtitan's float8 converter
-            converted, linears = float8.convert_blocks(chunk, blocks, plan.fp8_scaling)
-            fp8_linears = (fp8_linears[0] + converted, fp8_linears[1] + linears)
+            counts = float8.convert_blocks(chunk, blocks, plan.fp8_scaling)
+            fp8_linears = tuple(a + b for a, b in zip(fp8_linears, counts, strict=True))
             blocks = [m for _, m in owned_blocks(chunk, layout)]  # a block that was a Linear is a new module
         if dims.tp_enabled:
             apply_tp(chunk, blocks, dims["tp"], model_file.hook("tp_plan"), model_file.hook("tp_plan_outer"),

@@ -90,27 +90,34 @@ def convertible(module: nn.Module) -> bool:
             and module.out_features % FP8_DIM_MULTIPLE == 0)
 
 
-def convert_blocks(chunk: nn.Module, blocks: list[nn.Module], scaling: str = "tensor") -> tuple[int, int]:
+def convert_blocks(chunk: nn.Module, blocks: list[nn.Module], scaling: str = "tensor") -> tuple[int, int, int]:
     """Swap the convertible linears inside `blocks` (modules of `chunk`) for torchao
-    Float8Linear, in place. (converted, linears in the blocks, routers not counted): a linear of
-    other dimensions, a MoE router and any linear outside the blocks (the head) stay as they are."""
+    Float8Linear, in place. (converted, linears in the blocks, routers not counted, expert banks
+    in the chunk): a linear of other dimensions, a MoE router, an expert bank (batched weights,
+    not nn.Linear: torchao's MoE float8 is a GPU-only prototype) and any linear outside the
+    blocks (the head) stay as they are."""
     float8 = torchao_float8()
     config = float8.Float8LinearConfig.from_recipe_name(TORCHAO_RECIPES[scaling])
     # the MoE routers stay as they are (torchtitan's float8 filter leaves out "router.gate"): top-k
     # on e4m3 scores would pick other experts, and the cost model prices the router unconverted
-    routers = {id(m) for bank in find_expert_banks(chunk) for router in bank.routers for m in router.modules()}
+    banks = find_expert_banks(chunk)
+    routers = {id(m) for bank in banks for router in bank.routers for m in router.modules()}
     linears = [m for block in blocks for m in block.modules() if isinstance(m, nn.Linear) and id(m) not in routers]
     chosen = {id(m) for m in linears if convertible(m)}
     # on the chunk, not block by block: a block that is itself a Linear is replaced in its parent
     float8.convert_to_float8_training(chunk, config=config, module_filter_fn=lambda m, _fqn: id(m) in chosen)
-    return len(chosen), len(linears)
+    return len(chosen), len(linears), len(banks)
 
 
-def fp8_line(converted: int, linears: int, scaling: str = "tensor") -> str:
+def fp8_line(converted: int, linears: int, scaling: str = "tensor", expert_banks: int = 0) -> str:
     """The run's one line on what dtype=fp8 converted (rank 0's blocks)."""
     if not converted:
         return (f"fp8: none of the {linears} linears in this rank's blocks has both dimensions a multiple of "
                 f"{FP8_DIM_MULTIPLE}, so nothing runs in float8; the plan's fp8 prediction does not apply")
-    return (f"fp8: {converted} of the {linears} linears in this rank's blocks run in float8 (torchao, "
+    line = (f"fp8: {converted} of the {linears} linears in this rank's blocks run in float8 (torchao, "
             f"{TORCHAO_RECIPES[scaling]} scaling); the head, MoE routers and every other op run as they would "
             "without fp8")
+    if expert_banks:  # the plan priced their GEMMs at the fp8 rate (planner/pass_model.py)
+        line += (f"; the {expert_banks} expert bank{'s' if expert_banks != 1 else ''} too, although the plan priced "
+                 "them in fp8: expect this run's MoE layers slower than predicted")
+    return line

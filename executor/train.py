@@ -344,7 +344,8 @@ class Trainer:
                       f"failed; every rank's log of it is under {os.path.join(self.cfg.out_dir, ELASTIC_DIR)}/*/"
                       f"attempt_{restart - 1}/")
         if self.parts.fp8_linears is not None:
-            self._say(fp8_line(*self.parts.fp8_linears, self.plan.fp8_scaling))
+            converted, linears, banks = self.parts.fp8_linears
+            self._say(fp8_line(converted, linears, self.plan.fp8_scaling, banks))
         start = self._resume()
         if start == 0 and self.cfg.init_from:  # a resumed run continues from its own checkpoint
             self._init_from()

@@ -41,7 +41,7 @@ def test_the_blocks_linears_with_dims_of_16_become_float8_and_nothing_else():
     from torchao.float8.float8_linear import Float8Linear
 
     model = _model()
-    assert convert_blocks(model, list(model.blocks)) == (3, 4)  # up, down and the Linear block; not odd (10)
+    assert convert_blocks(model, list(model.blocks)) == (3, 4, 0)  # up, down and the Linear block; not odd (10)
     block, linear_block = model.blocks
     assert isinstance(block.up, Float8Linear) and isinstance(block.down, Float8Linear)
     assert isinstance(linear_block, Float8Linear)  # replaced in its parent, not only returned
@@ -57,8 +57,8 @@ def test_moe_routers_stay_unconverted():
 
     model = load_model_file(str(EXAMPLES / "moe.py:tiny")).build({"experts": 16, "top_k": 2}, device="meta")
     blocks = [b for _, b in owned_blocks(model, find_layout(model))]
-    converted, linears = convert_blocks(model, blocks)
-    assert converted == linears > 0
+    converted, linears, banks = convert_blocks(model, blocks)
+    assert converted == linears > 0 and banks == 3  # tiny: 3 MoE blocks, each one bank left in bf16
     routers = [m for n, m in model.named_modules() if n.endswith("mlp.router")]
     assert routers and not any(isinstance(m, Float8Linear) for r in routers for m in r.modules())
 
@@ -86,7 +86,8 @@ def test_what_the_executor_cannot_run_in_fp8_is_said_with_the_fix():
     assert fp8_device_problem(None) is None and fp8_device_problem((9, 0)) is None and fp8_device_problem((8, 9)) is None
     assert "this one has 8.0: use dtype=bf16" in fp8_device_problem((8, 0))  # A100: no FP8 units
     assert "nothing runs in float8" in fp8_line(0, 4)
-    assert fp8_line(3, 4).startswith("fp8: 3 of the 4 linears")
+    assert fp8_line(3, 4).startswith("fp8: 3 of the 4 linears") and "expert bank" not in fp8_line(3, 4)
+    assert "the 2 expert banks too, although the plan priced them in fp8" in fp8_line(3, 4, expert_banks=2)
 
 
 def test_a_torch_without_cpu_scaled_mm_is_refused_in_one_line(monkeypatch):
