@@ -78,32 +78,50 @@ def versus_chart(points: list[dict], key: str, path=None):
     return finish(fig, path)
 
 
+# A frontier whose x values span more than this ratio is drawn on a log axis: a nodes sweep
+# runs from days to weeks, and a linear axis packs the fast points into one corner.
+FRONTIER_LOG_X_RATIO = 10.0
+
+
 def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
-    """Time to train (or tokens trained) vs cost; Pareto points joined and labelled with their plan."""
+    """Time to train (or tokens trained) vs cost. Pareto points are joined and marked with their
+    point number (#id, as the whatif table numbers them); a key beside the chart gives each
+    one's settings and plan, so labels never cover points or each other."""
     title = "Time to train vs cost" if mode == "tokens" else "Tokens trained vs cost"
-    fig, ax = new_figure(title, width=11, height=6)
+    fig, (ax, key) = new_figure(title, ncols=2, width=13, height=6, width_ratios=[3.0, 1.25])
     by_id = {p["id"]: p for p in points}
     front = [by_id[i] for i in pareto]
     rest = [p for p in feasible(points) if p.get("run") and p["id"] not in set(pareto)]
+    xs = []
     if rest:
         xy = np.array([frontier_xy(p, mode) for p in rest])
         ax.scatter(xy[:, 0], xy[:, 1], color="#bbbbbb", s=40, label="dominated", gid="dominated")
+        xs += list(xy[:, 0])
     xy = np.array([frontier_xy(p, mode) for p in front])
     ax.scatter(xy[:, 0], xy[:, 1], color="#ee6677", s=70, zorder=3, label="Pareto frontier", gid="pareto")
     ax.plot(xy[:, 0], xy[:, 1], color="#ee6677", linewidth=1.5, zorder=2, gid="pareto_line")
+    xs += list(xy[:, 0])
     for k, p in enumerate(front):
-        text = f"{p['label']}\n{p['plan_label']}"
-        ax.annotate(
-            text, xy[k], xytext=(10, 10 if k % 2 == 0 else -10), textcoords="offset points",
-            va="bottom" if k % 2 == 0 else "top", fontsize=8, bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="#ee6677", alpha=0.9),
-        )
+        ax.annotate(f"#{p['id']}", xy[k], xytext=(6, 6), textcoords="offset points", fontsize=9,
+                    color="#aa3344", fontweight="bold", gid="pareto_id")
+    key.axis("off")
+    key.set_title("Pareto points", fontsize=10, loc="left")
+    entries = [f"#{p['id']}  {p['label']}\n{' ' * (len(str(p['id'])) + 3)}{p['plan_label']}" for p in front]
+    key.text(0.0, 1.0, "\n\n".join(entries), transform=key.transAxes, va="top", ha="left", fontsize=8,
+             family="monospace", wrap=True, gid="pareto_key")
     ax.set_xlabel("time to train (days, with failures)" if mode == "tokens" else "tokens trained")
-    if mode == "days":
-        ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
+    positive = [x for x in xs if x > 0]
+    if positive and max(positive) / min(positive) > FRONTIER_LOG_X_RATIO:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(EngFormatter(unit="tok") if mode == "days" else FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.margins(x=0.1, y=0.25)
+    else:
+        if mode == "days":
+            ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
+        ax.margins(x=0.3, y=0.25)
+        ax.set_xlim(left=0)
     ax.set_ylabel("cost (US$)")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.0f}"))
-    ax.margins(x=0.3, y=0.25)
-    ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=9, loc="upper right")
     _note_infeasible(fig, points)

@@ -68,10 +68,11 @@ def pretty(name: str) -> str:
     return PRETTY.get(name, name.replace("_", " "))
 
 
-def new_figure(title: str, ncols: int = 1, width: float = 9.0, height: float = 5.0):
+def new_figure(title: str, ncols: int = 1, width: float = 9.0, height: float = 5.0,
+               width_ratios: list[float] | None = None):
     """A titled Figure and its axes (a list when ncols > 1)."""
     fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=True)
+    axes = fig.subplots(1, ncols, squeeze=True, width_ratios=width_ratios)
     fig.suptitle(title, fontsize=13, fontweight="bold")
     return fig, (list(axes) if ncols > 1 else axes)
 

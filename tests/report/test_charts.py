@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -66,10 +67,21 @@ def test_frontier_series_equal_points(saved):
     assert list(line.get_xdata()) == approx([x for x, _ in front])
     dominated = collection_by_gid(ax, "dominated").get_offsets().tolist()
     assert len(dominated) + len(front) == sum(1 for p in feasible(record["points"]) if p["run"])
-    # each Pareto point is labelled with its plan
-    texts = [t.get_text() for t in ax.texts]
+    # each Pareto point carries its number, and the key beside the chart its settings and plan
+    assert sorted(t.get_text() for t in ax.texts) == sorted(f"#{i}" for i in record["pareto"])
+    key = next(t.get_text() for a in report.draw_chart("frontier", record).axes for t in a.texts
+               if t.get_gid() == "pareto_key")
     for i in record["pareto"]:
-        assert any(by_id[i]["plan_label"] in t and by_id[i]["label"] in t for t in texts)
+        assert f"#{i}  {by_id[i]['label']}\n" in key and by_id[i]["plan_label"] in key
+
+
+def test_a_frontier_spanning_days_to_weeks_is_drawn_on_a_log_axis(saved):
+    _, record = saved
+    spread = copy.deepcopy(record)
+    for k, p in enumerate(p for p in spread["points"] if p.get("run")):
+        p["run"]["days"] = 0.5 * 4 ** k  # 0.5 .. 512 days
+    assert report.draw_chart("frontier", spread).axes[0].get_xscale() == "log"
+    assert report.draw_chart("frontier", record).axes[0].get_xscale() == "linear"  # 85 to 800 days
 
 
 def test_memory_bars_equal_points(saved):
