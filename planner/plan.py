@@ -157,6 +157,13 @@ class Plan:
         """(blocks recomputed, blocks) over every model chunk."""
         return sum(s.num_recomputed for s in self.stages), sum(s.num_blocks for s in self.stages)
 
+    @property
+    def recompute_label(self) -> str:
+        """"recompute=full" when every block recomputes, "recompute=full 34/80" when some do,
+        "recompute=none" when none does (whatever kind a stage names)."""
+        n, total = self.recomputed_blocks
+        return f"recompute={self.recompute}" + (f" {n}/{total}" if 0 < n < total else "")
+
     def replace(self, **changes) -> Plan:
         return dataclasses.replace(self, **changes)
 

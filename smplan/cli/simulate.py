@@ -94,9 +94,12 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         echo_json(out)
         return
     f = result.figures
+    # zero, sp and the recomputed blocks too: a hand-edited plan file shows what it now says
+    # (a stage's recompute kind counts only for its recompute_blocks)
     click.echo(f"{plan.model}: {plan.degrees} on {plan.world_size} GPUs ({cluster.name}), "
                f"{plan.schedule}, {plan.num_microbatches} micro-batch{'es' if plan.num_microbatches != 1 else ''} of {plan.micro_batch}, {plan.dtype}"
-               f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, "
+               f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, zero={plan.zero}"
+               f"{', sp' if plan.sequence_parallel and plan.tp > 1 else ''}, {plan.recompute_label}, "
                f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}")
     rows = [
         ["step time (s)", f.step_time_s],

@@ -138,8 +138,7 @@ def plan_label(plan: Plan) -> str:
     if plan.sequence_parallel and plan.tp > 1:
         parts.append("sp")
     if plan.recompute != "none":
-        n, total = plan.recomputed_blocks
-        parts.append(f"recompute={plan.recompute}" + (f" {n}/{total}" if n < total else ""))  # "full 34/80"
+        parts.append(plan.recompute_label)  # "recompute=full 34/80"
     return " ".join(parts)
 
 

@@ -179,3 +179,17 @@ def test_a_plan_files_bad_hw_override_is_named_as_the_files(cli_runner, tmp_path
     assert "hw_overrides" not in wrong_hw.output
     fixed = cli_runner.invoke(cli, ["simulate", str(plan), "--hw-set", "efficiency.gemm_tile=0"])
     assert fixed.exit_code == 0, fixed.output
+
+
+def test_the_header_says_what_recomputes_as_the_plan_file_now_reads(cli_runner, tmp_path):
+    # A stage's recompute kind counts for its recompute_blocks only: a hand edit of the kind alone
+    # changes nothing, and the header says so rather than leaving it to the figures.
+    base = ["simulate", GPT, "--hw", "a100x8", "--plan"]
+    some = cli_runner.invoke(cli, base + ["dp=2,mbs=1,gbs=2,zero=1,recompute=full,stages=4:1"])
+    assert some.exit_code == 0, some.output
+    assert "zero=1, recompute=full 1/4, " in some.output.splitlines()[0]
+    plan = json.loads(cli_runner.invoke(cli, base + ["dp=2,mbs=1,gbs=2,recompute=full,stages=4:0", "--json"]).output)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({k: v for k, v in plan["plan"].items() if k != "recompute"}))
+    edited = cli_runner.invoke(cli, ["simulate", str(path)])
+    assert "zero=0, recompute=none, " in edited.output.splitlines()[0], edited.output
