@@ -163,8 +163,8 @@ def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: 
     1F1B pipelining and non-pipelined training"; `overlap_moe_expert_parallel_comm`): the pair
     takes max(compute, all-to-all) instead of their sum. `overlap` is the share of the
     all-to-alls that may hide; what stays exposed is split as the two passes' all-to-alls are.
-    The warm-up and cool-down micro-batches of a pipeline, which have no partner, are counted as
-    overlapped too (the steady state sets the step time when micro-batches >> stages).
+    The warm-up and cool-down passes of a pipeline have no partner: the cost model scales
+    `overlap` by the share of passes that have one (cost_model.a2a_paired_share).
     """
     total = ep_f + ep_b
     if overlap <= 0.0 or total <= 0.0:
@@ -237,7 +237,7 @@ def pass_times(
     `zero_comm` = (forward seconds, backward seconds, overlapped) of the part's ZeRO-2/3
     per-micro-batch collectives; `cp_span` / `ep_span` the context- and expert-parallel groups.
     `ep_a2a_overlap`: the share of the all-to-alls that may hide (None: the stack's
-    efficiency.ep_a2a_overlap; the cost model passes 0 where the schedule has no partner).
+    efficiency.ep_a2a_overlap; the cost model passes it times the share of passes with a partner).
     `host_slack_s` = (forward, backward) seconds the host is already ahead when this part's
     launches start (a GPU-bound block's time beyond its own launches); 0 for the blocks.
     """

@@ -164,6 +164,31 @@ def test_a2a_overlap_needs_a_partner_micro_batch_and_no_full_recompute(moe):
     assert full_on.forward_s + full_on.backward_s == pytest.approx(full_off.forward_s + full_off.backward_s)
 
 
+def test_only_passes_with_a_partner_hide_their_all_to_alls(moe):
+    """The first forward (no pipeline) and a pipeline's warm-up and cool-down passes have no
+    other micro-batch's backward beside them; a step that is all warm-up hides nothing."""
+    from smplan.planner.cost_model import a2a_paired_share
+
+    assert a2a_paired_share(1, 1, 1) == 0.0 and a2a_paired_share(1, 1, 4) == 0.75
+    assert a2a_paired_share(2, 1, 64) == 0.0  # plain 1F1B: Megatron-Core refuses the overlap
+    # pp=4, v=8: the first stage warms up with (4-1)*2 + (8-1)*4 = 34 forwards
+    assert a2a_paired_share(4, 8, 4) == 0.0  # 32 passes, all warm-up
+    assert a2a_paired_share(4, 8, 8) == pytest.approx((64 - 34) / 64)
+    assert a2a_paired_share(4, 2, 1000) == pytest.approx(1 - 10 / 2000)
+    no_host = {"efficiency.host_overhead_us_per_layer": 0.0, "efficiency.host_overhead_us_per_moe_layer": 0.0}
+    on = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0, **no_host})
+    off = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 0.0, **no_host})
+
+    def step(text, cl):
+        return estimate(_plan(text, moe, nodes=2), moe, cl).step_time_s
+
+    # pp=2, v=2, 2 micro-batches: 4 passes, a warm-up of (2-1)*2 + (2-1)*2 = 4
+    warm = "dp=8,pp=2,ep=8,mbs=1,gbs=16,schedule=interleaved,v=2"
+    assert step(warm, on) == pytest.approx(step(warm, off))
+    steady = "dp=8,pp=2,ep=8,mbs=1,gbs=256,schedule=interleaved,v=2"
+    assert step(steady, on) < step(steady, off)
+
+
 def test_megatron_core_stack_overlaps_the_all_to_alls_and_fsdp_stacks_do_not():
     assert load_cluster("h100x8").efficiency.ep_a2a_overlap == 1.0
     for stack in ("torchtitan", "pytorch-fsdp", "megatron-deepspeed"):
@@ -242,15 +267,15 @@ def test_expert_activations_grow_with_capacity_and_split_over_tp_under_ep(moe):
     assert act("tp=2,dp=4,mbs=1,gbs=4") - act("tp=2,dp=4,ep=2,mbs=1,gbs=4") == pytest.approx(0.5 * expert)
 
 
-def test_an_ep_plans_breakdown_keeps_its_keys_when_the_all_to_alls_all_hide(moe):
-    """Scripts read breakdown["ep_all_to_all"] of any ep plan: 0 where the overlap hid it all,
-    never a missing key; a dense plan has neither key."""
+def test_an_ep_plans_breakdown_keeps_its_keys_when_little_stays_exposed(moe):
+    """Scripts read breakdown["ep_all_to_all"] of any ep plan: however little the overlap left
+    (a 0 for cp here), never a missing key; a dense plan has neither key."""
     from smplan.simulator import simulate_plan
 
     cl = load_cluster("h100x8", nodes=2, overrides={"efficiency.ep_a2a_overlap": 1.0})
     plan = _plan("dp=16,ep=2,mbs=1,gbs=64", moe, nodes=2)
     closed = estimate(plan, moe, cl).breakdown
-    assert closed["ep_all_to_all"] == 0.0 and closed["cp_comm_exposed"] == 0.0
+    assert 0.0 < closed["ep_all_to_all"] < 0.3 * closed["compute"] and closed["cp_comm_exposed"] == 0.0
     assert {"ep_all_to_all", "cp_comm_exposed"} <= simulate_plan(plan, moe, cl).figures.breakdown.keys()
     dense = _plan("dp=16,mbs=1,gbs=64", moe, nodes=2)
     assert "ep_all_to_all" not in estimate(dense, moe, cl).breakdown
