@@ -327,8 +327,18 @@ def analyse_run(
     young = young_interval(cost, m)
     daly = daly_interval(cost, m)
     anchor = young_interval(max(cost, 1.0), m)
-    grid = np.geomspace(max(anchor / 10.0, 1.0), max(min(anchor * 6.0, spec.work_s), 2.0), points)
-    grid = np.unique(np.concatenate([grid] + ([[daly]] if daly > 0 else []) + ([[interval_s]] if interval_s else [])))
+    # An asynchronous write must end before the next one starts (one in flight, as
+    # torch.distributed.checkpoint's async_save is used): no interval shorter than a write.
+    shortest = spec.checkpoint_s if spec.async_checkpoint else 0.0
+    if interval_s and interval_s < shortest:
+        raise ReliabilityError(
+            f"a checkpoint interval of {interval_s / 60:.3g} min is shorter than one asynchronous checkpoint write "
+            f"({shortest / 60:.3g} min): the next write would start before the last one ends; give an interval of "
+            f"at least {math.ceil(shortest / 60)} min, or leave it to the sweep")
+    low = max(anchor / 10.0, 1.0, shortest)
+    grid = np.geomspace(low, max(min(anchor * 6.0, spec.work_s), 2.0, low), points)
+    extra = [daly] if daly >= max(shortest, 1e-9) else []
+    grid = np.unique(np.concatenate([grid, extra] + ([[interval_s]] if interval_s else [])))
     res = simulate_sweep(spec, grid, seeds, seed)
     best, best_row = res.best()
     drawn = int(res.failures[best_row].sum())

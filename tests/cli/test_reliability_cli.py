@@ -45,6 +45,8 @@ def test_reliability_table_tokens_and_options(cli_runner):
         ["--days", "1", "--checkpoint-interval-min", "0"],
         ["--days", "1", "--mtbf-hours", "0"],
         ["--days", "1", "--weibull-shape", "100"],
+        # an asynchronous write must end before the next one starts
+        ["--days", "1", "--async-checkpoint", "--checkpoint-minutes", "60", "--checkpoint-interval-min", "5"],
     ],
 )
 def test_reliability_bad_inputs_one_line_exit_2(cli_runner, extra):

@@ -84,6 +84,21 @@ def test_too_few_failures_drawn_to_sweep_take_dalys_interval():
     assert fallback.interval_source == "daly" and fallback.daly_interval_s < 600.0 == fallback.interval_s
 
 
+def test_an_async_write_ends_before_the_next_one_starts():
+    # Many failures (so the sweep, not Daly, picks), a 2 s blocking copy and a 16 min write:
+    # Young's interval of the copy (~3 min) would put five writes in flight at once.
+    spec = RunSpec(work_s=10 * 86400, num_gpus=8192, gpu_mtbf_hours=5000, restart_s=15 * MIN, checkpoint_s=16 * MIN,
+                   async_checkpoint=True, async_blocking_s=2.0)
+    auto = analyse_run(spec, seeds=20)
+    assert auto.interval_source == "auto" and auto.interval_s >= 16 * MIN
+    assert min(row["interval_s"] for row in auto.sweep) >= 16 * MIN
+    with pytest.raises(ReliabilityError, match="shorter than one asynchronous checkpoint write"):
+        analyse_run(spec, interval_s=5 * MIN, seeds=2)
+    assert analyse_run(spec, interval_s=16 * MIN, seeds=2).interval_s == 16 * MIN
+    sync = RunSpec(**{**spec.__dict__, "async_checkpoint": False})
+    assert analyse_run(sync, interval_s=5 * MIN, seeds=2).interval_s == 5 * MIN  # a sync write blocks: any interval
+
+
 def test_sixteen_thousand_gpus_thirty_days_is_fast():
     spec = RunSpec(work_s=30 * 86400, num_gpus=16384, gpu_mtbf_hours=50000, restart_s=15 * MIN,
                    checkpoint_s=5 * MIN)
