@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 from .grid import Vary, fmt_value
 
+# Hardware-profile sections that a step does not read: only the failure simulation of a run does.
+RUN_ONLY_SECTIONS = ("reliability", "storage")
+
 
 class QuestionError(ValueError):
     """The what-if question itself is inconsistent; the message says what to change."""
@@ -45,6 +48,12 @@ class Question:
         if not self.timed and (self.checkpoint_interval_min is not None
                                or any(v.kind == "checkpoint" for v in self.varies)):
             raise QuestionError("a checkpoint interval prices checkpoints over a run: add --tokens or --days")
+        # failure rates, restart and checkpoint-write times change only a whole run, not a step:
+        # without one, every point of such a sweep would come out the same
+        run_only = [v.key for v in self.varies if v.kind == "cluster" and v.target.split(".")[0] in RUN_ONLY_SECTIONS]
+        if not self.timed and run_only:
+            raise QuestionError(f"--vary {run_only[0]} changes only a whole run (failures, restarts, checkpoint "
+                                "writes), not a step: add --tokens or --days")
         self._check_fixed_and_varied()
         self._check_fp8_scaling_has_fp8()
         self._check_stages_keep_their_chunks()

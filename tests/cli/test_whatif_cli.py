@@ -109,6 +109,15 @@ def test_bad_vary_is_one_line_exit_2(cli_runner, tmp_path, bad):
     assert "Traceback" not in result.output and result.output.startswith("error: ")
 
 
+@pytest.mark.parametrize("key", ["reliability.gpu_mtbf_hours=100,1000", "storage.checkpoint_write_gbps=1,5"])
+def test_a_sweep_of_what_only_a_run_reads_needs_a_run(cli_runner, tmp_path, key):
+    # without --tokens or --days every point would be the same step: refused, as an interval is
+    result = run(cli_runner, "--vary", key, "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "changes only a whole run" in result.output and "--tokens or --days" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+    assert run(cli_runner, "--vary", key, "--days", "1", "-o", str(tmp_path / "ok")).exit_code == 0
+
+
 @pytest.mark.parametrize("bad, rule", [
     (["--hw-set", "efficiency.gemm_tile=-1"], "gemm_tile must not be negative"),
     (["--hw-set", "inter_node.bandwidth_gbps=0"], "bandwidth_gbps must be greater than 0"),
