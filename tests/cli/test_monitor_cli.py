@@ -141,6 +141,18 @@ def test_report_output_must_be_a_file_in_an_existing_folder(cli_runner, tmp_path
                     "does not exist")
 
 
+@pytest.mark.parametrize("inside", ["metrics.jsonl", "ranks/page.html", "checkpoints/page.html"])
+def test_report_never_writes_over_what_a_run_writes_even_with_force(cli_runner, tmp_path, inside):
+    run = write_run(tmp_path / "run")
+    target = run / inside
+    target.parent.mkdir(exist_ok=True)  # a run's checkpoints/ appears with its first checkpoint
+    before = target.read_bytes() if target.is_file() else None
+    result = cli_runner.invoke(cli, ["report", str(run), "-o", str(target), "--force"])
+    _one_error_line(result, f"is part of the run in {run}")
+    assert (target.read_bytes() if target.is_file() else None) == before
+    assert cli_runner.invoke(cli, ["monitor", str(run)]).exit_code == 0  # the run still reads
+
+
 def test_report_never_overwrites_a_file_without_force(cli_runner, tmp_path):
     run = write_run(tmp_path / "r")
     mine = tmp_path / "notes.html"
