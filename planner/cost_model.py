@@ -176,14 +176,21 @@ class MeshKey:
     fp8_scaling: str = "tensor"
 
 
+def blocks_problem(profile: ModelProfile) -> str | None:
+    """Why no plan can place `profile`'s model (it has no repeated blocks), or None."""
+    if profile.blocks:
+        return None
+    return (f"model {profile.model!r} has no repeated blocks (an nn.ModuleList or nn.Sequential of modules of one "
+            "class), which smplan places and prices one by one; build it around such a stack (README: The model file)")
+
+
 class CostModel:
     """Coefficients of one (profile, cluster), cached per mesh and micro-batch."""
 
     def __init__(self, profile: ModelProfile, cluster: Cluster):
-        if not profile.blocks:
-            raise PlanError(f"model {profile.model!r} has no repeated blocks (an nn.ModuleList or nn.Sequential of "
-                            "modules of one class), which smplan places and prices one by one; build it around such "
-                            "a stack (README: The model file)")
+        problem = blocks_problem(profile)
+        if problem:
+            raise PlanError(problem)
         self.profile = profile
         self.cluster = cluster
         # The same GPUs with nothing to wait for on the host: its passes less the real ones are

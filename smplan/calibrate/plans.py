@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smplan.planner.cost_model import blocks_problem
 from smplan.planner.feasibility import pipeline_fill_problem
 from smplan.planner.model_profile import ModelProfile
 from smplan.planner.plan import Plan, PlanError, even_stages
@@ -75,6 +76,9 @@ def choose(nproc: int, profile: ModelProfile, k: int, global_batch: int = 8,
     """K diverse choices; the first is pure data parallelism without recomputation."""
     if k < 1:
         raise PlanError(f"--plans must be at least 1, got {k}")
+    problem = blocks_problem(profile)  # no mesh places such a model, whatever the batch
+    if problem:
+        raise PlanError(problem)
     pool = candidates(nproc, profile, global_batch, recompute)
     if not pool:
         raise PlanError(

@@ -75,3 +75,10 @@ def test_plan_keys_a_calibration_cannot_honour_are_refused(text, named):
 def test_supported_plan_keys_are_kept():
     c = parse_choice("dp=1,tp=2,pp=1,mbs=2,recompute=full")
     assert (c.dp, c.tp, c.pp, c.micro_batch, c.recompute) == (1, 2, 1, 2, "full")
+
+
+def test_a_model_without_blocks_is_named_as_such_not_blamed_on_the_batch(profile):
+    blockless = dataclasses.replace(profile, blocks=())
+    with pytest.raises(PlanError, match="has no repeated blocks") as err:
+        choose(2, blockless, 1, global_batch=8)
+    assert "global batch" not in str(err.value)

@@ -37,6 +37,17 @@ def test_a_used_runs_dir_is_refused_as_runs_dir(cli_runner, probed, tmp_path):
     assert "--runs-dir" in line and "already holds" in line and "-o/--output" not in line
 
 
+def test_a_run_directory_of_execute_is_refused_as_runs_dir(cli_runner, probed, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 4.0}\n')
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--check",
+                                                    "--runs-dir", str(run)]))
+    assert "is the run directory of `smplan execute`" in line and "run_config.json, metrics.jsonl" in line
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "run_config.json"]
+
+
 def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_path):
     out = tmp_path / "cal.toml"
     out.write_text("keep me")
