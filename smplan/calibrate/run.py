@@ -217,6 +217,12 @@ def check_plans(labelled: Sequence[tuple[str, Plan]], model_file, profile, clust
     otherwise it fails only when its turn comes, after the earlier plans ran for minutes."""
     from smplan.executor import PlanMismatchError, check_this_machine, validate_plan
 
+    device, _ = device_dtype()
+    if (device == "cpu") != (cluster.gpu.name == "cpu"):  # `hw probe` names a CPU profile's gpu "cpu"
+        here = "no GPU" if device == "cpu" else "a GPU"
+        raise PlanError(f"calibrate fits {cluster.name}'s factors to runs on this machine, which has {here}, but "
+                        f"{cluster.name} describes {cluster.gpu.name}: probe this machine (smplan hw probe -o "
+                        "local.toml) and calibrate that, or calibrate where its GPUs are; nothing was run")
     for label, plan in labelled:
         try:
             estimate(plan, profile, cluster)
