@@ -310,14 +310,18 @@ def write_calibrated_stack(model: str, opts: CalibrateOptions, report: Calibrati
 
     base = load_stack(opts.stack)
     fitted = [k for k in STACK_KEYS if k in opts.keys]
-    values = {k: getattr(report.fit.efficiency, k) for k in fitted}
+    # Every stack key as the fit ran with it: a probed profile's own values (fusion and overlaps
+    # off) hold under the default stack, and the fitted host time is only right next to them.
+    values = {k: getattr(report.fit.efficiency, k) for k in STACK_KEYS}
+    kept = [k for k in STACK_KEYS if k not in fitted and values[k] != getattr(base, k)]
     name = Path(opts.stack_output).stem
     stack = dataclasses.replace(base, name=name, description=f"{base.name} calibrated on this machine", **values)
     when = time.strftime("%Y-%m-%d")
     notes = [f"Calibrated by `smplan calibrate {model}` on {when}: {num_plans} plans x {opts.steps} steps on "
              f"{opts.nproc} processes, from {base.source};",
              f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after."]
-    comments = {k: (f"fitted by smplan calibrate, {when}" if k in fitted else f"from {base.source}")
+    comments = {k: (f"fitted by smplan calibrate, {when}" if k in fitted
+                    else "as the fit ran: the hardware profile's own value" if k in kept else f"from {base.source}")
                 for k in (*STACK_KEYS, "overlap_grad_reduce")}
     write_stack(stack_toml(stack, notes, comments), opts.stack_output, opts.force)
     report.stack_output = opts.stack_output

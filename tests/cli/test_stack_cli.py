@@ -217,3 +217,34 @@ def test_calibrate_writes_the_fitted_stack_keys(cli_runner, probed, tmp_path, mo
     before = out.read_text()
     line = _one_error_line(cli_runner.invoke(cli, args))
     assert "--force" in line and "--stack-output" in line and out.read_text() == before
+
+
+def test_a_stack_calibrated_under_the_default_keeps_the_probed_values_the_fit_ran_with(
+        cli_runner, probed, tmp_path, monkeypatch):
+    """Under the default stack a probed profile keeps its own fusion and overlaps (0: smplan
+    execute's eager runs); the stack file written next to the fitted host time must hold those,
+    not megatron-core's, or --stack would price the machine with overlaps it never had."""
+    from smplan.hwprofiles import load_cluster
+    from smplan.planner import estimate, profile_model
+
+    from smplan.calibrate import local_cluster
+    from smplan.calibrate.measure import Measured
+
+    cluster = local_cluster(str(probed), 2)
+    assert cluster.efficiency.tp_comm_overlap == 0.0 != load_stack(DEFAULT_STACK).tp_comm_overlap
+
+    def fake_run(plan, label, model_file, steps, nproc, run_dir):
+        profile = profile_model(GPT, dtype=plan.dtype)
+        return Measured(plan, label, 1.5 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
+
+    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    out = tmp_path / "mine.toml"
+    result = cli_runner.invoke(cli, ["calibrate", GPT, "--hw", str(probed), "--plans", "3", "--stack-output",
+                                     str(out), "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    stack = load_stack(str(out))
+    for key in ("elementwise_fusion", "tp_comm_overlap", "ep_a2a_overlap"):
+        assert getattr(stack, key) == getattr(cluster.efficiency, key), key
+    assert "as the fit ran: the hardware profile's own value" in out.read_text()
+    under = load_cluster(str(probed), stack=str(out)).efficiency
+    assert (under.elementwise_fusion, under.tp_comm_overlap) == (0.0, 0.0)
