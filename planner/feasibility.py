@@ -68,8 +68,12 @@ def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int
     return None
 
 
-def default_dtype(peak_tflops) -> str:
-    """bf16 where the GPU has a bf16 peak, else fp16 (e.g. V100), else fp32 (`PeakTflops`)."""
+def default_dtype(peak_tflops, gpu_name: str = "") -> str:
+    """bf16 where the GPU has a bf16 peak, else fp16 (e.g. V100), else fp32 (`PeakTflops`);
+    fp32 on a CPU profile (`smplan hw probe` names its device "cpu"), as `smplan execute` and
+    `smplan calibrate` run there (calibrate.measure.device_dtype)."""
+    if gpu_name == "cpu":
+        return "fp32"
     for dtype in ("bf16", "fp16"):
         if getattr(peak_tflops, dtype, 0.0) > 0:
             return dtype

@@ -277,11 +277,11 @@ def plan_model(
     """Profile the model file `ref` and search its plans (what `smplan plan` runs).
 
     dtype None: the GPU's default (`feasibility.default_dtype`: bf16, or fp16 on GPUs without
-    a bf16 peak such as V100). `progress` (callable) also hears when profiling starts.
+    a bf16 peak such as V100, fp32 on a probed CPU). `progress` (callable) also hears when profiling starts.
     """
     from .profiler import profile_model
 
-    dtype = dtype or default_dtype(cluster.gpu.peak_tflops)
+    dtype = dtype or default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name)
     check_fix_syntax(constraints.get("fix"))
     profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype, progress=constraints.get("progress"))
     constraints["dtype"] = constraints.get("dtype") or dtype

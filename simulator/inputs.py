@@ -75,7 +75,7 @@ def resolve_target(
     keys = parse_inline(plan_text)
     cluster = load_cluster(hw, nodes=nodes, overrides=list(hw_set), stack=stack)
     keys.setdefault("overlap_dp", load_stack(stack).overlap_grad_reduce)
-    keys.setdefault("dtype", default_dtype(cluster.gpu.peak_tflops))  # as `plan` does: fp16 on a V100
+    keys.setdefault("dtype", default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name))  # as `plan` does: fp16 on a V100
     profile = profile_model(target, model_args or {}, seq_len, keys["dtype"])
     plan = plan_from_inline(
         keys,

@@ -38,7 +38,8 @@ from .table import format_table
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
-              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100; "
+              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100, fp32 on a CPU "
+                   "profile from `smplan hw probe`, as execute runs there; "
                    "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
               help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf, grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). Repeatable, each key once.")

@@ -299,3 +299,14 @@ def test_title_names_the_gpus_per_node_a_hw_set_gives(cli_runner):
     assert "on 8 GPUs (4x a100x8 with 2 GPUs each)" in result.stdout.splitlines()[0]
     plain = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--nodes", "2"])
     assert "on 16 GPUs (2x a100x8)," in plain.stdout.splitlines()[0]
+
+
+def test_a_probed_cpu_is_planned_in_fp32_as_execute_runs_there(cli_runner, probed, tmp_path):
+    out = tmp_path / "plan.json"
+    result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(probed), "--global-batch", "4",
+                                     "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["dtype"] == "fp32"
+    simulated = cli_runner.invoke(cli, ["simulate", "examples/gpt.py:tiny", "--hw", str(probed), "--plan",
+                                        "dp=2,mbs=1,gbs=4", "--json"])
+    assert json.loads(simulated.output)["plan"]["dtype"] == "fp32"

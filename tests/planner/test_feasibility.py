@@ -137,5 +137,7 @@ def test_min_nodes_is_the_low_end_of_max_nodes():
 def test_default_dtype_follows_the_gpu():
     assert default_dtype(load_cluster("a100x8").gpu.peak_tflops) == "bf16"
     assert default_dtype(load_cluster("v100x8").gpu.peak_tflops) == "fp16"
+    # a probed CPU has a bf16 peak, but execute and calibrate run fp32 there
+    assert default_dtype(load_cluster("a100x8").gpu.peak_tflops, "cpu") == "fp32"
     no_half = load_cluster("v100x8", overrides={"gpu.peak_tflops.fp16": 0.0}).gpu.peak_tflops
     assert default_dtype(no_half) == "fp32"
