@@ -155,7 +155,7 @@ class Trainer:
         model, n = self.parts.chunks[0], len(micro)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(micro):
-            with _grad_sync(model, i == n - 1), self.loss_context():
+            with _grad_sync(model, i == n - 1, keep_gathered=0 < self.plan.zero < 3), self.loss_context():
                 with self.autocast():
                     loss = self.loss_fn(model(self._local(x)), self._local(y))
                 timer.mark("forward")
@@ -432,8 +432,12 @@ def _loss_parallel():
 
 
 @contextlib.contextmanager
-def _grad_sync(model, sync: bool):
-    """Reduce gradients only on the last micro-batch (DDP no_sync / FSDP2 switch)."""
+def _grad_sync(model, sync: bool, keep_gathered: bool = False):
+    """Reduce gradients only on the last micro-batch (DDP no_sync / FSDP2 switch). With
+    `keep_gathered` (ZeRO-1/2: parameters are not sharded between passes) FSDP2 also keeps the
+    gathered parameters until that last backward, so a step gathers each block once, as
+    ZeRO-1's distributed optimizer does, not once per micro-batch (FSDP2 docs,
+    `set_reshard_after_backward`: "during gradient accumulation")."""
     from torch.distributed.fsdp import FSDPModule
     from torch.nn.parallel import DistributedDataParallel
 
@@ -443,4 +447,6 @@ def _grad_sync(model, sync: bool):
         return
     if isinstance(model, FSDPModule):
         model.set_requires_gradient_sync(sync)
+        if keep_gathered:
+            model.set_reshard_after_backward(sync)
     yield
