@@ -292,7 +292,7 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
         notes = [
             f"Calibrated by `smplan calibrate {model}` on {time.strftime('%Y-%m-%d')}: {len(ok)} plans x "
             f"{opts.steps} steps on {opts.nproc} processes;",
-            f"fitted {', '.join(opts.keys)} (log-space least squares, hwprofiles/calibrate.py);",
+            f"fitted {', '.join(opts.keys)} (log-space least squares, smplan/calibrate/fit.py);",
             f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after.",
         ]
         if opts.hw_set:

@@ -68,8 +68,11 @@ def model_args_option(fn):
     )(fn)
 
 
-def json_option(fn):
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")(fn)
+def json_option(fn=None, *, help: str = "Print one JSON object instead of a table."):
+    """--json; `help` where the verb prints no table (@json_option(help=...))."""
+    if fn is None:
+        return lambda f: json_option(f, help=help)
+    return click.option("--json", "as_json", is_flag=True, help=help)(fn)
 
 
 def cluster_from(hw: str, nodes: int | None, hw_set: tuple[str, ...], stack: str | None = None) -> Cluster:

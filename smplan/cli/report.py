@@ -16,7 +16,7 @@ from .options import echo_json, json_option
               help="Where the page goes (default RUN_DIR/report.html, rewritten on every call).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @threshold_options
-@json_option
+@json_option(help="Print one JSON object (the page's path and the run directory) instead of the line.")
 def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_json):
     """One self-contained HTML page for a run of `smplan execute`: loss (and validation loss),
     the learning rate, step time against the plan's prediction, memory per rank and the gradient-norm heatmap (blocks x steps),

@@ -117,7 +117,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo(format_table(["figure", "value"], rows))
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
-                            [[k, v, v / f.step_time_s] for k, v in f.breakdown.items()]))
+                            [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in f.breakdown.items()]))
     note = host_wait_note(f, cluster.efficiency, moe=profile.num_experts > 1)
     if note:
         click.echo(note)

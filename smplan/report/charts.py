@@ -84,9 +84,9 @@ FRONTIER_LOG_X_RATIO = 10.0
 
 
 def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
-    """Time to train (or tokens trained) vs cost. Pareto points are joined and marked with their
-    point number (#id, as the whatif table numbers them); a key beside the chart gives each
-    one's settings and plan, so labels never cover points or each other."""
+    """Time to train (or tokens trained) vs cost. Every point is marked with its number (#id, as
+    the whatif table numbers them); the Pareto points are joined, and a key beside the chart
+    gives their settings and plans, so labels never cover points or each other."""
     title = "Time to train vs cost" if mode == "tokens" else "Tokens trained vs cost"
     fig, (ax, key) = new_figure(title, ncols=2, width=13, height=6, width_ratios=[3.0, 1.25])
     by_id = {p["id"]: p for p in points}
@@ -97,6 +97,9 @@ def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
         xy = np.array([frontier_xy(p, mode) for p in rest])
         ax.scatter(xy[:, 0], xy[:, 1], color="#bbbbbb", s=40, label="dominated", gid="dominated")
         xs += list(xy[:, 0])
+        for k, p in enumerate(rest):  # numbered too, so a grey dot can be found in the table
+            ax.annotate(f"#{p['id']}", xy[k], xytext=(5, -9), textcoords="offset points", fontsize=7,
+                        color="#888888", gid="dominated_id")
     xy = np.array([frontier_xy(p, mode) for p in front])
     ax.scatter(xy[:, 0], xy[:, 1], color="#ee6677", s=70, zorder=3, label="Pareto frontier", gid="pareto")
     ax.plot(xy[:, 0], xy[:, 1], color="#ee6677", linewidth=1.5, zorder=2, gid="pareto_line")
