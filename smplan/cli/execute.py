@@ -244,12 +244,21 @@ def _echo_summary(summary: dict, plan) -> None:
             and not 1 / CALIBRATE_HINT_RATIO <= off <= CALIBRATE_HINT_RATIO):
         args = "".join(f" --arg {k}={v}" for k, v in (plan.model_args or {}).items())
         args += "".join(f" --hw-set {k}={v}" for k, v in (plan.hw_overrides or {}).items())
+        out = _unused_name("cal", ".toml")  # calibrate refuses to overwrite: suggest a command that runs
         click.echo(f"  note: the step took {off:.2f}x its prediction on this machine; `smplan calibrate {plan.model}"
-                   f"{args} --hw {plan.hw} -o cal.toml` fits the profile's efficiency and host-time factors to runs "
-                   "here, and `smplan plan --hw cal.toml` then predicts with them")
+                   f"{args} --hw {plan.hw} -o {out}` fits the profile's efficiency and host-time factors to runs "
+                   f"here, and `smplan plan --hw {out}` then predicts with them")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")
     if "final_val_loss" in measured:
         click.echo(f"  final val loss {measured['final_val_loss']:.6f}")
+
+
+def _unused_name(stem: str, suffix: str) -> str:
+    """STEM.SUFFIX, or STEM-2.SUFFIX, ... : the first that does not exist here."""
+    k = 1
+    while os.path.exists(name := stem + (f"-{k}" if k > 1 else "") + suffix):
+        k += 1
+    return name
 
 
 @contextlib.contextmanager

@@ -349,6 +349,10 @@ def test_a_step_far_from_its_prediction_points_to_calibrate(capsys, tmp_path, mo
             in capsys.readouterr().out) is noted
     _echo_summary({**summary, "device": "cpu"}, Plan(model="m.py", hw="a100x9", nodes=1))
     assert "smplan calibrate" not in capsys.readouterr().out
+    # calibrate refuses to overwrite its -o: the suggestion names a file that is not there yet
+    (tmp_path / "cal.toml").write_text("")
+    _echo_summary({**summary, "device": "cpu"}, Plan(model="m.py", hw="cal.toml", nodes=1))
+    assert ("--hw cal.toml -o cal-2.toml`" in capsys.readouterr().out) is noted
 
 
 def test_lr_scaling_without_a_reference_batch_is_refused(cli_runner, tmp_path):
