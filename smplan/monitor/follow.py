@@ -27,8 +27,11 @@ def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 
             run = load_run(run_dir)
         except RunDirError:
             missing = not Path(run_dir).is_dir()
-            if (missing and updates * interval_s >= APPEAR_WAIT_S) or (not missing and read_stopped(run_dir) is not None):
-                raise  # no run started there after all, or a stopped run writes no more steps
+            if missing and updates * interval_s >= APPEAR_WAIT_S:  # no run started there after all
+                raise RunDirError(f"run directory {run_dir} did not appear in {APPEAR_WAIT_S:g} s of waiting; pass the "
+                                  "-o/--output folder of a running `smplan execute`") from None
+            if not missing and read_stopped(run_dir) is not None:
+                raise  # a stopped run writes no more steps
             run = None
         show(run)
         updates += 1

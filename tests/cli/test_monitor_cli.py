@@ -31,7 +31,7 @@ def test_follow_on_a_folder_that_never_appears(cli_runner, tmp_path, monkeypatch
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert lines[0] == f"waiting for {tmp_path / 'nope'} to appear (smplan execute creates it as it starts) ..."
-    assert lines[-1].startswith("error: run directory") and "does not exist" in lines[-1]
+    assert lines[-1].startswith("error: run directory") and "did not appear in 0.1 s of waiting" in lines[-1]
     assert not any("Traceback" in line for line in lines) and not (tmp_path / "nope").exists()
 
 

@@ -237,7 +237,7 @@ def test_follow_waits_for_the_first_step_then_stops_when_finished(tmp_path):
 
     assert follow(late, shown.append, interval_s=1.0, sleep=appear).finished and shown[:2] == [None, None]
     waited = []
-    with pytest.raises(RunDirError, match="does not exist"):
+    with pytest.raises(RunDirError, match="did not appear in 30 s of waiting"):
         follow(tmp_path / "missing", waited.append, interval_s=10.0, sleep=lambda _: None)
     assert len(waited) == 3  # 0, 10 and 20 s: then 30 s have passed
 
