@@ -155,7 +155,7 @@ class Trainer:
         model, n = self.parts.chunks[0], len(micro)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(micro):
-            with _grad_sync(model, i == n - 1, keep_gathered=0 < self.plan.zero < 3), self.loss_context():
+            with _grad_sync(model, i == n - 1, self.plan.zero), self.loss_context():
                 with self.autocast():
                     loss = self.loss_fn(model(self._local(x)), self._local(y))
                 timer.mark("forward")
@@ -432,12 +432,17 @@ def _loss_parallel():
 
 
 @contextlib.contextmanager
-def _grad_sync(model, sync: bool, keep_gathered: bool = False):
-    """Reduce gradients only on the last micro-batch (DDP no_sync / FSDP2 switch). With
-    `keep_gathered` (ZeRO-1/2: parameters are not sharded between passes) FSDP2 also keeps the
-    gathered parameters until that last backward, so a step gathers each block once, as
-    ZeRO-1's distributed optimizer does, not once per micro-batch (FSDP2 docs,
-    `set_reshard_after_backward`: "during gradient accumulation")."""
+def _grad_sync(model, sync: bool, zero: int = 0):
+    """Gradient reduction across micro-batches as the plan's ZeRO stage prices and sizes it.
+
+    DDP, and FSDP2 under ZeRO-1: reduce only on the last micro-batch (no_sync), the full
+    gradients accumulating meanwhile (ZeRO-1 keeps them whole). ZeRO-2/3: reduce-scatter on
+    every micro-batch, so only the shard stays (the memory model's gradients / dp, and the cost
+    model's reduce-scatter per micro-batch, as DeepSpeed ZeRO-2/3 reduce each micro-batch's
+    gradients into their partitions). ZeRO-1/2 (parameters not resharded after forward) also
+    keep the gathered parameters until the last micro-batch's backward, so a step gathers each
+    block once, not once per micro-batch (FSDP2 `set_reshard_after_backward`: "during gradient
+    accumulation"); ZeRO-3 reshards after every backward."""
     from torch.distributed.fsdp import FSDPModule
     from torch.nn.parallel import DistributedDataParallel
 
@@ -446,7 +451,7 @@ def _grad_sync(model, sync: bool, keep_gathered: bool = False):
             yield
         return
     if isinstance(model, FSDPModule):
-        model.set_requires_gradient_sync(sync)
-        if keep_gathered:
+        model.set_requires_gradient_sync(sync or zero >= 2)
+        if zero in (1, 2):
             model.set_reshard_after_backward(sync)
     yield

@@ -219,13 +219,13 @@ class CostModel:
         sharded = key.dp * key.cp > 1 or (key.ep > 1 and key.tp * key.cp * key.dp > key.ep)  # a group to shard over
         zk = key.zero if key.zero >= 2 and sharded else 0
         self._parts[id(part)] = part
-        partner = a2a_paired_share(key.pp, key.v, key.num_microbatches)
+        a2a_share = a2a_paired_share(key.pp, key.v, key.num_microbatches)
         bf16_grads = grad_compress.parse(key.grad_compress).kind == "bf16"
         return self._pass(id(part), key.tp, key.dp, key.sp, key.micro_batch, zk, key.overlap_dp, key.dtype,
-                          key.cp, key.ep, key.capacity_factor, partner, bf16_grads, key.fp8_scaling)
+                          key.cp, key.ep, key.capacity_factor, a2a_share, bf16_grads, key.fp8_scaling)
 
     def _pass_uncached(self, part_id, tp, dp, sp, b, zero, overlap, dtype, cp=1, ep=1, cf=1.0,
-                       a2a_partner=1.0, bf16_grads=False, fp8_scaling="tensor") -> PassTimes:
+                       a2a_share=1.0, bf16_grads=False, fp8_scaling="tensor") -> PassTimes:
         part = self._parts[part_id]
         spans = self.spans(tp, dp, cp, ep)
         zc = (0.0, 0.0, overlap)
@@ -252,13 +252,13 @@ class CostModel:
             # the smaller, so the safer, lead).
             block = self.profile.blocks[0]
             self._parts[id(block)] = block
-            bp = self._pass(id(block), tp, dp, sp, b, zero, overlap, dtype, cp, ep, cf, a2a_partner, bf16_grads,
+            bp = self._pass(id(block), tp, dp, sp, b, zero, overlap, dtype, cp, ep, cf, a2a_share, bf16_grads,
                             fp8_scaling)
             slack = launch_slack_s(bp.without_zero or bp, self.cluster, block)
 
         def passes(zero_comm, cluster=self.cluster) -> PassTimes:
             return pass_times(part, spans["tp"], sp, b, cluster, dtype, zero_comm, cp_span=spans["cp"],
-                              ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=self.cluster.efficiency.ep_a2a_overlap * a2a_partner,
+                              ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=self.cluster.efficiency.ep_a2a_overlap * a2a_share,
                               fp8_scaling=fp8_scaling, host_slack_s=slack)
 
         out = passes(zc).with_host_wait(passes(zc, self._gpu_only))
@@ -466,9 +466,10 @@ def a2a_paired_share(pp: int, v: int, num_microbatches: int) -> float:
     Megatron-Core's EP A2A overlap (`overlap_moe_expert_parallel_comm`) needs to hide the
     expert all-to-alls: without a pipeline, every forward but the first; with one, the
     interleaved schedule's steady-state 1F1B passes only (its config refuses plain 1F1B), after
-    the first stage's warm-up of (pp - 1) * 2 + (v - 1) * pp forwards (Megatron-Core
-    schedules.py, get_pp_warmup_microbatches): a step that is all warm-up and cool-down
-    hides nothing. The first stage, with the longest warm-up, bounds the step."""
+    a warm-up of (pp - 1) * 2 + (v - 1) * pp forwards plus the one the overlap adds
+    (Megatron-Core schedules.py, get_pp_rank_microbatches, first stage): a step that is all
+    warm-up and cool-down hides nothing. The first stage's share, the smallest, is charged to
+    every stage (later stages warm up less): a conservative price of the overlap."""
     m = num_microbatches
     if m <= 1:
         return 0.0
@@ -477,7 +478,7 @@ def a2a_paired_share(pp: int, v: int, num_microbatches: int) -> float:
     if v <= 1:
         return 0.0
     passes = m * v
-    return (passes - min(passes, (pp - 1) * 2 + (v - 1) * pp)) / passes
+    return (passes - min(passes, (pp - 1) * 2 + (v - 1) * pp + 1)) / passes
 
 
 def mesh_key(plan: Plan) -> MeshKey:

@@ -37,8 +37,8 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   group's span, as the stack's dispatcher sends them (`efficiency.ep_dispatcher`: NCCL's
   all-to-all, or DeepEP / HybridEP's one copy per destination node); the stack's
   `ep_a2a_overlap` share of them hides behind the compute of the paired micro-batch
-  (Megatron-Core's EP A2A overlap; the cost model turns it off without a partner micro-batch,
-  and full recompute gives it back), the rest is exposed. ep = 1 keeps
+  (Megatron-Core's EP A2A overlap; the cost model scales it by the share of passes that have a
+  partner micro-batch, and full recompute gives it back), the rest is exposed. ep = 1 keeps
   the experts replicated on the tp ranks (as the model file's tp_plan does).
 - capacity_factor multiplies the expert GEMM rows and the all-to-all bytes (the busiest
   expert sets the pace; GShard, Lepikhin et al. 2020).

@@ -27,14 +27,17 @@ def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_j
     """
     from pathlib import Path
 
-    from smplan.monitor import Thresholds, load_run, write_run_report
+    from smplan.monitor import Thresholds, load_run, report_path_problem, write_run_report
 
+    run = load_run(run_dir)  # first: a wrong RUN_DIR is named as such, not as -o's folder
+    target = out or Path(run_dir) / "report.html"
+    problem = report_path_problem(target)  # before --force: no flag makes a run's own file the page's
+    if problem:
+        raise UserError(problem)
     if out and Path(out).is_file() and not force:
         raise UserError(f"{out} exists; pass --force to overwrite it, or choose another -o")
-    run = load_run(run_dir)  # first: a wrong RUN_DIR is named as such, not as -o's folder
-    check_can_write(str(out or Path(run_dir) / "report.html"), "-o/--output")
-    path = write_run_report(run, out or Path(run_dir) / "report.html",
-                            Thresholds(straggler_pct, straggler_steps, memory_pct))
+    check_can_write(str(target), "-o/--output")
+    path = write_run_report(run, target, Thresholds(straggler_pct, straggler_steps, memory_pct))
     if as_json:
         echo_json({"report": str(path), "run_dir": str(run_dir)})
     else:

@@ -6,7 +6,7 @@
 """
 
 from .follow import follow
-from .report import render_run_html, write_run_report
+from .report import render_run_html, report_path_problem, write_run_report
 from .rundir import RunData, RunDirError, load_run, read_jsonl
 from .sparkline import sparkline
 from .status import Thresholds, run_status
@@ -26,6 +26,7 @@ __all__ = [
     "read_jsonl",
     "render_run_html",
     "render_status",
+    "report_path_problem",
     "run_status",
     "skipped_note",
     "sparkline",

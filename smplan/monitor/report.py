@@ -96,28 +96,40 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
 
 
 def _run_entry_owner(out: Path) -> tuple[Path, str] | None:
-    """(the run directory, as `out` names it; its entry) when `out` is, or lies in, an entry a run
-    writes (metrics.jsonl, ranks/, checkpoints/, ...) of a run directory; else None."""
-    path = out.absolute()
-    for depth, folder in enumerate(path.parents):
-        if not any((folder / marker).is_file() for marker in (RUN_CONFIG_FILE, METRICS_FILE)):
-            continue
-        entry = path.relative_to(folder).parts[0]
-        if entry in (*RUN_ENTRIES, LOCK_FILE):
-            return (out.parents[depth] if depth < len(out.parents) else folder), entry
+    """(the run directory; its entry) when `out` is, or lies in, an entry a run writes
+    (metrics.jsonl, ranks/, checkpoints/, ...) of a run directory; else None. Checked where `out`
+    really points too (resolve(): symbolic links followed, ".." collapsed)."""
+    import os
+
+    for path in (Path(os.path.normpath(out.absolute())), out.resolve()):
+        for folder in path.parents:
+            if not any((folder / marker).is_file() for marker in (RUN_CONFIG_FILE, METRICS_FILE)):
+                continue
+            entry = path.relative_to(folder).parts[0]
+            if entry in (*RUN_ENTRIES, LOCK_FILE):
+                return folder, entry
+    return None
+
+
+def report_path_problem(out: str | Path) -> str | None:
+    """Why the run page cannot be written to `out` (even with --force), or None."""
+    out = Path(out)
+    if out.is_dir():
+        return f"{out} is a folder; pass a file name such as {out / 'report.html'}"
+    owned = _run_entry_owner(out)
+    if owned is not None:  # the run's records and checkpoints are not the page's to replace
+        folder, entry = owned
+        return f"{out} is part of the run in {folder} (it writes {entry} there); choose another -o, such as " \
+               f"{folder / 'report.html'}"
+    if not out.parent.exists():
+        return f"the folder of {out} does not exist; create it or choose another -o"
     return None
 
 
 def write_run_report(run: RunData, out: str | Path, thresholds: Thresholds | None = None) -> Path:
     out = Path(out)
-    if out.is_dir():
-        raise ReportPathError(f"{out} is a directory; pass a file name such as {out / 'report.html'}")
-    owned = _run_entry_owner(out)
-    if owned is not None:  # even with --force: the run's records and checkpoints are not the page's to replace
-        folder, entry = owned
-        raise ReportPathError(f"{out} is part of the run in {folder} (it writes {entry} there); choose another "
-                              f"-o, such as {folder / 'report.html'}")
-    if not out.parent.exists():
-        raise ReportPathError(f"the folder of {out} does not exist; create it or choose another -o")
+    problem = report_path_problem(out)
+    if problem:
+        raise ReportPathError(problem)
     out.write_text(render_run_html(run, thresholds))
     return out

@@ -151,6 +151,21 @@ def test_report_never_writes_over_what_a_run_writes_even_with_force(cli_runner, 
     _one_error_line(result, f"is part of the run in {run}")
     assert (target.read_bytes() if target.is_file() else None) == before
     assert cli_runner.invoke(cli, ["monitor", str(run)]).exit_code == 0  # the run still reads
+    # without --force too: the answer is another -o, not --force
+    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(target)]), "is part of the run")
+
+
+def test_report_follows_links_and_dots_to_what_the_path_really_is(cli_runner, tmp_path):
+    run = write_run(tmp_path / "run")
+    before = (run / "metrics.jsonl").read_bytes()
+    (tmp_path / "link.html").symlink_to(run / "metrics.jsonl")
+    (tmp_path / "alias").symlink_to(run / "ranks")
+    for target in (tmp_path / "link.html", tmp_path / "alias" / "page.html"):
+        _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(target), "--force"]), "is part of the run")
+    assert (run / "metrics.jsonl").read_bytes() == before
+    # run/ranks/../page.html is run/page.html: a file of the user's, not of the run
+    dotted = cli_runner.invoke(cli, ["report", str(run), "-o", str(run / "ranks" / ".." / "page.html")])
+    assert dotted.exit_code == 0 and (run / "page.html").is_file(), dotted.output
 
 
 def test_report_never_overwrites_a_file_without_force(cli_runner, tmp_path):
