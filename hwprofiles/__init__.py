@@ -2,7 +2,16 @@
 hardware performance model."""
 
 from .calibrated import uncalibrated_warning
-from .cluster import Cluster, Efficiency, Gpu, HardwareProfileError, Link, PeakTflops, settable_keys
+from .cluster import (
+    PROBED_CPU_NAME,
+    Cluster,
+    Efficiency,
+    Gpu,
+    HardwareProfileError,
+    Link,
+    PeakTflops,
+    settable_keys,
+)
 from .loader import (
     a100_figures_taken,
     bundled_profiles,
@@ -40,6 +49,7 @@ from .topology import GroupSpan, ParallelLayout
 
 __all__ = [
     "uncalibrated_warning",
+    "PROBED_CPU_NAME",
     "ALGORITHMS",
     "COLLECTIVES",
     "DTYPE_BYTES",

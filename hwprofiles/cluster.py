@@ -60,6 +60,9 @@ class AttentionKernels:
     cudnn: float = 0.63  # cuDNN fused attention (Transformer Engine, SDPA's cuDNN backend); FA3-class on Hopper
 
 
+# `smplan hw probe` names a profile's gpu after torch's device: "cpu" on a machine without a GPU,
+# where smplan execute and calibrate run in fp32 (planner.feasibility.default_dtype).
+PROBED_CPU_NAME = "cpu"
 # A100 SXM's measured matmul ceiling (below): the GPU efficiency.matmul_max was fitted on.
 REFERENCE_MATMUL_CEILING = 0.869
 

@@ -6,6 +6,8 @@ Each rule returns None or one line naming the value, the limit and a change that
 
 from __future__ import annotations
 
+from smplan.hwprofiles import PROBED_CPU_NAME
+
 # The executor's sequence parallelism: blocks take sequence shards and the parts around them
 # split and gather the sequence (executor/parallelize.py apply_tp), so it needs both plans.
 SP_UNSUPPORTED = ("sequence parallelism needs the model file's tp_plan(block, sequence_parallel) and "
@@ -70,9 +72,9 @@ def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int
 
 def default_dtype(peak_tflops, gpu_name: str = "") -> str:
     """bf16 where the GPU has a bf16 peak, else fp16 (e.g. V100), else fp32 (`PeakTflops`);
-    fp32 on a CPU profile (`smplan hw probe` names its device "cpu"), as `smplan execute` and
+    fp32 on a probed CPU (gpu name PROBED_CPU_NAME), as `smplan execute` and
     `smplan calibrate` run there (calibrate.measure.device_dtype)."""
-    if gpu_name == "cpu":
+    if gpu_name == PROBED_CPU_NAME:
         return "fp32"
     for dtype in ("bf16", "fp16"):
         if getattr(peak_tflops, dtype, 0.0) > 0:

@@ -25,7 +25,14 @@ from smplan.calibrate.fit import (
     median,
     spearman,
 )
-from smplan.hwprofiles import STACK_KEYS, Cluster, load_cluster, load_stack, parse_override
+from smplan.hwprofiles import (
+    PROBED_CPU_NAME,
+    STACK_KEYS,
+    Cluster,
+    load_cluster,
+    load_stack,
+    parse_override,
+)
 from smplan.hwprofiles.profile_file import (
     check_writable,
     profile_path,
@@ -218,7 +225,7 @@ def check_plans(labelled: Sequence[tuple[str, Plan]], model_file, profile, clust
     from smplan.executor import PlanMismatchError, check_this_machine, validate_plan
 
     device, _ = device_dtype()
-    if (device == "cpu") != (cluster.gpu.name == "cpu"):  # `hw probe` names a CPU profile's gpu "cpu"
+    if (device == "cpu") != (cluster.gpu.name == PROBED_CPU_NAME):  # `hw probe` names a CPU's gpu so
         here = "no GPU" if device == "cpu" else "a GPU"
         raise PlanError(f"calibrate fits {cluster.name}'s factors to runs on this machine, which has {here}, but "
                         f"{cluster.name} describes {cluster.gpu.name}: probe this machine (smplan hw probe -o "
@@ -313,7 +320,8 @@ def write_calibrated_stack(model: str, opts: CalibrateOptions, report: Calibrati
     # Every stack key as the fit ran with it: a probed profile's own values (fusion and overlaps
     # off) hold under the default stack, and the fitted host time is only right next to them.
     values = {k: getattr(report.fit.efficiency, k) for k in STACK_KEYS}
-    kept = [k for k in STACK_KEYS if k not in fitted and values[k] != getattr(base, k)]
+    overridden = {parse_override(item)[0].removeprefix("efficiency.") for item in opts.hw_set}
+    kept = [k for k in STACK_KEYS if k not in fitted and k not in overridden and values[k] != getattr(base, k)]
     name = Path(opts.stack_output).stem
     stack = dataclasses.replace(base, name=name, description=f"{base.name} calibrated on this machine", **values)
     when = time.strftime("%Y-%m-%d")
@@ -321,6 +329,7 @@ def write_calibrated_stack(model: str, opts: CalibrateOptions, report: Calibrati
              f"{opts.nproc} processes, from {base.source};",
              f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after."]
     comments = {k: (f"fitted by smplan calibrate, {when}" if k in fitted
+                    else "as the fit ran: set by --hw-set" if k in overridden
                     else "as the fit ran: the hardware profile's own value" if k in kept else f"from {base.source}")
                 for k in (*STACK_KEYS, "overlap_grad_reduce")}
     write_stack(stack_toml(stack, notes, comments), opts.stack_output, opts.force)

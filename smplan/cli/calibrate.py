@@ -43,8 +43,8 @@ from .table import format_table
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the calibrated profile here (a TOML that --hw PATH loads).")
 @click.option("--stack-output", type=click.Path(dir_okay=False), default=None,
-              help="Also write the fitted stack keys (host_overhead_us_per_layer) over --stack's values as a "
-                   "stack TOML here (a file that --stack PATH loads).")
+              help="Also write a stack TOML here (a file that --stack PATH loads): the fitted stack keys "
+                   "(host_overhead_us_per_layer), every other one as the fit ran with it.")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o or --stack-output file.")
 @click.option("--check", is_flag=True, help="Only report the prediction error; fit and write nothing.")
 @click.option("--runs-dir", type=click.Path(file_okay=False), default=None,

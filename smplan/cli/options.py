@@ -68,8 +68,8 @@ def model_args_option(fn):
     )(fn)
 
 
-def json_option(fn=None, *, help: str = "Print one JSON object instead of a table."):
-    """--json; `help` where the verb prints no table (@json_option(help=...))."""
+def json_option(fn=None, *, help: str = "Print one JSON object instead of the text output (for scripts)."):
+    """--json; `help` where a verb's own words say it better (@json_option(help=...))."""
     if fn is None:
         return lambda f: json_option(f, help=help)
     return click.option("--json", "as_json", is_flag=True, help=help)(fn)

@@ -8,7 +8,7 @@ import click
 
 from smplan.simulator.failures import MIN_SWEEP_FAILURES, ReliabilityError
 from smplan.simulator.inputs import resolve_target
-from smplan.simulator.reliability import RunTarget, plan_reliability
+from smplan.simulator.reliability import RunTarget, checkpoint_write_gbps, plan_reliability
 
 from .checks import FiniteFloat
 from .notes import out_of_memory_warning
@@ -56,7 +56,9 @@ def _interval(value: str) -> float | None:
 @click.option("--checkpoint-minutes", type=FiniteFloat(allow_zero=True), default=None,
               help="Checkpoint write time (default: weights + optimizer state over nodes x "
                    "storage.checkpoint_write_gbps, at most the file system's storage.filesystem_write_gbps).")
-@click.option("--async-checkpoint", is_flag=True, help="Training blocks only for the GPU->host snapshot.")
+@click.option("--async-checkpoint", is_flag=True,
+              help="Training blocks only for the GPU->host snapshot; a write still ends before the next starts, "
+                   "so the interval is at least one write.")
 @click.option("--spares", type=click.IntRange(min=0), default=None, help="Hot spare nodes (default: never short).")
 @click.option("--repair-hours", type=FiniteFloat(), default=24.0, show_default=True, help="Time a failed node is out (with --spares).")
 @click.option("--weibull-shape", type=FiniteFloat(), default=None, help="Weibull GPU lifetimes with this shape (default exponential).")
@@ -97,10 +99,10 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     click.echo(f"{plan.model}: {result.num_gpus} GPUs, step {result.step_time_s:.3g} s, "
                f"{result.tokens_per_s:,.0f} tokens/s, failure-free {r.work_s / day:.2f} days")
     if checkpoint_minutes is None:  # say what the write time assumes: it scales with the nodes writing
-        writers, storage = result.nodes, cluster.storage
-        rate = f", {writers} node{'s' if writers != 1 else ''} writing {storage.checkpoint_write_gbps:g} GB/s each"
-        if writers * storage.checkpoint_write_gbps > storage.filesystem_write_gbps:
-            rate += f", capped at the file system's {storage.filesystem_write_gbps:g} GB/s"
+        writers, per_node = result.nodes, cluster.storage.checkpoint_write_gbps
+        rate = f", {writers} node{'s' if writers != 1 else ''} writing {per_node:g} GB/s each"
+        if checkpoint_write_gbps(writers, cluster) < writers * per_node:
+            rate += f", capped at the file system's {checkpoint_write_gbps(writers, cluster):g} GB/s"
         rate += "; --checkpoint-minutes sets it"
     else:
         rate = ""

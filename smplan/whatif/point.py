@@ -30,6 +30,15 @@ def point_cluster(q: Question, spec: PointSpec) -> Cluster:
     return load_cluster(spec.hw or q.hw, nodes=spec.nodes or q.nodes, overrides=overrides, stack=_stack(q, spec))
 
 
+def point_dtype(q: Question, spec: PointSpec, cluster: Cluster) -> str:
+    """This point's training dtype: a --vary or --plan dtype, else the question's, else the GPU's
+    default, as `smplan plan` and `simulate` take it (fp16 on a V100, fp32 on a probed CPU)."""
+    from smplan.planner.feasibility import default_dtype
+
+    fixed = {**(parse_inline(q.plan) if q.plan else {}), **spec.plan_keys}.get("dtype")
+    return fixed or q.dtype or default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name)
+
+
 def _stack(q: Question, spec: PointSpec) -> str:
     """This point's stack: a --vary stack value, else --stack, else the default."""
     return spec.stack or q.stack or DEFAULT_STACK
@@ -42,7 +51,8 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
     stack = _stack(q, spec)
     overlap_dp = load_stack(stack).overlap_grad_reduce  # the stack's default for an unfixed overlap_dp
     if q.plan is not None:
-        keys = {"overlap_dp": overlap_dp, **parse_inline(q.plan), **spec.plan_keys}
+        keys = {"overlap_dp": overlap_dp, "dtype": point_dtype(q, spec, cluster), **parse_inline(q.plan),
+                **spec.plan_keys}
         if gbs:
             keys["global_batch"] = gbs
         plan = plan_from_inline(
@@ -57,7 +67,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
     from smplan.planner.search import plan_search
     from smplan.simulator.rank import RANKED_PLANS, rank_by_simulation
 
-    constraints: dict = {"top": RANKED_PLANS, "dtype": q.dtype, "overlap_dp": overlap_dp}
+    constraints: dict = {"top": RANKED_PLANS, "dtype": point_dtype(q, spec, cluster), "overlap_dp": overlap_dp}
     if spec.plan_keys:
         constraints["fix"] = dict(spec.plan_keys)
     if gbs:

@@ -28,7 +28,7 @@ class Question:
     plan: str | None = None  # --plan (inline form); None = re-plan every point
     global_batch: int | None = None
     seq_len: int | None = None
-    dtype: str = "bf16"
+    dtype: str | None = None  # None: each point's GPU default, as `smplan plan` picks (planner.default_dtype)
     checkpoint_interval_min: float | None = None  # None = the Young/Daly interval
     seeds: int = 30  # failure-simulation seeds per point
     sensitivity_delta: float = 0.2  # the tornado's ±X

@@ -69,8 +69,15 @@ def _one_global_batch(q: Question, specs: list[PointSpec]) -> Question:
 
 
 def _profile_key(q: Question, spec: PointSpec) -> tuple:
+    """(model args, seq_len, dtype): what the point's profile depends on."""
+    from .point import point_cluster, point_dtype
+
     args = {**q.model_args, **spec.model_args}
-    return tuple(sorted(args.items())), spec.seq_len or q.seq_len
+    try:
+        dtype = point_dtype(q, spec, point_cluster(q, spec))
+    except ValueError:  # the point's cluster does not load: the point reports it
+        dtype = q.dtype or "bf16"
+    return tuple(sorted(args.items())), spec.seq_len or q.seq_len, dtype
 
 
 def _profiles(q: Question, specs: list[PointSpec]) -> dict:
@@ -87,9 +94,9 @@ def _profiles(q: Question, specs: list[PointSpec]) -> dict:
         key = _profile_key(q, spec)
         if key in out:
             continue
-        args, seq_len = dict(key[0]), key[1]
+        args, seq_len, dtype = dict(key[0]), key[1], key[2]
         try:
-            out[key] = profile_model(q.model, args=args, seq_len=seq_len, dtype=q.dtype)
+            out[key] = profile_model(q.model, args=args, seq_len=seq_len, dtype=dtype)
         except ValueError as err:
             if not varies_model:
                 raise

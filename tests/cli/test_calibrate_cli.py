@@ -48,8 +48,9 @@ def test_a_run_directory_of_execute_is_refused_as_runs_dir(cli_runner, probed, t
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "run_config.json"]
 
 
-def test_a_gpu_profile_is_not_calibrated_from_runs_on_cpu(cli_runner, tmp_path):
+def test_a_gpu_profile_is_not_calibrated_from_runs_on_cpu(cli_runner, tmp_path, monkeypatch):
     # the fitted factors would be this CPU's, written into a file that still names A100s
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # a CPU machine, even on a GPU host
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", "a100x8", "--plans", "1",
                                                     "-o", str(tmp_path / "a100cal.toml")]))
     assert "which has no GPU, but a100x8 describes A100" in line and "smplan hw probe" in line

@@ -218,13 +218,33 @@ def test_a_sweep_with_no_feasible_point_writes_its_report_and_exits_2(cli_runner
     assert (tmp_path / "r" / "index.html").is_file() and (tmp_path / "r" / "points.json").is_file()
 
 
-def test_a_points_checkpoint_time_is_what_reliability_says_for_its_plan(sweep, cli_runner, tmp_path):
-    # One pricing of a checkpoint (weights + optimizer state over the plan's nodes, capped by the
-    # file system) for both verbs: whatif's goodput must not rest on another one.
-    out, _ = sweep
-    for point in report.load(out / "points.json")["points"]:
+def test_a_points_checkpoint_time_is_what_reliability_says_for_its_plan(cli_runner, tmp_path):
+    # One pricing of a checkpoint for both verbs: the plan's dtype's state bytes (fp32: 12 B a
+    # parameter, not bf16's 14) over the plan's nodes, capped by the file system (3 GB/s here,
+    # under 2 nodes x 5 GB/s); whatif's goodput must not rest on another one.
+    out = tmp_path / "r"
+    result = run(cli_runner, "--vary", "nodes=1,2", "--plan", "mbs=1,dtype=fp32", "--tokens", "1e9",
+                 "--hw-set", "storage.filesystem_write_gbps=3", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    points = report.load(out / "points.json")["points"]
+    for point in points:
         plan_file = tmp_path / f"plan{point['id']}.json"
         plan_file.write_text(json.dumps(point["plan"]))
         result = cli_runner.invoke(cli, ["reliability", str(plan_file), "--tokens", "1e9", "--seeds", "5", "--json"])
         assert result.exit_code == 0, result.output
-        assert json.loads(result.stdout)["checkpoint_s"] == pytest.approx(point["run"]["checkpoint_save_s"])
+        data = json.loads(result.stdout)
+        assert data["checkpoint_s"] == pytest.approx(point["run"]["checkpoint_save_s"])
+        assert data["checkpoint_s"] == pytest.approx(data["checkpoint_bytes"] / min(5e9 * data["nodes"], 3e9))
+    assert [p["plan"]["nodes"] for p in points] == [1, 2]
+
+
+def test_each_point_trains_in_its_gpus_default_dtype_as_plan_picks(cli_runner, tmp_path):
+    # a V100 has no bf16 peak: `plan` picks fp16 there, and so must every whatif point (it was
+    # bf16 for all, so no V100 point was feasible); an A100 point in the same sweep stays bf16
+    result = run(cli_runner, "--vary", "hw=v100x8,a100x8", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    points = report.load(tmp_path / "r" / "points.json")["points"]
+    assert {p["hw"]: p["plan"]["dtype"] for p in points} == {"v100x8": "fp16", "a100x8": "bf16"}
+    fixed = run(cli_runner, "--vary", "hw=v100x8,a100x8", "--plan", "dp=8,mbs=1,dtype=fp32", "-o", str(tmp_path / "f"))
+    assert fixed.exit_code == 0, fixed.output
+    assert {p["plan"]["dtype"] for p in report.load(tmp_path / "f" / "points.json")["points"]} == {"fp32"}
