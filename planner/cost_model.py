@@ -314,7 +314,10 @@ class CostModel:
             return group_time(dense, spans["dp"]) + group_time(expert, spans["edp"])
 
         dp_s0 = dp_time(d0, e0)
-        dp_s_blk = dp_time(d0 + db, e0 + eb) - dp_s0  # exact: ring alpha-beta is affine in bytes
+        if key.zero >= 1 and cl.efficiency.zero_units == "block":
+            dp_s_blk = dp_time(db, eb)  # FSDP: each block its own collectives, its own latency
+        else:
+            dp_s_blk = dp_time(d0 + db, e0 + eb) - dp_s0  # buckets: exact, ring alpha-beta is affine in bytes
         if spans["dp"].size > 1:  # PowerSGD's GEMMs sit between the bucket's all-reduces
             dp_s0, dp_s_blk = dp_s0 + comp0, dp_s_blk + comp_blk
 

@@ -319,9 +319,12 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                             # dense states shard over dp x cp, routed experts' (ep > 1) over
                             # edp = tp*cp*dp/ep: ZeRO only where one of the groups has ranks
                             single = dp * cp == 1 and (ep == 1 or ep == tp * cp * dp)
-                            # with pp > 1, ZeRO-2/3 run as ZeRO-1 (feasibility.effective_zero): not offered
+                            # with pp > 1, ZeRO-2/3 run as ZeRO-1 (feasibility.effective_zero): not offered.
+                            # ZeRO-0 only where nothing shards, or where per-block ZeRO collectives
+                            # (efficiency.zero_units "block": FSDP) can cost more than DDP's buckets
+                            plain = [0] if cluster.efficiency.zero_units == "block" else []
                             zeros = [fixed["zero"]] if "zero" in fixed else (
-                                [0] if single or powersgd else [1] if pp > 1 else [1, 2, 3])
+                                [0] if single or powersgd else [*plain, 1] if pp > 1 else [*plain, 1, 2, 3])
                             for zero in zeros:
                                 for kind, all_ in kinds:
                                     yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),

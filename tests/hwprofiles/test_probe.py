@@ -116,6 +116,8 @@ def test_eager_probe_writes_no_fusion(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text(text)
     assert load_cluster(str(path)).efficiency.elementwise_fusion == 0.0
+    # smplan execute's ZeRO is FSDP2: one collective per block, kept under the default stack
+    assert load_cluster(str(path)).efficiency.zero_units == "block"
 
 
 class _DeadProcess:

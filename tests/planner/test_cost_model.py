@@ -236,3 +236,34 @@ def test_recompute_in_a_launch_bound_pass():
             assert r.breakdown["recompute"] == pytest.approx(4 * 4 * 1e-3, rel=0.1)
         else:
             assert r.step_time_s == pytest.approx(f.step_time_s)
+
+
+def test_fsdp_stacks_pay_a_collective_per_block_for_zero_1_and_2():
+    """Megatron's distributed optimizer reduce-scatters and gathers in buckets (one latency per
+    stage); FSDP shards each block on its own: zero_units="block" adds one collective's latency
+    per block (ring: (n-1) alpha each way) and the same bytes. DDP (zero=0) stays bucketed."""
+    from smplan.hwprofiles.perf import link_for
+    from smplan.hwprofiles.topology import ParallelLayout
+
+    bucket = load_cluster("a100x8", nodes=2, overrides={"efficiency.zero_units": "bucket"})
+    block = load_cluster("a100x8", nodes=2, overrides={"efficiency.zero_units": "block"})
+    span = ParallelLayout(pp=1, dp=16, tp=1, gpus_per_node=8).span("dp")
+    alpha = link_for(span, bucket)[1]
+    for zero, collectives in ((1, 2), (2, 1)):  # ZeRO-1: reduce-scatter + all-gather; ZeRO-2: the gather
+        plan = _plan(tp=1, pp=1, dp=16, zero=zero, global_batch=16)
+        stage = {c: plan_costs(plan, PROF, c).stages[0] for c in (bucket, block)}
+        extra = stage[block].dp_comm_s - stage[bucket].dp_comm_s
+        assert extra == pytest.approx(PROF.num_blocks * collectives * (span.size - 1) * alpha, rel=1e-6)
+    plain = _plan(tp=1, pp=1, dp=16, zero=0, global_batch=16)
+    assert plan_costs(plain, PROF, block).stages[0].dp_comm_s == plan_costs(plain, PROF, bucket).stages[0].dp_comm_s
+
+
+def test_zero_0_is_searched_where_per_block_collectives_can_cost_more():
+    from smplan.planner.search_space import enumerate_candidates, validate_constraints
+
+    def zeros(cluster):
+        fixed = validate_constraints(PROF, cluster, {"tp": 1, "pp": 1}, 16, None, None, "bf16")
+        return {c.zero for c in enumerate_candidates(PROF, cluster, fixed, None)}
+
+    assert zeros(load_cluster("a100x8")) == {1, 2, 3}  # bucketed: ZeRO-1 never costs more than DDP
+    assert zeros(load_cluster("a100x8", stack="torchtitan")) == {0, 1, 2, 3}
