@@ -8,6 +8,7 @@ from smplan.hwprofiles import load_cluster
 
 from smplan.calibrate.measure import Measured
 from smplan.cli.main import cli
+from tests.cli.conftest import fake_runs
 
 GPT_TINY = "examples/gpt.py:tiny"
 
@@ -67,17 +68,9 @@ def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_pa
 
 
 def test_check_reports_and_writes_nothing(cli_runner, probed, tmp_path, monkeypatch):
-    from smplan.planner import estimate, profile_model
-
     from smplan.calibrate import local_cluster
 
-    cluster = local_cluster(str(probed), 2)
-
-    def fake_run(plan, label, model_file, steps, nproc, run_dir):
-        profile = profile_model(GPT_TINY, dtype=plan.dtype)
-        return Measured(plan, label, 1.5 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
-
-    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    fake_runs(monkeypatch, GPT_TINY, local_cluster(str(probed), 2), 1.5)
     out = tmp_path / "cal.toml"
     result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "3", "--check",
                                      "-o", str(out), "--runs-dir", str(tmp_path / "runs"), "--json"])
@@ -180,7 +173,7 @@ def test_a_plan_this_machine_cannot_hold_is_refused_before_any_run(cli_runner, p
 
 
 def test_hw_set_values_are_written_into_the_calibrated_profile(cli_runner, probed, tmp_path, monkeypatch):
-    from smplan.planner import estimate, profile_model
+    from smplan.planner import profile_model
 
     from smplan.calibrate import local_cluster
 
@@ -188,13 +181,7 @@ def test_hw_set_values_are_written_into_the_calibrated_profile(cli_runner, probe
     cluster = local_cluster(str(probed), 2, hw_set)
 
     ran = []
-
-    def fake_run(plan, label, model_file, steps, nproc, run_dir):
-        ran.append(plan)
-        profile = profile_model(GPT_TINY, dtype=plan.dtype)
-        return Measured(plan, label, 1.3 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
-
-    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    fake_runs(monkeypatch, GPT_TINY, cluster, 1.3, ran)
     out = tmp_path / "cal.toml"
     args = ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "3", "-o", str(out),
             "--runs-dir", str(tmp_path / "runs"), "--json"]

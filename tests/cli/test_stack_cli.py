@@ -8,6 +8,7 @@ from smplan.hwprofiles import DEFAULT_STACK, bundled_stacks, load_stack
 from smplan.planner import Plan, PlanError
 
 from smplan.cli.main import cli
+from tests.cli.conftest import fake_runs
 from tests.conftest import EXAMPLES
 
 GPT = f"{EXAMPLES / 'gpt.py'}:tiny"
@@ -187,18 +188,9 @@ def test_whatif_varies_the_stack(cli_runner, tmp_path):
 def test_calibrate_writes_the_fitted_stack_keys(cli_runner, probed, tmp_path, monkeypatch):
     """Measured 1.5x the prediction under torchtitan: the fitted host overhead lands in a stack
     file that --stack loads; the values it does not fit come from torchtitan."""
-    from smplan.planner import estimate, profile_model
-
     from smplan.calibrate import local_cluster
-    from smplan.calibrate.measure import Measured
 
-    cluster = local_cluster(str(probed), 2, stack="torchtitan")
-
-    def fake_run(plan, label, model_file, steps, nproc, run_dir):
-        profile = profile_model(GPT, dtype=plan.dtype)
-        return Measured(plan, label, 1.5 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
-
-    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    fake_runs(monkeypatch, GPT, local_cluster(str(probed), 2, stack="torchtitan"), 1.5)
     out = tmp_path / "mystack.toml"
     args = ["calibrate", GPT, "--hw", str(probed), "--stack", "torchtitan", "--plans", "3",
             "--stack-output", str(out), "--runs-dir", str(tmp_path / "runs")]
@@ -225,19 +217,12 @@ def test_a_stack_calibrated_under_the_default_keeps_the_probed_values_the_fit_ra
     execute's eager runs); the stack file written next to the fitted host time must hold those,
     not megatron-core's, or --stack would price the machine with overlaps it never had."""
     from smplan.hwprofiles import load_cluster
-    from smplan.planner import estimate, profile_model
 
     from smplan.calibrate import local_cluster
-    from smplan.calibrate.measure import Measured
 
     cluster = local_cluster(str(probed), 2)
     assert cluster.efficiency.tp_comm_overlap == 0.0 != load_stack(DEFAULT_STACK).tp_comm_overlap
-
-    def fake_run(plan, label, model_file, steps, nproc, run_dir):
-        profile = profile_model(GPT, dtype=plan.dtype)
-        return Measured(plan, label, 1.5 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
-
-    monkeypatch.setattr("smplan.calibrate.run.run_plan", fake_run)
+    fake_runs(monkeypatch, GPT, cluster, 1.5)
     out = tmp_path / "mine.toml"
     result = cli_runner.invoke(cli, ["calibrate", GPT, "--hw", str(probed), "--plans", "3", "--stack-output",
                                      str(out), "--runs-dir", str(tmp_path / "runs")])
