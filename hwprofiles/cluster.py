@@ -41,7 +41,7 @@ class PeakTflops:
 
 ATTENTION_KERNELS = ("flash1", "flash2", "cudnn")
 ZERO_COLLECTIVES = ("per_nic", "ring")  # Efficiency.zero_collectives
-ZERO_UNITS = ("bucket", "block")  # Efficiency.zero_units
+ZERO_GRANULARITIES = ("bucket", "block")  # Efficiency.zero_granularity
 GRAD_REDUCE_DTYPES = ("weights", "fp32")  # Efficiency.grad_reduce_dtype
 EP_DISPATCHERS = ("all_to_all", "node_dedup")  # Efficiency.ep_dispatcher
 
@@ -138,7 +138,7 @@ class Efficiency:
 
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overheads,
-    element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives, zero_units,
+    element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives, zero_granularity,
     tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, grad_reduce_dtype) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
@@ -180,8 +180,9 @@ class Efficiency:
     # What one ZeRO-1/2 step collective covers: "bucket" (Megatron's distributed optimizer and
     # DeepSpeed reduce-scatter and gather the step's gradients and parameters in large buckets:
     # one latency for all blocks) or "block" (FSDP / FSDP2 shard each wrapped block on its own:
-    # one collective, and one latency, per block, which on a CPU's gloo is milliseconds each).
-    zero_units: str = "bucket"
+    # one collective, and one latency, per block, which on a CPU's gloo is milliseconds each;
+    # under tp or pp smplan execute's plain DP is FSDP2's replicate per block too).
+    zero_granularity: str = "bucket"
     # Which fused attention kernel the software stack runs for SDPA-style attention (a key of
     # Gpu.attention): "flash1" (flash-attn 1, Triton flash), "flash2" (torch SDPA, flash-attn 2)
     # or "cudnn" (Transformer Engine).
@@ -472,8 +473,8 @@ def _validate(c: Cluster) -> None:
         value = getattr(c.gpu.attention, kernel)
         if not 0 < value <= 1:
             raise HardwareProfileError(f"gpu.attention.{kernel} must be in (0, 1], got {value}")
-    if e.zero_units not in ZERO_UNITS:
-        raise HardwareProfileError(f"efficiency.zero_units must be one of {', '.join(ZERO_UNITS)}, got {e.zero_units!r}")
+    if e.zero_granularity not in ZERO_GRANULARITIES:
+        raise HardwareProfileError(f"efficiency.zero_granularity must be one of {', '.join(ZERO_GRANULARITIES)}, got {e.zero_granularity!r}")
     if e.zero_collectives not in ZERO_COLLECTIVES:
         raise HardwareProfileError(
             f"efficiency.zero_collectives must be one of {', '.join(ZERO_COLLECTIVES)}, got {e.zero_collectives!r}")

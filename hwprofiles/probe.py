@@ -280,7 +280,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         "tp_comm_overlap = 0.0            # smplan execute waits for its TP collectives",
         "ep_a2a_overlap = 0.0             # and for its expert all-to-alls",
         'ep_dispatcher = "all_to_all"     # which are torch.distributed all_to_all_single calls',
-        'zero_units = "block"             # its ZeRO-1/2/3 is FSDP2, one collective per block',
+        'zero_granularity = "block"             # its ZeRO-1/2/3 is FSDP2, one collective per block',
         "",
     ]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
   parameter per block in FSDP);
 - `zero_collectives`: how those layer-by-layer collectives cross nodes: "per_nic" (each GPU's
   own NIC, at `single_nic_network`: DeepSpeed) or "ring" (NCCL's multi-rail ring: FSDP);
-- `zero_units`: what one ZeRO-1/2 step collective covers: "bucket" (Megatron's distributed
+- `zero_granularity`: what one ZeRO-1/2 step collective covers: "bucket" (Megatron's distributed
   optimizer, DeepSpeed: many blocks per collective) or "block" (FSDP / FSDP2: one per block);
 - `tp_comm_overlap`: the share of the sequence-parallel TP collectives hidden under the linear
   GEMMs (Transformer Engine userbuffers; torchtitan's async TP);
@@ -59,7 +59,7 @@ from .cluster import (
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
     ZERO_COLLECTIVES,
-    ZERO_UNITS,
+    ZERO_GRANULARITIES,
     Cluster,
     Efficiency,
     HardwareProfileError,
@@ -70,7 +70,7 @@ STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
-              "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_units",
+              "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity",
               "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
 
@@ -91,7 +91,7 @@ class Stack:
     zero3_max_live_params: float = Efficiency.zero3_max_live_params
     single_nic_network: float = Efficiency.single_nic_network
     zero_collectives: str = Efficiency.zero_collectives
-    zero_units: str = Efficiency.zero_units
+    zero_granularity: str = Efficiency.zero_granularity
     tp_comm_overlap: float = Efficiency.tp_comm_overlap
     ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
     ep_dispatcher: str = Efficiency.ep_dispatcher
@@ -106,7 +106,7 @@ class Stack:
 # TOML keys: the dataclass fields but `source`, which the loader sets.
 _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_reduce")
 _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel",
-         "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_units", "tp_comm_overlap",
+         "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity", "tp_comm_overlap",
          "ep_a2a_overlap",
          "ep_dispatcher", "grad_reduce_dtype")
 
@@ -165,7 +165,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                    Stack.zero3_max_live_params)
     nic = _number(data, "single_nic_network", source, 1e-3, 1.0, "a share of one NIC, up to 1", Stack.single_nic_network)
     zero_coll = _choice(data, "zero_collectives", source, ZERO_COLLECTIVES, Stack.zero_collectives)
-    zero_units = _choice(data, "zero_units", source, ZERO_UNITS, Stack.zero_units)
+    zero_granularity = _choice(data, "zero_granularity", source, ZERO_GRANULARITIES, Stack.zero_granularity)
     tp_overlap = _number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.tp_comm_overlap)
     a2a = _number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.ep_a2a_overlap)
     dispatcher = _choice(data, "ep_dispatcher", source, EP_DISPATCHERS, Stack.ep_dispatcher)
@@ -174,7 +174,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  host_overhead_us_per_layer=host, host_overhead_us_per_moe_layer=moe_host,
                  elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
-                 zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll, zero_units=zero_units,
+                 zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll, zero_granularity=zero_granularity,
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
                  grad_reduce_dtype=reduce_dtype,
                  source=source)
@@ -226,7 +226,7 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "zero3_max_live_params": f"{stack.zero3_max_live_params:.6g}",
               "single_nic_network": f"{stack.single_nic_network:.6g}",
               "zero_collectives": _quoted(stack.zero_collectives),
-              "zero_units": _quoted(stack.zero_units),
+              "zero_granularity": _quoted(stack.zero_granularity),
               "tp_comm_overlap": f"{stack.tp_comm_overlap:.6g}",
               "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}",
               "ep_dispatcher": _quoted(stack.ep_dispatcher),

@@ -314,8 +314,12 @@ class CostModel:
             return group_time(dense, spans["dp"]) + group_time(expert, spans["edp"])
 
         dp_s0 = dp_time(d0, e0)
-        if key.zero >= 1 and cl.efficiency.zero_units == "block":
-            dp_s_blk = dp_time(db, eb)  # FSDP: each block its own collectives, its own latency
+        # FSDP shards each block on its own (ZeRO >= 1), and the executor's DP under tp or pp is
+        # FSDP2's `replicate` per block (executor.parallelize.apply_replicate): each block its own
+        # collectives, its own latency. DDP alone buckets.
+        per_block = key.zero >= 1 or key.tp > 1 or key.pp > 1
+        if per_block and cl.efficiency.zero_granularity == "block":
+            dp_s_blk = dp_time(db, eb)
         else:
             dp_s_blk = dp_time(d0 + db, e0 + eb) - dp_s0  # buckets: exact, ring alpha-beta is affine in bytes
         if spans["dp"].size > 1:  # PowerSGD's GEMMs sit between the bucket's all-reduces

@@ -321,8 +321,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                             single = dp * cp == 1 and (ep == 1 or ep == tp * cp * dp)
                             # with pp > 1, ZeRO-2/3 run as ZeRO-1 (feasibility.effective_zero): not offered.
                             # ZeRO-0 only where nothing shards, or where per-block ZeRO collectives
-                            # (efficiency.zero_units "block": FSDP) can cost more than DDP's buckets
-                            plain = [0] if cluster.efficiency.zero_units == "block" else []
+                            # (efficiency.zero_granularity "block": FSDP) can cost more than DDP's buckets
+                            plain = [0] if cluster.efficiency.zero_granularity == "block" else []
                             zeros = [fixed["zero"]] if "zero" in fixed else (
                                 [0] if single or powersgd else [*plain, 1] if pp > 1 else [*plain, 1, 2, 3])
                             for zero in zeros:

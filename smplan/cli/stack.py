@@ -23,7 +23,9 @@ def stack() -> None:
     attention kernel (flash1, flash2 = torch SDPA / flash-attn 2, cudnn = Transformer
     Engine; timed at the GPU's published rate for it), ZeRO-3's gathered-parameter cap
     (DeepSpeed), how its sharded-DP collectives cross nodes (per_nic: one NIC's share each,
-    DeepSpeed; ring: all rails, FSDP) and the NIC share per_nic reaches, the share of the
+    DeepSpeed; ring: all rails, FSDP) and the NIC share per_nic reaches, what one ZeRO-1/2
+    step collective covers (bucket: many blocks, Megatron, DeepSpeed; block: one per block,
+    FSDP and smplan execute, where plain DDP is searched too), the share of the
     MoE expert all-to-alls it hides behind the paired micro-batch's compute (EP A2A
     overlap), how its MoE dispatch crosses nodes (all_to_all: NCCL; node_dedup: DeepEP /
     HybridEP, once per node), and whether the DP gradient reduce overlaps backward (the
@@ -43,14 +45,14 @@ def list_stacks(as_json: bool) -> None:
         return
     rows = [[s.name + (" (default)" if s.name == DEFAULT_STACK else ""), s.host_overhead_us_per_layer,
              s.host_overhead_us_per_moe_layer, s.elementwise_fusion, s.attention_kernel, s.zero_collectives,
-             s.single_nic_network,
+             s.single_nic_network, s.zero_granularity,
              f"{s.zero3_max_live_params:.3g}" if s.zero3_max_live_params else "-", s.tp_comm_overlap, s.ep_a2a_overlap,
              s.ep_dispatcher, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description]
             for s in stacks]
     click.echo(format_table(["name", "host us/layer", "+ per MoE layer", "fusion", "attention", "ZeRO colls",
-                             "NIC share", "zero3 live params", "TP overlap", "a2a overlap", "dispatch",
-                             "overlap grad reduce", "grad reduce", "description"], rows,
-                             align="lrrrllrrrrllll"))
+                             "NIC share", "ZeRO steps by", "zero3 live params", "TP overlap", "a2a overlap",
+                             "dispatch", "overlap grad reduce", "grad reduce", "description"], rows,
+                             align="lrrrllrlrrrllll"))
     click.echo("\nDetails and sources: smplan stack show NAME; use one with --stack NAME or --stack PATH.toml")
 
 

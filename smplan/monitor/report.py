@@ -101,7 +101,12 @@ def _run_entry_owner(out: Path) -> tuple[Path, str] | None:
     really points too (resolve(): symbolic links followed, ".." collapsed)."""
     import os
 
-    for path in (Path(os.path.normpath(out.absolute())), out.resolve()):
+    paths = [Path(os.path.normpath(out.absolute()))]
+    try:
+        paths.append(out.resolve())
+    except (RuntimeError, OSError):  # a loop of links: nothing it names can be a run's file
+        pass
+    for path in paths:
         for folder in path.parents:
             if not any((folder / marker).is_file() for marker in (RUN_CONFIG_FILE, METRICS_FILE)):
                 continue

@@ -81,7 +81,7 @@ def _profile_key(q: Question, spec: PointSpec) -> tuple:
 
 
 def _profiles(q: Question, specs: list[PointSpec]) -> dict:
-    """One ModelProfile per distinct (model args, seq_len); a failure is the reason string.
+    """One ModelProfile per distinct (model args, seq_len, dtype); a failure is the reason string.
 
     When nothing model-related varies, or every variant fails, it is the user's error: raise it.
     """

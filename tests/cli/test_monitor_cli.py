@@ -163,6 +163,9 @@ def test_report_follows_links_and_dots_to_what_the_path_really_is(cli_runner, tm
     for target in (tmp_path / "link.html", tmp_path / "alias" / "page.html"):
         _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(target), "--force"]), "is part of the run")
     assert (run / "metrics.jsonl").read_bytes() == before
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # a loop of links: one line, not a traceback
+    _one_error_line(cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "loop" / "p.html")]),
+                    "does not exist")
     # run/ranks/../page.html is run/page.html: a file of the user's, not of the run
     dotted = cli_runner.invoke(cli, ["report", str(run), "-o", str(run / "ranks" / ".." / "page.html")])
     assert dotted.exit_code == 0 and (run / "page.html").is_file(), dotted.output

@@ -117,7 +117,7 @@ def test_eager_probe_writes_no_fusion(tmp_path):
     path.write_text(text)
     assert load_cluster(str(path)).efficiency.elementwise_fusion == 0.0
     # smplan execute's ZeRO is FSDP2: one collective per block, kept under the default stack
-    assert load_cluster(str(path)).efficiency.zero_units == "block"
+    assert load_cluster(str(path)).efficiency.zero_granularity == "block"
 
 
 class _DeadProcess:

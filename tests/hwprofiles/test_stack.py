@@ -118,8 +118,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'zero_collectives' must be one of per_nic, ring"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\ngrad_reduce_dtype = "bf16"\n',
      "'grad_reduce_dtype' must be one of weights, fp32"),
-    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nzero_units = "layer"\n',
-     "'zero_units' must be one of bucket, block"),
+    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nzero_granularity = "layer"\n',
+     "'zero_granularity' must be one of bucket, block"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nep_dispatcher = "deepep"\n',
      "'ep_dispatcher' must be one of all_to_all, node_dedup"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\n'
@@ -195,7 +195,7 @@ def test_the_stack_names_its_attention_kernel_and_zero3_gather_cap(tmp_path):
     rails = {s: load_cluster("a100x8", stack=s).efficiency.zero_collectives for s in bundled_stacks()}
     assert rails == {"megatron-core": "ring", "megatron-deepspeed": "per_nic", "pytorch-fsdp": "ring",
                      "torchtitan": "ring"}
-    units = {s: load_cluster("a100x8", stack=s).efficiency.zero_units for s in bundled_stacks()}
+    units = {s: load_cluster("a100x8", stack=s).efficiency.zero_granularity for s in bundled_stacks()}
     assert units == {"megatron-core": "bucket", "megatron-deepspeed": "bucket", "pytorch-fsdp": "block",
                      "torchtitan": "block"}
     reduce = {s: load_cluster("a100x8", stack=s).efficiency.grad_reduce_dtype for s in bundled_stacks()}

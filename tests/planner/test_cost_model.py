@@ -240,13 +240,13 @@ def test_recompute_in_a_launch_bound_pass():
 
 def test_fsdp_stacks_pay_a_collective_per_block_for_zero_1_and_2():
     """Megatron's distributed optimizer reduce-scatters and gathers in buckets (one latency per
-    stage); FSDP shards each block on its own: zero_units="block" adds one collective's latency
+    stage); FSDP shards each block on its own: zero_granularity="block" adds one collective's latency
     per block (ring: (n-1) alpha each way) and the same bytes. DDP (zero=0) stays bucketed."""
     from smplan.hwprofiles.perf import link_for
     from smplan.hwprofiles.topology import ParallelLayout
 
-    bucket = load_cluster("a100x8", nodes=2, overrides={"efficiency.zero_units": "bucket"})
-    block = load_cluster("a100x8", nodes=2, overrides={"efficiency.zero_units": "block"})
+    bucket = load_cluster("a100x8", nodes=2, overrides={"efficiency.zero_granularity": "bucket"})
+    block = load_cluster("a100x8", nodes=2, overrides={"efficiency.zero_granularity": "block"})
     span = ParallelLayout(pp=1, dp=16, tp=1, gpus_per_node=8).span("dp")
     alpha = link_for(span, bucket)[1]
     for zero, collectives in ((1, 2), (2, 1)):  # ZeRO-1: reduce-scatter + all-gather; ZeRO-2: the gather
@@ -254,8 +254,14 @@ def test_fsdp_stacks_pay_a_collective_per_block_for_zero_1_and_2():
         stage = {c: plan_costs(plan, PROF, c).stages[0] for c in (bucket, block)}
         extra = stage[block].dp_comm_s - stage[bucket].dp_comm_s
         assert extra == pytest.approx(PROF.num_blocks * collectives * (span.size - 1) * alpha, rel=1e-6)
-    plain = _plan(tp=1, pp=1, dp=16, zero=0, global_batch=16)
+    plain = _plan(tp=1, pp=1, dp=16, zero=0, global_batch=16)  # DDP's buckets
     assert plan_costs(plain, PROF, block).stages[0].dp_comm_s == plan_costs(plain, PROF, bucket).stages[0].dp_comm_s
+    # under tp the executor's plain DP is FSDP2's replicate per block: an all-reduce per block
+    tp_span = ParallelLayout(pp=1, dp=8, tp=2, gpus_per_node=8).span("dp")
+    replicated = _plan(tp=2, pp=1, dp=8, zero=0, global_batch=16)
+    extra = (plan_costs(replicated, PROF, block).stages[0].dp_comm_s
+             - plan_costs(replicated, PROF, bucket).stages[0].dp_comm_s)
+    assert extra == pytest.approx(PROF.num_blocks * 2 * (tp_span.size - 1) * link_for(tp_span, bucket)[1], rel=1e-6)
 
 
 def test_zero_0_is_searched_where_per_block_collectives_can_cost_more():
