@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 from html import escape
 from pathlib import Path
 
@@ -99,8 +100,6 @@ def _run_entry_owner(out: Path) -> tuple[Path, str] | None:
     """(the run directory; its entry) when `out` is, or lies in, an entry a run writes
     (metrics.jsonl, ranks/, checkpoints/, ...) of a run directory; else None. Checked where `out`
     really points too (resolve(): symbolic links followed, ".." collapsed)."""
-    import os
-
     paths = [Path(os.path.normpath(out.absolute()))]
     try:
         paths.append(out.resolve())
@@ -124,6 +123,8 @@ def report_path_problem(out: str | Path) -> str | None:
     owned = _run_entry_owner(out)
     if owned is not None:  # the run's records and checkpoints are not the page's to replace
         folder, entry = owned
+        if not out.is_absolute():  # named as the user named -o: relative to here
+            folder = Path(os.path.relpath(folder))
         return f"{out} is part of the run in {folder} (it writes {entry} there); choose another -o, such as " \
                f"{folder / 'report.html'}"
     if not out.parent.exists():
