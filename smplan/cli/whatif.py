@@ -100,6 +100,9 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         echo_json(record)
     else:
         click.echo(points_table(record))
+        cut = [p for p in record["points"] if not p["feasible"] and _short(p["reason"] or "") != (p["reason"] or "")]
+        for p in cut:  # the table shortens a long reason; here it is whole
+            click.echo(f"  #{p['id']} {p['label']}: {p['reason']}")
         if record["recommended"] is not None:
             rec = record["points"][record["recommended"]]
             click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")

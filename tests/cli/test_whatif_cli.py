@@ -71,6 +71,8 @@ def test_points_that_do_not_fit_are_marked_not_fatal(cli_runner, tmp_path):
     assert not small["feasible"] and small["reason"] and big["feasible"]
     assert "infeasible" in result.output
     assert small["reason"] in (tmp_path / "r" / "index.html").read_text().replace("&#x27;", "'")
+    # the table shortens a long reason; the whole of it follows the table
+    assert len(small["reason"]) > 90 and f"  #{small['id']} {small['label']}: {small['reason']}" in result.output
 
 
 def test_fixed_plan_that_overflows_memory_says_why(cli_runner, tmp_path):
