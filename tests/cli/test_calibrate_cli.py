@@ -203,3 +203,15 @@ def test_hw_set_values_are_written_into_the_calibrated_profile(cli_runner, probe
     profile = profile_model(GPT_TINY, dtype=ran[0].dtype)
     assert predict(ran, profile, saved_local) == pytest.approx([r["predicted_s"] for r in report["calibrated"]],
                                                                rel=1e-4)
+
+
+def test_a_model_without_blocks_is_named_before_any_run(cli_runner, probed, tmp_path):
+    # no mesh places such a model: the line names the model, not the global batch
+    (tmp_path / "flat.py").write_text(
+        "import torch\nfrom torch import nn\n\n\ndef build():\n    return nn.Linear(8, 8)\n\n\n"
+        "def batch(micro_batch_size, model=None, seed=0):\n    x = torch.randn(micro_batch_size, 8)\n    return x, x\n\n\n"
+        "def loss(out, y):\n    return ((out - y) ** 2).mean()\n")
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", f"{tmp_path / 'flat.py'}:build", "--hw", str(probed),
+                                                    "--check", "--runs-dir", str(tmp_path / "runs")]))
+    assert "has no repeated blocks" in line and "global batch" not in line
+    assert not (tmp_path / "runs").exists()
