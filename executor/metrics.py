@@ -42,6 +42,11 @@ RUN_ENTRIES = (RUN_CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, STOPPED_FILE, RANKS_
                CHECKPOINTS_DIR, SBATCH_FILE)
 
 
+def present_run_entries(folder: str | Path) -> list[str]:
+    """The names of RUN_ENTRIES that `folder` holds: what of a run (its own or another's) is there."""
+    return [name for name in RUN_ENTRIES if (Path(folder) / name).exists()]
+
+
 def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
     """Record why a run ended without its summary ("interrupted", "failed"), so that a reader
     waiting for summary.json (`monitor --follow`) stops waiting."""

@@ -33,10 +33,10 @@ from .lr_scaling import lr_scale
 from .metrics import (
     CHECKPOINTS_DIR,
     RUN_CONFIG_FILE,
-    RUN_ENTRIES,
     SBATCH_FILE,
     SUMMARY_FILE,
     clear_stopped,
+    present_run_entries,
     rank_files,
     read_metrics,
 )
@@ -405,8 +405,7 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
     this run does not have would otherwise pass for this run's."""
     own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / CHECKPOINTS_DIR  # resumed from, not replaced
     if out.is_dir() and not _is_run_config(out / RUN_CONFIG_FILE):
-        theirs = [name for name in RUN_ENTRIES if (out / name).exists()
-                  and not (name == CHECKPOINTS_DIR and own_checkpoints)]
+        theirs = [name for name in present_run_entries(out) if not (name == CHECKPOINTS_DIR and own_checkpoints)]
         if theirs:
             raise PlanMismatchError(
                 f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "

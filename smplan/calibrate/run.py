@@ -169,13 +169,6 @@ def _holds_runs(root: Path) -> bool:
     return any(read_metrics(d) for d in root.glob("plan*") if d.is_dir())
 
 
-def _run_entries(root: Path) -> list[str]:
-    """What of a run of `smplan execute` (run_config.json, metrics.jsonl, ...) `root` holds."""
-    from smplan.executor.metrics import RUN_ENTRIES
-
-    return [name for name in RUN_ENTRIES if (root / name).exists()]
-
-
 def check_options(opts: CalibrateOptions) -> None:
     """Every user mistake that can be caught before minutes of runs are spent."""
     if opts.plans < 1 and not opts.choices:
@@ -189,9 +182,12 @@ def check_options(opts: CalibrateOptions) -> None:
     if opts.runs_dir and _holds_runs(Path(opts.runs_dir)):  # each run would refuse its folder, as execute's -o
         raise PlanError(f"--runs-dir {opts.runs_dir} already holds the runs of a calibration; give another "
                         "--runs-dir, or delete it to measure again")
-    if opts.runs_dir and _run_entries(Path(opts.runs_dir)):  # its plan* folders would sit among a run's files
+    from smplan.executor.metrics import present_run_entries
+
+    theirs = present_run_entries(opts.runs_dir) if opts.runs_dir else []
+    if theirs:  # its plan* folders would sit among a run's files
         raise PlanError(f"--runs-dir {opts.runs_dir} is the run directory of `smplan execute` (it holds "
-                        f"{', '.join(_run_entries(Path(opts.runs_dir)))}); give a new or empty folder")
+                        f"{', '.join(theirs)}); give a new or empty folder")
     if opts.output and not opts.check:
         check_writable(opts.output, opts.force)
     if opts.stack_output and not opts.check:
