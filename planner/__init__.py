@@ -1,7 +1,7 @@
 """Model profiling, the Plan contract, the cost and memory model and the ILP search."""
 
 from .closed_form import estimate_from_costs
-from .cost_model import estimate, plan_costs
+from .cost_model import blocks_problem, estimate, plan_costs
 from .model_file import ModelFile, ModelFileError, load_model_file, parse_model_args
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
 from .plan import Figures, Plan, PlanError, Stage, even_stages, parse_inline, plan_from_inline
@@ -21,6 +21,7 @@ __all__ = [
     "ProfileError",
     "Stage",
     "TPCollective",
+    "blocks_problem",
     "estimate",
     "estimate_from_costs",
     "even_stages",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smplan.planner.cost_model import blocks_problem
+from smplan.planner import blocks_problem
 from smplan.planner.feasibility import pipeline_fill_problem
 from smplan.planner.model_profile import ModelProfile
 from smplan.planner.plan import Plan, PlanError, even_stages
