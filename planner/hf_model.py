@@ -398,6 +398,7 @@ def _sequence_parallel(block, plan: dict) -> dict:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         PrepareModuleInput,
+        PrepareModuleInputOutput,
         RowwiseParallel,
         SequenceParallel,
     )
@@ -411,7 +412,15 @@ def _sequence_parallel(block, plan: dict) -> dict:
     # transformers calls self_attn(hidden_states=..., ...) by keyword and mlp(hidden_states) positionally
     out["self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
                                           desired_input_kwarg_layouts={"hidden_states": Replicate()})
-    out["mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    if any(name.startswith("mlp.") for name in plan):
+        out["mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    else:
+        # An MLP the config leaves whole (Mixtral's MoE block: router and experts replicated) runs
+        # on plain tensors over the gathered sequence on every rank, then keeps its own shard
+        # (torchtitan's apply_moe_ep_tp prepares its MoE so, there with Partial, tp-sharded experts).
+        out["mlp"] = PrepareModuleInputOutput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                              use_local_input=True, output_layouts=(Replicate(),),
+                                              desired_output_layouts=(Shard(1),), use_local_output=True)
     for name, style in plan.items():
         out[name] = RowwiseParallel(output_layouts=Shard(1)) if type(style) is RowwiseParallel else style
     return out
