@@ -11,8 +11,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from smplan.planner.model_file import load_model_file
+from torch.utils._pytree import tree_map
+
+from smplan.model import call_model, default_loss, tokens_per_sample
 
 from . import checkpoint, grad_compress, recipe, token_data
 from .build import build_model_parts
@@ -117,8 +119,11 @@ class Trainer:
         seq_len = self.cfg.data_seq_len if self.cfg.data else sequence_length(self.plan, self.model_file)
         return SequenceShard(seq_len, self.plan.cp, self.dims.coord("cp"), self.dims["cp"].get_group(), self.device)
 
-    def _local(self, t: torch.Tensor) -> torch.Tensor:
-        """This rank's tokens of a micro-batch tensor (all of it without cp), on the device."""
+    def _local(self, t):
+        """This rank's tokens of a micro-batch tensor (all of it without cp), on the device; a
+        dict or tuple of inputs (pp=1, cp=1: executor.validate) moves to the device whole."""
+        if not isinstance(t, torch.Tensor):
+            return tree_map(lambda x: x.to(self.device) if isinstance(x, torch.Tensor) else x, t)
         t = t.to(self.device)
         return self.sequence.split(t) if self.sequence is not None else t
 
@@ -145,9 +150,7 @@ class Trainer:
         """
         micro = self.data.microbatches(step)
         if self.tokens_per_sample is None:
-            x0 = micro[0][0]
-            per = x0[0].numel() if not x0.is_floating_point() else 1
-            self.tokens_per_sample = per
+            self.tokens_per_sample = tokens_per_sample(micro[0][0])
         if self.parts.schedule is not None:
             loss = self._pipeline_step(micro)
             timer.mark("forward_backward")
@@ -157,7 +160,7 @@ class Trainer:
         for i, (x, y) in enumerate(micro):
             with _grad_sync(model, i == n - 1, self.plan.zero), self.loss_context():
                 with self.autocast():
-                    loss = self.loss_fn(model(self._local(x)), self._local(y))
+                    loss = self.loss_fn(call_model(model, self._local(x)), self._local(y))
                 timer.mark("forward")
                 (loss / n).backward()
                 timer.mark("backward")
@@ -239,7 +242,7 @@ class Trainer:
                 model = self.parts.chunks[0]
                 for x, y in micro:
                     with self.loss_context(), self.autocast():
-                        total += self.loss_fn(model(self._local(x)), self._local(y)).float() / len(micro)
+                        total += self.loss_fn(call_model(model, self._local(x)), self._local(y)).float() / len(micro)
         finally:
             for chunk in self.parts.chunks:
                 chunk.train()
@@ -401,16 +404,6 @@ class Trainer:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy for a model file without loss(): F.cross_entropy on fp32 scores. Scores with
-    the classes last beside targets of their leading shape, (batch, seq, vocab) against (batch,
-    seq) as a language model gives them, are flattened to rows first (F.cross_entropy wants the
-    classes in dim 1)."""
-    if outputs.dim() >= 3 and outputs.dim() == targets.dim() + 1 and outputs.shape[:-1] == targets.shape:
-        outputs, targets = outputs.flatten(0, -2), targets.flatten()
-    return F.cross_entropy(outputs.float(), targets)
 
 
 def plain_loss(loss_fn):

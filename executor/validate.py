@@ -8,6 +8,7 @@ import inspect
 import math
 from dataclasses import dataclass
 
+import torch
 from smplan.planner.feasibility import (
     context_parallel_problem,
     expert_parallel_problem,
@@ -15,15 +16,22 @@ from smplan.planner.feasibility import (
 )
 from smplan.planner.plan import Plan
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from smplan.model import (
     CP_HOOK,
+    DEFAULT_LOSS,
+    call_model,
     context_parallel_support_problem,
+    default_loss,
     expert_bank_problem,
     expert_banks,
+    first_tensor,
     hf_config_fix,
+    is_one_tensor,
     pipeline_problem,
     tensor_parallel_problem,
+    tokens_per_sample,
 )
 from smplan.model.structure import Layout, find_layout, owned_blocks
 
@@ -93,33 +101,75 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
         raise PlanMismatchError(f"{ref} defines neither batch(micro_batch_size, model, seed) nor data(rank, world); add one")
     tokens = 1
     if batch is not None:
-        inputs, _ = batch(plan.micro_batch, model=meta, seed=0)
-        if not inputs.is_floating_point() and inputs.dim() >= 2:
-            tokens = inputs[0].numel()
-        if plan.sequence_parallel and plan.tp > 1 and (inputs.dim() < 2 or inputs.shape[1] % plan.tp):
+        inputs, targets = batch(plan.micro_batch, model=meta, seed=0)
+        tokens = tokens_per_sample(inputs)
+        if not is_one_tensor(inputs):
+            _check_structured_inputs(plan, ref, inputs)
+        ids = first_tensor(inputs)
+        seq = ids.shape[1] if ids is not None and ids.dim() > 1 else 1
+        if plan.sequence_parallel and plan.tp > 1 and (seq == 1 or seq % plan.tp):
             raise PlanMismatchError(
-                f"sequence parallelism splits the sequence ({inputs.shape[1] if inputs.dim() > 1 else 1}) "
-                f"over tp={plan.tp}, which does not divide it; use sp=0 or a tp in {{{_divisors(inputs.shape[1])}}}"
+                f"sequence parallelism splits the sequence ({seq}) "
+                f"over tp={plan.tp}, which does not divide it; use sp=0 or a tp in {{{_divisors(seq)}}}"
             )
-        local = inputs.shape[1] // plan.cp if inputs.dim() > 1 and inputs.shape[1] % (2 * plan.cp) == 0 else 0
+        local = seq // plan.cp if seq > 1 and seq % (2 * plan.cp) == 0 else 0
         if plan.sequence_parallel and plan.tp > 1 and plan.cp > 1 and local % plan.tp:
             raise PlanMismatchError(  # under cp, SP splits each cp rank's share of the sequence
                 f"sequence parallelism splits each cp rank's {local} tokens (seq_len / cp) over tp={plan.tp}, "
                 f"which does not divide them; use sp=0 or a tp in {{{_divisors(local)}}}"
             )
     if plan.pp > 1 and batch is not None:  # the planner's rule (smplan.model.capabilities) too
-        problem = pipeline_problem(meta, layout, inputs.to("meta"), lambda chunk, x: chunk(x),
+        problem = pipeline_problem(meta, layout, _to_meta(inputs), call_model,
                                    **_library_fix(model_file, "pp"))
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
     if plan.ep > 1:
-        _check_ep(plan, meta, inputs.to("meta") if batch is not None else None, _library_fix(model_file, "ep"))
+        _check_ep(plan, meta, _to_meta(inputs) if batch is not None else None, _library_fix(model_file, "ep"))
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
     if plan.cp > 1:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
+    if batch is not None and not model_file.is_hf_config and not callable(getattr(model_file.module, "loss", None)):
+        _check_default_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss") or default_loss)
     return Checked(layout=layout, tokens_per_sample=tokens,
                    param_bytes=sum(p.numel() * p.element_size() for p in meta.parameters()))
+
+
+def _to_meta(tree):
+    return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, tree)
+
+
+def _check_structured_inputs(plan: Plan, ref: str, inputs) -> None:
+    """A dict or tuple of inputs runs as forward(**inputs) / forward(*inputs) where the model
+    runs whole on each rank; what passes or splits one tensor cannot take it."""
+    kind = "dict" if isinstance(inputs, dict) else type(inputs).__name__
+    for on, what in ((plan.pp > 1 or plan.virtual_stages > 1, "pipeline stages pass one tensor on; use pp=1"),
+                     (plan.cp > 1, "context parallelism splits one token tensor; use cp=1")):
+        if on:
+            raise PlanMismatchError(f"{ref}'s batch() gives its inputs as a {kind}; {what}, or have batch() "
+                                    "return the token tensor alone")
+
+
+def _check_default_loss(meta: nn.Module, inputs, targets, ref: str, loss_fn) -> None:
+    """A file without loss() trains with the default cross-entropy (a transformers model: its
+    causal-LM loss, hf_model.loss): refused here, in one line, when what the model returns is
+    not scores it can take, rather than in every worker. A forward that cannot run on the
+    meta device (data-dependent code) is not judged."""
+    try:
+        with torch.no_grad():
+            outputs = call_model(meta, inputs)
+    except Exception:  # noqa: BLE001 - the meta device, not the loss: the run decides
+        return
+    try:
+        with torch.no_grad():
+            loss_fn(outputs, targets)
+    except Exception as err:  # noqa: BLE001 - any failure of the default loss is the file's to fix
+        line = (str(err).strip().splitlines() or [""])[0][:120]
+        what = DEFAULT_LOSS if loss_fn is default_loss else "a causal LM's cross-entropy of the logits"
+        raise PlanMismatchError(
+            f"{ref} defines no loss(outputs, targets) and the default loss ({what}) cannot take what its "
+            f"forward returns ({type(outputs).__name__}: {type(err).__name__}: {line}); define loss(outputs, "
+            f"targets) in {ref}") from None
 
 
 def _check_executable(plan: Plan) -> None:
@@ -172,7 +222,7 @@ def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict) -> None:
         problem = expert_parallel_problem(ep, experts)
         if problem:
             raise PlanMismatchError(problem)
-    problem = expert_bank_problem(meta, inputs, lambda model, x: model(x), **fix) if inputs is not None else None
+    problem = expert_bank_problem(meta, inputs, call_model, **fix) if inputs is not None else None
     if problem:
         raise PlanMismatchError(f"ep={ep}: {problem}")
 

@@ -66,12 +66,18 @@ class ModelFile:
         return None
 
     def _builds_hf(self) -> bool:
-        """Whether the builder returns a PreTrainedModel: known once build() ran, else
-        whether the file imports transformers (hooks are looked up before any build)."""
-        if "hf" in self._seen:
-            return self._seen["hf"]
-        return any(getattr(v, "__name__", "").startswith("transformers") or
-                   str(getattr(v, "__module__", "")).startswith("transformers") for v in vars(self.module).values())
+        """Whether the builder returns a PreTrainedModel: known once build() ran; before any
+        build, from a build on the meta device with the builder's defaults, so that every
+        process resolves the same hooks whatever it looked up first (a file importing its
+        model from another file of the user's shows no transformers name of its own)."""
+        if "hf" not in self._seen:
+            try:
+                self.build({}, device="meta")
+            except ModelFileError:  # defaults that do not build: whether the file imports transformers
+                return any(getattr(v, "__name__", "").startswith("transformers") or
+                           str(getattr(v, "__module__", "")).startswith("transformers")
+                           for v in vars(self.module).values())
+        return self._seen["hf"]
 
     def builder_parameters(self) -> dict[str, inspect.Parameter]:
         try:

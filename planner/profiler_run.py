@@ -14,8 +14,11 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from smplan.model import (
     CP_HOOK,
+    DEFAULT_LOSS,
     ExpertBank,
+    call_model,
     context_parallel_support_problem,
+    default_loss,
     expert_bank_problem,
     find_expert_banks,
     find_layout,
@@ -77,14 +80,16 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         with torch.enable_grad(), GPUKernels(tracer), tracer, \
                 torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
             outputs = _call(model, inputs, mf)
+            # the loss the executor will train with: the file's, else the default cross-entropy
             loss_fn = mf.hook("loss")
-            if loss_fn is not None and targets is not None:
+            what = "loss" if loss_fn is not None else f"the default loss ({DEFAULT_LOSS}; the file has no loss())"
+            if targets is not None:
                 parts.enter("loss", force_kind="post")
                 # The logits are the memory model's loss buffer (logits + their gradient); the
                 # loss part counts what it keeps beyond them (an fp32 log-softmax, or nothing).
                 tracer.counted_elsewhere.update(storage_key(t) for t in tree_leaves(outputs)
                                                 if isinstance(t, torch.Tensor))
-                loss = _user_call(mf, "loss", loss_fn, outputs, targets)
+                loss = _user_call(mf, what, loss_fn or default_loss, outputs, targets)
                 parts.current.input_bytes = tensor_bytes((outputs, targets))
                 parts.current.output_bytes = tensor_bytes(loss)
                 tracer.keep(loss)
@@ -383,6 +388,9 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
                     "tuple or list, forward(inputs) for a tensor")
         elif what == "forward":
             hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes"
+        elif "loss" in what:
+            hint = (f"; define loss(outputs, targets) in {mf.path.name} for what forward returns and batch()'s "
+                    "targets (the profiler runs it on the meta device: avoid .item())")
         raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
 
 
@@ -408,11 +416,7 @@ def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):
 
 
 def _call(model: nn.Module, inputs, mf: ModelFile):
-    if isinstance(inputs, dict):
-        return _user_call(mf, "forward", model, **inputs)
-    if isinstance(inputs, tuple | list):
-        return _user_call(mf, "forward", model, *inputs)
-    return _user_call(mf, "forward", model, inputs)
+    return _user_call(mf, "forward", call_model, model, inputs)
 
 
 # -- assembling -------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ from .capabilities import (
            pipeline_problem,
            tensor_parallel_problem,
 )
+from .inputs import call_model, first_tensor, is_one_tensor, tokens_per_sample
+from .loss import DEFAULT_LOSS, default_loss
 from .structure import Layout, find_layout
 
-__all__ = ["CP_HOOK", "ExpertBank", "Layout", "context_parallel_support_problem", "expert_bank_problem",
-           "expert_banks", "find_expert_banks", "find_layout", "hf_config_fix", "pipeline_problem",
-           "tensor_parallel_problem"]
+__all__ = ["CP_HOOK", "DEFAULT_LOSS", "ExpertBank", "Layout", "call_model", "context_parallel_support_problem",
+           "default_loss", "expert_bank_problem", "expert_banks", "find_expert_banks", "find_layout", "first_tensor",
+           "hf_config_fix", "is_one_tensor", "pipeline_problem", "tensor_parallel_problem", "tokens_per_sample"]

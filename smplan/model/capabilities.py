@@ -33,6 +33,10 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
     name = type(model).__name__
     if layout.num_blocks < 2:
         return f"{name} has {layout.num_blocks} repeated block(s); pipeline stages need at least 2"
+    tied = _tied_apart(model, layout)
+    if tied:
+        return (f"{name} ties {tied[0]} to {tied[1]} (one Parameter), which pipeline stages would hold apart; "
+                "untie them in the model (a Hugging Face config: tie_word_embeddings=false) to allow pp")
     n = layout.num_blocks
     first = cut_chunk(model, layout, 0, 1, is_first=True, is_last=False)
     last = cut_chunk(model, layout, n - 1, n, is_first=False, is_last=True)
@@ -49,6 +53,37 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
         first_line = (str(err).strip().splitlines() or [""])[0][:100]
         return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
                 f"{first_line}); {fix}")
+    return None
+
+
+def _part_of(layout: Layout, fqn: str) -> str:
+    """Which piece of a pipeline cut holds parameter `fqn`: a block, the parts before the
+    blocks (first stage), those after them (last stage), or the model's own."""
+    def under(prefix: str) -> bool:
+        return fqn.startswith(prefix + ".")
+
+    for i in range(layout.num_blocks):
+        if under(layout.block_fqn(i)):
+            return f"block {i}"
+    if any(under(p) for p in layout.before):
+        return "before"
+    if any(under(p) for p in layout.after):
+        return "after"
+    return "model"
+
+
+def _tied_apart(model: nn.Module, layout: Layout) -> tuple[str, str] | None:
+    """Two names of one Parameter (a tied embedding and head) that pieces of a pipeline cut
+    hold apart, or None: each stage materialises only its own modules, so a tie across
+    stages cannot hold (the executor's materialize refuses it at launch)."""
+    names: dict[int, list[str]] = {}
+    for fqn, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(fqn)
+    for group in names.values():
+        parts = [_part_of(layout, fqn) for fqn in group]
+        for fqn, part in zip(group[1:], parts[1:], strict=True):
+            if part != parts[0]:
+                return group[0], fqn
     return None
 
 
