@@ -126,7 +126,9 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
     if plan.ep > 1:
         _check_ep(plan, meta, _to_meta(inputs) if batch is not None else None, _library_fix(model_file, "ep"))
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
-        raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}")
+        raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}; plan again "
+                                f"with --seq-len {tokens}, or build the model with {plan.seq_len} tokens "
+                                f"(--arg seq_len={plan.seq_len}, where its builder takes it)")
     if plan.cp > 1:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
     if batch is not None and not model_file.is_hf_config and not callable(getattr(model_file.module, "loss", None)):

@@ -490,3 +490,13 @@ def test_a_plan_file_whose_model_is_in_neither_place_names_both(cli_runner, tmp_
     executed = cli_runner.invoke(cli, ["execute", str(path), "--steps", "1", "--out", str(tmp_path / "run")])
     assert executed.exit_code == 2 and _error_line(executed).endswith('or pass --model PATH (or fix its "model" key)')
     assert not (tmp_path / "run").exists()
+
+
+def test_execute_names_the_fix_for_a_sequence_length_the_plan_was_not_made_for(cli_runner, tmp_path):
+    plan = tmp_path / "p.json"
+    made = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "--seq-len", "32", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", str(plan), "--arg", "seq_len=16", "-o", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    assert "the plan says seq_len=32 but gpt.py's batches have 16; plan again with --seq-len 16" in result.output
