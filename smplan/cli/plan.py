@@ -106,8 +106,10 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         echo_json(record)
         return
     cap = cluster.gpu.memory_gib
-    headers = ["#", "nodes", "dp", "tp", "pp", "ep", "cp", "mbs", "zero", "recompute", "schedule", "step s", "tokens/s", "MFU",
-               "mem GiB", "$/1M tok"]
+    # a model whose samples are not token sequences (an MLP, a CNN): a sample counts as one token
+    sequences = bool(plans[0].seq_len)
+    headers = ["#", "nodes", "dp", "tp", "pp", "ep", "cp", "mbs", "zero", "recompute", "schedule", "step s",
+               "tokens/s" if sequences else "samples/s", "MFU", "mem GiB", "$/1M tok" if sequences else "$/1M samples"]
     rows = [
         [i + 1, p.nodes, p.dp, p.tp, p.pp, p.ep, p.cp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
          p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{p.predicted.peak_memory_gib:.1f}/{cap:g}",

@@ -50,7 +50,8 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
         rows.append(_row(name, len(result.blocks), result.blocks[0]))
     rows += [_row(p.name, 1, p) for p in result.post]
     headers = ["part", "count", "params", "fwd GFLOPs/sample", "saved MiB/sample", "output MiB/sample", "TP collectives"]
-    click.echo(f"{result.model}  seq_len={result.seq_len}  dtype={result.dtype}  "
+    seq = result.seq_len or "none (a sample is not a token sequence)"
+    click.echo(f"{result.model}  seq_len={seq}  dtype={result.dtype}  "
                f"(per part; a block row is one block)")
     click.echo(format_table(headers, rows, align="lrrrrrl"))
     per_token = result.train_flops_per_sample / result.tokens_per_sample
@@ -73,7 +74,8 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
         click.echo(f"all-to-all MiB/sample:     {part.all_to_all_bytes_per_sample / MIB:.4g} dispatch + "
                    f"{part.all_to_all_bytes_per_sample / MIB:.4g} combine per block (tokens x hidden x top_k)")
     click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
-    click.echo(f"train FLOPs per token:     {per_token:.4g}")
+    if result.seq_len:
+        click.echo(f"train FLOPs per token:     {per_token:.4g}")
     for dim, why in result.unsupported.items():
         click.echo(f"{dim} will not be offered: {why}")
     if not result.has_tp_plan:

@@ -22,6 +22,16 @@ def test_plan_table(cli_runner):
         assert column in result.output
 
 
+def test_a_model_without_token_sequences_counts_samples(cli_runner):
+    """examples/mlp.py's samples are feature vectors: no tokens/s, no per-token FLOPs."""
+    planned = cli_runner.invoke(cli, ["plan", "examples/mlp.py", "--hw", "a100x8", "--top", "1"])
+    assert planned.exit_code == 0, planned.output
+    assert "samples/s" in planned.output and "$/1M samples" in planned.output and "tokens/s" not in planned.output
+    profiled = cli_runner.invoke(cli, ["profile", "examples/mlp.py"])
+    assert "seq_len=none (a sample is not a token sequence)" in profiled.output
+    assert "per token" not in profiled.output
+
+
 def test_plan_json_names(cli_runner):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--global-batch", "16", "--json"])
     assert result.exit_code == 0, result.output
