@@ -9,15 +9,21 @@ from smplan.planner import Figures
 HOST_WAIT_NOTE_SHARE = 0.10
 
 
-def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False) -> str | None:
+def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False, on_cpu: bool = False) -> str | None:
     """One line when the GPU waits for the host's kernel launches for a tenth of the step or more
-    (the breakdown's `host_wait`): what sets that time and what shortens it."""
+    (the breakdown's `host_wait`): what sets that time and what shortens it. `on_cpu`: a profile
+    from `smplan hw probe` on a CPU, where no GPU waits and no CUDA graph helps, and the host
+    time is a GPU stack's until `smplan calibrate` fits it."""
     wait = figures.breakdown.get("host_wait", 0.0)
     if not figures.step_time_s or wait < HOST_WAIT_NOTE_SHARE * figures.step_time_s:
         return None
     per_layer = f"{efficiency.host_overhead_us_per_layer:g} us per layer pass"
     if moe and efficiency.host_overhead_us_per_moe_layer:
         per_layer += f", {efficiency.host_overhead_us_per_moe_layer:g} us more per MoE layer"
+    if on_cpu:
+        return (f"note: {100 * wait / figures.step_time_s:.0f}% of the step is the host's time per layer pass "
+                f"({per_layer}, the stack's figure for a GPU cluster): `smplan calibrate` fits it to runs on this "
+                "machine; a bigger micro-batch shortens its share")
     return (f"note: the GPU waits {100 * wait / figures.step_time_s:.0f}% of the step for the host to launch kernels "
             f"(the stack's {per_layer}; `smplan stack show`): a bigger micro-batch shortens it, and so do CUDA "
             "graphs (a --stack file or --hw-set efficiency.host_overhead_us_per_layer=... with less host time); "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from smplan.hwprofiles import DEFAULT_STACK, load_stack, parse_override
+from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack, parse_override
 from smplan.hwprofiles.paths import is_path
 from smplan.planner.explain import explain
 from smplan.planner.plan import is_plan_file_name
@@ -129,7 +129,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     ranked = f"the best {len(result.plans)} simulated and ranked" if simulated else "ranked by the closed form"
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s; "
                f"{ranked}")
-    note = host_wait_note(plans[0].predicted, cluster.efficiency, moe=result.num_experts > 1)
+    note = host_wait_note(plans[0].predicted, cluster.efficiency, moe=result.num_experts > 1,
+                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
     if note:
         click.echo(note)
     if show_explain:

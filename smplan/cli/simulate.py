@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from smplan.hwprofiles import PROBED_CPU_NAME
 from smplan.planner.model_file import split_ref
 from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
@@ -118,7 +119,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in f.breakdown.items()]))
-    note = host_wait_note(f, cluster.efficiency, moe=profile.num_experts > 1)
+    note = host_wait_note(f, cluster.efficiency, moe=profile.num_experts > 1,
+                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
     if note:
         click.echo(note)
     click.echo("\nper-stage time, % of the step: compute + optimizer + idle = 100% (recompute and host wait are part of compute);\n"

@@ -320,3 +320,15 @@ def test_a_probed_cpu_is_planned_in_fp32_as_execute_runs_there(cli_runner, probe
     simulated = cli_runner.invoke(cli, ["simulate", "examples/gpt.py:tiny", "--hw", str(probed), "--plan",
                                         "dp=2,mbs=1,gbs=4", "--json"])
     assert json.loads(simulated.output)["plan"]["dtype"] == "fp32"
+
+
+def test_the_host_time_note_on_a_probed_cpu_speaks_of_calibrate_not_cuda_graphs(cli_runner, probed):
+    """examples/gpt.py:tiny on a CPU profile is host-bound: the note names where its host time
+    comes from (a GPU stack's) and what fits it, with no GPU advice."""
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", str(probed), "--top", "1"])
+    assert result.exit_code == 0, result.output
+    note = next(line for line in result.output.splitlines() if line.startswith("note:"))
+    assert "of the step is the host's time per layer pass" in note and "`smplan calibrate` fits it" in note
+    assert "CUDA" not in note and "GPU waits" not in note
+    gpu = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--top", "1"])
+    assert "CUDA graphs" in gpu.output
