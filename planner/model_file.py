@@ -71,6 +71,8 @@ class ModelFile:
         process resolves the same hooks whatever it looked up first (a file importing its
         model from another file of the user's shows no transformers name of its own)."""
         if "hf" not in self._seen:
+            if "transformers" not in sys.modules:  # nothing the file imported loaded it: no PreTrainedModel
+                return False
             try:
                 self.build({}, device="meta")
             except ModelFileError:  # defaults that do not build: whether the file imports transformers

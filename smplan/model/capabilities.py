@@ -33,6 +33,9 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
     name = type(model).__name__
     if layout.num_blocks < 2:
         return f"{name} has {layout.num_blocks} repeated block(s); pipeline stages need at least 2"
+    if not isinstance(inputs, torch.Tensor):  # forward(*inputs) / forward(**inputs): stages pass one tensor on
+        kind = "dict" if isinstance(inputs, dict) else type(inputs).__name__
+        return f"batch() gives {name}'s inputs as a {kind}; pipeline stages pass one tensor on"
     tied = _tied_apart(model, layout)
     if tied:
         return (f"{name} ties {tied[0]} to {tied[1]} (one Parameter), which pipeline stages would hold apart; "

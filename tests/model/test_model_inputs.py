@@ -60,6 +60,13 @@ def test_what_takes_one_tensor_refuses_a_dict(cli_runner, tmp_path, args, says):
     assert "Traceback" not in result.output and not out.exists()
 
 
+def test_the_planner_offers_no_pipeline_for_a_dict_and_says_why(cli_runner):
+    why = profile_model(f"{MODELS}:dict_inputs", cache=False).unsupported["pp"]
+    assert why == "batch() gives KeywordDecoder's inputs as a dict; pipeline stages pass one tensor on"
+    plan = cli_runner.invoke(cli, ["plan", f"{MODELS}:tuple_inputs", "--hw", "a100x8", "--fix", "pp=2"])
+    assert plan.exit_code == 2 and "pp=2: batch() gives Decoder's inputs as a tuple" in plan.output
+
+
 def test_a_tie_across_pipeline_stages_is_not_offered(cli_runner, tmp_path):
     why = profile_model(f"{MODELS}:tied", cache=False).unsupported["pp"]
     assert why.startswith("Decoder ties emb.weight to head.weight (one Parameter), which pipeline stages would hold apart")

@@ -101,3 +101,27 @@ def test_a_zero_size_weight_builds_without_torch_notice(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_model_file(str(path)).build({"width": 0}).weight.numel() == 0
+
+
+def test_hooks_are_the_same_before_and_after_a_build(tmp_path, monkeypatch):
+    """A file that builds a transformers model it imports from another file of the user's gets
+    transformers' hooks (here, the causal-LM loss) whether or not it was built first: the
+    launcher and the workers look hooks up in different orders."""
+    pytest.importorskip("transformers")
+    from smplan.planner import hf_model
+
+    (tmp_path / "mymodels.py").write_text(textwrap.dedent("""
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        def tiny():
+            return LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                num_key_value_heads=2, intermediate_size=64, vocab_size=64))
+    """))
+    (tmp_path / "user.py").write_text("from mymodels import tiny as model\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fresh = load_model_file(str(tmp_path / "user.py"))
+    assert fresh.hook("loss") is hf_model.loss  # looked up before any build
+    built = load_model_file(str(tmp_path / "user.py"))
+    built.build({}, device="meta")
+    assert built.hook("loss") is hf_model.loss
+    assert load_model_file("examples/gpt.py:tiny").hook("data") is None  # no transformers: nothing built to know
