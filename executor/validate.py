@@ -14,6 +14,7 @@ from smplan.planner.feasibility import (
     expert_parallel_problem,
     pipeline_fill_problem,
 )
+from smplan.planner.model_file import ModelFileError
 from smplan.planner.plan import Plan
 from torch import nn
 from torch.utils._pytree import tree_map
@@ -254,7 +255,10 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
     takes_sp = "sequence_parallel" in inspect.signature(tp_plan).parameters
     if plan.sequence_parallel and not takes_sp:
         raise PlanMismatchError(f"{ref}'s tp_plan(block) takes no sequence_parallel argument; use sp=0")
-    styles = tp_plan(block, sequence_parallel=plan.sequence_parallel) if takes_sp else tp_plan(block)
+    try:
+        styles = tp_plan(block, sequence_parallel=plan.sequence_parallel) if takes_sp else tp_plan(block)
+    except ModelFileError as err:  # a transformers config's plan torch's styles cannot express (hf_model)
+        raise PlanMismatchError(f"tp={tp}: {err}; use tp=1") from None
     _check_module_types(styles, block, tp, "tp_plan")
     _check_divides(styles, block, tp, f"{ref}'s blocks")
     outer = model_file.hook("tp_plan_outer")

@@ -18,6 +18,11 @@ requested device, the meta device for profiling.
   embeddings and the mask from its length), the first layer splits it into shards.
 - No pipeline parallelism: HF forwards do not skip None layers; the capability check
   (smplan.model.capabilities) finds that and records it in the profile.
+- Refused in one line: encoder-only configs (BERT without is_decoder: bidirectional attention
+  would see the targets), encoder-decoders and configs with no causal-LM class (T5), and
+  --arg values transformers' config checks reject (field types, heads vs hidden size).
+- fp32 MoE profiles: torch._grouped_mm's meta kernel takes bf16 only; `meta_forward` gives it
+  fp32 shapes while profiling (an fp32 run on CPU uses the real kernel).
 """
 
 from __future__ import annotations
@@ -147,9 +152,21 @@ class HFModel:
         except (ValueError, KeyError, OSError) as err:
             raise ModelFileError(f"{self.ref}: transformers cannot read config.json ({first_line(err)}); "
                                  "check model_type and the fields") from None
-        for key, value in (args or {}).items():
-            if key != SEQ_ARG:
+        overrides = {k: v for k, v in (args or {}).items() if k != SEQ_ARG}
+        derived = _derived_head_dim(cfg, overrides)
+        for key, value in {**overrides, **derived}.items():
+            try:
                 setattr(cfg, key, value)
+            except _strict_errors() as err:  # transformers 5 configs check field types on assignment
+                cause = first_line(err.__cause__ or err)
+                raise ModelFileError(f"{self.ref}: --arg {key}={value!r} is refused ({cause}); "
+                                     "pass a value of that type") from None
+        if overrides and hasattr(cfg, "validate"):  # transformers' @strict architecture checks (heads | hidden)
+            try:
+                cfg.validate()
+            except (ValueError, TypeError, *_strict_errors()) as err:
+                raise ModelFileError(f"{self.ref}: --arg {_fmt(overrides)} makes an invalid {type(cfg).__name__} "
+                                     f"({first_line(err.__cause__ or err)}); change the --arg values") from None
         return cfg
 
     def builder_parameters(self) -> dict[str, inspect.Parameter]:
@@ -185,34 +202,110 @@ class HFModel:
         if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
             raise ModelFileError(f"{self.ref}: --arg seq_len must be a positive whole number, got {seq_len!r}")
         cfg = self.config(args)
+        self._check_heads(cfg)
         cfg.use_cache = False  # training: no KV cache kept beside what autograd saves
         setattr(cfg, _SEQ_ATTR, seq_len or default_seq_len(cfg.to_dict()))
         tf = _transformers()
-        kwargs = {"attn_implementation": "sdpa"}
+        model_class = self._causal_lm_class(cfg)
+        # SDPA where the class has it; attention-free (Mamba) and eager-only (Bloom) classes run
+        # transformers' default, "eager" (modeling_utils.get_correct_attn_implementation)
+        kwargs = {"attn_implementation": "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"}
         if dtype is not None:
             kwargs["dtype" if _takes_dtype(tf) else "torch_dtype"] = dtype
         try:
             with torch.device(device) if device else _null():
                 model = tf.AutoModelForCausalLM.from_config(cfg, **kwargs)
         except (ValueError, TypeError, AssertionError, KeyError) as err:
+            given = {k: v for k, v in args.items() if k != SEQ_ARG}
+            fix = f"check the --arg values ({_fmt(given)})" if given else "check config.json's fields"
             raise ModelFileError(f"{self.ref}: transformers cannot build this config "
-                                 f"({type(err).__name__}: {first_line(err)}); check the --arg values") from None
-        self._check_positions(model, getattr(cfg, _SEQ_ATTR))
+                                 f"({type(err).__name__}: {first_line(err)}); {fix}") from None
+        self._check_causal(model)
+        check_positions(model, getattr(cfg, _SEQ_ATTR), self.ref)
         return model
 
-    def _check_positions(self, model, seq_len: int) -> None:
-        """A learned position table (GPT-2's wpe, OPT's embed_positions) holds so many positions
-        and no more: a longer batch fails at its first forward. Rotary and ALiBi models have no
-        table and run longer sequences (untrained there), so pass."""
-        import torch
+    def _causal_lm_class(self, cfg):
+        """The class AutoModelForCausalLM builds for `cfg`, or one line on why there is none."""
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-        for name, module in model.named_modules():
-            if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in LEARNED_POSITION_TABLES:
-                limit = positions_held(module)
-                if seq_len > limit:
-                    raise ModelFileError(
-                        f"{self.ref}: seq_len {seq_len} is beyond the {limit} positions its learned position table "
-                        f"({name}) holds; pass --seq-len N (or --arg seq_len=N) with N <= {limit}")
+        name = type(cfg).__name__
+        if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:
+            return MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
+        what = ("is an encoder-decoder model, which" if getattr(cfg, "is_encoder_decoder", False)
+                else f"(model_type {cfg.model_type!r}) has no causal-LM class in transformers, so it")
+        raise ModelFileError(f"{self.ref}: {name} {what} hf: does not support; hf: trains causal (decoder-only) "
+                             "language models: use a decoder config (Llama, Qwen2, GPT-2, ...) or a model file "
+                             "with batch()/loss()")
+
+    def _check_causal(self, model) -> None:
+        """Refuse a bidirectional encoder built as a causal LM: BertLMHeadModel with is_decoder=False
+        attends to the tokens it predicts. The encoder families (those with a masked-LM class) are
+        causal only with is_decoder=True (modeling_bert.BertLayer); others mark their attention
+        modules' `is_causal` (modeling_llama.LlamaAttention)."""
+        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+        cfg = model.config
+        if getattr(cfg, "is_decoder", False):
+            return
+        flags = {m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)}
+        if type(cfg) in MODEL_FOR_MASKED_LM_MAPPING or flags == {False}:
+            decoder = " (or --arg is_decoder=true)" if hasattr(cfg, "is_decoder") else ""
+            raise ModelFileError(f"{self.ref}: {type(cfg).__name__} is an encoder-only model (bidirectional attention: "
+                                 f"it would see the tokens it predicts); hf: trains causal language models: use a "
+                                 f"decoder config{decoder} or a model file with batch()/loss()")
+
+    def _check_heads(self, cfg) -> None:
+        """Grouped-query attention serves each key/value head to a whole group of query heads
+        (Ainslie et al. 2023): transformers repeats them num_attention_heads // num_key_value_heads
+        times and fails at the first forward on a remainder."""
+        heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+        if isinstance(heads, int) and isinstance(kv, int) and heads > 0 and kv > 0 and heads % kv:
+            raise ModelFileError(f"{self.ref}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv} "
+                                 "(each key/value head serves a group of query heads); change either with --arg")
+
+
+def _derived_head_dim(cfg, overrides: dict) -> dict:
+    """{"head_dim": hidden // heads} when --arg changes hidden_size or num_attention_heads of a
+    config.json whose head_dim is that quotient (as Llama's and Qwen's files write it) and leaves
+    head_dim itself: the stale value would build projections of the old width, silently. A
+    head_dim the file sets apart from the quotient (Gemma, Qwen3) is the user's to change."""
+    names = ("hidden_size", "num_attention_heads")
+    if "head_dim" in overrides or not any(n in overrides for n in names):
+        return {}
+    hidden, heads, head_dim = (getattr(cfg, n, None) for n in (*names, "head_dim"))
+    if not all(isinstance(v, int) and v > 0 for v in (hidden, heads, head_dim)) or head_dim != hidden // heads:
+        return {}
+    new_hidden, new_heads = (overrides.get(n, v) for n, v in zip(names, (hidden, heads), strict=True))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (new_hidden, new_heads)):
+        return {}  # a wrong type or value: the assignment below says so
+    return {"head_dim": new_hidden // new_heads}
+
+
+def check_positions(model, seq_len: int, ref) -> None:
+    """A learned position table (GPT-2's wpe, OPT's embed_positions) holds so many positions
+    and no more: a longer batch fails at its first forward. Rotary and ALiBi models have no
+    table and run longer sequences (untrained there), so pass."""
+    import torch
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in LEARNED_POSITION_TABLES:
+            limit = positions_held(module)
+            if seq_len > limit:
+                raise ModelFileError(
+                    f"{ref}: seq_len {seq_len} is beyond the {limit} positions its learned position table "
+                    f"({name}) holds; pass --seq-len N (or --arg seq_len=N) with N <= {limit}")
+
+
+def record_seq_len(model, seq_len, ref) -> None:
+    """A model file's builder that takes seq_len and returns a PreTrainedModel: its seq_len (the
+    argument, else its default) is the batch length batch() gives, not the config's context."""
+    if isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0:
+        check_positions(model, seq_len, ref)
+        setattr(model.config, _SEQ_ATTR, seq_len)
+
+
+def _fmt(args: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in args.items())
 
 
 def positions_held(table) -> int:
@@ -222,6 +315,15 @@ def positions_held(table) -> int:
     if table.padding_idx is not None:
         skipped = max(skipped, table.padding_idx + 1)
     return table.num_embeddings - skipped
+
+
+def _strict_errors() -> tuple:
+    """huggingface_hub's @strict dataclass errors (transformers 5 configs), or none before it had them."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return ()
+    return (StrictDataclassError,)
 
 
 def _takes_dtype(tf) -> bool:
@@ -289,9 +391,42 @@ def meta_forward(mf=None):
 
     mu.find_packed_sequence_indices = unpacked_on_meta
     try:
-        yield
+        with _grouped_mm_meta_any_dtype():
+            yield
     finally:
         mu.find_packed_sequence_indices = original
+
+
+@contextlib.contextmanager
+def _grouped_mm_meta_any_dtype():
+    """torch._grouped_mm's meta kernel accepts bf16 only (torch/_meta_registrations.py mirrors the
+    CUDA fast path), while its CPU kernel runs fp32 too: an fp32 MoE (transformers 5's grouped_mm
+    experts) trains on CPU but could not be traced on meta. While profiling, the meta kernel
+    gives other dtypes their output shape, so the tracer sees the same aten._grouped_mm calls,
+    FLOPs and parameters as in bf16, and fp32 bytes; bf16 keeps torch's own kernel and checks."""
+    import torch
+
+    original = getattr(getattr(torch, "_meta_registrations", None), "meta_grouped_mm", None)
+    if original is None or not hasattr(torch.ops.aten, "_grouped_mm"):
+        yield
+        return
+
+    def meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+        if mat_a.dtype == mat_b.dtype == torch.bfloat16:
+            return original(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
+        # the output shapes of torch's meta kernel (_meta_registrations._create_grouped_mm_output_tensor)
+        if mat_a.dim() == 2:  # x [tokens, k] @ w [groups, k, n]; 2-D x 2-D: a weight gradient per group
+            shape = (offs.size(0), mat_a.size(0), mat_b.size(1)) if mat_b.dim() == 2 else (mat_a.size(0), mat_b.size(-1))
+        else:
+            shape = (mat_a.size(1), mat_b.size(1)) if mat_b.dim() == 2 else (mat_a.size(0), mat_a.size(1), mat_b.size(-1))
+        return mat_a.new_empty(shape, dtype=out_dtype or mat_a.dtype)
+
+    lib = torch.library.Library("aten", "IMPL")  # dropped on exit: torch's kernel is back
+    lib.impl("_grouped_mm", meta, "Meta")
+    try:
+        yield
+    finally:
+        lib._destroy()
 
 
 # -- hooks ----------------------------------------------------------------------------------
@@ -361,7 +496,7 @@ def _style(name: str, style: str):
         return None  # stays whole on every rank
     if style not in styles:
         raise TPUnsupported(f"the config's base_model_tp_plan shards {name} as {style!r}, which smplan does not map "
-                            f"to torch's styles (it maps {', '.join(styles)}); use tp=1")
+                            f"to torch's styles (it maps {', '.join(styles)})")
     return styles[style]()
 
 
@@ -387,10 +522,10 @@ def tp_plan(block, sequence_parallel: bool = False) -> dict:
             plan[rest] = torch_style
     if entries and not matched:
         raise TPUnsupported(f"{type(cfg).__name__}'s base_model_tp_plan names none of {type(block).__name__}'s "
-                            "modules, so tensor parallelism would shard nothing; use tp=1")
+                            "modules, so tensor parallelism would shard nothing")
     if not entries:
         raise TPUnsupported(f"{type(cfg).__name__} has no base_model_tp_plan for its layers (transformers ships no "
-                            "tensor-parallel plan for this model); use tp=1")
+                            "tensor-parallel plan for this model)")
     return _sequence_parallel(block, plan) if sequence_parallel else plan
 
 

@@ -157,6 +157,11 @@ class ModelFile:
         from .hf_model import is_hf_module
 
         self._seen["hf"] = is_hf_module(built)
+        params = self.builder_parameters()
+        if self._seen["hf"] and "seq_len" in params:  # the builder's seq_len, not the config's context, is batch()'s
+            from .hf_model import record_seq_len
+
+            record_seq_len(built, args.get("seq_len", params["seq_len"].default), self.path)
         if self._seen["hf"] and getattr(built.config, "use_cache", False):
             built.config.use_cache = False  # training: no KV cache kept beside what autograd saves
         return built
@@ -276,6 +281,9 @@ def file_digest(ref: str) -> tuple[Path, str, str]:
                              f"e.g. {ref}tiny")
     if not path.exists():
         raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder] or hf:DIR")
+    if path.is_dir() and (path / "config.json").is_file():
+        raise ModelFileError(f"{str(path)!r} is a folder holding a config.json; pass hf:{path} for a Hugging Face "
+                             "config, or path/to/model.py[:builder]")
     if path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a .py file; pass path/to/model.py[:builder]")
     if not path.is_file():

@@ -78,10 +78,13 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
         click.echo(f"train FLOPs per token:     {per_token:.4g}")
     for dim, why in result.unsupported.items():
         click.echo(f"{dim} will not be offered: {why}")
+    if "tp" in result.unsupported:
+        return  # the reason above says it
     if not result.has_tp_plan:
         click.echo("no tp_plan in the model file: tensor parallelism will not be offered")
     elif result.num_heads:
-        click.echo(f"tensor parallelism degree must divide {result.num_heads}, a block's key/value heads")
+        click.echo(f"tp (tensor parallelism) must divide {result.num_heads}, a block's key/value heads: "
+                   f"tp in {{{', '.join(str(d) for d in range(1, result.num_heads + 1) if result.num_heads % d == 0)}}}")
 
 
 def _row(name: str, count: int, p) -> list:

@@ -59,3 +59,12 @@ def test_broken_model_file_is_one_line_and_exit_2(cli_runner, tmp_path, source, 
     assert "Traceback" not in result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0] and str(path) in lines[0]
+
+
+def test_an_hf_config_without_a_tp_plan_says_so_once(cli_runner, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=64, n_positions=32).save_pretrained(tmp_path)
+    result = cli_runner.invoke(cli, ["profile", f"hf:{tmp_path}", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "tensor parallel" in line or line.startswith("tp ")]
+    assert len(lines) == 1 and lines[0].startswith("tp will not be offered: GPT2Config has no base_model_tp_plan")

@@ -98,7 +98,7 @@ def test_mixtral_experts_counted(tmp_path):
     assert moe.blocks[0].router_flops_per_sample == pytest.approx(router)
     plan = transformers.MixtralConfig().base_model_tp_plan or {}
     if any(style == "packed_colwise" for style in plan.values()):  # transformers 5.24 ships packed expert styles
-        assert "packed_colwise" in moe.unsupported["tp"] and "use tp=1" in moe.unsupported["tp"]
+        assert "packed_colwise" in moe.unsupported["tp"]  # "; use tp=1" is the caller's (plan, execute)
     else:  # 5.25 shards attention only: tp is offered, the experts stay replicated
         assert "tp" not in moe.unsupported and moe.has_tp_plan
 
@@ -285,3 +285,134 @@ def test_sequence_parallel_plans(tiny):
     assert isinstance(outer["model.layers.0"], PrepareModuleInput) and isinstance(outer["model.norm"], SequenceParallel)
     assert isinstance(outer["model.embed_tokens"], RowwiseParallel) and outer["lm_head"].input_layouts == (Shard(1),)
     assert set(mf.hook("tp_plan_outer")(model)) == {"model.embed_tokens", "lm_head"}
+
+
+# -- what a new user meets: refusals in one line, exit 2 ------------------------------------
+
+def _cli_error(cli_runner, *args) -> str:
+    """`smplan ARGS` refused: exit 2, one error line, no traceback."""
+    from smplan.cli.main import cli
+
+    result = cli_runner.invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=128,
+             max_position_embeddings=32)
+
+
+def test_an_encoder_only_config_is_refused(tmp_path, cli_runner):
+    """BertLMHeadModel with is_decoder=False attends both ways: next-token targets it can see."""
+    transformers.BertConfig(**SMALL).save_pretrained(tmp_path / "bert")
+    line = _cli_error(cli_runner, "profile", f"hf:{tmp_path / 'bert'}")
+    assert "BertConfig is an encoder-only model (bidirectional attention" in line
+    assert "use a decoder config (or --arg is_decoder=true) or a model file with batch()/loss()" in line
+    # as a decoder it is causal: BERT's layers then mask the future (modeling_bert.BertLayer)
+    assert profile_model(f"hf:{tmp_path / 'bert'}", {"is_decoder": True}, cache=False).num_blocks == 2
+    # GPT-NeoX states is_decoder=False, yet its attention is causal (is_causal=True): not refused
+    transformers.GPTNeoXConfig(**SMALL).save_pretrained(tmp_path / "neox")
+    assert profile_model(f"hf:{tmp_path / 'neox'}", cache=False).num_blocks == 2
+
+
+def test_configs_without_a_causal_lm_say_what_is_wrong(tmp_path, cli_runner):
+    transformers.T5Config(d_model=64, num_layers=2, num_heads=4, d_ff=128, d_kv=16,
+                          vocab_size=128).save_pretrained(tmp_path / "t5")
+    line = _cli_error(cli_runner, "profile", f"hf:{tmp_path / 't5'}")
+    assert "T5Config is an encoder-decoder model, which hf: does not support" in line and "--arg" not in line
+    # a config transformers refuses names the --arg values only when some were given
+    transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0,
+                            eos_token_id=0).save_pretrained(tmp_path / "gpt2")
+    line = _cli_error(cli_runner, "profile", f"hf:{tmp_path / 'gpt2'}", "--arg", "n_head=3")
+    assert "must be divisible by num_heads" in line and "check the --arg values (n_head=3)" in line
+
+
+def test_an_attention_free_model_builds_without_sdpa(tmp_path):
+    """Mamba has no SDPA path (nor attention): built with transformers' default, not refused."""
+    transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=128).save_pretrained(tmp_path / "mamba")
+    p = profile_model(f"hf:{tmp_path / 'mamba'}", seq_len=16, cache=False)
+    assert p.num_blocks == 2 and p.params == _meta_params(f"hf:{tmp_path / 'mamba'}")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--arg", "hidden_size=abc"], "--arg hidden_size='abc' is refused (Field 'hidden_size' expected int, got str"),
+    (["--arg", "num_attention_heads=3"], "--arg num_attention_heads=3 makes an invalid LlamaConfig (The hidden size "
+                                         "(64) is not a multiple of the number of attention heads (3).)"),
+    (["--arg", "num_attention_heads=6", "--arg", "num_key_value_heads=4", "--arg", "hidden_size=96"],
+     "num_attention_heads=6 is not a multiple of num_key_value_heads=4"),
+])
+def test_bad_config_values_are_one_line(tiny, cli_runner, args, says):
+    assert says in _cli_error(cli_runner, "profile", tiny, *args)
+
+
+MIXTRAL = dict(hidden_size=64, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2, vocab_size=512,
+               intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+
+
+def test_mixtral_profiles_in_fp32_as_in_bf16(tmp_path, cli_runner):
+    """torch._grouped_mm's meta kernel takes bf16 only; its CPU kernel runs fp32, the dtype a
+    probed CPU profile plans in. The fp32 profile counts the same parameters and FLOPs, in fp32 bytes."""
+    import torch
+    from smplan.hwprofiles.probe import ProbeResult, to_toml
+
+    from smplan.cli.main import cli
+
+    transformers.MixtralConfig(**MIXTRAL).save_pretrained(tmp_path / "mixtral")
+    ref = f"hf:{tmp_path / 'mixtral'}"
+    fp32, bf16 = (profile_model(ref, dtype=d, cache=False) for d in ("fp32", "bf16"))
+    assert fp32.params == bf16.params == _meta_params(ref)
+    assert fp32.train_flops_per_sample == bf16.train_flops_per_sample
+    for a, b in zip(fp32.blocks, bf16.blocks, strict=True):
+        assert (a.params_active, a.params_expert, a.expert_flops_per_sample, a.forward_flops_per_sample) == \
+            (b.params_active, b.params_expert, b.expert_flops_per_sample, b.forward_flops_per_sample)
+        assert a.saved_bytes_per_sample > b.saved_bytes_per_sample
+    meta = torch.empty(8, 64, device="meta"), torch.empty(4, 64, 32, device="meta")
+    with pytest.raises(RuntimeError, match="BF16"):  # torch's own meta kernel is back after profiling
+        torch._grouped_mm(*meta, offs=torch.empty(4, dtype=torch.int32, device="meta"))
+    probed = tmp_path / "probed.toml"  # as `smplan hw probe` writes it on a CPU (tests/cli/conftest.py)
+    probed.write_text(to_toml(ProbeResult(device="cpu", nproc=2, peak_tflops={"fp32": 0.15, "bf16": 0.15},
+                                          matmul_half_dim=40.0, memory_bandwidth_gbps=12.0, memory_gib=4.0,
+                                          link_bandwidth_gbps=1.5, link_latency_us=100.0)))
+    result = cli_runner.invoke(cli, ["plan", ref, "--hw", str(probed), "--global-batch", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output[result.output.index("{"):])["plans"][0]["dtype"] == "fp32"
+
+
+def test_a_builders_seq_len_is_the_batch_length(tmp_path):
+    """A model file's PreTrainedModel knows nothing of its builder's seq_len: record_seq_len
+    makes it batch()'s length (planner/model_file.py's build() calls it for such builders)."""
+    from smplan.planner.hf_model import batch, record_seq_len
+
+    model = load_model_file(write_config(tmp_path / "m", max_position_embeddings=128)).build({}, device="meta")
+    assert batch(2, model)[0].shape == (2, 128)
+    record_seq_len(model, 32, "ptm.py")
+    assert batch(2, model)[0].shape == (2, 32)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=32,
+                                                                 n_positions=16))
+    with pytest.raises(ModelFileError, match="seq_len 32 is beyond the 16 positions"):
+        record_seq_len(gpt2, 32, "ptm.py")
+
+
+def test_tp_refused_says_use_tp_1_once(tmp_path, cli_runner):
+    transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32, bos_token_id=0,
+                            eos_token_id=0).save_pretrained(tmp_path / "gpt2")
+    line = _cli_error(cli_runner, "plan", f"hf:{tmp_path / 'gpt2'}", "--hw", "a100x8", "--fix", "tp=2")
+    assert "GPT2Config has no base_model_tp_plan" in line and line.count("use tp=1") == 1
+
+
+def test_a_new_width_gives_a_head_dim_the_file_derived(tmp_path):
+    """config.json files write head_dim = hidden_size / heads (Llama's); --arg hidden_size alone
+    must not keep the old head_dim (projections of the old width, silently)."""
+    folder = write_config(tmp_path / "llama", transformers.LlamaConfig, hidden_size=64, num_hidden_layers=1,
+                          num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, vocab_size=128,
+                          head_dim=16)
+    wide = profile_model(folder, args={"hidden_size": 128}, cache=False)
+    built = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+        vocab_size=128, head_dim=32))
+    assert wide.params == sum(p.numel() for p in built.parameters())
+    kept = profile_model(folder, args={"hidden_size": 128, "head_dim": 16}, cache=False)  # the user's own head_dim
+    assert kept.params < wide.params

@@ -125,3 +125,26 @@ def test_hooks_are_the_same_before_and_after_a_build(tmp_path, monkeypatch):
     built.build({}, device="meta")
     assert built.hook("loss") is hf_model.loss
     assert load_model_file("examples/gpt.py:tiny").hook("data") is None  # no transformers: nothing built to know
+
+
+def test_a_builders_seq_len_sets_a_transformers_models_batches(tmp_path):
+    """A builder returning a PreTrainedModel with its own seq_len argument: that length, not
+    the config's context (max_position_embeddings), is what batch() gives and the profile says."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "ptm.py"
+    path.write_text(textwrap.dedent("""
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        def model(layers: int = 2, seq_len: int = 32):
+            return LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                                                num_key_value_heads=2, intermediate_size=64, vocab_size=64,
+                                                max_position_embeddings=128))
+    """))
+    assert profile_model(str(path), cache=False).seq_len == 32
+    assert profile_model(str(path), args={"seq_len": 16}, cache=False).seq_len == 16
+
+
+def test_a_folder_with_a_config_names_hf(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelFileError, match=f"is a folder holding a config.json; pass hf:{tmp_path} for"):
+        load_model_file(str(tmp_path))
