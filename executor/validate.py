@@ -64,6 +64,13 @@ def _config_value(model: nn.Module, name: str):
 
 def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Checked:
     """Raise PlanMismatchError unless `plan` can run `model_file` on `world_size` processes."""
+    from smplan.planner.hf_model import meta_forward
+
+    with meta_forward(model_file):  # transformers' forwards on meta, as the profiler runs them
+        return _validate_plan(plan, model_file, world_size)
+
+
+def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
     ref = model_file.path.name
     _check_executable(plan)
     meta = model_file.build(plan.model_args, device="meta")

@@ -416,3 +416,12 @@ def test_a_new_width_gives_a_head_dim_the_file_derived(tmp_path):
     assert wide.params == sum(p.numel() for p in built.parameters())
     kept = profile_model(folder, args={"hidden_size": 128, "head_dim": 16}, cache=False)  # the user's own head_dim
     assert kept.params < wide.params
+
+
+def test_execute_refuses_ep_for_mixtral_with_the_profiles_reason(cli_runner, tmp_path):
+    """The launcher's checks run transformers' forward on meta as the profiler does (fp32 grouped_mm
+    too): the refusal names the expert bank, not 'did not run on the meta device'."""
+    folder = write_config(tmp_path / "moe", transformers.MixtralConfig, num_local_experts=4, num_experts_per_tok=2)
+    out = tmp_path / "run"
+    error = _cli_error(cli_runner, "execute", "ep=2,dp=2,mbs=1,gbs=2", "--model", folder, "-o", out)
+    assert "ep=2: expert bank model.layers.0.mlp.experts's forward takes" in error and not out.exists()
