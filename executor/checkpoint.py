@@ -68,8 +68,13 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-def check_resumable(root: str | Path | None, fingerprint: str, force: bool) -> tuple[int, Path] | None:
-    """The checkpoint a run would resume from; refuses one of another plan unless forced."""
+ANOTHER_PLAN_FIX = "use another --checkpoint-dir, or --force-resume to load (and reshard) it anyway"
+
+
+def check_resumable(root: str | Path | None, fingerprint: str, force: bool,
+                    fix: str = ANOTHER_PLAN_FIX) -> tuple[int, Path] | None:
+    """The checkpoint a run would resume from; refuses one of another plan unless forced,
+    with `fix` (what the caller's user can change) as the advice."""
     if not root:
         return None
     found = latest(root)
@@ -79,10 +84,37 @@ def check_resumable(root: str | Path | None, fingerprint: str, force: bool) -> t
     theirs = read_meta(path).get("fingerprint")
     if theirs != fingerprint and not force:
         raise CheckpointMismatchError(
-            f"checkpoint {path} was written by another plan or model (fingerprint {theirs} != {fingerprint}); "
-            "use another --checkpoint-dir, or --force-resume to load (and reshard) it anyway"
-        )
+            f"checkpoint {path} was written by another plan or model (fingerprint {theirs} != {fingerprint}); {fix}")
     return found
+
+
+def check_model(path: Path, model, fix: str) -> None:
+    """Refuse checkpoint `path` unless its model part holds exactly `model`'s tensors (built on
+    meta), shapes included: --force-resume reshards a checkpoint across plans, but DCP cannot load
+    another model's (it raises on every rank after the launch, or silently loads a smaller model's
+    blocks into a bigger one). Read from DCP's metadata alone, before anything starts."""
+    from .init_from import open_source
+    from .materialize import tied_groups
+
+    try:
+        theirs = open_source(path).shapes
+    except (*_READ_ERRORS, ValueError):  # damaged metadata: the workers report it and try the checkpoint before
+        return
+    ours = {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items()}
+    aliases = {name for group in tied_groups(model) for name in group[1:]}  # a tied second name may be absent
+    missing = [name for name in ours if name not in theirs and name not in aliases]
+    extra = [name for name in theirs if name not in ours]
+    reshaped = [name for name in ours if name in theirs and theirs[name] != ours[name]]
+    if missing:
+        why = f"lacks {len(missing)} of the model's {len(ours)} tensors (first: {missing[0]})"
+    elif extra:
+        why = f"has {len(extra)} tensors the model lacks (first: {extra[0]})"
+    elif reshaped:
+        name = reshaped[0]
+        why = f"has {name} as {theirs[name]}, the model as {ours[name]}"
+    else:
+        return
+    raise CheckpointMismatchError(f"checkpoint {path} holds another model: it {why}; {fix}")
 
 
 def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: Callable[[Path], T],
@@ -131,7 +163,8 @@ def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: 
     before = f"; the one before them, {other_plan.name}, is another plan's" if other_plan else ""
     raise CheckpointUnreadableError(
         f"no checkpoint of this run in {root} could be read: {' | '.join(failed)}{before}; move the damaged "
-        "step-N folders aside to resume from an older one, or pass another --checkpoint-dir to start over")
+        "step-N folders aside to resume from an older one, or start over in another -o/--output (and another "
+        "--checkpoint-dir, where one was given)")
 
 
 _LOADED, _UNREADABLE, _FAILED = 0, 1, 2

@@ -83,8 +83,9 @@ def pick_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[int, 
     root = run_checkpoint_dir(run_dir)
     found = checkpoint.complete_steps(root)
     if not found:
-        raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}); "
-                          "run smplan execute with --checkpoint-every N first")
+        raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}): it ran without "
+                          "--checkpoint-every, so nothing of it can be exported or continued; run it again into a new "
+                          "-o/--output with --checkpoint-every N (its last step is saved too), then export that")
     if step is None:
         return found[-1]
     for n, path in found:

@@ -49,9 +49,32 @@ def present_run_entries(folder: str | Path) -> list[str]:
 
 def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
     """Record why a run ended without its summary ("interrupted", "failed"), so that a reader
-    waiting for summary.json (`monitor --follow`) stops waiting."""
+    waiting for summary.json (`monitor --follow`) stops waiting.
+
+    A stop after the last step (a Ctrl-C, or a worker crashing in the shutdown) stopped nothing:
+    with summary.json there (rank 0 writes it after the last step; a launch removes the one
+    before) nothing is recorded, and without it the record says every step ran, not that the
+    same command resumes the run (it would refuse: no step is left to run)."""
+    run_dir = Path(run_dir)
+    if (run_dir / SUMMARY_FILE).is_file():
+        clear_stopped(run_dir)
+        return
+    done, total = _steps_done(run_dir)
+    if total and done >= total:
+        detail = (f"{reason} after the run's last step ({done} of {total}): every step ran and was recorded, "
+                  f"only {SUMMARY_FILE} was not written; there is nothing left to resume")
     record = {"reason": reason, "detail": detail, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    (Path(run_dir) / STOPPED_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    (run_dir / STOPPED_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _steps_done(run_dir: Path) -> tuple[int, int | None]:
+    """(the last step in metrics.jsonl, the steps run_config.json asks for; None when unreadable)."""
+    records = read_metrics(run_dir)
+    try:
+        total = json.loads((run_dir / RUN_CONFIG_FILE).read_text()).get("steps")
+    except (OSError, ValueError, AttributeError):
+        total = None
+    return (records[-1]["step"] if records else 0), (total if isinstance(total, int) else None)
 
 
 def clear_stopped(run_dir: str | Path) -> None:

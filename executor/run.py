@@ -32,8 +32,10 @@ from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
 from .metrics import (
     CHECKPOINTS_DIR,
+    METRICS_FILE,
     RUN_CONFIG_FILE,
     SBATCH_FILE,
+    STOPPED_FILE,
     SUMMARY_FILE,
     clear_stopped,
     present_run_entries,
@@ -226,7 +228,14 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     found = None
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
-        found = checkpoint.check_resumable(ckpt_dir, fp, opts.force_resume)  # refuse another plan's folder now
+        start = _start_afresh(out, opts.checkpoint_dir)
+        newest = checkpoint.latest(ckpt_dir)
+        if newest and checkpoint.read_meta(newest[1]).get("fingerprint") != fp:  # another model's cannot be resumed
+            checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"),
+                                   f"{start} (--force-resume continues only a run of this same model)")
+        found = checkpoint.check_resumable(  # refuse another plan's folder now
+            ckpt_dir, fp, opts.force_resume, f"{start}, or --force-resume to continue it with this plan (DCP "
+            "reshards its checkpoint)")
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
@@ -272,8 +281,17 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     if found and not opts.force_resume:
         _refuse_a_changed_recipe(found, cfg, out)
     _keep_a_slurm_script(out, opts.launcher)
-    _claim_run_dir(out, ckpt_dir, nproc * opts.nnodes)
     return cfg
+
+
+def _start_afresh(out: Path, checkpoint_dir: str | None) -> str:
+    """What starts a plan afresh instead of resuming the checkpoint it would find: a new run
+    directory, as `out` continues the run it holds, unless only --checkpoint-dir names that checkpoint."""
+    if checkpoint_dir is None:
+        return "pass another -o/--output to start afresh in a new run directory"
+    if out.is_dir() and read_metrics(out):
+        return "pass another -o/--output and --checkpoint-dir to start afresh"
+    return "pass another --checkpoint-dir to start afresh"
 
 
 def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = False) -> None:
@@ -399,10 +417,11 @@ def _keep_a_slurm_script(out: Path, launcher: str) -> None:
                             "or pass another -o/--output to run here")
 
 
-def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
+def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> _EarlierRecords | None:
     """A run directory holds one run: a new run may only continue the steps already there
     from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
-    this run does not have would otherwise pass for this run's."""
+    this run does not have would otherwise pass for this run's. Returns what it set aside of
+    the earlier run, to put back should the launch end before its first step (None: no steps there)."""
     own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / CHECKPOINTS_DIR  # resumed from, not replaced
     if out.is_dir() and not _is_run_config(out / RUN_CONFIG_FILE):
         theirs = [name for name in present_run_entries(out) if not (name == CHECKPOINTS_DIR and own_checkpoints)]
@@ -416,13 +435,51 @@ def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> None:
         raise PlanMismatchError(
             f"{out} already holds a run ({len(steps)} steps) and no checkpoint to resume it from; "
             "pass another -o/--output, or delete that folder to start over")
+    earlier = _EarlierRecords.take(out, world) if steps else None
     clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
     if not steps:
-        return
+        return None
     (out / SUMMARY_FILE).unlink(missing_ok=True)
     for rank, file in rank_files(out).items():
         if rank >= world:
             file.unlink()
+    return earlier
+
+
+@dataclass
+class _EarlierRecords:
+    """The files of the run in a folder that a launch rewrites or removes before its workers start
+    (run_config.json, summary.json, stopped.json, records of ranks it lacks), with metrics.jsonl's
+    stamp: the workers rewrite that once they have resumed. A launch that fails or is stopped
+    before that changed nothing of the run, so its records go back as they were."""
+
+    files: dict[Path, bytes | None]  # None: was not there
+    metrics_stamp: tuple | None
+
+    @classmethod
+    def take(cls, out: Path, world: int) -> _EarlierRecords:
+        paths = [out / RUN_CONFIG_FILE, out / SUMMARY_FILE, out / STOPPED_FILE,
+                 *(file for rank, file in rank_files(out).items() if rank >= world)]
+        return cls({path: path.read_bytes() if path.is_file() else None for path in paths}, _stamp(out / METRICS_FILE))
+
+    def started(self, out: Path) -> bool:
+        return _stamp(out / METRICS_FILE) != self.metrics_stamp
+
+    def put_back(self) -> None:
+        for path, data in self.files.items():
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
@@ -444,6 +501,16 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
 def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    earlier = _claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
+    try:
+        return _launch(cfg, plan, opts, nproc, progress)
+    except BaseException:  # Ctrl-C too: a launch that ends before the workers resumed changed nothing of the run
+        if earlier is not None and not earlier.started(Path(cfg.out_dir)):
+            earlier.put_back()
+        raise
+
+
+def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
     stretched = _stretched_schedule_note(cfg)
     if progress and stretched:
         progress(stretched)

@@ -41,7 +41,7 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Save every S steps (and at the end); 0: never. Default: 0, or on a run that resumes "
                    "from RUN_DIR the interval it was started with.")
-@click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan (DCP reshards it).")
+@click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan of the same model (DCP reshards it).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Restarts torchrun's agent allows after a worker fails.")
 @click.option("--launcher", type=click.Choice(["local", "slurm"]), default="local", show_default=True,

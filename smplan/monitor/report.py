@@ -17,7 +17,7 @@ from smplan.executor.run_lock import LOCK_FILE
 from smplan.report.html import CSS
 
 from .charts import CHARTS
-from .rundir import RunData
+from .rundir import RunData, RunDirError, no_step_line
 from .status import Thresholds, describe_lr, run_status
 
 TITLES = {"loss": "Loss and gradient norm", "lr": "Learning rate", "step_time": "Step time",
@@ -133,6 +133,8 @@ def report_path_problem(out: str | Path) -> str | None:
 
 
 def write_run_report(run: RunData, out: str | Path, thresholds: Thresholds | None = None) -> Path:
+    if not run.records:  # stopped before its first step: no figure to draw (said before any word on -o)
+        raise RunDirError(no_step_line(run))
     out = Path(out)
     problem = report_path_problem(out)
     if problem:

@@ -22,6 +22,13 @@ from smplan.executor.metrics import (
 from smplan.executor.run_lock import LOCK_FILE
 
 
+def no_step_line(run: RunData) -> str:
+    """What there is to say of a run that stopped before its first step."""
+    stopped = run.stopped or {}
+    return (f"{run.run_dir} holds no step: the run stopped before its first one ({stopped.get('reason', '?')}: "
+            f"{stopped.get('detail', 'no detail recorded')})")
+
+
 class RunDirError(ValueError):
     """RUN_DIR is missing, not a run directory, or holds no metrics yet."""
 
@@ -43,7 +50,7 @@ def _read_json(path: Path) -> dict | None:
 @dataclass
 class RunData:
     run_dir: Path
-    records: list[dict]  # metrics.jsonl: one per step (rank 0)
+    records: list[dict]  # metrics.jsonl: one per step (rank 0); none only when stopped before the first
     ranks: dict[int, list[dict]]  # ranks/rank-N.jsonl; empty for runs before per-rank records
     config: dict | None = None  # run_config.json
     summary: dict | None = None  # summary.json, once the run has finished
@@ -83,7 +90,7 @@ class RunData:
 
 def load_run(run_dir: str | Path) -> RunData:
     """Everything `smplan monitor` and `smplan report` show. Raises RunDirError when the
-    directory is missing or holds no step yet."""
+    directory is missing or holds no step yet; a run stopped before its first step has no records."""
     path = Path(run_dir)
     if not path.exists():
         raise RunDirError(f"run directory {path} does not exist; pass the -o/--output folder of `smplan execute`")
@@ -98,15 +105,12 @@ def load_run(run_dir: str | Path) -> RunData:
         skipped += [f"{RANKS_DIR}/{file.name}:{n}" for n in bad]
         if rows:  # a rank that has not finished its first step yet has nothing to show
             ranks[rank] = rows
-    stopped = read_stopped(path)
-    if not records and stopped is not None:
-        raise RunDirError(f"{path} holds no step: the run stopped before its first one ({stopped['reason']}: "
-                          f"{stopped.get('detail', 'no detail recorded')})")
-    if not records and not any((path / name).exists() for name in (RUN_CONFIG_FILE, METRICS, LOCK_FILE)):
+    stopped = read_stopped(path)  # without records too: a run that stopped before its first step is a state to show
+    if not records and not any((path / name).exists() for name in (RUN_CONFIG_FILE, METRICS, LOCK_FILE, STOPPED_FILE)):
         # execute holds its lock, then writes run_config.json, before the workers start: no run ever used this folder
         raise RunDirError(f"{path} is not a run directory (no {RUN_CONFIG_FILE}, no {METRICS}); pass the "
                           "-o/--output folder of `smplan execute`")
-    if not records:
+    if not records and stopped is None:
         what = ("no metrics.jsonl" if not (path / METRICS).exists() else
                 f"{unreadable} unreadable line(s) in metrics.jsonl" if unreadable else "an empty metrics.jsonl")
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "

@@ -119,6 +119,10 @@ def describe_lr(lr: dict) -> str:
 
 def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: int = 40) -> dict:
     th = thresholds or Thresholds()
+    if not run.records:  # stopped before its first step (load_run returns no other run without one)
+        return {"run_dir": str(run.run_dir), "finished": False, "stopped": run.stopped, "steps_done": 0,
+                "steps_total": run.steps_total, "progress": 0.0 if run.steps_total else None,
+                "skipped_lines": run.skipped}
     records, predicted = run.records, run.predicted
     steady = _steady(records)
     step_median = _median(r["step_time_s"] for r in steady)

@@ -38,7 +38,10 @@ def render_status(status: dict) -> str:
     lines.append(f"run {status['run_dir']}  {state}")
     if stopped and stopped.get("detail"):
         lines.append(f"  stopped     {stopped['detail']}")
-    lines.append(f"  progress    step {status['steps_done']}/{total or '?'}  {_bar(status['progress'])}")
+    lines.append(f"  progress    step {status['steps_done']}/{total or '?'}  {_bar(status['progress'])}".rstrip())
+    if "step_time_s" not in status:  # stopped before its first step: nothing measured
+        lines.append("  (stopped before its first step: nothing was measured)")
+        return "\n".join(lines)
     st = status["step_time_s"]
     line = f"  step time   median {_ms(st['median'])}"
     if st["predicted"]:

@@ -95,17 +95,23 @@ def test_follow_stops_on_a_run_its_launcher_recorded_as_stopped(cli_runner, tmp_
 
 
 def test_a_run_that_stopped_before_its_first_step_is_not_waited_for(cli_runner, tmp_path):
+    """monitor shows its status (exit 0, no waiting under --follow); report has nothing to draw."""
     from smplan.executor.metrics import mark_stopped
 
     run = tmp_path / "r"
     run.mkdir()
     mark_stopped(run, "failed", "rank 0 exited with code 1: error: no checkpoint of this run could be read")
-    for args in ([], ["--follow"], ["--follow", "--json"]):
+    for args in ([], ["--follow"]):
         result = cli_runner.invoke(cli, ["monitor", str(run), *args])
-        assert result.exit_code == 2, result.output
-        assert "the run stopped before its first one (failed: rank 0 exited" in result.output
-    (run / "stopped.json").write_text('{"reason": "failed"}')  # no detail: still one line, no KeyError
-    assert "(failed: no detail recorded)" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+        assert result.exit_code == 0, result.output
+        assert "stopped (failed)" in result.output and "rank 0 exited with code 1" in result.output
+        assert "stopped before its first step: nothing was measured" in result.output
+    as_json = cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["stopped"]["reason"] == "failed"
+    report = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "r.html")])
+    assert report.exit_code == 2 and "the run stopped before its first one (failed: rank 0 exited" in report.output
+    (run / "stopped.json").write_text('{"reason": "failed"}')  # no detail: still no KeyError
+    assert "stopped (failed)" in cli_runner.invoke(cli, ["monitor", str(run)]).output
 
 
 def test_text_view(cli_runner, tmp_path):

@@ -403,6 +403,7 @@ def test_the_default_loss_takes_a_language_models_logits():
     """(batch, seq, vocab) scores against (batch, seq) targets: flattened, as a language model file
     without loss() would otherwise fail in F.cross_entropy; (N, C) and channel-first (N, C, L) as before."""
     import torch.nn.functional as F
+
     from smplan.model import default_loss
 
     gen = torch.Generator().manual_seed(0)

@@ -1,0 +1,78 @@
+"""`smplan execute -o RUN` into a folder holding a finished run: what is refused, and that the
+run there is left as it was (its summary, config and records) when the new launch cannot start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from smplan.executor.metrics import mark_stopped
+from smplan.executor.run_lock import LOCK_FILE
+
+from smplan.cli.main import cli
+from tests.executor.runs import run_execute
+
+ARGS = ("--steps", "2", "--checkpoint-every", "2")
+
+
+def _records(out: Path) -> dict[str, bytes]:
+    """Everything of the run but the workers' logs (a launch adds its own)."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and "elastic" not in p.parts and p.name != LOCK_FILE}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    result = run_execute("mbs=1,gbs=2", out, *ARGS)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return out
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # another model: refused before launch, without offering --force-resume
+    (("--arg", "layers=6", "--force-resume"), "holds another model: it lacks 24 of the model's"),
+    (("--arg", "layers=2"), "holds another model: it has 24 tensors the model lacks"),
+    # the same model under another plan: a new -o starts afresh (not another --checkpoint-dir)
+    (("--nproc-per-node", "2"), "pass another -o/--output to start afresh"),
+])
+def test_another_run_is_refused_in_one_line_and_the_folder_kept(finished, args, says):
+    before = _records(finished)
+    plan = "dp=2,mbs=1,gbs=2" if "--nproc-per-node" in args else "mbs=1,gbs=2"
+    result = run_execute(plan, finished, "--steps", "4", *args)
+    assert result.returncode == 2, result.stdout[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in result.stdout, result.stdout
+    if "another -o/--output" in says:
+        assert "--checkpoint-dir" not in lines[0] and "--force-resume" in lines[0]
+    assert _records(finished) == before
+
+
+def test_a_resume_that_fails_to_start_leaves_the_run_as_it_was(finished, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    for shard in (out / "checkpoints" / "step-2").glob("*.distcp"):
+        shard.write_bytes(shard.read_bytes()[:10])  # damaged after it was written: every rank fails to load it
+    before = _records(out)
+    result = run_execute("mbs=1,gbs=2", out, "--steps", "4")
+    assert result.returncode == 1 and "could not be read" in result.stdout, result.stdout[-3000:]
+    assert _records(out) == before  # summary.json, run_config.json (model A's), no stopped.json
+
+
+def test_monitor_shows_a_run_stopped_before_its_first_step(cli_runner, tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "run_config.json").write_text(json.dumps({"plan": {}, "fingerprint": "a", "steps": 6}))
+    mark_stopped(run, "interrupted", "stopped with Ctrl-C; it stopped before its first step")
+    for args in ([], ["--follow"]):
+        result = cli_runner.invoke(cli, ["monitor", str(run), *args])
+        assert result.exit_code == 0, result.output
+        assert "stopped (interrupted)" in result.output and "step 0/6" in result.output
+        assert "stopped before its first step" in result.output
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
+    assert status["steps_done"] == 0 and status["stopped"]["reason"] == "interrupted" and not status["finished"]
+    report = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "out.html")])  # nothing to draw
+    assert report.exit_code == 2 and "holds no step: the run stopped before its first one" in report.output
