@@ -189,7 +189,8 @@ def _resolve_data(plan: Plan, model_file, opts: ExecuteOptions, batch_tokens: in
                 raise PlanMismatchError(
                     f"--eval-batches {opts.eval_batches} needs that many global batches of --val-data, but "
                     f"{path} holds {held} ({seqs.count} sequences of seq_len+1={seq_len + 1} tokens, "
-                    f"{plan.global_batch} a batch); use --eval-batches {held} or fewer")
+                    f"{plan.global_batch} a batch); "
+                    + (f"use --eval-batches {held} or fewer" if held > 1 else "use --eval-batches 1, or more --val-data"))
     return seq_len, vocab
 
 

@@ -171,7 +171,8 @@ def check_stream(stream: TokenStream, seq_len: int, global_batch: int, vocab: in
     seqs = Sequences(stream, seq_len)
     if seqs.count < global_batch:
         raise TokenDataError(
-            f"{stream.label} {stream.path}: {stream.total} tokens make {seqs.count} sequences of "
+            f"{stream.label} {stream.path}: {stream.total} tokens make {seqs.count} "
+            f"sequence{'' if seqs.count == 1 else 's'} of "
             f"seq_len+1={seq_len + 1}, fewer than one global batch ({global_batch}); "
             "use more data or a smaller global batch")
     for where, tokens in _samples(stream):

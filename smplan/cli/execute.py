@@ -212,6 +212,11 @@ def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict, mo
 CALIBRATE_HINT_RATIO = 1.5
 
 
+def _figure(value: float) -> str:
+    """Four significant digits, with thousands separators rather than an exponent (11,770, not 1.177e+04)."""
+    return f"{value:,.0f}" if abs(value) >= 1e3 else f"{value:.4g}"
+
+
 def _echo_summary(summary: dict, plan) -> None:
     measured, predicted = summary["measured"], summary.get("predicted")
     ratio = summary.get("ratio_measured_over_predicted") or {}
@@ -221,10 +226,10 @@ def _echo_summary(summary: dict, plan) -> None:
     elif steps == 1:
         click.echo("  over the run's 1 step, which warms up (allocations, first kernels): the steps after it are faster")
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
-        line = f"  {key:16s} measured {measured.get(key, float('nan')):.4g}"
+        line = f"  {key:16s} measured {_figure(measured.get(key, float('nan')))}"
         if predicted and predicted.get(key) is not None:
             r = ratio.get(key)
-            line += f"  predicted {predicted[key]:.4g}" + (f"  ratio {r:.2f}" if r is not None else "")
+            line += f"  predicted {_figure(predicted[key])}" + (f"  ratio {r:.2f}" if r is not None else "")
         elif predicted and key == "peak_memory_gib":
             line += "  (process RSS on CPU: not compared with the prediction)"
         click.echo(line)

@@ -425,3 +425,9 @@ def test_a_gpu_run_in_another_dtype_does_not_say_the_plan_applies_on_a_gpu(capsy
     assert "(ran in bf16: not the plan's fp8)" in capsys.readouterr().out
     _echo_summary({**summary, "device": "cpu", "compute_dtype": "fp32"}, Plan(model="m.py", hw="local", nodes=1))
     assert "(ran in fp32: the plan's fp8 applies on a GPU)" in capsys.readouterr().out
+
+
+def test_summary_figures_read_without_exponents():
+    from smplan.cli.execute import _figure
+
+    assert _figure(11770.4) == "11,770" and _figure(0.01234567) == "0.01235" and _figure(2880.0) == "2,880"

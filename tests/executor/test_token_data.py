@@ -140,6 +140,9 @@ def test_tokens_outside_the_vocabulary_and_short_streams_are_refused(tmp_path):
     with pytest.raises(TokenDataError, match=r"make 7 sequences of seq_len\+1=17, fewer than one global batch \(8\)"):
         check_stream(short, SEQ, 8, vocab=64)
     assert check_stream(short, SEQ, 7, vocab=64).count == 7
+    one = TokenStream(write_bin(tmp_path / "one.bin", np.zeros(SEQ + 1)))
+    with pytest.raises(TokenDataError, match=r"make 1 sequence of seq_len\+1=17, fewer"):
+        check_stream(one, SEQ, 2, vocab=64)
     np.save(tmp_path / "neg.npy", np.array([0, -3] * 200, dtype=np.int32))  # a model without config.vocab
     with pytest.raises(TokenDataError, match=r"token id -3 .* is outside token ids >= 0"):
         check_stream(TokenStream(tmp_path / "neg.npy"), 4, 2, vocab=None)
