@@ -111,8 +111,11 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
     if batch is not None:
         inputs, targets = batch(plan.micro_batch, model=meta, seed=0)
         tokens = tokens_per_sample(inputs)
-        if not is_one_tensor(inputs):
-            _check_structured_inputs(plan, ref, inputs)
+        if not is_one_tensor(inputs) and plan.cp > 1:  # pp: pipeline_problem says so, as the planner does
+            raise PlanMismatchError(f"{ref}'s batch() gives its inputs as a "
+                                    f"{'dict' if isinstance(inputs, dict) else type(inputs).__name__}; context "
+                                    "parallelism splits one token tensor; use cp=1, or have batch() return the "
+                                    "token tensor alone")
         ids = first_tensor(inputs)
         seq = ids.shape[1] if ids is not None and ids.dim() > 1 else 1
         if plan.sequence_parallel and plan.tp > 1 and (seq == 1 or seq % plan.tp):
@@ -147,17 +150,6 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
 
 def _to_meta(tree):
     return tree_map(lambda t: t.to("meta") if isinstance(t, torch.Tensor) else t, tree)
-
-
-def _check_structured_inputs(plan: Plan, ref: str, inputs) -> None:
-    """A dict or tuple of inputs runs as forward(**inputs) / forward(*inputs) where the model
-    runs whole on each rank; what passes or splits one tensor cannot take it."""
-    kind = "dict" if isinstance(inputs, dict) else type(inputs).__name__
-    for on, what in ((plan.pp > 1 or plan.virtual_stages > 1, "pipeline stages pass one tensor on; use pp=1"),
-                     (plan.cp > 1, "context parallelism splits one token tensor; use cp=1")):
-        if on:
-            raise PlanMismatchError(f"{ref}'s batch() gives its inputs as a {kind}; {what}, or have batch() "
-                                    "return the token tensor alone")
 
 
 def _check_default_loss(meta: nn.Module, inputs, targets, ref: str, loss_fn) -> None:

@@ -45,7 +45,8 @@ def test_tuple_and_dict_inputs_train_as_the_tensor_does(tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["pp=2,mbs=1,gbs=2"], "inputs_models.py's batch() gives its inputs as a dict; pipeline stages pass one tensor on"),
+    (["pp=2,mbs=1,gbs=2"], "pp=2: batch() gives KeywordDecoder's inputs as a dict; pipeline stages pass one tensor on"),
+    (["cp=2,mbs=1,gbs=2"], "inputs_models.py's batch() gives its inputs as a dict; context parallelism splits one"),
     (["mbs=1,gbs=2", "--data", "DATA"], "--data feeds one tensor of token ids, but inputs_models.py's batch() gives "
                                          "a dict of inputs"),
 ])
