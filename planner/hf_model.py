@@ -37,6 +37,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .hf_checks import (
+    causal_lm_class,
+    check_causal,
+    check_heads,
+    check_positions,
+    derived_head_dim,
+    strict_errors,
+)
 from .model_file import ModelFileError, first_line
 
 PREFIX = "hf:"
@@ -45,9 +53,6 @@ BUILDER = "hf"
 # cheap (Llama 3's 8192 context plans at 4096 unless --arg seq_len=8192 says otherwise).
 DEFAULT_SEQ_CAP = 4096
 DEFAULT_SEQ_LEN = 2048  # for configs without max_position_embeddings (GPT-2 era: n_positions)
-# Names transformers gives learned absolute position tables: GPT-2 / GPT-Neo / BioGPT "wpe",
-# OPT / XGLM "embed_positions", BERT-style "position_embeddings" (transformers' modeling files).
-LEARNED_POSITION_TABLES = ("wpe", "embed_positions", "position_embeddings")
 SEQ_ARG = "seq_len"
 DEFAULT_INIT_STD = 0.02  # transformers' initializer_range default (LlamaConfig, MistralConfig, Qwen2Config)
 _SEQ_ATTR = "smplan_seq_len"  # where build() leaves the batch length on the config
@@ -153,18 +158,18 @@ class HFModel:
             raise ModelFileError(f"{self.ref}: transformers cannot read config.json ({first_line(err)}); "
                                  "check model_type and the fields") from None
         overrides = {k: v for k, v in (args or {}).items() if k != SEQ_ARG}
-        derived = _derived_head_dim(cfg, overrides)
+        derived = derived_head_dim(cfg, overrides)
         for key, value in {**overrides, **derived}.items():
             try:
                 setattr(cfg, key, value)
-            except _strict_errors() as err:  # transformers 5 configs check field types on assignment
+            except strict_errors() as err:  # transformers 5 configs check field types on assignment
                 cause = first_line(err.__cause__ or err)
                 raise ModelFileError(f"{self.ref}: --arg {key}={value!r} is refused ({cause}); "
                                      "pass a value of that type") from None
         if overrides and hasattr(cfg, "validate"):  # transformers' @strict architecture checks (heads | hidden)
             try:
                 cfg.validate()
-            except (ValueError, TypeError, *_strict_errors()) as err:
+            except (ValueError, TypeError, *strict_errors()) as err:
                 raise ModelFileError(f"{self.ref}: --arg {_fmt(overrides)} makes an invalid {type(cfg).__name__} "
                                      f"({first_line(err.__cause__ or err)}); change the --arg values") from None
         return cfg
@@ -202,11 +207,11 @@ class HFModel:
         if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
             raise ModelFileError(f"{self.ref}: --arg seq_len must be a positive whole number, got {seq_len!r}")
         cfg = self.config(args)
-        self._check_heads(cfg)
+        check_heads(cfg, self.ref)
         cfg.use_cache = False  # training: no KV cache kept beside what autograd saves
         setattr(cfg, _SEQ_ATTR, seq_len or default_seq_len(cfg.to_dict()))
         tf = _transformers()
-        model_class = self._causal_lm_class(cfg)
+        model_class = causal_lm_class(cfg, self.ref)
         # SDPA where the class has it; attention-free (Mamba) and eager-only (Bloom) classes run
         # transformers' default, "eager" (modeling_utils.get_correct_attn_implementation)
         kwargs = {"attn_implementation": "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"}
@@ -220,80 +225,9 @@ class HFModel:
             fix = f"check the --arg values ({_fmt(given)})" if given else "check config.json's fields"
             raise ModelFileError(f"{self.ref}: transformers cannot build this config "
                                  f"({type(err).__name__}: {first_line(err)}); {fix}") from None
-        self._check_causal(model)
+        check_causal(model, self.ref)
         check_positions(model, getattr(cfg, _SEQ_ATTR), self.ref)
         return model
-
-    def _causal_lm_class(self, cfg):
-        """The class AutoModelForCausalLM builds for `cfg`, or one line on why there is none."""
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-        name = type(cfg).__name__
-        if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:
-            return MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
-        what = ("is an encoder-decoder model, which" if getattr(cfg, "is_encoder_decoder", False)
-                else f"(model_type {cfg.model_type!r}) has no causal-LM class in transformers, so it")
-        raise ModelFileError(f"{self.ref}: {name} {what} hf: does not support; hf: trains causal (decoder-only) "
-                             "language models: use a decoder config (Llama, Qwen2, GPT-2, ...) or a model file "
-                             "with batch()/loss()")
-
-    def _check_causal(self, model) -> None:
-        """Refuse a bidirectional encoder built as a causal LM: BertLMHeadModel with is_decoder=False
-        attends to the tokens it predicts. The encoder families (those with a masked-LM class) are
-        causal only with is_decoder=True (modeling_bert.BertLayer); others mark their attention
-        modules' `is_causal` (modeling_llama.LlamaAttention)."""
-        from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
-
-        cfg = model.config
-        if getattr(cfg, "is_decoder", False):
-            return
-        flags = {m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)}
-        if type(cfg) in MODEL_FOR_MASKED_LM_MAPPING or flags == {False}:
-            decoder = " (or --arg is_decoder=true)" if hasattr(cfg, "is_decoder") else ""
-            raise ModelFileError(f"{self.ref}: {type(cfg).__name__} is an encoder-only model (bidirectional attention: "
-                                 f"it would see the tokens it predicts); hf: trains causal language models: use a "
-                                 f"decoder config{decoder} or a model file with batch()/loss()")
-
-    def _check_heads(self, cfg) -> None:
-        """Grouped-query attention serves each key/value head to a whole group of query heads
-        (Ainslie et al. 2023): transformers repeats them num_attention_heads // num_key_value_heads
-        times and fails at the first forward on a remainder."""
-        heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
-        if isinstance(heads, int) and isinstance(kv, int) and heads > 0 and kv > 0 and heads % kv:
-            raise ModelFileError(f"{self.ref}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv} "
-                                 "(each key/value head serves a group of query heads); change either with --arg")
-
-
-def _derived_head_dim(cfg, overrides: dict) -> dict:
-    """{"head_dim": hidden // heads} when --arg changes hidden_size or num_attention_heads of a
-    config.json whose head_dim is that quotient (as Llama's and Qwen's files write it) and leaves
-    head_dim itself: the stale value would build projections of the old width, silently. A
-    head_dim the file sets apart from the quotient (Gemma, Qwen3) is the user's to change."""
-    names = ("hidden_size", "num_attention_heads")
-    if "head_dim" in overrides or not any(n in overrides for n in names):
-        return {}
-    hidden, heads, head_dim = (getattr(cfg, n, None) for n in (*names, "head_dim"))
-    if not all(isinstance(v, int) and v > 0 for v in (hidden, heads, head_dim)) or head_dim != hidden // heads:
-        return {}
-    new_hidden, new_heads = (overrides.get(n, v) for n, v in zip(names, (hidden, heads), strict=True))
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (new_hidden, new_heads)):
-        return {}  # a wrong type or value: the assignment below says so
-    return {"head_dim": new_hidden // new_heads}
-
-
-def check_positions(model, seq_len: int, ref) -> None:
-    """A learned position table (GPT-2's wpe, OPT's embed_positions) holds so many positions
-    and no more: a longer batch fails at its first forward. Rotary and ALiBi models have no
-    table and run longer sequences (untrained there), so pass."""
-    import torch
-
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in LEARNED_POSITION_TABLES:
-            limit = positions_held(module)
-            if seq_len > limit:
-                raise ModelFileError(
-                    f"{ref}: seq_len {seq_len} is beyond the {limit} positions its learned position table "
-                    f"({name}) holds; pass --seq-len N (or --arg seq_len=N) with N <= {limit}")
 
 
 def record_seq_len(model, seq_len, ref) -> None:
@@ -306,24 +240,6 @@ def record_seq_len(model, seq_len, ref) -> None:
 
 def _fmt(args: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in args.items())
-
-
-def positions_held(table) -> int:
-    """How many positions a learned table serves: its rows, less those before position 0 (OPT's
-    `offset` of 2; RoBERTa-style tables count from padding_idx + 1, modeling_roberta.py)."""
-    skipped = getattr(table, "offset", 0) or 0
-    if table.padding_idx is not None:
-        skipped = max(skipped, table.padding_idx + 1)
-    return table.num_embeddings - skipped
-
-
-def _strict_errors() -> tuple:
-    """huggingface_hub's @strict dataclass errors (transformers 5 configs), or none before it had them."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:
-        return ()
-    return (StrictDataclassError,)
 
 
 def _takes_dtype(tf) -> bool:

@@ -255,7 +255,7 @@ def test_a_negative_count_is_refused(tiny):
 
 def test_positions_held_counts_from_position_zero():
     import torch
-    from smplan.planner.hf_model import positions_held
+    from smplan.planner.hf_checks import positions_held
 
     assert positions_held(torch.nn.Embedding(32, 4)) == 32  # GPT-2's wpe
     opt = torch.nn.Embedding(34, 4)
