@@ -93,28 +93,15 @@ def check_model(path: Path, model, fix: str) -> None:
     meta), shapes included: --force-resume reshards a checkpoint across plans, but DCP cannot load
     another model's (it raises on every rank after the launch, or silently loads a smaller model's
     blocks into a bigger one). Read from DCP's metadata alone, before anything starts."""
-    from .init_from import open_source
-    from .materialize import tied_groups
+    from .init_from import open_source, shape_mismatch
 
     try:
         theirs = open_source(path).shapes
     except (*_READ_ERRORS, ValueError):  # damaged metadata: the workers report it and try the checkpoint before
         return
-    ours = {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items()}
-    aliases = {name for group in tied_groups(model) for name in group[1:]}  # a tied second name may be absent
-    missing = [name for name in ours if name not in theirs and name not in aliases]
-    extra = [name for name in theirs if name not in ours]
-    reshaped = [name for name in ours if name in theirs and theirs[name] != ours[name]]
-    if missing:
-        why = f"lacks {len(missing)} of the model's {len(ours)} tensors (first: {missing[0]})"
-    elif extra:
-        why = f"has {len(extra)} tensors the model lacks (first: {extra[0]})"
-    elif reshaped:
-        name = reshaped[0]
-        why = f"has {name} as {theirs[name]}, the model as {ours[name]}"
-    else:
-        return
-    raise CheckpointMismatchError(f"checkpoint {path} holds another model: it {why}; {fix}")
+    why = shape_mismatch(theirs, model)
+    if why:
+        raise CheckpointMismatchError(f"checkpoint {path} holds another model: it {why}; {fix}")
 
 
 def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: Callable[[Path], T],

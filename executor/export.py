@@ -142,9 +142,9 @@ def hub_config(model_file, args: dict, model, dtype):
 def hub_names(model, stored: dict) -> list[str]:
     """The state-dict names to write, in the model's order: every stored tensor except the
     second and later names of a tied parameter (one tensor, as save_pretrained writes it)."""
-    from .materialize import tied_groups
+    from smplan.model import tied_aliases
 
-    aliases = {name for group in tied_groups(model) for name in group[1:]}
+    aliases = tied_aliases(model)
     wanted = [n for n in model.state_dict(keep_vars=True) if n not in aliases]
     names = [n for n in wanted if n in stored]
     missing = [n for n in wanted if n not in stored]

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from smplan.model import tied_aliases
+
 from . import checkpoint
 from .metrics import CHECKPOINTS_DIR
 
@@ -95,30 +97,31 @@ def open_source(path: str | Path) -> WeightSource:
     return WeightSource(kind=kind, path=str(folder.resolve()), shapes=shapes)
 
 
-def _aliases(model) -> set[str]:
-    from .materialize import tied_groups
-
-    return {name for group in tied_groups(model) for name in group[1:]}
+def shape_mismatch(shapes: dict[str, tuple], model) -> str | None:
+    """How a saved set of tensors (name -> shape) differs from `model`'s (built on meta), as the
+    tail of a sentence about the source ("lacks 9 of the model's tensors ..."), or None when it
+    holds exactly the model: every tensor, with its shape, a tie's second name excepted."""
+    expected = {n: tuple(t.shape) for n, t in model.state_dict(keep_vars=True).items()}
+    aliases = tied_aliases(model)
+    missing = [n for n in expected if n not in shapes and n not in aliases]
+    unexpected = [n for n in shapes if n not in expected]
+    if missing:
+        return (f"lacks {len(missing)} of the model's tensors (first: {missing[0]}"
+                f"{'; it has ' + unexpected[0] if unexpected else ''})")
+    if unexpected:
+        return f"has {len(unexpected)} tensors the model lacks (first: {unexpected[0]})"
+    for name, shape in expected.items():  # in the model's order: the first mismatch is the first layer's
+        if name in shapes and tuple(shapes[name]) != shape:
+            return f"has {name} as {tuple(shapes[name])}, where the model has {shape}"
+    return None
 
 
 def check_source(source: WeightSource, model) -> None:
     """Every tensor of `model` (built on meta) is in the source with its shape, and nothing else is."""
-    expected = {n: tuple(t.shape) for n, t in model.state_dict(keep_vars=True).items()}
-    aliases = _aliases(model)
-    missing = [n for n in expected if n not in source.shapes and n not in aliases]
-    unexpected = [n for n in source.shapes if n not in expected]
-    where = f"--init-from {source.path}"
-    if missing:
-        raise InitFromError(f"{where} lacks {len(missing)} of the model's tensors (first: {missing[0]}"
-                            f"{'; it has ' + unexpected[0] if unexpected else ''}); it holds another model, "
-                            "or names this version of transformers does not use")
-    if unexpected:
-        raise InitFromError(f"{where} has {len(unexpected)} tensors the model lacks (first: {unexpected[0]}); "
-                            "it holds another model; check --model and --arg")
-    for name, shape in expected.items():  # in the model's order: the first mismatch is the first layer's
-        if name in source.shapes and source.shapes[name] != shape:
-            raise InitFromError(f"{where}: {name} is {source.shapes[name]} there but {shape} in the model; "
-                                "check --model and --arg (layers, hidden size, vocabulary)")
+    why = shape_mismatch(source.shapes, model)
+    if why:
+        raise InitFromError(f"--init-from {source.path} {why}: it holds another model (or names this version of "
+                            "transformers does not use); check --model and --arg (layers, hidden size, vocabulary)")
 
 
 def load_weights(chunks, source: WeightSource) -> None:

@@ -26,6 +26,8 @@ import hashlib
 import torch
 from torch import nn
 
+from smplan.model import tied_groups
+
 INIT_HOOK = "init_weights"  # optional model-file function init_weights(module) -> None
 # torch.distributed.algorithms._checkpoint.checkpoint_wrapper._CHECKPOINT_PREFIX: the
 # attribute apply_recompute's wrapper inserts into module names (state dicts drop it).
@@ -86,14 +88,6 @@ def build_meta(model_file, model_args: dict, seed: int) -> nn.Module:
 def _owner(root: nn.Module, fqn: str) -> tuple[nn.Module, str]:
     module_name, _, name = fqn.rpartition(".")
     return (root.get_submodule(module_name) if module_name else root), name
-
-
-def tied_groups(model: nn.Module) -> list[list[str]]:
-    """Parameter names that refer to one Parameter object, primary (first) name first."""
-    groups: dict[int, list[str]] = {}
-    for fqn, param in model.named_parameters(remove_duplicate=False):
-        groups.setdefault(id(param), []).append(fqn)
-    return [names for names in groups.values() if len(names) > 1]
 
 
 def retie(model: nn.Module, groups: list[list[str]]) -> None:

@@ -19,14 +19,14 @@ def causal_lm_class(cfg, ref: str):
     name = type(cfg).__name__
     if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING:
         return MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
-    what = ("is an encoder-decoder model, which" if getattr(cfg, "is_encoder_decoder", False)
-            else f"(model_type {cfg.model_type!r}) has no causal-LM class in transformers, so it")
-    raise ModelFileError(f"{ref}: {name} {what} hf: does not support; hf: trains causal (decoder-only) "
+    what = ("is an encoder-decoder model" if getattr(cfg, "is_encoder_decoder", False)
+            else f"(model_type {cfg.model_type!r}) has no causal-LM class in transformers")
+    raise ModelFileError(f"{ref}: {name} {what}, which hf: does not support; hf: trains causal (decoder-only) "
                          "language models: use a decoder config (Llama, Qwen2, GPT-2, ...) or a model file "
                          "with batch()/loss()")
 
 
-def check_causal(model, ref: str) -> None:
+def check_causal(model, ref: str, fix: str | None = None) -> None:
     """Refuse a bidirectional encoder built as a causal LM: BertLMHeadModel with is_decoder=False
     attends to the tokens it predicts. The encoder families (those with a masked-LM class) are
     causal only with is_decoder=True (modeling_bert.BertLayer); others mark their attention
@@ -34,14 +34,15 @@ def check_causal(model, ref: str) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
     cfg = model.config
-    if getattr(cfg, "is_decoder", False):
+    if getattr(cfg, "is_decoder", False) or getattr(cfg, "causal", False) is True:  # XLMConfig(causal=True)
         return
     flags = {m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)}
     if type(cfg) in MODEL_FOR_MASKED_LM_MAPPING or flags == {False}:
         decoder = " (or --arg is_decoder=true)" if hasattr(cfg, "is_decoder") else ""
+        fix = fix or (f"hf: trains causal language models: use a decoder config{decoder} or a model file with "
+                      "batch()/loss()")
         raise ModelFileError(f"{ref}: {type(cfg).__name__} is an encoder-only model (bidirectional attention: "
-                             f"it would see the tokens it predicts); hf: trains causal language models: use a "
-                             f"decoder config{decoder} or a model file with batch()/loss()")
+                             f"it would see the tokens it predicts); {fix}")
 
 
 def check_heads(cfg, ref: str) -> None:

@@ -157,6 +157,12 @@ class ModelFile:
         from .hf_model import is_hf_module
 
         self._seen["hf"] = is_hf_module(built)
+        own = [name for name in ("batch", "loss") if callable(getattr(self.module, name, None))]
+        if self._seen["hf"] and len(own) < 2:  # hf_model's next-token batches or loss: it must be causal
+            from .hf_checks import check_causal
+
+            check_causal(built, self.path.name, fix="define batch() and loss() in the file for its own task "
+                         "(hf_model's are next-token prediction)")
         params = self.builder_parameters()
         if self._seen["hf"] and "seq_len" in params:  # the builder's seq_len, not the config's context, is batch()'s
             from .hf_model import record_seq_len

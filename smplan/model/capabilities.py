@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .structure import Layout, cut_chunk
+from .structure import Layout, cut_chunk, tied_groups
 
 # What a model file changes to allow each dimension (the tail of each reason below); a caller
 # whose model is not the user's own code (a Hugging Face config) passes its own.
@@ -36,10 +36,6 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
     if not isinstance(inputs, torch.Tensor):  # forward(*inputs) / forward(**inputs): stages pass one tensor on
         kind = "dict" if isinstance(inputs, dict) else type(inputs).__name__
         return f"batch() gives {name}'s inputs as a {kind}; pipeline stages pass one tensor on"
-    tied = _tied_apart(model, layout)
-    if tied:
-        return (f"{name} ties {tied[0]} to {tied[1]} (one Parameter), which pipeline stages would hold apart; "
-                "untie them in the model (a Hugging Face config: tie_word_embeddings=false) to allow pp")
     n = layout.num_blocks
     first = cut_chunk(model, layout, 0, 1, is_first=True, is_last=False)
     last = cut_chunk(model, layout, n - 1, n, is_first=False, is_last=True)
@@ -56,6 +52,10 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
         first_line = (str(err).strip().splitlines() or [""])[0][:100]
         return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
                 f"{first_line}); {fix}")
+    tied = _tied_apart(model, layout)  # after the forward: a forward that cannot be cut says so first
+    if tied:
+        return (f"{name} ties {tied[0]} to {tied[1]} (one Parameter), which pipeline stages would hold apart; "
+                "untie them in the model to allow pp")
     return None
 
 
@@ -79,10 +79,7 @@ def _tied_apart(model: nn.Module, layout: Layout) -> tuple[str, str] | None:
     """Two names of one Parameter (a tied embedding and head) that pieces of a pipeline cut
     hold apart, or None: each stage materialises only its own modules, so a tie across
     stages cannot hold (the executor's materialize refuses it at launch)."""
-    names: dict[int, list[str]] = {}
-    for fqn, param in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(param), []).append(fqn)
-    for group in names.values():
+    for group in tied_groups(model):
         parts = [_part_of(layout, fqn) for fqn in group]
         for fqn, part in zip(group[1:], parts[1:], strict=True):
             if part != parts[0]:

@@ -122,6 +122,20 @@ def find_layout(model: nn.Module) -> Layout:
     return Layout(path, tuple(run), tuple(before), tuple(after))
 
 
+def tied_groups(model: nn.Module) -> list[list[str]]:
+    """Parameter names that refer to one Parameter object (a tied embedding and head), primary
+    (first in named_parameters order) first."""
+    groups: dict[int, list[str]] = {}
+    for fqn, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(fqn)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def tied_aliases(model: nn.Module) -> set[str]:
+    """The names of tied parameters other than each tie's primary (a state dict may omit them)."""
+    return {name for group in tied_groups(model) for name in group[1:]}
+
+
 def _clear(model: nn.Module, fqn: str) -> None:
     parent, _, name = fqn.rpartition(".")
     model.get_submodule(parent)._modules[name] = None

@@ -230,7 +230,7 @@ def test_init_from_mismatches_are_one_line(tmp_path, llama):
     with pytest.raises(InitFromError, match="lacks 9 of the model's tensors .first: model.layers.2"):
         check_source(open_source(out), other)
     wider = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**{**TINY, "vocab_size": 256}))
-    with pytest.raises(InitFromError, match=r"model.embed_tokens.weight is \(128, 64\) there but \(256, 64\)"):
+    with pytest.raises(InitFromError, match=r"has model.embed_tokens.weight as \(128, 64\), where the model has \(256, 64\)"):
         check_source(open_source(out), wider)
     fewer = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**{**TINY, "num_hidden_layers": 1}))
     with pytest.raises(InitFromError, match="tensors the model lacks .first: model.layers.1"):

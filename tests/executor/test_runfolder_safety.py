@@ -35,7 +35,7 @@ def tiny_checkpoint(tmp_path_factory):
 @pytest.mark.parametrize(("args", "says"), [
     ({"layers": 6}, "it lacks 24 of the model's"),  # a bigger model: DCP would fail on every rank after the launch
     ({"layers": 2}, "it has 24 tensors the model lacks"),  # a smaller one: DCP would load two of four blocks silently
-    ({"hidden": 64}, "as (64, 32), the model as (64, 64)"),
+    ({"hidden": 64}, "as (64, 32), where the model has (64, 64)"),
 ])
 def test_another_models_checkpoint_is_refused_in_one_line(tiny_checkpoint, args, says):
     other = load_model_file(GPT_TINY).build(args, device="meta")

@@ -148,3 +148,30 @@ def test_a_folder_with_a_config_names_hf(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelFileError, match=f"is a folder holding a config.json; pass hf:{tmp_path} for"):
         load_model_file(str(tmp_path))
+
+
+def test_a_file_training_an_encoder_on_next_tokens_is_refused(tmp_path):
+    """A file returning BertLMHeadModel without batch()/loss() of its own would get hf: next-token
+    batches on bidirectional attention; with both of its own (a classifier) it is its task."""
+    pytest.importorskip("transformers")
+    body = textwrap.dedent("""
+        import torch
+        import transformers as T
+
+        def model():
+            return T.BertLMHeadModel(T.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=2, intermediate_size=64,
+                                                  max_position_embeddings=32))
+    """)
+    (tmp_path / "lm.py").write_text(body)
+    with pytest.raises(ModelFileError, match="BertConfig is an encoder-only model .* define batch.. and loss.. in"):
+        load_model_file(str(tmp_path / "lm.py")).build({}, device="meta")
+    own = body + textwrap.dedent("""
+        def batch(micro_batch_size, model=None, seed=0):
+            return torch.zeros(micro_batch_size, 8, dtype=torch.long), torch.zeros(micro_batch_size, dtype=torch.long)
+
+        def loss(outputs, targets):
+            return outputs.logits[:, 0].float().logsumexp(-1).mean()
+    """)
+    (tmp_path / "cls.py").write_text(own)
+    load_model_file(str(tmp_path / "cls.py")).build({}, device="meta")
