@@ -216,13 +216,13 @@ def resolve_shape(plan, model_file, batch_tokens: int) -> tuple[int, int | None]
     meta = model_file.build(plan.model_args, device="meta")
     batch = model_file.hook("batch")
     if batch is not None:
-        import torch
+        from smplan.model import inputs_kind, is_one_tensor
 
         inputs, _ = batch(plan.micro_batch, model=meta, seed=0)
-        if not isinstance(inputs, torch.Tensor):  # --data feeds forward(ids): one tensor, no keywords
-            kind = "a dict" if isinstance(inputs, dict) else f"a {type(inputs).__name__}"
+        if not is_one_tensor(inputs):  # --data feeds forward(ids): one tensor, no keywords
             raise TokenDataError(f"--data feeds one tensor of token ids, but {model_file.path.name}'s batch() gives "
-                                 f"{kind} of inputs; drop --data, or have batch() return the token tensor alone")
+                                 f"{inputs_kind(inputs)} of inputs; drop --data, or have batch() return the token "
+                                 "tensor alone")
         if inputs.is_floating_point():
             raise TokenDataError(f"--data feeds token ids, but {model_file.path.name}'s batch() gives "
                                  f"floating-point inputs ({inputs.dtype}); drop --data for this model")

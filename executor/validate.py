@@ -14,7 +14,7 @@ from smplan.planner.feasibility import (
     expert_parallel_problem,
     pipeline_fill_problem,
 )
-from smplan.planner.model_file import ModelFileError
+from smplan.planner.model_file import ModelFileError, first_line
 from smplan.planner.plan import Plan
 from torch import nn
 from torch.utils._pytree import tree_map
@@ -29,6 +29,7 @@ from smplan.model import (
     expert_banks,
     first_tensor,
     hf_config_fix,
+    inputs_kind,
     is_one_tensor,
     pipeline_problem,
     tensor_parallel_problem,
@@ -112,12 +113,11 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
         inputs, targets = batch(plan.micro_batch, model=meta, seed=0)
         tokens = tokens_per_sample(inputs)
         if not is_one_tensor(inputs) and plan.cp > 1:  # pp: pipeline_problem says so, as the planner does
-            raise PlanMismatchError(f"{ref}'s batch() gives its inputs as a "
-                                    f"{'dict' if isinstance(inputs, dict) else type(inputs).__name__}; context "
+            raise PlanMismatchError(f"{ref}'s batch() gives its inputs as {inputs_kind(inputs)}; context "
                                     "parallelism splits one token tensor; use cp=1, or have batch() return the "
                                     "token tensor alone")
-        ids = first_tensor(inputs)
-        seq = ids.shape[1] if ids is not None and ids.dim() > 1 else 1
+        first = first_tensor(inputs)  # the token ids' length; else (features) the first tensor's dim 1
+        seq = tokens if tokens > 1 else (first.shape[1] if first is not None and first.dim() > 1 else 1)
         if plan.sequence_parallel and plan.tp > 1 and (seq == 1 or seq % plan.tp):
             raise PlanMismatchError(
                 f"sequence parallelism splits the sequence ({seq}) "
@@ -166,7 +166,7 @@ def _check_default_loss(meta: nn.Module, inputs, targets, ref: str, loss_fn) -> 
         with torch.no_grad():
             loss_fn(outputs, targets)
     except Exception as err:  # noqa: BLE001 - any failure of the default loss is the file's to fix
-        line = (str(err).strip().splitlines() or [""])[0][:120]
+        line = first_line(err)[:120]
         what = DEFAULT_LOSS if loss_fn is default_loss else "a causal LM's cross-entropy of the logits"
         raise PlanMismatchError(
             f"{ref} defines no loss(outputs, targets) and the default loss ({what}) cannot take what its "

@@ -45,7 +45,7 @@ from .hf_checks import (
     derived_head_dim,
     strict_errors,
 )
-from .model_file import ModelFileError, first_line
+from .model_file import ModelFileError, first_line, format_args
 
 PREFIX = "hf:"
 BUILDER = "hf"
@@ -170,7 +170,7 @@ class HFModel:
             try:
                 cfg.validate()
             except (ValueError, TypeError, *strict_errors()) as err:
-                raise ModelFileError(f"{self.ref}: --arg {_fmt(overrides)} makes an invalid {type(cfg).__name__} "
+                raise ModelFileError(f"{self.ref}: --arg {format_args(overrides)} makes an invalid {type(cfg).__name__} "
                                      f"({first_line(err.__cause__ or err)}); change the --arg values") from None
         return cfg
 
@@ -222,7 +222,7 @@ class HFModel:
                 model = tf.AutoModelForCausalLM.from_config(cfg, **kwargs)
         except (ValueError, TypeError, AssertionError, KeyError) as err:
             given = {k: v for k, v in args.items() if k != SEQ_ARG}
-            fix = f"check the --arg values ({_fmt(given)})" if given else "check config.json's fields"
+            fix = f"check the --arg values ({format_args(given)})" if given else "check config.json's fields"
             raise ModelFileError(f"{self.ref}: transformers cannot build this config "
                                  f"({type(err).__name__}: {first_line(err)}); {fix}") from None
         check_causal(model, self.ref)
@@ -236,10 +236,6 @@ def record_seq_len(model, seq_len, ref) -> None:
     if isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len > 0:
         check_positions(model, seq_len, ref)
         setattr(model.config, _SEQ_ATTR, seq_len)
-
-
-def _fmt(args: dict) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in args.items())
 
 
 def _takes_dtype(tf) -> bool:
@@ -338,7 +334,12 @@ def _grouped_mm_meta_any_dtype():
         return mat_a.new_empty(shape, dtype=out_dtype or mat_a.dtype)
 
     lib = torch.library.Library("aten", "IMPL")  # dropped on exit: torch's kernel is back
-    lib.impl("_grouped_mm", meta, "Meta")
+    try:
+        lib.impl("_grouped_mm", meta, "Meta")
+    except RuntimeError:  # a torch that will not override its own kernel: bf16 profiles still trace
+        lib._destroy()
+        yield
+        return
     try:
         yield
     finally:

@@ -133,10 +133,10 @@ class ModelFile:
                 warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
                 built = self.builder(**args)
         except TypeError as err:
-            raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) failed: {first_line(err)}; check the --arg values") from None
+            raise ModelFileError(f"{self.path}: {self.builder_name}({format_args(args)}) failed: {first_line(err)}; check the --arg values") from None
         except (ValueError, AssertionError) as err:
             if args:
-                raise ModelFileError(f"{self.path}: {self.builder_name}({_fmt(args)}) rejected its arguments: "
+                raise ModelFileError(f"{self.path}: {self.builder_name}({format_args(args)}) rejected its arguments: "
                                      f"{first_line(err)}") from None
             where = traceback.extract_tb(err.__traceback__)[-1]
             raise ModelFileError(f"{self.path}: {self.builder_name}() raised {type(err).__name__}: {first_line(err)} "
@@ -187,7 +187,8 @@ class _nullcontext:
         return False
 
 
-def _fmt(args: dict) -> str:
+def format_args(args: dict) -> str:
+    """Builder arguments as they read in a call: key=value, ..."""
     return ", ".join(f"{k}={v!r}" for k, v in args.items())
 
 

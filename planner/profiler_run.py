@@ -388,9 +388,10 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
                     "tuple or list, forward(inputs) for a tensor")
         elif what == "forward":
             hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes"
-        elif "loss" in what:
-            hint = (f"; define loss(outputs, targets) in {mf.path.name} for what forward returns and batch()'s "
-                    "targets (the profiler runs it on the meta device: avoid .item())")
+        elif what.startswith("the default loss"):
+            hint = f"; define loss(outputs, targets) in {mf.path.name} for what forward returns and batch()'s targets"
+        elif what == "loss":
+            hint = "; the profiler runs it on the meta device (no data): avoid .item() and data-dependent shapes"
         raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
 
 

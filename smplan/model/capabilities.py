@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .inputs import inputs_kind, is_one_tensor
 from .structure import Layout, cut_chunk, tied_groups
 
 # What a model file changes to allow each dimension (the tail of each reason below); a caller
@@ -33,9 +34,8 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
     name = type(model).__name__
     if layout.num_blocks < 2:
         return f"{name} has {layout.num_blocks} repeated block(s); pipeline stages need at least 2"
-    if not isinstance(inputs, torch.Tensor):  # forward(*inputs) / forward(**inputs): stages pass one tensor on
-        kind = "dict" if isinstance(inputs, dict) else type(inputs).__name__
-        return f"batch() gives {name}'s inputs as a {kind}; pipeline stages pass one tensor on"
+    if not is_one_tensor(inputs):  # forward(*inputs) / forward(**inputs): stages pass one tensor on
+        return f"batch() gives {name}'s inputs as {inputs_kind(inputs)}; pipeline stages pass one tensor on"
     n = layout.num_blocks
     first = cut_chunk(model, layout, 0, 1, is_first=True, is_last=False)
     last = cut_chunk(model, layout, n - 1, n, is_first=False, is_last=True)

@@ -24,6 +24,11 @@ def is_one_tensor(inputs) -> bool:
     return isinstance(inputs, torch.Tensor)
 
 
+def inputs_kind(inputs) -> str:
+    """How batch() gives its inputs, for a message: "a tensor", "a dict", "a tuple", "a list"."""
+    return "a tensor" if isinstance(inputs, torch.Tensor) else f"a {type(inputs).__name__}"
+
+
 def tokens_per_sample(inputs) -> int:
     """Tokens in one sample: the length of the first integer tensor of two or more dims
     (token ids, (batch, seq)) among the inputs; 1 for inputs without one (images, features)."""

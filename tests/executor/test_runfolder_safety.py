@@ -82,8 +82,8 @@ def test_a_launch_that_started_is_not_undone(tmp_path):
     out = tmp_path / "run"
     _finished_run(out)
     earlier = run._claim_run_dir(out, str(out / "checkpoints"), world=2)
-    (out / "metrics.jsonl").unlink()
-    (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')  # MetricsWriter, same lines
+    (out / "metrics.jsonl").unlink()  # a new inode: the stamp differs even within the clock's tick
+    (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')  # the workers' rewrite (later: a new mtime)
     assert earlier.started(out)
 
 

@@ -337,7 +337,7 @@ def test_a_new_launch_clears_the_stopped_record(tmp_path):
 
     (tmp_path / "run_config.json").write_text('{"plan": {}, "fingerprint": "0"}')
     mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")
-    run._claim_run_dir(tmp_path, None, world=2)  # what prepare() does for the local and Slurm launchers
+    run._claim_run_dir(tmp_path, None, world=2)  # what _execute does before either launcher starts
     assert not (tmp_path / STOPPED_FILE).exists()
 
 

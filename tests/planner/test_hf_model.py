@@ -344,6 +344,7 @@ def test_an_attention_free_model_builds_without_sdpa(tmp_path):
     (["--arg", "num_attention_heads=6", "--arg", "num_key_value_heads=4", "--arg", "hidden_size=96"],
      "num_attention_heads=6 is not a multiple of num_key_value_heads=4"),
 ])
+@pytest.mark.skipif(int(transformers.__version__.split(".")[0]) < 5, reason="transformers 5's @strict config checks")
 def test_bad_config_values_are_one_line(tiny, cli_runner, args, says):
     assert says in _cli_error(cli_runner, "profile", tiny, *args)
 

@@ -124,7 +124,7 @@ def test_hooks_are_the_same_before_and_after_a_build(tmp_path, monkeypatch):
     built = load_model_file(str(tmp_path / "user.py"))
     built.build({}, device="meta")
     assert built.hook("loss") is hf_model.loss
-    assert load_model_file("examples/gpt.py:tiny").hook("data") is None  # no transformers: nothing built to know
+    assert load_model_file("examples/gpt.py:tiny").hook("data") is None  # built on meta: not a transformers model
 
 
 def test_a_builders_seq_len_sets_a_transformers_models_batches(tmp_path):
