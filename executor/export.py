@@ -78,11 +78,23 @@ def run_checkpoint_dir(run_dir: str | Path) -> Path:
     return run_dir / CHECKPOINTS_DIR
 
 
+def _checkpoint_every(run_dir: str | Path) -> int:
+    """The run's --checkpoint-every (run_config.json), 0 when it saved none or says nothing."""
+    try:
+        every = json.loads((Path(run_dir) / RUN_CONFIG_FILE).read_text()).get("checkpoint_every")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return every if isinstance(every, int) else 0
+
+
 def pick_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[int, Path]:
     """The complete step-N checkpoint of the run: `step`, else the latest."""
     root = run_checkpoint_dir(run_dir)
     found = checkpoint.complete_steps(root)
     if not found:
+        if _checkpoint_every(run_dir):  # it saved, but no step-N is complete (stopped before one, or damaged)
+            raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}): the run stopped before "
+                              "its first one was complete; run the same smplan execute command again to reach one")
         raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}): it ran without "
                           "--checkpoint-every, so nothing of it can be exported or continued; run it again into a new "
                           "-o/--output with --checkpoint-every N (its last step is saved too), then export that")

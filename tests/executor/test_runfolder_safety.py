@@ -102,3 +102,16 @@ def test_a_stop_after_the_last_step_offers_no_resume(tmp_path):
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
     mark_stopped(out, "interrupted", "stopped with Ctrl-C; resumes it from step-1")
     assert json.loads((out / STOPPED_FILE).read_text())["detail"] == "stopped with Ctrl-C; resumes it from step-1"
+
+
+def test_export_says_why_a_run_has_no_checkpoint(tmp_path):
+    from smplan.executor.export import ExportError, pick_checkpoint
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run_config.json").write_text(json.dumps({"plan": {}, "checkpoint_every": 0}))
+    with pytest.raises(ExportError, match="it ran without --checkpoint-every.*into a new -o/--output"):
+        pick_checkpoint(run_dir)
+    (run_dir / "run_config.json").write_text(json.dumps({"plan": {}, "checkpoint_every": 5}))
+    with pytest.raises(ExportError, match="stopped before its first one was complete; run the same smplan execute"):
+        pick_checkpoint(run_dir)
