@@ -100,14 +100,15 @@ def test_a_run_that_stopped_before_its_first_step_is_not_waited_for(cli_runner, 
 
     run = tmp_path / "r"
     run.mkdir()
+    (run / "run_config.json").write_text(json.dumps({"plan": {}, "fingerprint": "a", "steps": 6}))
     mark_stopped(run, "failed", "rank 0 exited with code 1: error: no checkpoint of this run could be read")
     for args in ([], ["--follow"]):
         result = cli_runner.invoke(cli, ["monitor", str(run), *args])
         assert result.exit_code == 0, result.output
         assert "stopped (failed)" in result.output and "rank 0 exited with code 1" in result.output
-        assert "stopped before its first step: nothing was measured" in result.output
-    as_json = cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--json"])
-    assert as_json.exit_code == 0 and json.loads(as_json.output)["stopped"]["reason"] == "failed"
+        assert "step 0/6" in result.output and "stopped before its first step: nothing was measured" in result.output
+    as_json = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--json"]).output)
+    assert as_json["stopped"]["reason"] == "failed" and as_json["steps_done"] == 0 and not as_json["finished"]
     report = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "r.html")])
     assert report.exit_code == 2 and "the run stopped before its first one (failed: rank 0 exited" in report.output
     (run / "stopped.json").write_text('{"reason": "failed"}')  # no detail: still no KeyError

@@ -3,14 +3,11 @@ run there is left as it was (its summary, config and records) when the new launc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from smplan.executor.metrics import mark_stopped
 from smplan.executor.run_lock import LOCK_FILE
 
-from smplan.cli.main import cli
 from tests.executor.runs import run_execute
 
 ARGS = ("--steps", "2", "--checkpoint-every", "2")
@@ -60,19 +57,3 @@ def test_a_resume_that_fails_to_start_leaves_the_run_as_it_was(finished, tmp_pat
     result = run_execute("mbs=1,gbs=2", out, "--steps", "4")
     assert result.returncode == 1 and "could not be read" in result.stdout, result.stdout[-3000:]
     assert _records(out) == before  # summary.json, run_config.json (model A's), no stopped.json
-
-
-def test_monitor_shows_a_run_stopped_before_its_first_step(cli_runner, tmp_path):
-    run = tmp_path / "r"
-    run.mkdir()
-    (run / "run_config.json").write_text(json.dumps({"plan": {}, "fingerprint": "a", "steps": 6}))
-    mark_stopped(run, "interrupted", "stopped with Ctrl-C; it stopped before its first step")
-    for args in ([], ["--follow"]):
-        result = cli_runner.invoke(cli, ["monitor", str(run), *args])
-        assert result.exit_code == 0, result.output
-        assert "stopped (interrupted)" in result.output and "step 0/6" in result.output
-        assert "stopped before its first step" in result.output
-    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
-    assert status["steps_done"] == 0 and status["stopped"]["reason"] == "interrupted" and not status["finished"]
-    report = cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "out.html")])  # nothing to draw
-    assert report.exit_code == 2 and "holds no step: the run stopped before its first one" in report.output
