@@ -7,6 +7,7 @@ records the reason here (`ModelProfile.unsupported`), the search leaves the dime
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,11 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
         while type(err).__module__.startswith("smplan") and (err.__cause__ or err.__context__):
             err = err.__cause__ or err.__context__  # the model's own error, not our wrapper of it
         first_line = (str(err).strip().splitlines() or [""])[0][:100]
+        caller = _torch_caller(err) if fix == PIPELINE_FIX else None
+        if caller:  # torch's own forward calls the blocks: nothing of it is the user's to edit
+            return (f"{name}'s blocks are called by torch's {caller}.forward, which does not skip the layers "
+                    f"another stage holds ({type(err).__name__}: {first_line}); call them from a forward of your "
+                    "own that skips None layers, as examples/gpt.py does, to allow pp")
         return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
                 f"{first_line}); {fix}")
     tied = _tied_apart(model, layout)  # after the forward: a forward that cannot be cut says so first
@@ -57,6 +63,19 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
         return (f"{name} ties {tied[0]} to {tied[1]} (one Parameter), which pipeline stages would hold apart; "
                 "untie them in the model to allow pp")
     return None
+
+
+def _torch_caller(err: BaseException) -> str | None:
+    """The class whose forward raised `err`, when that forward is torch's own (a whole-model
+    nn.Sequential, an nn.TransformerEncoder calling its layers), or None: the innermost
+    module forward of the traceback is the one that met the missing layer."""
+    innermost = None
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        me = frame.f_locals.get("self")
+        if frame.f_code.co_name == "forward" and isinstance(me, nn.Module):
+            innermost = me
+    forward = type(innermost).forward if innermost is not None else None
+    return type(innermost).__name__ if forward is not None and forward.__module__.startswith("torch.nn") else None
 
 
 def _part_of(layout: Layout, fqn: str) -> str:

@@ -1,6 +1,7 @@
 """One capability rule: a dimension the executor would reject is never offered by the planner."""
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ GPT = "examples/gpt.py:tiny"
 
 def test_the_profile_says_why_pipeline_stages_cannot_be_cut():
     why = profile_model(RESNET, cache=False).unsupported["pp"]
-    assert why.startswith("ResNet.forward does not skip the layers another stage holds")
+    assert why.startswith("ResNet's blocks are called by torch's Sequential.forward, which does not skip")
     assert profile_model(GPT, cache=False).unsupported == {}
 
 
@@ -24,14 +25,14 @@ def test_the_planner_offers_no_pipeline_and_says_why(cli_runner):
     assert result.exit_code == 0, result.output
     assert {p["pp"] for p in json.loads(result.stdout)["plans"]} == {1}
     explained = cli_runner.invoke(cli, ["plan", RESNET, "--hw", "a100x8", "--explain"])
-    assert "pp not offered: ResNet.forward does not skip" in explained.stdout
+    assert "pp not offered: ResNet's blocks are called by torch's Sequential.forward" in explained.stdout
     fixed = cli_runner.invoke(cli, ["plan", RESNET, "--hw", "a100x8", "--fix", "pp=2"])
-    assert fixed.exit_code == 2 and "pp=2: ResNet.forward does not skip" in fixed.output
+    assert fixed.exit_code == 2 and "pp=2: ResNet's blocks are called by torch's Sequential.forward" in fixed.output
 
 
 def test_execute_refuses_the_pipeline_with_the_same_reason(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["execute", "pp=2,mbs=1,gbs=2", "--model", RESNET, "-o", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "pp=2: ResNet.forward does not skip" in result.output
+    assert result.exit_code == 2 and "pp=2: ResNet's blocks are called by torch's Sequential.forward" in result.output
 
 
 @pytest.mark.parametrize("plan", ["dp=2,mbs=2,gbs=4", "dp=2,zero=3,mbs=2,gbs=4"])
@@ -56,3 +57,46 @@ def test_tensor_parallelism_is_off_for_modules_torch_cannot_shard(cli_runner, tm
     run = cli_runner.invoke(cli, ["execute", "tp=2,mbs=1,gbs=2", "--model", CONV1D, "-o", str(tmp_path / "r")])
     assert run.exit_code == 2 and "tp=2: tp_plan() shards c_fc, a Conv1D" in run.output
     assert not (tmp_path / "r").exists()
+
+
+def test_a_pipeline_reason_names_torchs_own_forward(tmp_path):
+    """Blocks inside nn.TransformerEncoder are called by torch's forward, which the user cannot
+    edit: the reason says to call them from a forward of their own; a user's forward is named."""
+    path = tmp_path / "enc.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Enc(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(32, 16)
+                layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+                self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+                self.head = nn.Linear(16, 32)
+
+            def forward(self, x):
+                return self.head(self.encoder(self.emb(x)))
+
+        class Own(Enc):
+            def forward(self, x):
+                x = self.emb(x)
+                for layer in self.encoder.layers:
+                    x = layer(x)
+                return self.head(x)
+
+        def model():
+            return Enc()
+
+        def own():
+            return Own()
+
+        def batch(micro_batch_size, model=None, seed=0):
+            t = torch.randint(0, 32, (micro_batch_size, 9), generator=torch.Generator().manual_seed(seed))
+            return t[:, :-1], t[:, 1:]
+    """))
+    why = profile_model(str(path), cache=False).unsupported["pp"]
+    assert why.startswith("Enc's blocks are called by torch's TransformerEncoder.forward, which does not skip")
+    assert "call them from a forward of your own that skips None layers" in why
+    own = profile_model(f"{path}:own", cache=False).unsupported["pp"]
+    assert own.startswith("Own.forward does not skip the layers another stage holds")
