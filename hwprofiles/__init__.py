@@ -35,6 +35,7 @@ from .perf import (
     single_nic_collective_time_s,
     wave_efficiency,
 )
+from .plausible import implausible_values
 from .stack import (
     DEFAULT_STACK,
     STACK_KEYS,
@@ -49,6 +50,7 @@ from .topology import GroupSpan, ParallelLayout
 
 __all__ = [
     "uncalibrated_warning",
+    "implausible_values",
     "PROBED_CPU_NAME",
     "ALGORITHMS",
     "COLLECTIVES",

@@ -112,10 +112,11 @@ class OneSpelling(click.Option):
 
 
 def warn_if_uncalibrated(*profiles: str | None) -> None:
-    """Say on stderr when a profile (name or path) has never been calibrated."""
-    from smplan.hwprofiles import uncalibrated_warning
+    """Say on stderr when a profile (name or path) has never been calibrated, and name its
+    values that look like another unit (hwprofiles.plausible)."""
+    from smplan.hwprofiles import implausible_values, uncalibrated_warning
 
     for name in dict.fromkeys(p for p in profiles if p):
-        note = uncalibrated_warning(name)
-        if note:
-            click.echo(note, err=True)
+        for note in (uncalibrated_warning(name), *implausible_values(name)):
+            if note:
+                click.echo(note, err=True)
