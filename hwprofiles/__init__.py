@@ -44,6 +44,7 @@ from .stack import (
     bundled_stacks,
     load_stack,
     read_stack,
+    replaced_by_stack,
     with_stack,
 )
 from .topology import GroupSpan, ParallelLayout
@@ -87,5 +88,6 @@ __all__ = [
     "sharded_dp_collective_time_s",
     "single_nic_collective_time_s",
     "wave_efficiency",
+    "replaced_by_stack",
     "with_stack",
 ]

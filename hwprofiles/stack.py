@@ -213,6 +213,24 @@ def apply_stack(cluster: Cluster, name_or_path: str | None, stated: Iterable[str
     return with_stack(cluster, load_stack(name_or_path), keep)
 
 
+def replaced_by_stack(name_or_path: str, stack: str | None) -> str | None:
+    """One line naming the efficiency keys the hardware file states (a calibrated profile's
+    fitted host time) that the stack `stack` replaces (any stack but the default does; see
+    `apply_stack`), or None: the precedence is by design, but it should not pass unseen."""
+    from .loader import read_profile
+
+    if (stack or DEFAULT_STACK) == DEFAULT_STACK:
+        return None
+    stated = read_profile(name_or_path).get("efficiency", {})
+    theirs = load_stack(stack).efficiency()
+    changed = [k for k in STACK_KEYS if k in stated and stated[k] != theirs[k]]
+    if not changed:
+        return None
+    mine = ", ".join(f"{k}={stated[k]}" for k in changed)
+    return (f"note: --stack {stack} replaces {name_or_path}'s {mine} with its own "
+            f"({', '.join(f'{k}={theirs[k]}' for k in changed)}); --hw-set efficiency.KEY=VALUE keeps a file's value")
+
+
 def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str] | None = None) -> str:
     """A stack TOML file that `load_stack(PATH)` reads back: `notes` as its header comment,
     `comments[key]` as the one-line comment that says where each value comes from."""

@@ -24,7 +24,7 @@ from .options import (
     json_option,
     model_args_from,
     model_args_option,
-    warn_if_uncalibrated,
+    warn_about_profiles,
 )
 from .table import format_table
 
@@ -67,7 +67,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,
         stack=stack,
     )
-    warn_if_uncalibrated(hw or plan.hw)
+    warn_about_profiles(hw or plan.hw, stack=stack or plan.stack)
     if gemm_tile_note(cluster):
         click.echo(gemm_tile_note(cluster), err=True)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)

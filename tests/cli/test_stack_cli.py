@@ -233,3 +233,18 @@ def test_a_stack_calibrated_under_the_default_keeps_the_probed_values_the_fit_ra
     assert "as the fit ran: the hardware profile's own value" in out.read_text()
     under = load_cluster(str(probed), stack=str(out)).efficiency
     assert (under.elementwise_fusion, under.tp_comm_overlap) == (0.0, 0.0)
+
+
+def test_a_stack_that_replaces_a_files_own_value_says_so(cli_runner, tmp_path):
+    """A calibrated profile states its fitted host time; another stack replaces it (by design),
+    and says so; the default stack keeps it, silently."""
+    from smplan.hwprofiles.loader import PROFILE_DIR
+
+    mine = tmp_path / "cal.toml"
+    mine.write_text((PROFILE_DIR / "h100x8.toml").read_text() + "\n[efficiency]\nhost_overhead_us_per_layer = 5000.0\n")
+    other = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(mine), "--stack", "torchtitan", "--top", "1"])
+    assert other.exit_code == 0, other.output
+    assert (f"note: --stack torchtitan replaces {mine}'s host_overhead_us_per_layer=5000.0 with its own "
+            "(host_overhead_us_per_layer=1075.0)") in other.output
+    default = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(mine), "--top", "1"])
+    assert default.exit_code == 0 and "replaces" not in default.output
