@@ -7,7 +7,7 @@ import dataclasses
 import click
 
 from smplan.hwprofiles import DEFAULT_STACK, bundled_stacks, load_stack
-from smplan.hwprofiles.stack import stack_path
+from smplan.hwprofiles.stack import read_stack, stack_path
 
 from .checks import UserError
 from .options import echo_json, json_option
@@ -69,9 +69,10 @@ def show(name: str, as_json: bool) -> None:
         return
     click.echo(f"{s.name}: {s.description}")
     click.echo(f"  from {s.source}: {stack_path(name)}")
+    stated = read_stack(name)  # a key the file leaves out takes the hardware-side default: say which
     for key, value in _public(s).items():
         if key not in ("name", "description", "source"):
-            click.echo(f"  {key} = {value}")
+            click.echo(f"  {key} = {value}" + ("" if key in stated else "  (not in the file: the default)"))
 
 
 def _public(s) -> dict:

@@ -248,3 +248,13 @@ def test_a_stack_that_replaces_a_files_own_value_says_so(cli_runner, tmp_path):
             "(host_overhead_us_per_layer=1075.0)") in other.output
     default = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(mine), "--top", "1"])
     assert default.exit_code == 0 and "replaces" not in default.output
+
+
+def test_stack_show_marks_the_values_a_file_leaves_to_the_defaults(cli_runner, tmp_path):
+    mine = tmp_path / "min.toml"
+    mine.write_text("host_overhead_us_per_layer = 1075.0\nelementwise_fusion = 1.0\noverlap_grad_reduce = true\n")
+    shown = cli_runner.invoke(cli, ["stack", "show", str(mine)])
+    assert shown.exit_code == 0, shown.output
+    assert "  host_overhead_us_per_layer = 1075.0\n" in shown.output
+    assert "attention_kernel = flash2  (not in the file: the default)" in shown.output
+    assert "(not in the file" not in cli_runner.invoke(cli, ["stack", "show", "megatron-core"]).output
