@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from smplan.hwprofiles import PROBED_CPU_NAME
+from smplan.hwprofiles import PROBED_CPU_NAME, parse_override
 from smplan.planner.model_file import split_ref
 from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
@@ -68,6 +68,10 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         stack=stack,
     )
     warn_about_profiles(hw or plan.hw, stack=stack or plan.stack)
+    overrides = {**plan.hw_overrides, **dict(parse_override(item) for item in hw_set)}  # what resolve_target applied
+    if hw and plan.hw_overrides and hw != plan.hw:
+        click.echo(f"note: {target}'s hw_overrides ({_fmt_overrides(plan.hw_overrides)}) apply to --hw {hw} too; "
+                   "--hw-set KEY=VALUE replaces one", err=True)
     if gemm_tile_note(cluster):
         click.echo(gemm_tile_note(cluster), err=True)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
@@ -86,7 +90,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     if as_json:
         out = result.to_dict()
         # what was simulated, at the top level for scripts (the plan below holds the rest)
-        out.update(model=plan.model, hw=cluster.name, nodes=cluster.nodes, num_gpus=plan.world_size, stack=plan.stack)
+        out.update(model=plan.model, hw=cluster.name, nodes=cluster.nodes, num_gpus=plan.world_size, stack=plan.stack,
+                   hw_overrides=overrides)
         out["plan"] = plan.to_dict()
         if trace_path:
             out["trace"] = str(trace_path)
@@ -101,7 +106,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
                f"{plan.schedule}, {plan.num_microbatches} micro-batch{'es' if plan.num_microbatches != 1 else ''} of {plan.micro_batch}, {plan.dtype}"
                f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, zero={plan.zero}"
                f"{', sp' if plan.sequence_parallel and plan.tp > 1 else ''}, {plan.recompute_label}, "
-               f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}")
+               f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}"
+               + (f", hardware overrides {_fmt_overrides(overrides)}" if overrides else ""))
     rows = [
         ["step time (s)", f.step_time_s],
         ["tokens/s", f.tokens_per_s],
@@ -135,3 +141,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     for path, what in ((trace_path, "trace"), (gantt_path, "Gantt chart")):
         if path:
             click.echo(f"\nwrote {what}: {path}")
+
+
+def _fmt_overrides(overrides: dict) -> str:
+    return ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+                     for key, value in overrides.items())

@@ -193,3 +193,18 @@ def test_the_header_says_what_recomputes_as_the_plan_file_now_reads(cli_runner, 
     path.write_text(json.dumps({k: v for k, v in plan["plan"].items() if k != "recompute"}))
     edited = cli_runner.invoke(cli, ["simulate", str(path)])
     assert "zero=0, recompute=none, " in edited.output.splitlines()[0], edited.output
+
+
+def test_a_plan_files_hardware_overrides_are_shown(cli_runner, tmp_path):
+    """`plan --hw-set` records its overrides in the plan file; simulate applies them and shows
+    them (header and --json), and says they follow a --hw swap."""
+    plan = tmp_path / "p.json"
+    made = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "--hw-set", "gpu.memory_gib=40",
+                                   "--top", "1", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    shown = cli_runner.invoke(cli, ["simulate", str(plan)])
+    assert shown.exit_code == 0 and "stack megatron-core, hardware overrides gpu.memory_gib=40" in shown.output
+    swapped = cli_runner.invoke(cli, ["simulate", str(plan), "--hw", "h100x8", "--json"])
+    assert swapped.exit_code == 0, swapped.output
+    assert "hw_overrides (gpu.memory_gib=40) apply to --hw h100x8 too" in swapped.output
+    assert json.loads(swapped.stdout)["hw_overrides"] == {"gpu.memory_gib": 40}
