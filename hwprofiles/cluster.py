@@ -337,7 +337,9 @@ def _build(cls, data, prefix: str, source: str):
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             if has_default:
                 continue
-            raise HardwareProfileError(f"{source}: missing key {key!r}; add it (see hwprofiles/profiles/a100x8.toml)")
+            absent = " (0.0 for a GPU without that dtype)" if prefix.endswith("peak_tflops.") else ""
+            raise HardwareProfileError(f"{source}: missing key {key!r}; add it{absent}, as `smplan hw show a100x8` "
+                                       "shows a bundled profile's")
         value = data[f.name]
         if dataclasses.is_dataclass(typ):
             kwargs[f.name] = _build(typ, value, key + ".", source)

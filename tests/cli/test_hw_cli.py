@@ -88,7 +88,8 @@ def _bad_file(tmp_path, old, new):
 @pytest.mark.parametrize(
     "old,new,expected",
     [
-        ("memory_bandwidth_gbps = 2039.0", "", "missing key 'gpu.memory_bandwidth_gbps'"),
+        ("memory_bandwidth_gbps = 2039.0", "", "missing key 'gpu.memory_bandwidth_gbps'; add it, as `smplan hw show"),
+        ("bf16 = 312.0", "", "missing key 'gpu.peak_tflops.bf16'; add it (0.0 for a GPU without that dtype)"),
         (
             "bandwidth_gbps = 25.0",
             "bandwidth_gbps = 0.0",
