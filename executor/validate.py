@@ -142,7 +142,7 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
                                 f"(--arg seq_len={plan.seq_len}, where its builder takes it)")
     if plan.cp > 1:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
-    if batch is not None and not model_file.is_hf_config and not callable(getattr(model_file.module, "loss", None)):
+    if batch is not None and not model_file.is_hf_config and not model_file.defines("loss"):
         _check_default_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss") or default_loss)
     return Checked(layout=layout, tokens_per_sample=tokens,
                    param_bytes=sum(p.numel() * p.element_size() for p in meta.parameters()))

@@ -53,6 +53,10 @@ class ModelFile:
     def has_tp_plan(self) -> bool:
         return self.hook("tp_plan") is not None
 
+    def defines(self, name: str) -> bool:
+        """Whether the file itself defines function `name` (not hf_model's, which `hook` falls back to)."""
+        return callable(getattr(self.module, name, None))
+
     def hook(self, name: str):
         """The optional function `name` of the file (batch, loss, tp_plan, tp_plan_outer, data, init_weights) or None.
         A file that builds a transformers PreTrainedModel gets hf_model's hooks for those it lacks."""
@@ -157,8 +161,7 @@ class ModelFile:
         from .hf_model import is_hf_module
 
         self._seen["hf"] = is_hf_module(built)
-        own = [name for name in ("batch", "loss") if callable(getattr(self.module, name, None))]
-        if self._seen["hf"] and len(own) < 2:  # hf_model's next-token batches or loss: it must be causal
+        if self._seen["hf"] and not (self.defines("batch") and self.defines("loss")):  # hf_model's next-token batches or loss: it must be causal
             from .hf_checks import check_causal
 
             check_causal(built, self.path.name, fix="define batch() and loss() in the file for its own task "

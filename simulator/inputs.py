@@ -64,7 +64,7 @@ def resolve_target(
             raise PlanError(f"{idle}: set its nodes to what dp x tp x pp x cp uses, or its degrees to fill them, "
                             "or re-plan (smplan plan MODEL --nodes N -o plan.json)")
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
-        return plan, profile, cluster
+        return plan.replace(hw_overrides=overrides), profile, cluster  # the overrides simulated: file's and --hw-set's
     not_a_model = not_a_model_problem(target)
     if not_a_model:
         raise PlanError(not_a_model)

@@ -83,8 +83,7 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
     if not result.has_tp_plan:
         click.echo("no tp_plan in the model file: tensor parallelism will not be offered")
     elif result.num_heads:
-        click.echo(f"tp (tensor parallelism) must divide {result.num_heads}, a block's key/value heads: "
-                   f"tp in {{{', '.join(str(d) for d in range(1, result.num_heads + 1) if result.num_heads % d == 0)}}}")
+        click.echo(f"tp (tensor parallelism) must divide {result.num_heads}, a block's key/value heads")
 
 
 def _row(name: str, count: int, p) -> list:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from smplan.hwprofiles import PROBED_CPU_NAME, parse_override
+from smplan.hwprofiles import PROBED_CPU_NAME
 from smplan.planner.model_file import split_ref
 from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
@@ -68,9 +68,9 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         stack=stack,
     )
     warn_about_profiles(hw or plan.hw, stack=stack or plan.stack)
-    overrides = {**plan.hw_overrides, **dict(parse_override(item) for item in hw_set)}  # what resolve_target applied
-    if hw and plan.hw_overrides and hw != plan.hw:
-        click.echo(f"note: {target}'s hw_overrides ({_fmt_overrides(plan.hw_overrides)}) apply to --hw {hw} too; "
+    overrides = plan.hw_overrides  # the plan file's and --hw-set's, as resolve_target applied them
+    if hw and overrides and hw != plan.hw:
+        click.echo(f"note: hardware overrides ({_fmt_overrides(overrides)}) apply on --hw {hw} as on {plan.hw}; "
                    "--hw-set KEY=VALUE replaces one", err=True)
     if gemm_tile_note(cluster):
         click.echo(gemm_tile_note(cluster), err=True)

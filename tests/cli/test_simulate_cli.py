@@ -206,5 +206,5 @@ def test_a_plan_files_hardware_overrides_are_shown(cli_runner, tmp_path):
     assert shown.exit_code == 0 and "stack megatron-core, hardware overrides gpu.memory_gib=40" in shown.output
     swapped = cli_runner.invoke(cli, ["simulate", str(plan), "--hw", "h100x8", "--json"])
     assert swapped.exit_code == 0, swapped.output
-    assert "hw_overrides (gpu.memory_gib=40) apply to --hw h100x8 too" in swapped.output
+    assert "note: hardware overrides (gpu.memory_gib=40) apply on --hw h100x8 as on a100x8" in swapped.output
     assert json.loads(swapped.stdout)["hw_overrides"] == {"gpu.memory_gib": 40}
