@@ -68,3 +68,19 @@ def test_an_hf_config_without_a_tp_plan_says_so_once(cli_runner, tmp_path):
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if "tensor parallel" in line or line.startswith("tp ")]
     assert len(lines) == 1 and lines[0].startswith("tp will not be offered: GPT2Config has no base_model_tp_plan")
+
+
+def test_a_folder_holding_a_config_and_an_encoder_file_are_one_line(cli_runner, tmp_path):
+    """A Hugging Face folder passed without hf:, and a model file whose transformers encoder would
+    train on hf:'s next-token batches: one line, exit 2, naming the fix."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32)
+    config.save_pretrained(tmp_path / "bert")
+    folder = cli_runner.invoke(cli, ["profile", str(tmp_path / "bert")])
+    assert folder.exit_code == 2 and f"pass hf:{tmp_path / 'bert'} for a Hugging Face config" in folder.output
+    (tmp_path / "lm.py").write_text("import transformers as T\n\n\ndef model():\n    return T.BertLMHeadModel("
+                                    f"T.BertConfig(**{config.to_diff_dict()!r}))\n")
+    encoder = cli_runner.invoke(cli, ["profile", str(tmp_path / "lm.py"), "--no-cache"])
+    assert encoder.exit_code == 2 and "Traceback" not in encoder.output
+    assert "BertConfig is an encoder-only model" in encoder.output and "define batch() and loss() in" in encoder.output

@@ -163,6 +163,9 @@ def pattern(n_tokens: int) -> np.ndarray:
     # 2000 tokens make 117 sequences of 17: 14 global batches of 8, not 20 (past them the stream wraps)
     (["--data", "{tmp}/ok.bin", "--val-data", "{tmp}/ok.bin", "--eval-every", "2", "--eval-batches", "20"],
      "--eval-batches 20 needs that many global batches of --val-data, but {tmp}/ok.bin holds 14"),
+    # one global batch of --val-data: one eval batch, or more data
+    (["--data", "{tmp}/ok.bin", "--val-data", "{tmp}/one.bin", "--eval-every", "2", "--eval-batches", "2"],
+     "{tmp}/one.bin holds 1 (8 sequences of seq_len+1=17 tokens, 8 a batch); use --eval-batches 1, or more --val-data"),
     (["--data", "{tmp}/ok.bin", "--lr-schedule", "cosine", "--warmup-steps", "5"], "--warmup-steps (5) must be below"),
     (["--grad-clip", "nan"], "--grad-clip must be a finite number"),
     (["--adam-betas", "0.9"], "--adam-betas must be B1,B2"),
@@ -173,6 +176,7 @@ def test_execute_refuses_bad_data_and_recipes_before_launch(cli_runner, tmp_path
     write_bin(tmp_path / "big.bin", pattern(2000) + 1)
     write_bin(tmp_path / "short.bin", pattern(7 * (SEQ + 1)))
     write_bin(tmp_path / "ok.bin", pattern(2000))
+    write_bin(tmp_path / "one.bin", pattern(8 * (SEQ + 1)))
     args = [a.format(tmp=tmp_path) for a in args]
     result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=2,gbs=8", "--model", GPT_TINY, "--steps", "5",
                                      "-o", str(tmp_path / "run"), *args])
