@@ -8,6 +8,7 @@ script may set with `--hw-set key=value` are the dotted paths of the fields belo
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -256,9 +257,7 @@ class Cluster:
         obj = self
         for part in key.split("."):
             if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
-                raise HardwareProfileError(
-                    f"unknown hardware key {key!r}; valid keys: {', '.join(settable_keys())}"
-                )
+                raise HardwareProfileError(unknown_key_message(key))
             obj = getattr(obj, part)
         return obj
 
@@ -291,6 +290,14 @@ def settable_keys() -> list[str]:
 
     walk(Cluster, "")
     return keys
+
+
+def unknown_key_message(key: str, where: str = "") -> str:
+    """One line for a dotted key no Cluster has: the nearest key when one is close (a typo),
+    else every key."""
+    near = difflib.get_close_matches(key, settable_keys(), n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"valid keys: {', '.join(settable_keys())}"
+    return f"unknown hardware key {key!r}{where}; {hint} (smplan hw show a100x8 shows them with values)"
 
 
 def from_dict(data: dict, source: str = "hardware profile") -> Cluster:
@@ -338,6 +345,8 @@ def _build(cls, data, prefix: str, source: str):
             if has_default:
                 continue
             absent = " (0.0 for a GPU without that dtype)" if prefix.endswith("peak_tflops.") else ""
+            if key == "intra_node" and data.get("gpus_per_node") == 1:  # no GPU shares a node: say why it is asked
+                absent = " (with one GPU per node it is only used if --hw-set gpus_per_node raises that)"
             raise HardwareProfileError(f"{source}: missing key {key!r}; add it{absent}, as `smplan hw show a100x8` "
                                        "shows a bundled profile's")
         value = data[f.name]
@@ -374,8 +383,8 @@ def _coerce(value, typ, key: str, source: str):
     # `not <=` is True for NaN too; a huge int compares exactly, without float()
     if not abs(value) <= MAX_NUMBER or 0 < abs(value) < MIN_NUMBER:
         raise HardwareProfileError(
-            f"{source}: {key!r} must be 0 or a finite number from {MIN_NUMBER:g} to {MAX_NUMBER:g} in size "
-            f"({_unit_hint(key)}), got {_shown(value)}"
+            f"{source}: {key!r} must be a finite number of at most {MAX_NUMBER:g} in size, and at least "
+            f"{MIN_NUMBER:g} unless 0 ({_unit_hint(key)}), got {_shown(value)}"
         )
     if typ is int:
         if float(value) != int(value):
@@ -408,9 +417,7 @@ def _unit_hint(key: str) -> str:
 
 def _set_dotted(data: dict, key: str, value) -> None:
     if key not in settable_keys():
-        raise HardwareProfileError(
-            f"unknown hardware key {key!r} in --hw-set; valid keys: {', '.join(settable_keys())}"
-        )
+        raise HardwareProfileError(unknown_key_message(key, " in --hw-set"))
     parts = key.split(".")
     node = data
     for part in parts[:-1]:

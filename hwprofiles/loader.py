@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from .cluster import AttentionKernels, Cluster, HardwareProfileError, from_dict
-from .paths import read_toml, toml_path
+from .paths import did_you_mean, read_toml, toml_path
 from .stack import STACK_KEYS, apply_stack
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -21,7 +21,7 @@ def read_profile(name_or_path: str) -> dict:
     path = toml_path(name_or_path, PROFILE_DIR)
     if path is None:
         raise HardwareProfileError(
-            f"unknown hardware profile {name_or_path!r}; use one of "
+            f"unknown hardware profile {name_or_path!r}{did_you_mean(name_or_path, bundled_profiles())}; use one of "
             f"{', '.join(bundled_profiles())} or a path to a .toml file (smplan hw list)"
         )
     if path.is_dir():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 from pathlib import Path
 
@@ -26,6 +27,13 @@ def toml_path(name_or_path: str, folder: Path) -> Path | None:
         return Path(name_or_path)
     bundled = folder / f"{name_or_path}.toml"
     return bundled if bundled.exists() else None
+
+
+def did_you_mean(name: str, names: list[str]) -> str:
+    """' (did you mean X?)' for the closest of `names`, case aside (`H100x8`, `torchtian`), else ''."""
+    lowered = {n.lower(): n for n in names}
+    near = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    return f" (did you mean {lowered[near[0]]!r}?)" if near else ""
 
 
 def read_toml(path: Path, what: str, error: type[Exception]) -> dict:

@@ -22,30 +22,45 @@ MIN_GPU_HALF_TFLOPS = 1.0
 MIN_GPU_MEMORY_BANDWIDTH_GBPS = 50.0
 
 
-def implausible_values(name_or_path: str) -> list[str]:
-    """One warning line per value of the profile that is likely in the wrong unit."""
-    data = read_profile(name_or_path)
-    gpu = data.get("gpu", {}) if isinstance(data.get("gpu"), dict) else {}
-    on_gpu = gpu.get("name") != PROBED_CPU_NAME
+def implausible_values(name_or_path: str, overrides: dict[str, object] | None = None) -> list[str]:
+    """One warning line per value of the profile, or of its `--hw-set` overrides (dotted keys),
+    that is likely in the wrong unit."""
+    stated = _flat(read_profile(name_or_path))
+    given = {key: value for key, value in (overrides or {}).items() if key in _CHECKED or ".peak_tflops." in key}
+    values = {**stated, **given}
+    on_gpu = values.get("gpu.name") != PROBED_CPU_NAME
     found: list[tuple[str, float, str]] = []
+    for key, value in values.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if key.startswith("gpu.peak_tflops."):
+            dtype = key.rsplit(".", 1)[1]
+            if value > MAX_PEAK_TFLOPS:
+                found.append((key, value, "TFLOP/s (divide a FLOP/s figure by 1e12)"))
+            elif on_gpu and dtype in ("bf16", "fp16") and 0 < value < MIN_GPU_HALF_TFLOPS:
+                found.append((key, value, "TFLOP/s (multiply a PFLOP/s figure by 1000)"))
+        elif key == "gpu.memory_gib" and value > MAX_MEMORY_GIB:
+            found.append((key, value, "GiB per GPU (not MB, nor the whole node)"))
+        elif key == "gpu.memory_bandwidth_gbps" and (
+                value > MAX_BANDWIDTH_GBPS or (on_gpu and value < MIN_GPU_MEMORY_BANDWIDTH_GBPS)):
+            found.append((key, value, "GB/s (multiply a TB/s figure by 1000)"))
+        elif key in ("intra_node.bandwidth_gbps", "inter_node.bandwidth_gbps") and value > MAX_BANDWIDTH_GBPS:
+            found.append((key, value, "GB/s per GPU and direction (divide a bit/s figure by 8e9)"))
+    return [f"warning: {'--hw-set' if key in given else name_or_path}: {key} = {value:g} looks like another unit; "
+            f"it is read in {unit}" for key, value, unit in found]
 
-    def number(value) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool)
 
-    peaks = gpu.get("peak_tflops", {}) if isinstance(gpu.get("peak_tflops"), dict) else {}
-    for dtype, value in peaks.items():
-        if number(value) and value > MAX_PEAK_TFLOPS:
-            found.append((f"gpu.peak_tflops.{dtype}", value, "TFLOP/s (divide a FLOP/s figure by 1e12)"))
-        elif number(value) and on_gpu and dtype in ("bf16", "fp16") and 0 < value < MIN_GPU_HALF_TFLOPS:
-            found.append((f"gpu.peak_tflops.{dtype}", value, "TFLOP/s (multiply a PFLOP/s figure by 1000)"))
-    memory, hbm = gpu.get("memory_gib"), gpu.get("memory_bandwidth_gbps")
-    if number(memory) and memory > MAX_MEMORY_GIB:
-        found.append(("gpu.memory_gib", memory, "GiB per GPU (not MB, nor the whole node)"))
-    if number(hbm) and (hbm > MAX_BANDWIDTH_GBPS or (on_gpu and hbm < MIN_GPU_MEMORY_BANDWIDTH_GBPS)):
-        found.append(("gpu.memory_bandwidth_gbps", hbm, "GB/s (multiply a TB/s figure by 1000)"))
-    for link in ("intra_node", "inter_node"):
-        value = data.get(link, {}).get("bandwidth_gbps") if isinstance(data.get(link), dict) else None
-        if number(value) and value > MAX_BANDWIDTH_GBPS:
-            found.append((f"{link}.bandwidth_gbps", value, "GB/s per GPU and direction (divide a bit/s figure by 8e9)"))
-    return [f"warning: {name_or_path}: {key} = {value:g} looks like another unit; it is read in {unit}"
-            for key, value, unit in found]
+# the keys checked above besides the peaks (and gpu.name, which tells a probed CPU profile)
+_CHECKED = ("gpu.name", "gpu.memory_gib", "gpu.memory_bandwidth_gbps", "intra_node.bandwidth_gbps",
+            "inter_node.bandwidth_gbps")
+
+
+def _flat(data: dict, prefix: str = "") -> dict[str, object]:
+    """{"gpu": {"memory_gib": 80}} -> {"gpu.memory_gib": 80}; read before validation, so any shape."""
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -64,7 +64,7 @@ from .cluster import (
     Efficiency,
     HardwareProfileError,
 )
-from .paths import is_path, read_toml, toml_path
+from .paths import did_you_mean, is_path, read_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
@@ -119,7 +119,7 @@ def stack_path(name_or_path: str) -> Path:
     """The file behind `--stack NAME|PATH` (a bundled name, or a path to a .toml file)."""
     path = toml_path(name_or_path, STACK_DIR)
     if path is None:
-        raise StackError(f"unknown stack {name_or_path!r}; use one of {', '.join(bundled_stacks())} "
+        raise StackError(f"unknown stack {name_or_path!r}{did_you_mean(name_or_path, bundled_stacks())}; use one of {', '.join(bundled_stacks())} "
                          "or a path to a .toml file (smplan stack list)")
     if not path.is_file():
         raise StackError(f"stack file {str(path)!r} does not exist; check the path or use a bundled stack "

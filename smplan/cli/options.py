@@ -111,13 +111,13 @@ class OneSpelling(click.Option):
             self.opts = shown
 
 
-def warn_about_profiles(*profiles: str | None, stack: str | None = None) -> None:
-    """Say on stderr when a profile (name or path) has never been calibrated, name its values
-    that look like another unit (hwprofiles.plausible), and the efficiency values of its own
-    that `stack` replaces."""
+def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrides: dict | None = None) -> None:
+    """Say on stderr when a profile (name or path) has never been calibrated, name its values,
+    and the `--hw-set` `overrides` on it, that look like another unit (hwprofiles.plausible),
+    and the efficiency values of its own that `stack` replaces."""
     from smplan.hwprofiles import implausible_values, replaced_by_stack, uncalibrated_warning
 
     for name in dict.fromkeys(p for p in profiles if p):
-        for note in (uncalibrated_warning(name), *implausible_values(name), replaced_by_stack(name, stack)):
+        for note in (uncalibrated_warning(name), *implausible_values(name, overrides), replaced_by_stack(name, stack)):
             if note:
                 click.echo(note, err=True)

@@ -73,7 +73,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         raise UserError(f"-o {output}: a plan file's name ends in .json, which is how simulate, reliability "
                         f"and whatif tell it from a model; use -o {Path(output).with_suffix('.json')}")
     cluster = cluster_from(hw, max_nodes or nodes, hw_set, stack)
-    warn_about_profiles(hw, stack=stack)
+    warn_about_profiles(hw, stack=stack, overrides=dict(parse_override(kv) for kv in hw_set))
     if gemm_tile_note(cluster):
         click.echo(gemm_tile_note(cluster), err=True)
     result = plan_model(

@@ -83,7 +83,7 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,
         stack=stack,
     )
-    warn_about_profiles(hw or plan.hw, stack=stack or plan.stack)
+    warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
     result = plan_reliability(
         plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
         restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,

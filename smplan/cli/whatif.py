@@ -92,7 +92,8 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
                     load_model_file(model).check_args({v.target: value})
                 except ModelFileError as err:
                     raise UserError(f"--vary {v.key}: {err}") from None
-    warn_about_profiles(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack)
+    warn_about_profiles(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
+                        overrides=q.hw_overrides)
     record = run_whatif(q, jobs=jobs, progress=ProgressBar())
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)

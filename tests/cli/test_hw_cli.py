@@ -20,6 +20,16 @@ def test_unknown_profile_is_one_line_exit_2(cli_runner):
     assert "Traceback" not in result.output
 
 
+def test_a_name_off_by_case_names_the_bundled_profile_and_stack(cli_runner):
+    for args, line in ((["hw", "show", "H100x8"], "unknown hardware profile 'H100x8' (did you mean 'h100x8'?)"),
+                       (["stack", "show", "TorchTitan"], "unknown stack 'TorchTitan' (did you mean 'torchtitan'?)"),
+                       (["hw", "show", "a100x8", "--hw-set", "inter_node.bandwith_gbps=50"],
+                        "did you mean 'inter_node.bandwidth_gbps'?")):
+        result = cli_runner.invoke(cli, args)
+        lines = [text for text in result.output.splitlines() if text.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and line in lines[0], (args, result.output)
+
+
 def test_bad_hw_set_exit_2(cli_runner):
     for bad in ["foo.bar=1", "inter_node.bandwidth_gbps=0", "gpu.memory_gib=lots"]:
         result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw-set", bad])

@@ -36,3 +36,18 @@ def test_plan_warns_and_still_plans(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(path), "--top", "1"])
     assert result.exit_code == 0, result.output
     assert "gpu.peak_tflops.bf16 = 9.89e+14 looks like another unit; it is read in TFLOP/s" in result.output
+
+
+def test_an_override_in_another_unit_is_named_and_the_file_value_it_replaces_is_not(tmp_path):
+    (warning,) = implausible_values("h100x8", {"gpu.peak_tflops.bf16": 989e12, "nodes": 4})
+    assert warning.startswith("warning: --hw-set: gpu.peak_tflops.bf16 = 9.89e+14 looks like another unit")
+    path = tmp_path / "mine.toml"
+    path.write_text(H100.replace("memory_gib = 80.0", "memory_gib = 81920.0"))
+    assert implausible_values(str(path), {"gpu.memory_gib": 80.0}) == []  # the override is what is used
+
+
+def test_simulate_warns_about_an_override_in_another_unit(cli_runner):
+    result = cli_runner.invoke(cli, ["simulate", "examples/gpt.py:tiny", "--hw", "h100x8", "--plan", "dp=8",
+                                     "--hw-set", "inter_node.bandwidth_gbps=400e9"])
+    assert result.exit_code == 0, result.output
+    assert "warning: --hw-set: inter_node.bandwidth_gbps = 4e+11 looks like another unit" in result.output

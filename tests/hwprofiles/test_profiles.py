@@ -225,7 +225,7 @@ def test_a_number_no_profile_can_use(tmp_path, value):
     path.write_text(_profile_text(**{"latency_us = 6.0": f"latency_us = {value}"}))
     with pytest.raises(HardwareProfileError) as err:
         load_cluster(str(path))
-    assert ("over 4300 digits" if len(value) > 1000 else "'inter_node.latency_us' must be 0 or a finite number") \
+    assert ("over 4300 digits" if len(value) > 1000 else "'inter_node.latency_us' must be a finite number") \
         in _one_line(err)
 
 
@@ -234,9 +234,39 @@ def test_an_override_no_profile_can_use(value):
     # 1e-300 GB/s (with 1e-300 efficiencies) underflowed to a ZeroDivisionError in the perf model
     with pytest.raises(HardwareProfileError) as err:
         load_cluster("a100x8", overrides={"inter_node.bandwidth_gbps": value})
-    assert "must be 0 or a finite number from 1e-09 to 1e+15 in size (GB/s)" in _one_line(err)
+    assert "must be a finite number of at most 1e+15 in size, and at least 1e-09 unless 0 (GB/s)" in _one_line(err)
     assert len(_one_line(err)) < 300
     assert load_cluster("a100x8", overrides={"inter_node.latency_us": 0}).inter_node.latency_us == 0
+
+
+@pytest.mark.parametrize("name, near", [("H100x8", "h100x8"), ("a100_x8", "a100x8"), ("GB200NVL72", "gb200nvl72")])
+def test_a_profile_name_off_by_case_or_a_typo_names_the_bundled_one(name, near):
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster(name)
+    assert f"unknown hardware profile {name!r} (did you mean {near!r}?); use one of" in _one_line(err)
+
+
+def test_a_one_gpu_node_without_intra_node_says_why_the_table_is_asked(tmp_path):
+    text = (PROFILE_DIR / "a100x8.toml").read_text().replace("gpus_per_node = 8", "gpus_per_node = 1")
+    start = text.index("[intra_node]")
+    path = tmp_path / "one.toml"
+    path.write_text(text[:start] + text[text.index("[", start + 1):])
+    with pytest.raises(HardwareProfileError) as err:
+        load_cluster(str(path))
+    assert "missing key 'intra_node'; add it (with one GPU per node it is only used if --hw-set " \
+           "gpus_per_node raises that)" in _one_line(err)
+
+
+def test_a_misspelled_override_key_names_the_key_meant():
+    for overrides in (["inter_node.bandwith_gbps=50"], {"gpu.memory_gb": 80}):
+        with pytest.raises(HardwareProfileError) as err:
+            load_cluster("a100x8", overrides=overrides)
+        line = _one_line(err)
+        assert "did you mean 'inter_node.bandwidth_gbps'?" in line or "did you mean 'gpu.memory_gib'?" in line
+        assert "valid keys" not in line and len(line) < 200
+    with pytest.raises(HardwareProfileError) as err:  # nothing near: every key, to pick from
+        load_cluster("a100x8", overrides=["zzz=1"])
+    assert "valid keys: name, description, nodes, gpus_per_node" in _one_line(err)
 
 
 def test_nvlink_domain_holds_whole_nodes():
