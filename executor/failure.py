@@ -68,6 +68,13 @@ def root_failure(failures: dict, log_of) -> tuple[int, object]:
     return next((item for item in ranked if not lost_a_peer(item[1])), ranked[0])
 
 
+# How gloo and NCCL say a collective waited past its timeout (torch 2.x: gloo's tcp
+# unbound_buffer.cc / pair.cc, ProcessGroupNCCL's watchdog).
+TIMEOUT_MARKS = ("Timed out waiting", "Watchdog caught collective operation timeout")
+TIMEOUT_HINT = ("a collective timed out: another rank stopped taking part (hung, or far slower) and was "
+                "stopped after this one gave up; a crash would have been reported instead")
+
+
 def _how(rank: int, exitcode: int) -> str:
     return f"rank {rank} " + (f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}")
 
@@ -87,4 +94,5 @@ def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, 
     if not tail:  # a signal (SIGKILL: out of memory, a scheduler) leaves no exception: one line
         return f"{head}; full log of rank {rank}: {log}"
     body = "".join(f"\n  | {line}" for line in tail)
-    return f"{head}:{body}\nfull log of rank {rank}: {log}"
+    hint = f"\n{TIMEOUT_HINT}" if any(mark in tail[-1] for mark in TIMEOUT_MARKS) else ""
+    return f"{head}:{body}{hint}\nfull log of rank {rank}: {log}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -63,8 +64,13 @@ def lost_peer(err: BaseException) -> bool:
     return from_backend and any(t in text for t in LOST_PEER)
 
 
-def first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+def first_line(err: BaseException, max_chars: int = 200) -> str:
+    """The first sentence of `err`, without gloo's `[/path/to/pair.cc:553] ` source prefix, cut
+    at a word (a gloo error's 250 characters were cut mid-word: "...the remote wo")."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\] ", "", text)
+    text = text.split(". ")[0]
+    return text if len(text) <= max_chars else text[:max_chars].rsplit(" ", 1)[0] + " ..."
 
 
 def main(argv: list[str] | None = None) -> None:

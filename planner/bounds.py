@@ -65,6 +65,26 @@ class _Room(NamedTuple):
     saved: float
 
 
+def _partition_shortfall(rooms: list[_Room], blocks: int) -> float:
+    """The least memory x every device would need on top of its capacity for the devices to
+    hold `blocks` whole blocks between them (each at its least bytes per block): the averaged
+    need can fit while no split in whole blocks does, and that gap was reported as 0."""
+    per_block = [r.slope - r.saved for r in rooms]
+    if any(b <= 0 for b in per_block):
+        return 0.0
+
+    def held(x: float) -> int:
+        return sum(math.floor((r.room + x) / b + 1e-9) for r, b in zip(rooms, per_block, strict=True) if r.room + x > 0)
+
+    low, high = 0.0, max(per_block) * blocks + max(0.0, -min(r.room for r in rooms))
+    if held(low) >= blocks:
+        return 0.0
+    for _ in range(60):  # bisection to well under a byte of GiB-sized values
+        mid = (low + high) / 2
+        low, high = (low, mid) if held(mid) >= blocks else (mid, high)
+    return high
+
+
 def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, float]:
     """(lower bound on the step time, rejection reason or "", by how much).
 
@@ -133,7 +153,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
         # GPU memory short of the least any partition needs, averaged over the devices
         least_blk = min(r.slope - r.saved for r in rooms)
         need = sum(cap - r.room for r in rooms) + L * least_blk
-        return 0.0, "oom", max(min_needed - cap, need / p - cap, 1.0)
+        return 0.0, "oom", max(min_needed - cap, need / p - cap, _partition_shortfall(rooms, L), 1.0)
     if cand.recompute_all:
         rec_needed = float(L)
     else:

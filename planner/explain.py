@@ -44,9 +44,9 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
         if shape in seen:
             continue
         seen.add(shape)
-        over = (f"{amount / GIB:.1f} GiB" if amount >= 0.05 * GIB else f"{amount / 2**20:.0f} MiB" if amount >= 2**20
-                else "less than 1 MiB")
-        lines.append(f"{cand.describe()}: out of memory by {over} per GPU")
+        over = f"{amount / GIB:.1f} GiB" if amount >= 0.05 * GIB else f"{max(1.0, amount / 2**20):.0f} MiB"
+        # a bound over every stage split and recompute choice: simulating one split can show more
+        lines.append(f"{cand.describe()}: out of memory by at least {over} per GPU")
         if len(seen) >= limit:
             break
     return lines
@@ -68,7 +68,7 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
     smallest = min((r[2] for r in result.rejected if r[1] == "oom" and r[2] > 0), default=0.0)
     head = f"no plan fits in {cluster.gpu.memory_gib:g} GiB per GPU on {cluster.num_gpus} GPUs"
     if smallest:
-        head += f" (the closest is {smallest / GIB:.1f} GiB over)"
+        head += f" (the closest is at least {max(0.1, smallest / GIB):.1f} GiB over)"
     tries = []
     if fixed.get("recompute") in ("none", "selective", "sac"):
         tries.append(("recompute=full", {**fixed, "recompute": "full"}))

@@ -103,9 +103,11 @@ def expert_grid_problem(ep: int, tp: int, cp: int, dp: int) -> str | None:
 
 def capacity_factor_problem(capacity_factor) -> str | None:
     ok = isinstance(capacity_factor, int | float) and not isinstance(capacity_factor, bool)
-    if not ok or not 0 < capacity_factor <= MAX_CAPACITY_FACTOR:
-        return (f"capacity_factor must be a number in (0, {MAX_CAPACITY_FACTOR:g}], got {capacity_factor!r}; "
-                "1.0 is balanced routing")
+    # below 1 the busiest expert would run fewer tokens than the average one: tokens dropped,
+    # which neither the cost model (its MFU counts every token) nor `smplan execute` (dropless) does
+    if not ok or not 1 <= capacity_factor <= MAX_CAPACITY_FACTOR:
+        return (f"capacity_factor must be a number in [1, {MAX_CAPACITY_FACTOR:g}], got {capacity_factor!r}; "
+                "1.0 is balanced routing, 1.2 lets the busiest expert take 20% more tokens than the average")
     return None
 
 

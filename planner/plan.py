@@ -209,7 +209,7 @@ class Plan:
         try:
             text = path.read_text()
         except FileNotFoundError:
-            raise PlanError(f"plan file {str(path)!r} does not exist; create it with `smplan plan -o {path}`") from None
+            raise PlanError(f"plan file {str(path)!r} does not exist; create it with `smplan plan MODEL --hw HW -o {path}`") from None
         except IsADirectoryError:
             raise PlanError(f"plan file {str(path)!r} is a folder; give the .json file") from None
         except (OSError, UnicodeDecodeError) as err:

@@ -38,6 +38,7 @@ from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
 from .plan import Plan, PlanError, Stage
 from .search_space import (
+    CP_MIN_SEQ_LEN,
     Candidate,
     check_fix_syntax,
     enumerate_candidates,
@@ -59,6 +60,7 @@ class SearchResult:
     seconds: float = 0.0
     unsupported: dict = field(default_factory=dict)  # dimension -> why the model cannot run it
     num_experts: int = 0  # routed experts per MoE layer of the model (0: dense)
+    not_searched: dict = field(default_factory=dict)  # dimension -> why the search left it out (--fix prices it)
 
 
 def plan_search(profile: ModelProfile, cluster: Cluster, **constraints) -> list[Plan]:
@@ -281,8 +283,9 @@ def plan_model(
     """
     from .profiler import profile_model
 
-    dtype = dtype or default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name)
-    check_fix_syntax(constraints.get("fix"))
+    fixed = check_fix_syntax(constraints.get("fix"), dtype)
+    # --fix dtype=fp8 profiles as --dtype fp8 does
+    dtype = dtype or fixed.get("dtype") or default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name)
     profile = profile_model(ref, model_args or {}, seq_len=seq_len, dtype=dtype, progress=constraints.get("progress"))
     constraints["dtype"] = constraints.get("dtype") or dtype
     result = search(profile, cluster, model_ref=ref, **constraints)
@@ -290,6 +293,9 @@ def plan_model(
     result.num_experts = profile.num_experts
     if not profile.has_tp_plan:  # tensor parallelism is the model file's to lay out
         result.unsupported.setdefault("tp", "the model file defines no tp_plan(block) (README: The model file)")
+    if profile.seq_len < CP_MIN_SEQ_LEN and "cp" not in result.unsupported and "cp" not in fixed:
+        result.not_searched["cp"] = (f"searched from {CP_MIN_SEQ_LEN}-token sequences on, where long-context recipes "
+                                     f"start it; --fix cp=2 prices it at {profile.seq_len}")
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
     return result

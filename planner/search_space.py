@@ -88,10 +88,13 @@ def tp_domain_gpus(cluster: Cluster) -> int:
     return domain & -domain
 
 
-def check_fix_syntax(fix) -> None:
-    """What --fix gets wrong without the model (its syntax, a grad_compress value), refused
-    before the model is profiled, so the error is the only line the user sees."""
+def check_fix_syntax(fix, dtype: str | None = None) -> dict:
+    """What --fix gets wrong without the model (its syntax, a grad_compress value, a dtype
+    other than --dtype's), refused before the model is profiled, so the error is the only line
+    the user sees. Returns the fixed keys."""
     fixed = parse_inline(fix) if isinstance(fix, str) else (fix or {})
+    if dtype is not None and fixed.get("dtype", dtype) != dtype:
+        raise PlanError(f"--dtype {dtype} contradicts --fix dtype={fixed['dtype']}; give one")
     if "stages" in fixed:
         raise PlanError("--fix stages= is not a search constraint: the planner chooses the stage split; to price "
                         'a split of your own, run smplan simulate MODEL --plan "...,stages=B:R/B:R/..."')
@@ -100,6 +103,7 @@ def check_fix_syntax(fix) -> None:
         if spec.startswith("powersgd") and (fixed.get("tp", 1) > 1 or fixed.get("pp", 1) > 1):
             raise PlanError(f"grad_compress={spec} runs as torch DDP's comm hook, which smplan execute "
                             "applies without tp or pp; drop tp/pp or use grad_compress=bf16")
+    return fixed
 
 
 def validate_constraints(

@@ -42,7 +42,7 @@ from .table import format_table
                    "profile from `smplan hw probe`, as execute runs there; "
                    "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
-              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf, grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). Repeatable, each key once.")
+              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf (MoE: the busiest expert's load over the average, >= 1, default 1.0), grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
@@ -103,6 +103,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
             record["explain"] = explain(plans, result.rejected)
             record["not_offered"] = dict(result.unsupported)
+            record["not_searched"] = dict(result.not_searched)
         echo_json(record)
         return
     cap = cluster.gpu.memory_gib
@@ -138,6 +139,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
             click.echo(f"  {line}")
         for dim, why in result.unsupported.items():
             click.echo(f"  {dim} not offered: {why}")
+        for dim, why in result.not_searched.items():
+            click.echo(f"  {dim} not searched: {why}")
     if output:
         click.echo(f"wrote {output}")
 

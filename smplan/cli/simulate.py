@@ -106,7 +106,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
                f"{plan.schedule}, {plan.num_microbatches} micro-batch{'es' if plan.num_microbatches != 1 else ''} of {plan.micro_batch}, {plan.dtype}"
                f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, zero={plan.zero}"
                f"{', sp' if plan.sequence_parallel and plan.tp > 1 else ''}, {plan.recompute_label}, "
-               f"contention {'off' if no_contention else 'on'}, DP {dp_pattern}, stack {plan.stack}"
+               f"contention {'off' if no_contention else 'on'}, {_dp_collectives(dp_pattern, plan)}, stack {plan.stack}"
                + (f", hardware overrides {_fmt_overrides(overrides)}" if overrides else ""))
     rows = [
         ["step time (s)", f.step_time_s],
@@ -146,3 +146,11 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
 def _fmt_overrides(overrides: dict) -> str:
     return ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
                      for key, value in overrides.items())
+
+
+def _dp_collectives(dp_pattern: str, plan) -> str:
+    """How the data-parallel ranks exchange gradients: the header said "DP allreduce" for ZeRO
+    plans too, whose gradients are reduce-scattered and parameters all-gathered."""
+    if dp_pattern != "allreduce" or plan.dp * plan.cp == 1:
+        return f"DP {dp_pattern}" if plan.dp * plan.cp > 1 else "no DP"
+    return "DP all-reduce" if plan.zero == 0 else "DP reduce-scatter + all-gather (ZeRO)"

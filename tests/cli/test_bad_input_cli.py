@@ -101,7 +101,8 @@ def test_bad_moe_stack_settings_are_one_line(cli_runner, setting, says):
     ("zero=1,4", "zero must be 0, 1, 2 or 3, got 4"),
     ("tp=0,2", "tp must be a whole number >= 1, got 0"),
     ("mbs=1.5", "micro_batch must be a whole number, got '1.5'"),
-    ("cf=nan", "capacity_factor must be a number in (0, 16]"),
+    ("cf=nan", "capacity_factor must be a number in [1, 16]"),
+    ("cf=0.5", "capacity_factor must be a number in [1, 16], got 0.5; 1.0 is balanced routing"),
     # NaN and infinities: one line, not a traceback from int()
     ("nodes=nan", "--vary nodes values must be finite numbers, got 'nan'"),
     ("nodes=1,,2", "--vary nodes=1,,2 has an empty value between commas"),

@@ -219,6 +219,7 @@ def test_empty_profile_cache_says_it_is_profiling(cli_runner):
     (["--fix", "mbs=3"], "gbs=8 is not a multiple of mbs*dp for any dp"),
     (["--fix", "pp=4", "--global-batch", "2"], "2 micro-batches cannot fill 4 pipeline stages"),
     (["--fix", "tpp=2"], "did you mean tp?"),
+    (["--fix", "dtype=fp8", "--dtype", "bf16"], "--dtype bf16 contradicts --fix dtype=fp8; give one"),
 ])
 def test_bad_fixed_keys_one_line(cli_runner, extra, needle):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", *extra])
@@ -332,3 +333,21 @@ def test_the_host_time_note_on_a_probed_cpu_speaks_of_calibrate_not_cuda_graphs(
     assert "CUDA" not in note and "GPU waits" not in note
     gpu = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--top", "1"])
     assert "CUDA graphs" in gpu.output
+
+
+def test_a_capacity_factor_below_one_is_refused(cli_runner):
+    # it priced the busiest expert below the average one: a 6.84 s plan at 80% MFU for Mixtral
+    result = cli_runner.invoke(cli, ["plan", "examples/moe.py:tiny", "--hw", "h100x8", "--fix", "cf=0.5"])
+    lines = _lines(result.output)
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "capacity_factor must be a number in [1, 16], got 0.5; 1.0 is balanced routing" in lines[0]
+
+
+def test_explain_says_cp_is_left_out_below_long_sequences_and_how_to_price_it(cli_runner):
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--explain"])
+    assert result.exit_code == 0, result.output
+    assert "  cp not searched: searched from 8192-token sequences on, where long-context recipes start it; " \
+           "--fix cp=2 prices it at" in result.output
+    fixed = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--explain", "--fix", "cp=2"])
+    assert fixed.exit_code == 0, fixed.output
+    assert "cp not searched" not in fixed.output and " cp=2 " in fixed.output.replace("  ", " ")

@@ -208,3 +208,19 @@ def test_a_plan_files_hardware_overrides_are_shown(cli_runner, tmp_path):
     assert swapped.exit_code == 0, swapped.output
     assert "note: hardware overrides (gpu.memory_gib=40) apply on --hw h100x8 as on a100x8" in swapped.output
     assert json.loads(swapped.stdout)["hw_overrides"] == {"gpu.memory_gib": 40}
+
+
+@pytest.mark.parametrize("plan, shown", [
+    ("dp=8,zero=0", "DP all-reduce"), ("dp=8,zero=3", "DP reduce-scatter + all-gather (ZeRO)"), ("tp=4,dp=1", "no DP")])
+def test_the_header_names_the_dp_collectives_the_plan_runs(cli_runner, plan, shown):
+    result = cli_runner.invoke(cli, ["simulate", "examples/gpt.py:tiny", "--hw", "a100x8", "--plan", plan])
+    assert result.exit_code == 0, result.output
+    assert f", {shown}, stack megatron-core" in result.output.splitlines()[0]
+
+
+def test_a_missing_plan_file_names_a_command_that_makes_one(cli_runner, tmp_path):
+    missing = tmp_path / "missing.json"
+    result = cli_runner.invoke(cli, ["simulate", str(missing)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"does not exist; create it with `smplan plan MODEL --hw HW -o {missing}`" in lines[0]

@@ -129,3 +129,29 @@ def test_execute_prints_the_failing_ranks_exception(tmp_path):
     # the console shows local rank 0's output only (torchrun --local-ranks-filter 0): rank 1's
     # traceback is in its log and in the report above, not echoed line by line
     assert "[rank1]" not in result.stdout and "Traceback" in logs[0].read_text()
+
+
+def test_a_collective_timeout_says_another_rank_stopped_taking_part(tmp_path):
+    log = tmp_path / "stderr.log"
+    log.write_text("[rank0]: Traceback (most recent call last):\n"
+                   '[rank0]:   File "x.py", line 1, in f\n'
+                   "[rank0]: RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+                   "Timed out waiting 120000ms for recv operation to complete\n")
+    text = failure_report(0, 1, log, tmp_path)
+    assert "a collective timed out: another rank stopped taking part (hung, or far slower)" in text
+    assert "timed out" not in failure_report(1, 1, _write(tmp_path / "own.log", LOG), tmp_path)
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_a_lost_peer_line_is_its_first_sentence_cut_at_a_word():
+    from smplan.executor.worker import first_line
+
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+                        "peer [127.0.0.1]:6065. This is typically caused by a remote worker crashing. Check the logs")
+    assert first_line(gloo) == "Connection closed by peer [127.0.0.1]:6065"
+    assert first_line(RuntimeError("word " * 100), max_chars=22) == "word word word word ..."
+    assert first_line(RuntimeError("")) == "RuntimeError"
