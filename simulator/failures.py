@@ -2,7 +2,9 @@
 
 Model (Daly 2006, with the Llama 3 / OPT logbooks' vocabulary):
 - Hardware fails on its own clock: per-GPU lifetimes are exponential (or Weibull with
-  shape k, renewed when a GPU is replaced), so the failure times of one seed are drawn
+  shape k and mean the GPU MTBF, every GPU new at t=0 and again when replaced: k < 1 front-loads
+  failures, infant mortality; k > 1 delays them, wear-out; Schroeder & Gibson, DSN 2006, fit
+  k 0.7-0.8 to the times between failures of HPC nodes), so the failure times of one seed are drawn
   once and shared by every checkpoint interval (common random numbers: the sweep compares
   intervals on the same bad luck, which makes its minimum stable).
 - The job computes in segments of `interval` seconds, each followed by a checkpoint of
@@ -100,6 +102,7 @@ class SweepResult:
     failures: np.ndarray  # (intervals, seeds) failures before the finish
     work_s: float
     extra: dict = field(default_factory=dict)
+    spare_wait_s: np.ndarray | None = None  # (intervals, seeds) of the wall-clock spent waiting for a spare node
 
     @property
     def goodput(self) -> np.ndarray:
@@ -221,9 +224,9 @@ def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) 
     for _ in range(8):
         times = failure_times(spec, seeds, horizon, rng, stream_seeds)
         waits = spare_waits(spec, times)
-        wall, fails = _step(spec, intervals, times, waits)
+        wall, fails, waited = _step(spec, intervals, times, waits)
         if np.all(wall <= horizon):
-            return SweepResult(intervals, wall, fails, spec.work_s, {"horizon_s": horizon})
+            return SweepResult(intervals, wall, fails, spec.work_s, {"horizon_s": horizon}, waited)
         horizon *= 2.0
     raise ReliabilityError(
         "the run does not finish: failures come faster than checkpoints can keep up; "
@@ -232,7 +235,8 @@ def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) 
 
 
 def _step(spec: RunSpec, intervals: np.ndarray, times: np.ndarray, waits: np.ndarray):
-    """Process failures in order for every (interval, seed) pair at once."""
+    """Process failures in order for every (interval, seed) pair at once: (wall-clock, failures,
+    seconds waited for a spare node), each (intervals, seeds)."""
     n_tau, seeds = len(intervals), times.shape[0]
     tau = np.broadcast_to(intervals[:, None], (n_tau, seeds))
     period = tau + spec.blocking_s
@@ -242,6 +246,9 @@ def _step(spec: RunSpec, intervals: np.ndarray, times: np.ndarray, waits: np.nda
     done = np.zeros((n_tau, seeds))  # durable work
     wall = np.full((n_tau, seeds), np.inf)
     fails = np.zeros((n_tau, seeds))
+    waited = np.zeros((n_tau, seeds))  # wall-clock spent waiting for a spare node
+    pending = np.zeros((n_tau, seeds))  # the wait that opens the last restart (the node comes first)...
+    since = np.zeros((n_tau, seeds))  # ...and when that restart began
     active = np.ones((n_tau, seeds), dtype=bool)
 
     def time_to_finish(done_now):
@@ -253,7 +260,8 @@ def _step(spec: RunSpec, intervals: np.ndarray, times: np.ndarray, waits: np.nda
         f = np.broadcast_to(times[:, k][None, :], (n_tau, seeds))
         if not np.isfinite(times[:, k]).any():
             break
-        restart = spec.restart_s + np.broadcast_to(waits[:, k][None, :], (n_tau, seeds))
+        wait = np.broadcast_to(waits[:, k][None, :], (n_tau, seeds))
+        restart = spec.restart_s + wait
         need = time_to_finish(done)
         finishes = active & (t + need <= f)
         wall[finishes] = (t + need)[finishes]
@@ -265,9 +273,13 @@ def _step(spec: RunSpec, intervals: np.ndarray, times: np.ndarray, waits: np.nda
         done = np.where(computing, np.minimum(done + segs * tau, work), done)
         t = np.where(hit, f + restart, t)
         fails += hit
+        # a failure in a restart cuts its wait short: only the part already waited is wall-clock spent on it
+        cut = np.where(during_restart, np.maximum(pending - (f - since), 0.0), 0.0)
+        waited += np.where(hit, wait, 0.0) - cut
+        pending, since = np.where(hit, wait, pending), np.where(hit, f, since)
     rest = active
     wall[rest] = (t + time_to_finish(done))[rest]
-    return wall, fails
+    return wall, fails, waited
 
 
 @dataclass
@@ -298,6 +310,11 @@ class RunReport:
     seeds: int
     sweep: list[dict] = field(default_factory=list)
     sweep_failures: int = 0  # failures over all seeds at the sweep's best interval
+    seeds_without_failure: int = 0  # seeds that finish with no failure (a short run: most; then p10..p90 can miss the mean)
+    spares: int | None = None  # hot spare nodes; None: never short of one
+    repair_hours: float | None = None  # how long a failed node is out (None: without spares it never matters)
+    weibull_shape: float | None = None  # None: exponential GPU lifetimes
+    spare_wait_mean_s: float = 0.0  # wall-clock spent waiting for a spare node, mean over seeds
 
     def to_dict(self) -> dict:
         import dataclasses
@@ -352,9 +369,9 @@ def analyse_run(
     if interval_s is None:
         # Evaluate exactly at the refined best interval, on the same failure draws.
         one = simulate_sweep(spec, [chosen], seeds, seed)
-        wall, fails = one.wall_s[0], one.failures[0]
+        wall, fails, waited = one.wall_s[0], one.failures[0], one.spare_wait_s[0]
     else:
-        wall, fails = res.wall_s[row], res.failures[row]
+        wall, fails, waited = res.wall_s[row], res.failures[row], res.spare_wait_s[row]
     good = spec.work_s / wall
     mean_wall = res.wall_s.mean(axis=1)
     sweep = [
@@ -388,4 +405,9 @@ def analyse_run(
         seeds=seeds,
         sweep=sweep,
         sweep_failures=drawn,
+        seeds_without_failure=int((fails == 0).sum()),
+        spares=spec.spares,
+        repair_hours=spec.repair_hours if spec.spares is not None else None,
+        weibull_shape=spec.weibull_shape,
+        spare_wait_mean_s=float(waited.mean()),
     )

@@ -6,7 +6,7 @@ import math
 
 import click
 
-from smplan.simulator.failures import MIN_SWEEP_FAILURES, ReliabilityError
+from smplan.simulator.failures import MIN_SWEEP_FAILURES, ReliabilityError, RunReport
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, checkpoint_write_gbps, plan_reliability
 
@@ -36,6 +36,41 @@ def _interval(value: str) -> float | None:
     return minutes
 
 
+def failure_model_line(r: RunReport) -> str:
+    """The settings that drive the failures: GPU lifetimes and the spare-node pool."""
+    if r.weibull_shape is None or r.weibull_shape == 1.0:
+        lives = "exponential GPU lifetimes (no ageing)"
+    else:
+        kind = "infant mortality" if r.weibull_shape < 1 else "wear-out"
+        lives = f"Weibull GPU lifetimes, shape {r.weibull_shape:g} ({kind}), every GPU new at t=0"
+    if r.spares is None:
+        pool = "spare nodes never run short (--spares N models a pool)"
+    else:
+        pool = f"{r.spares} spare node{'' if r.spares == 1 else 's'}, a failed node back after {r.repair_hours:g} h"
+    return f"failures: {lives}; {pool}"
+
+
+def spare_wait_line(r: RunReport) -> str:
+    """How much of the wall-clock went to waiting for a spare node (part of the goodput lost)."""
+    wait_s = r.spare_wait_mean_s
+    if wait_s <= 0:
+        return f"waiting for a spare node: none (the {r.spares} spares cover every repair)"
+    wait = f"{wait_s / 86400:.2f} days" if wait_s >= 86400 else f"{wait_s / 3600:.2f} h"
+    return (f"waiting for a spare node: {wait} per run on average, {wait_s / r.wall_mean_s:.1%} of the "
+            f"wall-clock lost from goodput (more --spares win it back)")
+
+
+def skewed_mean_note(r: RunReport) -> str | None:
+    """A line on why the mean goodput lies outside p10..p90 (as printed), or None when it does not:
+    in a short run most seeds see no failure and the few that do pull the mean below them all."""
+    shown = [round(100 * g, 2) for g in (r.goodput_p10, r.goodput_mean, r.goodput_p90)]
+    if shown[0] <= shown[1] <= shown[2]:
+        return None
+    side = "below p10" if shown[1] < shown[0] else "above p90"
+    return (f"note: {r.seeds_without_failure} of {r.seeds} seeds see no failure (failures per seed "
+            f"{r.failures_mean:.2g} on average): the few seeds that fail pull the mean {shown[1]:.2f}% {side}")
+
+
 @click.command()
 @click.argument("target", metavar="PLAN.json|MODEL")
 @hw_options(required=False, plan_files=True)
@@ -45,7 +80,9 @@ def _interval(value: str) -> float | None:
 # At most 10 years of failure-free training, and 1e15 tokens (64x the 15.6T of Llama 3, Meta 2024):
 # beyond either the failure simulation only overflows.
 @click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None,
-              help="Failure-free training days the run needs (at most 3650).")
+              help="Failure-free training days: the compute the run needs, before failures, restarts and "
+                   "checkpoints add to its wall-clock (at most 3650). Not `smplan whatif --days`, which is "
+                   "wall-clock days.")
 @click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None,
               help="Tokens to train on (e.g. 3e11; at most 1e15).")
 @click.option("--checkpoint-interval-min", "--checkpoint-interval", "interval", cls=OneSpelling,
@@ -59,9 +96,15 @@ def _interval(value: str) -> float | None:
 @click.option("--async-checkpoint", is_flag=True,
               help="Training blocks only for the GPU->host snapshot; a write still ends before the next starts, "
                    "so the interval is at least one write.")
-@click.option("--spares", type=click.IntRange(min=0), default=None, help="Hot spare nodes (default: never short).")
-@click.option("--repair-hours", type=FiniteFloat(), default=24.0, show_default=True, help="Time a failed node is out (with --spares).")
-@click.option("--weibull-shape", type=FiniteFloat(), default=None, help="Weibull GPU lifetimes with this shape (default exponential).")
+@click.option("--spares", type=click.IntRange(min=0), default=None,
+              help="Hot spare nodes; a failure with none free waits for a repaired node (default: never short).")
+@click.option("--repair-hours", type=FiniteFloat(), default=24.0, show_default=True,
+              help="Hours a failed node is out for repair (with --spares N, 0 included).")
+# Weibull lifetimes from new hardware: see simulator/failures.py (Schroeder & Gibson, DSN 2006, for k < 1).
+@click.option("--weibull-shape", type=FiniteFloat(), default=None, metavar="K",
+              help="Weibull GPU lifetimes of shape K (0.1-10, mean --mtbf-hours), every GPU new at t=0 and "
+                   "when replaced: K < 1 is infant mortality (more failures early, so more in a short run), "
+                   "K > 1 wear-out (fewer until GPUs age). Default: exponential (K = 1, no ageing).")
 @click.option("--seeds", type=click.IntRange(min=1), default=100, show_default=True,
               help="Failure-simulation runs (different random failure times); the report gives mean and spread.")
 @json_option
@@ -76,7 +119,7 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     if (days is None) == (tokens is None):
         raise ReliabilityError("give exactly one of --days D or --tokens T")
     given = click.get_current_context().get_parameter_source("repair_hours")
-    if not spares and given is not click.core.ParameterSource.DEFAULT:
+    if spares is None and given is not click.core.ParameterSource.DEFAULT:  # --spares 0 is a pool too
         raise ReliabilityError("--repair-hours is how long a failed node waits for a spare: add --spares N")
     minutes = _interval(interval)
     plan, profile, cluster = resolve_target(
@@ -109,6 +152,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     click.echo(f"job MTBF {r.job_mtbf_s / 3600:.2f} h, restart {r.restart_s / 60:.1f} min, "
                f"checkpoint {r.checkpoint_s / 60:.2f} min ({result.checkpoint_bytes / 1e9:.0f} GB{rate}"
                f"{', async: blocks ' + format(r.blocking_s, '.2g') + ' s' if async_checkpoint else ''})")
+    click.echo(failure_model_line(r))
+    if r.spares is not None:
+        click.echo(spare_wait_line(r))
     rows = [
         # as percentages to 0.01: a run that rarely fails sits at 0.99x, which 3 digits show as "1"
         ["goodput", *(f"{100 * g:.2f}%" for g in (r.goodput_mean, r.goodput_p10, r.goodput_p50, r.goodput_p90))],
@@ -116,6 +162,8 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         ["failures", r.failures_mean, "", "", ""],
     ]
     click.echo(format_table(["over " + str(r.seeds) + " seeds", "mean", "p10", "p50", "p90"], rows, align="lrrrr"))
+    if note := skewed_mean_note(r):
+        click.echo(note)
     click.echo("")
     used = "Daly's: too few failures to sweep" if r.interval_source == "daly" else r.interval_source
     click.echo(format_table(["checkpoint interval", "minutes"], [

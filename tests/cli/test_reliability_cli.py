@@ -73,3 +73,54 @@ def test_reliability_warns_of_a_plan_that_does_not_fit(cli_runner):
     fits = cli_runner.invoke(cli, ["reliability", GPT, "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8", "--tokens",
                                    "1e9", "--seeds", "3", "--json"])
     assert json.loads(fits.stdout)["fits_memory"] is True and "warning" not in fits.stderr
+
+
+def test_zero_spares_take_repair_hours_and_are_echoed(cli_runner):
+    """--spares 0 is a pool with no spare (every failure waits for its repair), not "no pool": it takes
+    --repair-hours, and the text and --json say so, with the wall-clock spent waiting for a spare."""
+    args = BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "10", "--spares", "0", "--repair-hours", "48"]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert "0 spare nodes, a failed node back after 48 h" in text.output
+    assert "waiting for a spare node: " in text.output and "of the wall-clock lost from goodput" in text.output
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).stdout)
+    assert (data["spares"], data["repair_hours"], data["weibull_shape"]) == (0, 48.0, None)
+    assert 0 < data["spare_wait_mean_s"] <= data["failures_mean"] * 48 * 3600  # a failure can cut a wait short
+    alone = cli_runner.invoke(cli, BASE + ["--days", "1", "--repair-hours", "48"])  # still needs a pool
+    assert alone.exit_code == 2 and "add --spares N" in alone.output
+
+
+def test_the_failure_model_is_echoed(cli_runner):
+    plain = cli_runner.invoke(cli, BASE + ["--days", "1", "--checkpoint-minutes", "5", "--seeds", "5"])
+    assert "failures: exponential GPU lifetimes (no ageing); spare nodes never run short" in plain.output
+    assert "waiting for a spare" not in plain.output
+    args = BASE + ["--days", "1", "--checkpoint-minutes", "5", "--seeds", "5", "--weibull-shape", "0.7", "--spares", "4"]
+    text = cli_runner.invoke(cli, args)
+    assert "Weibull GPU lifetimes, shape 0.7 (infant mortality), every GPU new at t=0; 4 spare nodes" in text.output
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).stdout)
+    assert (data["spares"], data["repair_hours"], data["weibull_shape"]) == (4, 24.0, 0.7)
+    none = json.loads(cli_runner.invoke(cli, BASE + ["--days", "1", "--seeds", "5", "--json"]).stdout)
+    assert (none["spares"], none["repair_hours"], none["weibull_shape"], none["spare_wait_mean_s"]) == (None, None,
+                                                                                                      None, 0.0)
+
+
+def test_help_says_what_days_and_weibull_shape_mean(cli_runner):
+    text = " ".join(cli_runner.invoke(cli, ["reliability", "--help"]).output.split())
+    assert "--days FLOAT Failure-free training days" in text and "`smplan whatif --days`, which is wall-clock" in text
+    assert "every GPU new at t=0" in text and "infant mortality" in text and "wear-out" in text
+
+
+def test_a_mean_outside_p10_p90_is_explained(cli_runner):
+    """A short run: most seeds see no failure, so p10..p90 are all failure-free and the mean lies below."""
+    # 4096 GPUs of 122,880 h MTBF fail every 30 h: 0.08 failures in 2.4 h per seed
+    args = BASE + ["--days", "0.1", "--mtbf-hours", "122880", "--checkpoint-minutes", "5", "--seeds", "100"]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).stdout)
+    assert data["goodput_mean"] < data["goodput_p10"] and 50 < data["seeds_without_failure"] < 100
+    notes = [line for line in text.output.splitlines() if line.startswith("note: ") and "no failure" in line]
+    assert notes == [f"note: {data['seeds_without_failure']} of 100 seeds see no failure (failures per seed "
+                     f"{data['failures_mean']:.2g} on average): the few seeds that fail pull the mean "
+                     f"{100 * data['goodput_mean']:.2f}% below p10"]
+    common = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20"])
+    assert "see no failure" not in common.output

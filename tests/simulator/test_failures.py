@@ -7,8 +7,10 @@ from smplan.simulator.failures import (
     MIN_SWEEP_FAILURES,
     ReliabilityError,
     RunSpec,
+    _step,
     analyse_run,
     simulate_sweep,
+    spare_waits,
 )
 
 MIN = 60.0
@@ -174,3 +176,26 @@ def test_failures_at_another_mtbf_are_the_same_draws_stretched():
     goodput = [analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": h}), seeds=10).goodput_mean
                for h in (2500, 5000, 10000, 20000, 40000)]
     assert goodput == sorted(goodput)
+
+
+def test_the_report_records_spare_waits_and_seeds_without_failure():
+    base = dict(work_s=10 * 86400, num_gpus=4096, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=10 * MIN)
+    none = analyse_run(RunSpec(**base, spares=0, repair_hours=2.0), seeds=20)
+    # with no spare every failure waits for its node's repair, unless the next failure cuts the wait short
+    assert 0.8 * none.failures_mean * 2 * HOUR < none.spare_wait_mean_s <= none.failures_mean * 2 * HOUR
+    assert (none.spares, none.repair_hours, none.weibull_shape) == (0, 2.0, None)
+    pool = analyse_run(RunSpec(**base, weibull_shape=1.5), seeds=20)
+    assert (pool.spares, pool.repair_hours, pool.weibull_shape, pool.spare_wait_mean_s) == (None, None, 1.5, 0.0)
+    short = analyse_run(RunSpec(**{**base, "work_s": HOUR}), seeds=50)
+    assert 0 < short.seeds_without_failure < 50 and short.goodput_mean < short.goodput_p10
+
+
+def test_a_wait_cut_short_by_the_next_failure_counts_only_what_was_waited():
+    """No spare, 10 h repairs, failures at 1 h and 3 h: the first wait is cut at 3 h (2 h waited),
+    the second runs out (10 h); the wall-clock holds both and the work."""
+    spec = RunSpec(work_s=5 * HOUR, num_gpus=1, gpu_mtbf_hours=1e9, restart_s=0, checkpoint_s=0, spares=0,
+                   repair_hours=10.0)
+    times = np.array([[1 * HOUR, 3 * HOUR, np.inf]])
+    wall, fails, waited = _step(spec, np.array([HOUR]), times, spare_waits(spec, times))
+    assert fails[0, 0] == 2 and waited[0, 0] == pytest.approx(12 * HOUR)
+    assert wall[0, 0] == pytest.approx(waited[0, 0] + 5 * HOUR)  # the 1 h failure follows a checkpoint: none lost
