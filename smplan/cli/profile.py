@@ -59,20 +59,25 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
     click.echo(f"params:                    {result.params:,} ({human_count(result.params)})")
     if result.params_active != result.params:
         click.echo(f"params active per token:   {result.params_active:,} ({human_count(result.params_active)}; "
-                   "routed experts count top_k / num_experts)")
+                   "routed experts count top_k / num_experts; the input embedding counts, which some model "
+                   "cards leave out)")
     moe = [(p, n) for p, n in [(b, 1) for b in result.pre + result.post]
            + ([(result.blocks[0], len(result.blocks))] if result.blocks else []) if p.num_experts]
+    ep_offered = "ep" not in result.unsupported  # else the reason is printed below, and no ep splits anything
     for part, count in moe[:1]:
+        ep_rule = f"ep must divide {part.num_experts}" if ep_offered else "ep not offered, see below"
         click.echo(f"experts per MoE block:     {part.num_experts} routed, top_k={part.top_k} "
-                   f"({count} MoE blocks; ep must divide {part.num_experts})")
-        click.echo(f"expert params per block:   {part.params_expert:,} ({human_count(part.params_expert)}; "
-                   "split over ep ranks)")
+                   f"({count} MoE block{'s' if count != 1 else ''}; {ep_rule})")
+        click.echo(f"expert params per block:   {part.params_expert:,} ({human_count(part.params_expert)}"
+                   f"{'; split over ep ranks' if ep_offered else ''})")
         share = part.expert_flops_per_sample / part.forward_flops_per_sample if part.forward_flops_per_sample else 0
         click.echo(f"expert GFLOPs/sample:      {part.expert_flops_per_sample / 1e9:.4g} per block "
                    f"({share:.0%} of the block's forward; each token runs top_k experts)")
         click.echo(f"router GFLOPs/sample:      {part.router_flops_per_sample / 1e9:.4g} per block")
-        click.echo(f"all-to-all MiB/sample:     {part.all_to_all_bytes_per_sample / MIB:.4g} dispatch + "
-                   f"{part.all_to_all_bytes_per_sample / MIB:.4g} combine per block (tokens x hidden x top_k)")
+        if ep_offered:  # the all-to-alls exist only under ep > 1
+            click.echo(f"all-to-all MiB/sample:     {part.all_to_all_bytes_per_sample / MIB:.4g} dispatch + "
+                       f"{part.all_to_all_bytes_per_sample / MIB:.4g} combine per block (tokens x hidden x top_k, "
+                       "under ep > 1)")
     click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
     if result.seq_len:
         click.echo(f"train FLOPs per token:     {per_token:.4g}")

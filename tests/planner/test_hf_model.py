@@ -426,3 +426,13 @@ def test_execute_refuses_ep_for_mixtral_with_the_profiles_reason(cli_runner, tmp
     out = tmp_path / "run"
     error = _cli_error(cli_runner, "execute", "ep=2,dp=2,mbs=1,gbs=2", "--model", folder, "-o", out)
     assert "ep=2: expert bank model.layers.0.mlp.experts's forward takes" in error and not out.exists()
+
+
+def test_profile_of_a_bank_ep_cannot_split_prints_no_ep_figures(cli_runner, tmp_path):
+    from smplan.cli.main import cli
+
+    folder = write_config(tmp_path / "moe", transformers.MixtralConfig, num_local_experts=4, num_experts_per_tok=2)
+    result = cli_runner.invoke(cli, ["profile", folder])
+    assert result.exit_code == 0, result.output
+    assert "ep not offered, see below" in result.output and "ep will not be offered:" in result.output
+    assert "all-to-all MiB/sample" not in result.output and "split over ep ranks" not in result.output
