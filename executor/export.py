@@ -18,14 +18,18 @@ and weight_map), the layout `save_pretrained(max_shard_size=...)` writes.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import checkpoint
-from .metrics import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE
+from .metrics import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE, read_metrics
+from .run_lock import LOCK_FILE, NO_LOCKING
 
 # Files `execute` writes at the top of a run directory and nothing else does under these names
 # (a folder merely holding a `checkpoints` or `ranks` subfolder is no run).
@@ -52,6 +56,7 @@ class ExportResult:
     tensors: int
     total_size_bytes: int
     model_class: str
+    running: str | None = None  # the launch still training the run ("pid 123 on host, since ..."), if any
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,17 +92,80 @@ def _checkpoint_every(run_dir: str | Path) -> int:
     return every if isinstance(every, int) else 0
 
 
-def pick_checkpoint(run_dir: str | Path, step: int | None = None) -> tuple[int, Path]:
-    """The complete step-N checkpoint of the run: `step`, else the latest."""
+def running_launch(run_dir: str | Path) -> str | None:
+    """Who is still training RUN_DIR ("pid 123 on host, since ..."), or None when no launch is.
+
+    `smplan execute` holds an flock on RUN_DIR/.smplan.lock while it runs (executor/run_lock.py)
+    and the kernel drops it however the launcher ends, so a launcher killed with SIGKILL leaves a
+    file but no lock. A shared lock that cannot be had means a launch holds it; taken, it is
+    released at once and the file left as it was. Where the file system offers no locking, the
+    pid the file names is asked instead (on this host only)."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # no launch ever held it, or the last one ended and removed it
+    try:
+        holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return holder or "a launch of smplan execute"
+        except OSError as err:
+            if err.errno not in NO_LOCKING:
+                raise
+            return holder if _pid_alive_here(holder) else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _pid_alive_here(holder: str) -> bool:
+    """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
+    words = holder.replace(",", " ").split()
+    if len(words) < 4 or words[0] != "pid" or not words[1].isdigit() or words[3] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(words[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def no_checkpoint_line(run_dir: str | Path, root: Path, running: str | None = None) -> str:
+    """Why RUN_DIR has nothing to export, and what gets it a checkpoint: the advice follows what
+    `smplan execute` accepts (a folder holding steps but no checkpoint is refused as -o/--output)."""
+    every = _checkpoint_every(run_dir)
+    records = read_metrics(run_dir)
+    reached = records[-1].get("step", len(records)) if records else 0
+    where = f"{run_dir} holds no complete checkpoint (looked in {root})"
+    new_run = ("run the plan again into a new -o/--output with --checkpoint-every N (its last step is saved too), "
+               "then export that")
+    if running and every:
+        return (f"{where} yet: its run is still going ({running}) and saves its first at step {every}; export "
+                "again after that")
+    if running:
+        return f"{where}: its run is still going ({running}) without --checkpoint-every, so it saves none; {new_run}"
+    if not every:
+        return f"{where}: it ran without --checkpoint-every, so nothing of it can be exported or continued; {new_run}"
+    if not reached:  # no step recorded: execute takes the folder again
+        return (f"{where}: the run stopped before its first one was complete; run the same smplan execute command "
+                "again to reach one")
+    return (f"{where}: the run stopped at step {reached}, before its first checkpoint (every {every} steps) was "
+            f"complete, and smplan execute continues no run without one; run the plan again into a new "
+            f"-o/--output with --checkpoint-every N (N at most {reached} to have one by then), then export that")
+
+
+def pick_checkpoint(run_dir: str | Path, step: int | None = None, running: str | None = None) -> tuple[int, Path]:
+    """The complete step-N checkpoint of the run: `step`, else the latest. `running`: the launch
+    still training it (`running_launch`), which the refusal's advice follows."""
     root = run_checkpoint_dir(run_dir)
     found = checkpoint.complete_steps(root)
     if not found:
-        if _checkpoint_every(run_dir):  # it saved, but no step-N is complete (stopped before one, or damaged)
-            raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}): the run stopped before "
-                              "its first one was complete; run the same smplan execute command again to reach one")
-        raise ExportError(f"{run_dir} holds no complete checkpoint (looked in {root}): it ran without "
-                          "--checkpoint-every, so nothing of it can be exported or continued; run it again into a new "
-                          "-o/--output with --checkpoint-every N (its last step is saved too), then export that")
+        raise ExportError(no_checkpoint_line(run_dir, root, running))
     if step is None:
         return found[-1]
     for n, path in found:
@@ -227,11 +295,16 @@ def read_tensors(path: Path, names: list[str], stored: dict) -> dict:
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, force: bool = False,
-               max_shard_gib: float = DEFAULT_MAX_SHARD_GIB) -> ExportResult:
+               max_shard_gib: float = DEFAULT_MAX_SHARD_GIB,
+               progress: Callable[[str], None] = lambda line: None) -> ExportResult:
+    """Write the run's checkpoint (`step`, else the newest complete one) to `out_dir`; `progress`
+    hears, before the weights are read, that the run is still going, when it is."""
     if max_shard_gib <= 0:
         raise ExportError(f"--max-shard-gib must be positive, got {max_shard_gib}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    step, path = pick_checkpoint(run_dir, step)
+    running = running_launch(run_dir)
+    newest = step is None
+    step, path = pick_checkpoint(run_dir, step, running)
     check_out_dir(out_dir, force, run_dir)
     try:  # the `hf` extra: the folder is transformers' layout, written with its own tools
         import transformers  # noqa: F401
@@ -239,6 +312,10 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     except ImportError as err:
         raise ExportError(f"smplan export needs {err.name}: pip install 'smplan[hf]'") from None
     model_file, args, model = source_model(run_dir, checkpoint.read_meta(path))
+    if running:  # a checkpoint is complete once renamed into place: later saves do not touch it
+        newest_note = ", the newest complete checkpoint," if newest else ""
+        progress(f"exporting step {step}{newest_note} while the run is still going ({running}); export again later "
+                 "for a newer one")
     stored = checkpoint_tensors(path)
     names = hub_names(model, stored)
     expected = model.state_dict(keep_vars=True)
@@ -268,4 +345,5 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     hub_config(model_file, args, model, dtypes.pop() if len(dtypes) == 1 else None).save_pretrained(out_dir)
     files.append("config.json")
     return ExportResult(out_dir=str(out_dir), run_dir=str(run_dir), step=step, checkpoint=str(path), files=files,
-                        tensors=len(names), total_size_bytes=total, model_class=type(model).__name__)
+                        tensors=len(names), total_size_bytes=total, model_class=type(model).__name__,
+                        running=running)

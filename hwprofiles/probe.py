@@ -9,6 +9,8 @@ profile predicts what was measured:
   `nproc` local processes: all-reduce t = 2(n-1)*alpha + 2(n-1)/n * B / bw, all-gather
   t = (n-1)*alpha + (n-1)/n * B / bw, send/recv t = alpha + B / bw. The profile's link is
   the all-reduce fit (what tensor and data parallelism issue); the others are reported.
+  Timings no fit of which makes physical sense (a loaded machine) give a robust estimate
+  instead and one warning line (`probe_collectives.robust_alpha_beta`).
   Each collective is timed after a GEMM, as training issues it (see `probe_collectives._collective_worker`).
 - On CPU a "GPU" is one process: GEMMs run on OMP_NUM_THREADS threads (default 1), as
   each executor worker does, so the peak is per process.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,11 +30,14 @@ import numpy as np
 from .probe_collectives import (  # noqa: F401  (fit_* re-exported: the probe's public fits)
     COLLECTIVE_KINDS,
     DEFAULT_MESSAGE_BYTES,
+    MAX_LINK_GBPS,
     ProbeError,
     check_nproc,
     collect,
     fit_alpha_beta,
     measure_collectives,
+    noisy_fit_warning,
+    robust_alpha_beta,
 )
 
 DEFAULT_SIZES = (64, 128, 256, 512, 1024)
@@ -53,6 +59,7 @@ class ProbeResult:
     collective_fits: dict[str, tuple[float, float]] = field(default_factory=dict)  # kind -> (GB/s, us)
     threads_per_process: int = 1
     sm_count: int = 0  # the GPU's multiprocessors (CUDA's multiProcessorCount); 0 on CPU
+    warnings: list[str] = field(default_factory=list)  # one line each: what in the measurement is not to be trusted
 
 
 def _timeit(fn: Callable[[], None], sync: Callable[[], None], min_time_s: float = 0.05, repeats: int = 3) -> float:
@@ -146,7 +153,27 @@ def progress_steps(sizes=DEFAULT_SIZES, nproc: int = 2) -> int:
     return len(dtypes) * len(sizes) + 1 + (len(COLLECTIVE_KINDS) if nproc > 1 else 1)
 
 
-def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYTES, progress=None) -> ProbeResult:
+def _warn_on_stderr(line: str) -> None:
+    # on a terminal the progress bar holds the line: start a new one
+    print(("\n" if sys.stderr.isatty() else "") + line, file=sys.stderr)
+
+
+def fit_collectives(collectives_s: dict[str, dict[int, float]], nproc: int,
+                    memory_bandwidth_gbps: float) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """(kind -> (GB/s, us), warnings) of the timings: the robust alpha-beta fit of each kind,
+    and one warning line naming the kinds whose timings were too noisy to fit."""
+    # every byte a collective moves between local processes is read from and written to memory,
+    # which the copy bandwidth (STREAM counts both) bounds; NVLink is far below HBM too
+    ceiling = min(MAX_LINK_GBPS, memory_bandwidth_gbps) if memory_bandwidth_gbps > 0 else MAX_LINK_GBPS
+    fits = {kind: robust_alpha_beta(t, nproc, kind, ceiling) for kind, t in collectives_s.items()}
+    noisy = [kind for kind, fit in fits.items() if fit.noisy]
+    return ({kind: (fit.bandwidth_gbps, fit.latency_us) for kind, fit in fits.items()},
+            [noisy_fit_warning(noisy)] if noisy else [])
+
+
+def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYTES, progress=None,
+          warn: Callable[[str], None] = _warn_on_stderr) -> ProbeResult:
+    """Measure this machine; each line of `result.warnings` also goes to `warn` (stderr)."""
     import torch
 
     check_nproc(nproc)
@@ -179,13 +206,16 @@ def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYT
         result.memory_gib = total / 2**30 / nproc
     if nproc > 1:
         result.collectives_s = measure_collectives(nproc, message_bytes, progress=progress)
-        result.collective_fits = {k: fit_alpha_beta(t, nproc, k) for k, t in result.collectives_s.items()}
+        result.collective_fits, noisy = fit_collectives(result.collectives_s, nproc, result.memory_bandwidth_gbps)
+        result.warnings += noisy
         result.allreduce_s = result.collectives_s["all_reduce"]
         result.link_bandwidth_gbps, result.link_latency_us = result.collective_fits["all_reduce"]
     else:
         result.link_bandwidth_gbps, result.link_latency_us = result.memory_bandwidth_gbps, 1.0
         if progress:
             progress()
+    for line in result.warnings:
+        warn(line)
     return result
 
 
@@ -235,6 +265,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         f"# ({result.threads_per_process} thread(s) per process on CPU); memory bandwidth: STREAM-style copy;",
         "# link: ring all-reduce alpha-beta fit (weighted by 1/t). Other collectives, same fit:",
         *(f"#   {kind}: {gbps:.4g} GB/s, {us:.1f} us" for kind, (gbps, us) in result.collective_fits.items()),
+        *(f"# {line}" for line in result.warnings),
         f"name = {json.dumps(name)}",  # a JSON string is a TOML basic string
         f'description = "probed {result.device} machine, {result.nproc} processes"',
         "nodes = 1",

@@ -11,6 +11,7 @@ import os
 import queue as queue_mod
 import socket
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,6 +24,11 @@ _ALPHA_BETA = {
     "all_gather": (lambda n: (n - 1) / n, lambda n: float(n - 1)),
     "send_recv": (lambda n: 1.0, lambda n: 1.0),
 }
+# No fit of a link is believed above this: NVLink 5, the fastest GPU link, moves 1.8 TB/s per GPU
+# (NVIDIA GB200 NVL72 datasheet); twice that is beyond physical sense for any local probe.
+MAX_LINK_GBPS = 3600.0
+# What a worker records for a collective that added no time to the GEMM before it (noise won).
+MEASURED_FLOOR_S = 1e-7
 
 
 class ProbeError(ValueError):
@@ -41,8 +47,28 @@ def check_nproc(nproc: int) -> None:
         raise ProbeError(f"--nproc-per-node {nproc} needs {nproc} GPUs but this machine has {count}; use --nproc-per-node {count} or fewer")
 
 
-def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce") -> tuple[float, float]:
-    """(bandwidth GB/s, latency us) of the ring alpha-beta form of `kind` (see the module doc).
+def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce",
+                   max_gbps: float = MAX_LINK_GBPS) -> tuple[float, float]:
+    """(bandwidth GB/s, latency us) of the ring alpha-beta form of `kind` (see the module doc);
+    `robust_alpha_beta` says, besides, whether the timings were too noisy for the fit."""
+    fit = robust_alpha_beta(times_s, nproc, kind, max_gbps)
+    return fit.bandwidth_gbps, fit.latency_us
+
+
+@dataclass(frozen=True)
+class AlphaBetaFit:
+    bandwidth_gbps: float
+    latency_us: float
+    noisy: bool  # the least-squares fit made no physical sense: these come from the extreme messages
+
+
+def robust_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce",
+                      max_gbps: float = MAX_LINK_GBPS) -> AlphaBetaFit:
+    """The alpha-beta fit of `kind`, or where the timings cannot carry one the robust estimate,
+    flagged `noisy`: bandwidth from the largest message's time, latency from the smallest's
+    less its bandwidth term. They cannot where a fit makes no physical sense (a slope or
+    latency of zero or less, a bandwidth above `max_gbps`: timings on a loaded machine once
+    fitted 5.2 PB/s and 0 us) or a time sits at the worker's floor (lost in the GEMM's noise).
 
     Weighted by 1/t (relative error): an unweighted fit lets the 16 MiB point set the
     intercept, and a few hundred microseconds of its noise then read as latency.
@@ -50,14 +76,27 @@ def fit_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduc
     beta_mult, alpha_mult = (f(nproc) for f in _ALPHA_BETA[kind])
     sizes = np.array(sorted(times_s), dtype=float)
     t = np.array([times_s[int(b)] for b in sizes])
+    measured = t > MEASURED_FLOOR_S
+    if measured.all():
+        x, w = beta_mult * sizes, 1.0 / t
+        slope, intercept = np.linalg.lstsq(np.stack([x * w, w], axis=1), np.ones_like(t), rcond=None)[0]
+        if slope > 0 and intercept > 0 and 1.0 / slope / 1e9 <= max_gbps:
+            return AlphaBetaFit(float(1.0 / slope / 1e9), float(intercept / alpha_mult * 1e6), noisy=False)
+    if measured.any():
+        sizes, t = sizes[measured], t[measured]
     x = beta_mult * sizes
-    w = 1.0 / t
-    slope, intercept = np.linalg.lstsq(np.stack([x * w, w], axis=1), np.ones_like(t), rcond=None)[0]
-    if slope <= 0:  # noise hid the bandwidth term: take the largest message's rate
-        slope = float(t[-1] / x[-1])
-    bandwidth_gbps = 1.0 / slope / 1e9
-    latency_us = max(float(intercept), 0.0) / alpha_mult * 1e6
-    return float(bandwidth_gbps), float(latency_us)
+    bandwidth_gbps = min(float(x[-1] / t[-1]) / 1e9, max_gbps)
+    latency_s = t[0] - x[0] / (bandwidth_gbps * 1e9)
+    if latency_s <= 0:  # the smallest message is all bandwidth term at that rate: take its whole time
+        latency_s = t[0]
+    return AlphaBetaFit(bandwidth_gbps, float(latency_s / alpha_mult * 1e6), noisy=True)
+
+
+def noisy_fit_warning(kinds) -> str:
+    """The one line `hw probe` prints when some collective's timings were too noisy to fit."""
+    return (f"warning: the {', '.join(kinds)} timings were noisy (no alpha-beta fit of them makes physical sense), "
+            "so the profile takes the bandwidth from the largest message and the latency from the smallest; "
+            "re-probe on an idle machine for a proper fit")
 
 
 def _free_port() -> int:
@@ -157,7 +196,7 @@ def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...],
                 dist.all_reduce(once, op=dist.ReduceOp.MAX)
                 count = max(2, min(300, int(min_time_s / max(once.item(), 1e-6))))
                 both_s = _best_per_call(step, sync, count, repeats, dist.barrier)
-                one = torch.tensor([max(both_s - compute_s, 1e-7)])
+                one = torch.tensor([max(both_s - compute_s, MEASURED_FLOOR_S)])
                 dist.all_reduce(one, op=dist.ReduceOp.MAX)  # a collective is as slow as its slowest rank
                 results[kind][size] = one.item()
                 if kind == "send_recv":

@@ -98,6 +98,7 @@ class CalibrationReport:
     efficiency_before: dict = field(default_factory=dict)
     output: str | None = None
     stack_output: str | None = None
+    kept_input: str | None = None  # one line when the fit was not kept (see `fit_is_worse`)
 
     @property
     def median_ape_before(self) -> float:
@@ -110,7 +111,7 @@ class CalibrationReport:
     @property
     def warning(self) -> str | None:
         """A fit that still misses the plans it was fitted to: the profile is not to be trusted."""
-        if not self.after or self.median_ape_after <= POOR_FIT_APE:
+        if not self.after or self.kept_input or self.median_ape_after <= POOR_FIT_APE:
             return None
         worst = max(self.after, key=lambda r: r.ape)
         return (f"the calibrated profile still misses its own plans by {self.median_ape_after:.0%} (median; "
@@ -131,6 +132,8 @@ class CalibrationReport:
             "median_ape_before": self.median_ape_before,
             "median_ape_after": self.median_ape_after,
             "warning": self.warning,
+            "fit_kept": None if self.fit is None else self.kept_input is None,
+            "kept_input": self.kept_input,
             "spearman": spearman([r.predicted_s for r in rows], [r.measured_s for r in rows]),
             "efficiency_before": self.efficiency_before,
             "efficiency_after": dataclasses.asdict(self.fit.efficiency) if self.fit else None,
@@ -138,6 +141,23 @@ class CalibrationReport:
             "fit_loss_before": self.fit.loss_before if self.fit else None,
             "fit_loss_after": self.fit.loss_after if self.fit else None,
         }
+
+
+def fit_is_worse(report: CalibrationReport) -> bool:
+    """Whether the fitted factors miss the plans they were fitted to by more (median |error|, what
+    the report prints) than the input's own factors: the log-space least squares can trade the
+    typical plan for the worst one (one plan 20x off), and such a fit is no calibration."""
+    return bool(report.after) and report.median_ape_after > report.median_ape_before
+
+
+def kept_input_line(report: CalibrationReport, opts: CalibrateOptions) -> str:
+    """What `calibrate` says when it keeps the input's factors (and writes nothing)."""
+    files = " and ".join(f for f in (opts.output, opts.stack_output) if f)
+    return (f"kept {report.hw}'s own factors: the fitted ones miss these plans by {report.median_ape_after:.1%} "
+            f"(median) against {report.median_ape_before:.1%} with {report.hw}'s, "
+            + (f"so nothing was written to {files}" if files else "so there is nothing to write")
+            + "; the plans disagree on this machine's speed: rerun with --rounds 3 on an idle machine, or with more "
+              "--plans")
 
 
 def local_cluster(hw: str, nproc: int, hw_set: Sequence[str] = (), stack: str | None = None) -> Cluster:
@@ -278,6 +298,9 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     model_file = load_model_file(model)
     check_plans(labelled, model_file, profile, cluster, opts.nproc)
     text = overridden_profile(source, opts.hw_set) if opts.output and not opts.check else ""
+    if not opts.check and not opts.output and not opts.stack_output:  # said before minutes of runs, not after
+        progress("note: no -o given: the fit will be reported but nothing written; add -o FILE to keep the calibrated "
+                 "profile (or --check to skip the fit)")
     measured = measure_all(labelled, model, opts, progress, model_file)
     ok = [m for m in measured if m.step_time_s]
     report = CalibrationReport(hw=hw, before=[], failed=[m for m in measured if not m.step_time_s],
@@ -291,6 +314,9 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     report.fit = fit_efficiency(cluster, lambda c: predict(plans, profile, c), times, keys=opts.keys)
     fitted = dataclasses.replace(cluster, efficiency=report.fit.efficiency)
     report.after = rows(labels, plans, times, profile, fitted)
+    if fit_is_worse(report):
+        report.kept_input = kept_input_line(report, opts)
+        return report
     if opts.output:
         notes = [
             f"Calibrated by `smplan calibrate {model}` on {time.strftime('%Y-%m-%d')}: {len(ok)} plans x "

@@ -58,7 +58,9 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     the same plans with the planner's cost model (and the simulator), prints predicted
     vs measured step time, then fits the profile's few global factors (matmul_max,
     matmul_half_dim, memory_bound, network, host_overhead_us_per_layer; never one per
-    plan) and writes the profile with them to -o. --check stops before the fit.
+    plan) and writes the profile with them to -o; factors that miss these plans by more than
+    HW's own are not kept, and nothing is written. Without -o nothing is written either.
+    --check stops before the fit.
 
     \b
     Example:
@@ -95,13 +97,16 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
         if check and (output or stack_output):
             click.echo("(--check: nothing fitted, so -o / --stack-output were not written)")
         return
-    click.echo("\ncalibrated:")
+    click.echo("\ncalibrated:" if not report.kept_input else "\nfitted (not kept):")
     click.echo(table(report.after))
     click.echo(f"median |error| {report.median_ape_after:.1%} on the plans it was fitted to")
     for key, (before, after) in report.fit.changes(_efficiency(report)).items():
         click.echo(f"  efficiency.{key}: {before:.4g} -> {after:.4g}")
     if report.warning:
         click.echo(f"warning: {report.warning}")
+    if report.kept_input:
+        click.echo(f"note: {report.kept_input}")
+        return
     if report.output:
         click.echo(f"wrote {report.output} (use it with --hw {report.output})")
     if report.stack_output:

@@ -34,7 +34,8 @@ def export(run_dir, out_dir, step, max_shard_gib, force, as_json):
 
     check_can_write(out_dir, "OUT_DIR", folder=True)
     result = export_run(run_dir, out_dir, step=step, force=force,
-                        max_shard_gib=DEFAULT_MAX_SHARD_GIB if max_shard_gib is None else max_shard_gib)
+                        max_shard_gib=DEFAULT_MAX_SHARD_GIB if max_shard_gib is None else max_shard_gib,
+                        progress=lambda line: click.echo(f"note: {line}", err=True))
     if as_json:
         echo_json(result.to_dict())
         return

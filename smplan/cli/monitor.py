@@ -49,13 +49,18 @@ def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pc
     from smplan.monitor import follow as follow_run
 
     thresholds = Thresholds(straggler_pct, straggler_steps, memory_pct)
+    said = {"waiting": None}  # the waiting line last printed: --follow says each once, not every --interval
 
     def show(run, clear: bool = False) -> None:
         if run is None:
             where = (f"the first step in {run_dir}" if os.path.isdir(run_dir)
                      else f"{run_dir} to appear (smplan execute creates it as it starts)")
-            click.echo(json.dumps({"run_dir": run_dir, "waiting": True}) if as_json else f"waiting for {where} ...")
+            line = json.dumps({"run_dir": run_dir, "waiting": True}) if as_json else f"waiting for {where} ..."
+            if as_json or line != said["waiting"]:  # --json --follow: one object per update, for scripts
+                click.echo(line)
+            said["waiting"] = line
             return
+        said["waiting"] = None
         status = run_status(run, thresholds)
         if as_json and follow:
             click.echo(json.dumps(status))  # one object per line

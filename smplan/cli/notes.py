@@ -2,30 +2,47 @@
 
 from __future__ import annotations
 
-from smplan.hwprofiles import Cluster, Efficiency
+from smplan.hwprofiles import Cluster, Efficiency, bundled_stacks, load_stack
 from smplan.planner import Figures
 
 # Below this share of the step, waiting for the host is not worth a line.
 HOST_WAIT_NOTE_SHARE = 0.10
 
 
-def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False, on_cpu: bool = False) -> str | None:
+def host_time_from_stack(efficiency: Efficiency, stack: str | None = None) -> bool:
+    """Whether the host time per layer pass is a stack's figure: not one the hardware file states
+    (`smplan calibrate` fits it there) or --hw-set gives. Under the default stack a file's own
+    value stands, any other stack replaces it (hwprofiles/stack.py), so the figure is the stack's
+    exactly when it equals that stack's. `stack`: the --stack in effect; None: any bundled one."""
+    names = [stack] if stack else bundled_stacks()
+    value = efficiency.host_overhead_us_per_layer
+    return any(load_stack(name).host_overhead_us_per_layer == value for name in names)
+
+
+def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False, on_cpu: bool = False,
+                   stack_figure: bool | None = None) -> str | None:
     """One line when the GPU waits for the host's kernel launches for a tenth of the step or more
     (the breakdown's `host_wait`): what sets that time and what shortens it. `on_cpu`: a profile
     from `smplan hw probe` on a CPU, where no GPU waits and no CUDA graph helps, and the host
-    time is a GPU stack's until `smplan calibrate` fits it."""
+    time is a GPU stack's until `smplan calibrate` fits it. `stack_figure`: whether the host time
+    is the stack's (`host_time_from_stack`; None: worked out from its value)."""
     wait = figures.breakdown.get("host_wait", 0.0)
     if not figures.step_time_s or wait < HOST_WAIT_NOTE_SHARE * figures.step_time_s:
         return None
+    if stack_figure is None:
+        stack_figure = host_time_from_stack(efficiency)
     per_layer = f"{efficiency.host_overhead_us_per_layer:g} us per layer pass"
     if moe and efficiency.host_overhead_us_per_moe_layer:
         per_layer += f", {efficiency.host_overhead_us_per_moe_layer:g} us more per MoE layer"
     if on_cpu:
+        where = ("the stack's figure for a GPU cluster): `smplan calibrate` fits it to runs on this machine; "
+                 if stack_figure else "as the profile, a --stack file or --hw-set sets it): ")
         return (f"note: {100 * wait / figures.step_time_s:.0f}% of the step is the host's time per layer pass "
-                f"({per_layer}, the stack's figure for a GPU cluster): `smplan calibrate` fits it to runs on this "
-                "machine; a bigger micro-batch shortens its share")
+                f"({per_layer}, {where}a bigger micro-batch shortens its share")
+    where = (f"the stack's {per_layer}; `smplan stack show`" if stack_figure
+             else f"{per_layer}, as the profile, a --stack file or --hw-set sets it")
     return (f"note: the GPU waits {100 * wait / figures.step_time_s:.0f}% of the step for the host to launch kernels "
-            f"(the stack's {per_layer}; `smplan stack show`): a bigger micro-batch shortens it, and so do CUDA "
+            f"({where}): a bigger micro-batch shortens it, and so do CUDA "
             "graphs (a --stack file or --hw-set efficiency.host_overhead_us_per_layer=... with less host time); "
             "a faster GPU does not")
 

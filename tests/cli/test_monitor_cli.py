@@ -214,3 +214,39 @@ def test_report_of_a_run_without_a_prediction_does_not_promise_one(cli_runner, t
     assert cli_runner.invoke(cli, ["report", str(run), "-o", str(tmp_path / "r.html")]).exit_code == 0
     html = (tmp_path / "r.html").read_text()
     assert "and the plan&#x27;s prediction" not in html and "The plan carries no prediction" in html
+
+
+def test_follow_says_it_is_waiting_once(cli_runner, tmp_path, monkeypatch):
+    """Not on a terminal, --follow printed 'waiting for ... to appear' once per --interval."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("smplan.monitor.follow"), "APPEAR_WAIT_S", 0.3)
+    result = cli_runner.invoke(cli, ["monitor", str(tmp_path / "notyet"), "--follow", "--interval", "0.02"])
+    assert result.exit_code == 2, result.output
+    waiting = [line for line in result.output.splitlines() if line.startswith("waiting for")]
+    assert waiting == [f"waiting for {tmp_path / 'notyet'} to appear (smplan execute creates it as it starts) ..."]
+
+
+def test_follow_says_each_new_wait_once(cli_runner, tmp_path, monkeypatch):
+    """The folder appears, then its first step: two different lines, each once."""
+    import importlib
+
+    follow_module = importlib.import_module("smplan.monitor.follow")
+    run = tmp_path / "r"
+    calls = []
+
+    def sleep(seconds):
+        calls.append(seconds)
+        if len(calls) == 3:
+            run.mkdir()
+            (run / "run_config.json").write_text("{}")
+        if len(calls) == 6:
+            write_run(run, steps=2, total_steps=2, finished=True)
+
+    real_follow = follow_module.follow
+    monkeypatch.setattr("smplan.monitor.follow", lambda *a, **kw: real_follow(*a, **kw, sleep=sleep))
+    result = cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--interval", "0.01"])
+    assert result.exit_code == 0, result.output
+    waiting = [line for line in result.output.splitlines() if line.startswith("waiting for")]
+    assert waiting == [f"waiting for {run} to appear (smplan execute creates it as it starts) ...",
+                       f"waiting for the first step in {run} ..."], result.output
