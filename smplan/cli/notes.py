@@ -56,8 +56,16 @@ def gemm_tile_note(cluster: Cluster) -> str | None:
             "profile states no gpu.sm_count; add --hw-set gpu.sm_count=N (the GPU's multiprocessors)")
 
 
-def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name: str) -> str:
-    """The line `simulate` and `reliability` print for a plan whose fullest GPU does not fit."""
+def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name: str, plan=None) -> str:
+    """The line `simulate` and `reliability` print for a plan whose fullest GPU does not fit, with
+    the changes that free memory which the plan (a planner Plan, if given) does not make yet."""
+    changes = []
+    n, total = plan.recomputed_blocks if plan is not None else (0, 1)
+    if plan is None or plan.recompute != "full" or n < total:
+        changes.append("recompute=full or selective" if plan is None or n == 0 else "recompute=full on more blocks")
+    if plan is None or plan.zero < 3:
+        changes.append("zero=1..3" if plan is None else f"zero={plan.zero + 1}..3" if plan.zero < 2 else "zero=3")
+    changes.append("more tp/pp")
     return (f"warning: the fullest GPU needs {peak_memory_gib:.1f} GiB but {capacity_gib:.1f} GiB is usable on "
-            f"{gpu_name}; this plan would run out of memory. Add recompute=full or selective, zero=1..3, or more "
-            "tp/pp (or let `smplan plan` choose).")
+            f"{gpu_name}; this plan would run out of memory. Add {', '.join(changes[:-1])}"
+            f"{' or ' if len(changes) > 1 else ''}{changes[-1]} (or let `smplan plan` choose).")

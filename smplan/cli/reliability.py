@@ -133,7 +133,7 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
     )
     if not result.fits_memory:  # on stderr: --json keeps stdout to its one object
-        click.echo(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name), err=True)
+        click.echo(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan), err=True)
     if as_json:
         echo_json(result.to_dict())
         return

@@ -137,7 +137,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
                                                                    "send", "dp_comm")]
          for r in result.stage_utilisation]))
     if not result.fits_memory:
-        click.echo("\n" + out_of_memory_warning(f.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name))
+        click.echo("\n" + out_of_memory_warning(f.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan))
     for path, what in ((trace_path, "trace"), (gantt_path, "Gantt chart")):
         if path:
             click.echo(f"\nwrote {what}: {path}")

@@ -224,3 +224,15 @@ def test_a_missing_plan_file_names_a_command_that_makes_one(cli_runner, tmp_path
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert f"does not exist; create it with `smplan plan MODEL --hw HW -o {missing}`" in lines[0]
+
+
+@pytest.mark.parametrize("plan, advice", [
+    ("dp=8,mbs=8,gbs=64", "Add recompute=full or selective, zero=1..3 or more tp/pp"),
+    ("dp=8,mbs=8,gbs=64,zero=2,recompute=full", "Add zero=3 or more tp/pp"),
+    ("dp=8,mbs=8,gbs=64,zero=3,recompute=full", "Add more tp/pp"),
+])
+def test_the_out_of_memory_advice_leaves_out_what_the_plan_already_does(cli_runner, plan, advice):
+    result = cli_runner.invoke(cli, ["simulate", GPT, "--hw", "a100x8", "--hw-set", "gpu.memory_gib=0.01",
+                                     "--plan", plan])
+    assert result.exit_code == 0, result.output
+    assert f"this plan would run out of memory. {advice} (or let `smplan plan` choose)." in result.output
