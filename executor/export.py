@@ -18,10 +18,8 @@ and weight_map), the layout `save_pretrained(max_shard_size=...)` writes.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import socket
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,7 +27,7 @@ from pathlib import Path
 
 from . import checkpoint
 from .metrics import CHECKPOINTS_DIR, METRICS_FILE, RUN_CONFIG_FILE, SUMMARY_FILE, read_metrics
-from .run_lock import LOCK_FILE, NO_LOCKING
+from .run_lock import running_launch
 
 # Files `execute` writes at the top of a run directory and nothing else does under these names
 # (a folder merely holding a `checkpoints` or `ranks` subfolder is no run).
@@ -90,49 +88,6 @@ def _checkpoint_every(run_dir: str | Path) -> int:
     except (OSError, ValueError, AttributeError):
         return 0
     return every if isinstance(every, int) else 0
-
-
-def running_launch(run_dir: str | Path) -> str | None:
-    """Who is still training RUN_DIR ("pid 123 on host, since ..."), or None when no launch is.
-
-    `smplan execute` holds an flock on RUN_DIR/.smplan.lock while it runs (executor/run_lock.py)
-    and the kernel drops it however the launcher ends, so a launcher killed with SIGKILL leaves a
-    file but no lock. A shared lock that cannot be had means a launch holds it; taken, it is
-    released at once and the file left as it was. Where the file system offers no locking, the
-    pid the file names is asked instead (on this host only)."""
-    path = Path(run_dir) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None  # no launch ever held it, or the last one ended and removed it
-    try:
-        holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return holder or "a launch of smplan execute"
-        except OSError as err:
-            if err.errno not in NO_LOCKING:
-                raise
-            return holder if _pid_alive_here(holder) else None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _pid_alive_here(holder: str) -> bool:
-    """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
-    words = holder.replace(",", " ").split()
-    if len(words) < 4 or words[0] != "pid" or not words[1].isdigit() or words[3] != socket.gethostname():
-        return False
-    try:
-        os.kill(int(words[1]), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
 
 
 def no_checkpoint_line(run_dir: str | Path, root: Path, running: str | None = None) -> str:

@@ -81,3 +81,46 @@ def holding_run_dir(out: str | Path) -> Iterator[bool]:
                     out.rmdir()
     finally:
         os.close(fd)  # releases the lock
+
+
+def running_launch(run_dir: str | Path) -> str | None:
+    """Who is still training RUN_DIR ("pid 123 on host, since ..."), or None when no launch is.
+
+    `smplan execute` holds an flock on RUN_DIR/.smplan.lock while it runs (executor/run_lock.py)
+    and the kernel drops it however the launcher ends, so a launcher killed with SIGKILL leaves a
+    file but no lock. A shared lock that cannot be had means a launch holds it; taken, it is
+    released at once and the file left as it was. Where the file system offers no locking, the
+    pid the file names is asked instead (on this host only)."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # no launch ever held it, or the last one ended and removed it
+    try:
+        holder = os.pread(fd, 256, 0).decode("utf-8", "replace").strip()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return holder or "a launch of smplan execute"
+        except OSError as err:
+            if err.errno not in NO_LOCKING:
+                raise
+            return holder if _pid_alive_here(holder) else None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _pid_alive_here(holder: str) -> bool:
+    """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
+    words = holder.replace(",", " ").split()
+    if len(words) < 4 or words[0] != "pid" or not words[1].isdigit() or words[3] != socket.gethostname():
+        return False
+    try:
+        os.kill(int(words[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
