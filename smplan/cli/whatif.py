@@ -34,7 +34,7 @@ from .table import format_table
 @click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None, help="Train for this many days: tokens, cost, goodput.")
 @model_args_option
 @click.option("--plan", "plan", default=None, metavar="INLINE",
-              help='Use this plan at every point instead of re-planning, e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help).')
+              help='Use this plan at every point instead of re-planning, as inline keys (not a plan file), e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help).')
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
 @click.option("--checkpoint-interval-min", type=FiniteFloat(), default=None,
@@ -72,6 +72,8 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
 
     if is_plan_file_name(model) and Path(model).is_file():
         _refuse_plan_file(model)
+    if plan and (is_plan_file_name(plan) or Path(plan).is_file()):
+        _refuse_plan_file_in_plan(plan)
     check_report_dir(out_dir, force)
     check_can_write(out_dir, "-o/--output", folder=True)
 
@@ -94,7 +96,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
                     raise UserError(f"--vary {v.key}: {err}") from None
     warn_about_profiles(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
                         overrides=q.hw_overrides)
-    record = run_whatif(q, jobs=jobs, progress=ProgressBar())
+    record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=lambda text: click.echo(text, err=True))
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:
@@ -115,9 +117,10 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
 
 def points_table(record: dict) -> str:
     timed = any(p.get("run") for p in record["points"])
+    days_given = bool(record["question"].get("days"))  # every point trains that long: show what it trains
     headers = ["#", "point", "GPUs", "plan", "step s", "tokens/s", "MFU", "mem GiB"]
     if timed:
-        headers += ["days", "cost $", "goodput"]
+        headers += ["tokens" if days_given else "days", "cost $", "goodput"]
     rows = []
     for p in record["points"]:
         f = p.get("figures") or {}
@@ -129,7 +132,7 @@ def points_table(record: dict) -> str:
                f"{f['mfu']:.1%}", f["peak_memory_gib"]]
         if timed:
             r = p["run"]
-            row += [r["days"], round(r["usd"]), f"{r['goodput']:.1%}"]
+            row += [f"{r['tokens']:.3g}" if days_given else r["days"], round(r["usd"]), f"{r['goodput']:.1%}"]
         rows.append(row)
     return format_table(headers, rows, align="llrlrrrr" + ("rrr" if timed else ""))
 
@@ -152,6 +155,19 @@ class ProgressBar:
             click.echo("\r" + line[:120].ljust(120), err=True, nl=done == total)
         else:
             click.echo(line, err=True)
+
+
+def _refuse_plan_file_in_plan(text: str) -> None:
+    """--plan takes a plan's keys inline; a plan file's are printed for it when it reads as one."""
+    from smplan.planner import Plan
+    from smplan.whatif.point import plan_inline
+
+    try:
+        how = f"for the plan in {text} give --plan {plan_inline(Plan.load(text))} (without dp= to --vary nodes)"
+    except ValueError:  # PlanError: not a readable plan file
+        how = (f"{text} is not a readable plan file either; `smplan whatif PLAN.json` prints a plan file's "
+               "keys as --plan")
+    raise UserError(f"--plan takes plan keys inline (e.g. --plan tp=8,pp=4,recompute=full), not a file; {how}")
 
 
 def _refuse_plan_file(path: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
-from .points import BREAKDOWN_ORDER, MEMORY_PARTS, feasible, frontier_xy
+from .points import BREAKDOWN_ORDER, MEMORY_PARTS, feasible, frontier_xy, versus_metric
 from .style import color, finish, new_figure, pretty, tick_label
 
 
@@ -53,27 +53,70 @@ def scaling_chart(points: list[dict], path=None):
     return finish(fig, path)
 
 
+# Axis names with units of the numeric settings a sweep varies (units as the hardware profiles'
+# comments give them: hwprofiles/profiles/*.toml); another key is named as it is.
+SETTING_LABELS = {
+    "inter_node.bandwidth_gbps": "inter-node bandwidth (GB/s per GPU, each direction)",
+    "intra_node.bandwidth_gbps": "intra-node bandwidth (GB/s per GPU, each direction)",
+    "inter_node.latency_us": "inter-node latency (us)",
+    "intra_node.latency_us": "intra-node latency (us)",
+    "gpu.memory_bandwidth_gbps": "HBM bandwidth (GB/s per GPU)",
+    "gpu.memory_gib": "GPU memory (GiB)",
+    "reliability.gpu_mtbf_hours": "GPU mean time between failures (hours)",
+    "reliability.restart_minutes": "restart after a failure (minutes)",
+    "storage.checkpoint_write_gbps": "checkpoint write bandwidth (GB/s per node)",
+    "storage.filesystem_write_gbps": "file-system write bandwidth (GB/s for the job)",
+    "checkpoint_interval_min": "checkpoint interval (minutes)",
+    "global_batch": "global batch (samples)",
+    "gbs": "global batch (samples)",
+    "seq_len": "sequence length (tokens)",
+}
+# Fraction of the data's span left empty on each side of a chart, so that no marker sits on
+# (and is cut by) an edge and a point's number fits beside it.
+DATA_MARGIN = 0.12
+
+
+def setting_label(key: str) -> str:
+    """`key` as an axis label: what it is and its unit, then the key itself (what --vary takes)."""
+    text = SETTING_LABELS.get(key)
+    return f"{text}  [{key}]" if text and text != key else key
+
+
 def versus_chart(points: list[dict], key: str, path=None):
     """Step time vs one numeric varied setting (`key`), one line per the other settings (say
-    grad_compress against inter_node.bandwidth_gbps)."""
-    fig, ax = new_figure(f"Step time vs {key}", width=9, height=5)
+    grad_compress against inter_node.bandwidth_gbps); goodput over the run instead for a setting
+    that only a whole run reads (failures, checkpoints), whose step time would be a flat line."""
+    metric = versus_metric(key, points)
+    what = "Goodput" if metric == "goodput" else "Step time"
+    fig, ax = new_figure(f"{what} vs {key}", width=9, height=5)
     lines: dict[str, list[dict]] = {}
     for p in feasible(points):
         rest = " ".join(f"{k}={v}" for k, v in p["settings"].items() if k != key) or "all"
         lines.setdefault(rest, []).append(p)
+    ys_all: list[float] = []
     for i, (name, members) in enumerate(sorted(lines.items())):
         members.sort(key=lambda p: p["settings"][key])
-        ax.plot([p["settings"][key] for p in members], [p["figures"]["step_time_s"] for p in members],
-                marker="o", color=color("", i), label=name)
-    ax.set_xscale("log")
+        ys = [p["run"]["goodput"] if metric == "goodput" else p["figures"]["step_time_s"] for p in members]
+        ax.plot([p["settings"][key] for p in members], ys, marker="o", color=color("", i), label=name)
+        ys_all += ys
+    ticks = sorted({p["settings"][key] for p in feasible(points)})
+    if ticks[0] > 0:  # a log axis has no place for 0 (zero=0,1)
+        ax.set_xscale("log")
     ax.minorticks_off()
-    ax.set_xticks(sorted({p["settings"][key] for p in feasible(points)}))
+    ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel(key)
-    ax.set_ylabel("step time")
-    ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=9)
+    ax.margins(x=DATA_MARGIN / 2)
+    ax.set_xlabel(setting_label(key))
+    if metric == "goodput":
+        ax.set_ylabel("goodput over the run (useful time / wall time)")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.margins(y=DATA_MARGIN)  # around the data: 99.5% against 99.9% is the answer, not a flat line
+        ax.set_ylim(padded_range(ys_all, ax.get_ylim()))
+    else:
+        ax.set_ylabel("step time")
+        ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
+        ax.set_ylim(0, max(ys_all) * (1 + DATA_MARGIN) or 1.0)  # room above the highest marker
+    ax.legend(fontsize=9, loc="best")
     _note_infeasible(fig, points)
     return finish(fig, path)
 
@@ -85,50 +128,98 @@ FRONTIER_LOG_X_RATIO = 10.0
 
 def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
     """Time to train (or tokens trained) vs cost. Every point is marked with its number (#id, as
-    the whatif table numbers them); the Pareto points are joined, and a key beside the chart
-    gives their settings and plans, so labels never cover points or each other."""
+    the whatif table numbers them), placed where it covers no other number or marker; the Pareto
+    points are joined, and a key beside the chart gives their settings and plans. The axes span
+    the data with a margin (from 0 only when the data comes near it), the legend sits in the key."""
     title = "Time to train vs cost" if mode == "tokens" else "Tokens trained vs cost"
     fig, (ax, key) = new_figure(title, ncols=2, width=13, height=6, width_ratios=[3.0, 1.25])
     by_id = {p["id"]: p for p in points}
     front = [by_id[i] for i in pareto]
     rest = [p for p in feasible(points) if p.get("run") and p["id"] not in set(pareto)]
-    xs = []
     if rest:
         xy = np.array([frontier_xy(p, mode) for p in rest])
         ax.scatter(xy[:, 0], xy[:, 1], color="#bbbbbb", s=40, label="dominated", gid="dominated")
-        xs += list(xy[:, 0])
-        for k, p in enumerate(rest):  # numbered too, so a grey dot can be found in the table
-            ax.annotate(f"#{p['id']}", xy[k], xytext=(5, -9), textcoords="offset points", fontsize=7,
-                        color="#888888", gid="dominated_id")
     xy = np.array([frontier_xy(p, mode) for p in front])
     ax.scatter(xy[:, 0], xy[:, 1], color="#ee6677", s=70, zorder=3, label="Pareto frontier", gid="pareto")
     ax.plot(xy[:, 0], xy[:, 1], color="#ee6677", linewidth=1.5, zorder=2, gid="pareto_line")
-    xs += list(xy[:, 0])
-    for k, p in enumerate(front):
-        ax.annotate(f"#{p['id']}", xy[k], xytext=(6, 6), textcoords="offset points", fontsize=9,
-                    color="#aa3344", fontweight="bold", gid="pareto_id")
     key.axis("off")
     key.set_title("Pareto points", fontsize=10, loc="left")
     entries = [f"#{p['id']}  {p['label']}\n{' ' * (len(str(p['id'])) + 3)}{p['plan_label']}" for p in front]
     key.text(0.0, 1.0, "\n\n".join(entries), transform=key.transAxes, va="top", ha="left", fontsize=8,
              family="monospace", wrap=True, gid="pareto_key")
     ax.set_xlabel("time to train (days, with failures)" if mode == "tokens" else "tokens trained")
+    shown = front + rest
+    xs = [frontier_xy(p, mode)[0] for p in shown]
     positive = [x for x in xs if x > 0]
     if positive and max(positive) / min(positive) > FRONTIER_LOG_X_RATIO:
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(EngFormatter(unit="tok") if mode == "days" else FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.margins(x=0.1, y=0.25)
-    else:
-        if mode == "days":
-            ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
-        ax.margins(x=0.3, y=0.25)
-        ax.set_xlim(left=0)
+    elif mode == "days":
+        ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
+    ax.margins(x=DATA_MARGIN, y=DATA_MARGIN)
+    if ax.get_xscale() == "linear":
+        ax.set_xlim(padded_range(xs, ax.get_xlim()))
+    ax.set_ylim(padded_range([frontier_xy(p, mode)[1] for p in shown], ax.get_ylim()))
     ax.set_ylabel("cost (US$)")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.0f}"))
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=9, loc="upper right")
+    handles, labels = ax.get_legend_handles_labels()
+    key.legend(handles, labels, fontsize=9, loc="lower left")
+    _number_points(fig, ax, shown, mode, set(pareto))
     _note_infeasible(fig, points)
     return finish(fig, path)
+
+
+def padded_range(values: list[float], auto: tuple[float, float]) -> tuple[float, float]:
+    """Axis limits around `values`: matplotlib's `auto` limits (the data plus a margin), taken
+    down to 0 only when the data starts within its own span of 0 (then 0 is part of the picture)."""
+    low, high = min(values), max(values)
+    return (0.0, auto[1]) if low >= 0 and low <= high - low else auto
+
+
+def _number_points(fig, ax, shown: list[dict], mode: str, pareto: set) -> None:
+    """Each point's #id beside it, where it overlaps no other number and no marker."""
+    fig.draw_without_rendering()  # final axes size and limits: positions in points are known
+    xy_pt = ax.transData.transform(np.array([frontier_xy(p, mode) for p in shown])) * 72.0 / fig.dpi
+    sizes = [(9 if p["id"] in pareto else 7) for p in shown]
+    texts = [f"#{p['id']}" for p in shown]
+    offsets = label_offsets(xy_pt, [(0.62 * s * len(t), 1.2 * s) for s, t in zip(sizes, texts, strict=True)])
+    for p, text, size, offset in zip(shown, texts, sizes, offsets, strict=True):
+        front = p["id"] in pareto
+        label = ax.annotate(text, frontier_xy(p, mode), xytext=offset, textcoords="offset points", fontsize=size,
+                            ha="center", va="center", color="#aa3344" if front else "#888888",
+                            fontweight="bold" if front else "normal", gid="pareto_id" if front else "dominated_id")
+        label.set_in_layout(False)  # placed for this layout: it must not change it
+
+
+MARKER_RADIUS_PT = 5.0  # the Pareto markers' radius (s=70 points^2 is a disc of ~4.7 pt radius)
+
+
+def label_offsets(xy_pt: np.ndarray, sizes_pt: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Greedy placement of one label per point (positions and label sizes in points): for each,
+    the first of a ring of offsets around its marker whose box overlaps no label placed before and
+    no marker; the least-overlapping one when every offset does."""
+    placed: list[tuple[float, float, float, float]] = []  # boxes: x0, y0, x1, y1
+    markers = [(x - MARKER_RADIUS_PT, y - MARKER_RADIUS_PT, x + MARKER_RADIUS_PT, y + MARKER_RADIUS_PT)
+               for x, y in xy_pt]
+    out = []
+    for (x, y), (w, h) in zip(xy_pt, sizes_pt, strict=True):
+        dx, dy = w / 2 + MARKER_RADIUS_PT + 1, h / 2 + MARKER_RADIUS_PT - 1
+        candidates = [(k * cx, k * cy) for k in (1, 2, 3)
+                      for cx, cy in ((dx, dy), (dx, -dy), (-dx, dy), (-dx, -dy), (dx, 0), (-dx, 0), (0, dy), (0, -dy))]
+
+        def overlap(offset, x=x, y=y, w=w, h=h):
+            box = (x + offset[0] - w / 2, y + offset[1] - h / 2, x + offset[0] + w / 2, y + offset[1] + h / 2)
+            return sum(_area(box, other) for other in placed + markers)
+
+        best = next((c for c in candidates if overlap(c) == 0), None) or min(candidates, key=overlap)
+        out.append(best)
+        placed.append((x + best[0] - w / 2, y + best[1] - h / 2, x + best[0] + w / 2, y + best[1] + h / 2))
+    return out
+
+
+def _area(a: tuple, b: tuple) -> float:
+    """Overlapping area of two boxes (x0, y0, x1, y1)."""
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
 
 
 def memory_chart(points: list[dict], path=None):

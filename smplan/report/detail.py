@@ -60,11 +60,12 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
     return finish(fig, path)
 
 
-def goodput_chart(goodput: dict, path=None):
-    """Goodput vs checkpoint interval (with Young/Daly) and vs GPU MTBF; bands are ±1 std over seeds."""
+def goodput_chart(goodput: dict, path=None, title_suffix: str = ""):
+    """Goodput vs checkpoint interval (with Young/Daly) and vs GPU MTBF; bands are ±1 std over seeds.
+    A run that does not finish (goodput null) is an x on the axis: its goodput is as good as 0."""
     seeds = goodput.get("seeds")  # Monte Carlo: with few seeds a point moves by its band's width
-    fig, (ax_i, ax_m) = new_figure(f"Goodput over the run ({seeds} simulated runs per point)" if seeds
-                                   else "Goodput over the run", ncols=2, width=12)
+    runs = f" ({seeds} simulated runs per point)" if seeds else ""
+    fig, (ax_i, ax_m) = new_figure(f"Goodput over the run{runs}{title_suffix}", ncols=2, width=12)
     for ax, series, xkey in (
         (ax_i, goodput["vs_interval"], "interval_min"),
         (ax_m, goodput["vs_mtbf"], "gpu_mtbf_hours"),
@@ -76,16 +77,20 @@ def goodput_chart(goodput: dict, path=None):
         ax.fill_between(x, np.clip(y - s, 0.0, 1.0), np.clip(y + s, 0.0, 1.0), color="#4477aa", alpha=0.2,
                         linewidth=0, label="±1 std over seeds (clipped to 0-100%)")
         ax.plot(x, y, marker="o", color="#4477aa", label="simulated goodput", gid="goodput")
+        lost = np.isnan(y)
+        if lost.any():
+            ax.plot(x[lost], np.zeros(int(lost.sum())), linestyle="none", marker="x", markersize=9, color="#cc0000",
+                    clip_on=False, label="the run does not finish", gid="does_not_finish")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylabel("goodput (useful time / wall time)")
     ax_i.axvline(goodput["young_daly_min"], color="#ee6677", linestyle="--", gid="young_daly",
-                 label=f"Young/Daly optimum ({goodput['young_daly_min']:.0f} min)")
+                 label=f"Young/Daly optimum ({goodput['young_daly_min']:.3g} min)")
     ax_i.set_xlabel("checkpoint interval (minutes)")
     ax_i.set_title("vs checkpoint interval")
     ax_m.set_xlabel("GPU mean time between failures (hours)")
-    ax_m.set_title(f"vs MTBF (checkpoint every {goodput['chosen_interval_min']:.0f} min)")
+    ax_m.set_title(f"vs MTBF (checkpoint every {goodput['chosen_interval_min']:.3g} min)")
     for ax in (ax_i, ax_m):
         ax.legend(fontsize=8, loc="lower right")
     return finish(fig, path)

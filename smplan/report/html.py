@@ -12,7 +12,8 @@ CAPTIONS = {
     "scaling": "Throughput and scaling efficiency as GPUs are added, one line per GPU type "
                "(or other varied setting). Dotted: perfectly linear scaling.",
     "versus": "Simulated step time against a varied hardware figure (or other numeric setting), "
-              "one line per the other varied settings (e.g. gradient compression vs network bandwidth).",
+              "one line per the other varied settings (e.g. gradient compression vs network bandwidth); "
+              "goodput over the run instead when the setting only changes a whole run (failures, checkpoints).",
     "frontier": "Each feasible point's time to train against its cost; the red points are not "
                 "beaten on both by any other and are labelled with their plan.",
     "memory": "Memory on the fullest GPU of each point's plan, stacked by what holds it; the black "
@@ -26,7 +27,7 @@ CAPTIONS = {
                    "is better or worse than its datasheet value.",
 }
 TITLES = {
-    "scaling": "Scaling", "versus": "Step time vs a varied setting", "frontier": "Time to train vs cost", "memory": "Memory per GPU",
+    "scaling": "Scaling", "versus": "Step time (or goodput) vs a varied setting", "frontier": "Time to train vs cost", "memory": "Memory per GPU",
     "breakdown": "Step-time breakdown", "gantt": "Pipeline timeline", "goodput": "Goodput",
     "sensitivity": "Sensitivity",
 }
@@ -119,9 +120,10 @@ def _code(text: str) -> str:
 
 def _table(record: dict) -> str:
     timed = any(p.get("run") for p in record["points"])
+    days_given = bool(record["question"].get("days"))  # every point trains that long: show what it trains
     head = ["#", "point", "GPUs", "fits", "plan", "step (s)", "tokens/s", "MFU", "peak GiB / cap"]
     if timed:
-        head += ["days", "cost ($)", "goodput"]
+        head += ["tokens" if days_given else "days", "cost ($)", "goodput"]
     head.append("note")
     out = ["<table><thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for p in record["points"]:
@@ -138,7 +140,8 @@ def _table(record: dict) -> str:
         ]
         if timed:
             run = p.get("run") or {}
-            cells += [_num(run.get("days"), "{:.1f}"), _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}")]
+            trained = _num(run.get("tokens"), "{:.3g}") if days_given else _num(run.get("days"), "{:.1f}")
+            cells += [trained, _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}")]
         note = p.get("reason") or ("recommended" if p["id"] == record.get("recommended") else "")
         if p["id"] in set(record.get("pareto") or []):
             note = (note + "; " if note else "") + "Pareto"

@@ -60,7 +60,8 @@ Schema (version 1; all times in seconds unless the key names another unit)::
                            "chosen_interval_min": float,
                            "vs_interval": {"interval_min": [..], "goodput": [..], "goodput_std": [..]},
                            "vs_mtbf": {"gpu_mtbf_hours": [..], "goodput": [..], "goodput_std": [..]},
-                           "seeds": int},  # simulated runs per point
+                           "seeds": int},  # simulated runs per point; a goodput (and its std) is
+                                           #   null where that run does not finish
         "sensitivity": null | {"point": int, "delta": float, "base_step_time_s": float,
                                "items": [{"key": str, "low_step_time_s": float,
                                           "high_step_time_s": float}]}
@@ -98,16 +99,35 @@ def group_key(settings: dict) -> str:
     return " ".join(rest) or "all"
 
 
+# Varied settings that only a whole run reads (failures, restarts, checkpoint writes and interval),
+# not a step: smplan.whatif.question.RUN_ONLY_SECTIONS, and the checkpoint_interval_min --vary key.
+RUN_ONLY_PREFIXES = ("reliability.", "storage.", "checkpoint_interval_min")
+
+
+def run_only(key: str) -> bool:
+    return key.startswith(RUN_ONLY_PREFIXES)
+
+
 def versus_key(record: dict) -> str | None:
-    """The first varied setting other than nodes with two or more numeric values among the
-    feasible points (a hardware figure such as inter_node.bandwidth_gbps): the x of the
-    "versus" chart, one line per the other settings; None when there is none."""
+    """The varied setting other than nodes with two or more numeric values among the feasible
+    points (a hardware figure such as inter_node.bandwidth_gbps) that the "versus" chart puts
+    on x, one line per the other settings: the first one that only a whole run reads (its step
+    is the same at every value) when the points have runs, else the first; None when there is none."""
+    ok = feasible(record["points"])
+    keys = []
     for key in (record["question"].get("vary") or {}):
-        values = {p["settings"].get(key) for p in feasible(record["points"])}
+        values = {p["settings"].get(key) for p in ok}
         if key != "nodes" and len(values) >= 2 and all(
                 isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            return key
-    return None
+            keys.append(key)
+    timed = any(p.get("run") for p in ok)
+    return next((k for k in keys if timed and run_only(k)), keys[0] if keys else None)
+
+
+def versus_metric(key: str, points: list[dict]) -> str:
+    """What the versus chart plots against `key`: "goodput" of the whole run for a setting that
+    only a run reads (the step time would be a flat line), else "step_time_s"."""
+    return "goodput" if run_only(key) and all(p.get("run") for p in feasible(points)) else "step_time_s"
 
 
 def derive(record: dict) -> dict:

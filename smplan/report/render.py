@@ -42,13 +42,17 @@ def draw_chart(name: str, record: dict, path=None):
     if name == "breakdown":
         return breakdown_chart(points, path)
     if name == "gantt":
-        point = points[details["gantt"]["point"]]
-        return gantt_chart(details["gantt"], f" — {point['label']}, {point['plan_label']}", path)
+        return gantt_chart(details["gantt"], _of_point(points[details["gantt"]["point"]]), path)
     if name == "goodput":
-        return goodput_chart(details["goodput"], path)
+        return goodput_chart(details["goodput"], path, _of_point(points[details["goodput"]["point"]]))
     if name == "sensitivity":
         return sensitivity_chart(details["sensitivity"], path)
     raise ValueError(f"unknown chart {name!r}")
+
+
+def _of_point(point: dict) -> str:
+    """A detail chart's title suffix: which point it shows, as the table numbers and labels it."""
+    return f" — point #{point['id']} {point['label']}: {point['plan_label']}"
 
 
 def write_report(record: dict, out_dir: str | Path, fmt: str = "png", force: bool = True) -> Path:

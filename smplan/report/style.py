@@ -7,6 +7,7 @@ Agg canvas in any process, need no display, and hold no global state between cha
 from __future__ import annotations
 
 import logging
+import textwrap
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -68,13 +69,26 @@ def pretty(name: str) -> str:
     return PRETTY.get(name, name.replace("_", " "))
 
 
+TITLE_FONT_PT = 13
+# Average width of a bold DejaVu Sans character in ems: 0.61 measured (matplotlib's extent of a gantt
+# title of labels and plan keys), rounded up so that a wrapped line never reaches the figure's edges.
+BOLD_CHAR_EM = 0.7
+
+
 def new_figure(title: str, ncols: int = 1, width: float = 9.0, height: float = 5.0,
                width_ratios: list[float] | None = None):
     """A titled Figure and its axes (a list when ncols > 1)."""
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=True, width_ratios=width_ratios)
-    fig.suptitle(title, fontsize=13, fontweight="bold")
+    fig.suptitle(wrap_title(title, width, TITLE_FONT_PT), fontsize=TITLE_FONT_PT, fontweight="bold")
     return fig, (list(axes) if ncols > 1 else axes)
+
+
+def wrap_title(title: str, width_in: float, font_pt: float) -> str:
+    """`title` broken into lines that fit a figure `width_in` inches wide (a long point label or
+    plan would otherwise run off both edges of a centred title)."""
+    chars = max(20, int(width_in * 72 / (BOLD_CHAR_EM * font_pt)))
+    return "\n".join(textwrap.wrap(title, chars, break_on_hyphens=False)) or title
 
 
 def finish(fig: Figure, path: str | Path | None) -> Figure:

@@ -8,6 +8,7 @@ and its output into the run record of the points schema.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from smplan.hwprofiles import Cluster
 from smplan.planner import Plan
@@ -15,8 +16,20 @@ from smplan.planner import Plan
 from .grid import PointSpec
 from .question import Question
 
+if TYPE_CHECKING:  # the simulator is imported when a run is simulated, not with whatif
+    from smplan.simulator.failures import RunReport, RunSpec
+
 INTERVAL_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # around Young/Daly, goodput chart
 MTBF_FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)  # around the profile's GPU MTBF
+# Under this closed-form goodput (Daly 2006 eq. 20, the failure model simulator.failures simulates:
+# work / expected wall-clock) a run is taken not to finish, without simulating it. The simulation
+# follows a run up to ~3.8e5x its work (simulate_sweep: 1.5 x 1e3 x 2^8) and spins seconds before
+# giving up past that (2-6 s a call, 800,000 H100s, measured); at 1e4x expected, no seed gets there.
+HOPELESS_GOODPUT = 1e-4
+
+
+class RunDoesNotFinish(ValueError):
+    """Failures come faster than the run can make progress; the message says so in whatif's settings."""
 
 
 def checkpoint_save_s(params: float, plan: Plan, cluster: Cluster) -> float:
@@ -38,26 +51,72 @@ def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_ho
     )
 
 
+def expected_goodput(spec: RunSpec, interval_s: float | None = None) -> float:
+    """Daly's closed-form goodput (work / expected wall-clock) of `spec` checkpointing every
+    `interval_s` seconds (Daly's interval, at least a second, when None); 0 when it overflows.
+    A run shorter than the interval is one segment, as the failure simulation runs it."""
+    from smplan.simulator.daly import daly_expected_time, daly_interval
+
+    delta_s = spec.blocking_s + spec.durable_lag_s
+    tau_s = min(interval_s or max(daly_interval(delta_s, spec.job_mtbf_s), 1.0), spec.work_s)
+    wall_s = daly_expected_time(spec.work_s, tau_s, delta_s, spec.restart_s, spec.job_mtbf_s)
+    return spec.work_s / wall_s if wall_s > 0 else 0.0
+
+
+def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
+    """Why the run of `spec` does not finish, naming the settings whatif varies (the failure
+    simulation's own message names `smplan reliability`'s options)."""
+    from smplan.simulator.daly import daly_interval
+
+    why = (f"the run does not finish: its {spec.num_gpus:,} GPUs fail every {spec.job_mtbf_s:.3g} s on average "
+           f"(reliability.gpu_mtbf_hours={spec.gpu_mtbf_hours:g} per GPU), against a "
+           f"{spec.restart_s / 60:.3g} min restart and a {spec.checkpoint_s:.3g} s checkpoint write")
+    good = expected_goodput(spec, interval_s)
+    if good >= HOPELESS_GOODPUT:  # it finishes on paper, after more failures than the simulation follows
+        failures = spec.work_s / good / spec.job_mtbf_s
+        return (f"the run fails too often to simulate: its {spec.num_gpus:,} GPUs fail every "
+                f"{spec.job_mtbf_s:.3g} s on average, about {failures:.3g} times before it finishes; raise "
+                "reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
+    daly_min = max(daly_interval(spec.blocking_s, spec.job_mtbf_s), 1.0) / 60.0
+    if interval_s and expected_goodput(spec) >= HOPELESS_GOODPUT:  # the given interval is what is wrong
+        return (f"{why}; checkpoint_interval_min={interval_s / 60:g} makes no progress between failures: "
+                f"try about {daly_min:.2g} (Daly's interval)")
+    return (f"{why}; raise reliability.gpu_mtbf_hours, lower reliability.restart_minutes "
+            "(--hw-set or --vary) or use fewer nodes")
+
+
+def analyse_or_refuse(spec: RunSpec, interval_s: float | None, seeds: int) -> RunReport:
+    """The failure simulation's RunReport of `spec`, or RunDoesNotFinish, cheaply for a hopeless run."""
+    from smplan.simulator.failures import ReliabilityError, analyse_run
+
+    if expected_goodput(spec, interval_s) < HOPELESS_GOODPUT:
+        raise RunDoesNotFinish(never_finishes(spec, interval_s))
+    try:
+        return analyse_run(spec, interval_s=interval_s, seeds=seeds)
+    except ReliabilityError as err:
+        if "does not finish" not in str(err):  # only that one is a point's fate; the rest are bugs here
+            raise
+        raise RunDoesNotFinish(never_finishes(spec, interval_s)) from None
+
+
 def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster: Cluster, params: float) -> dict:
     """The run of one point at the failure simulation's best checkpoint interval (Daly's when its
     seeds draw too few failures to tell intervals apart), or at the given one."""
-    from smplan.simulator.failures import analyse_run
-
     save_s = checkpoint_save_s(params, plan, cluster)
     given_min = spec.checkpoint_interval_min or q.checkpoint_interval_min
     step_s = figures["step_time_s"]
     tokens_per_step = figures["tokens_per_s"] * step_s
     if q.tokens:
         steps = math.ceil(q.tokens / tokens_per_step)
-        report = analyse_run(run_spec(plan, cluster, steps * step_s, save_s),
-                             interval_s=given_min * 60.0 if given_min else None, seeds=q.seeds)
+        report = analyse_or_refuse(run_spec(plan, cluster, steps * step_s, save_s),
+                                   given_min * 60.0 if given_min else None, q.seeds)
     else:
         # A fixed wall-clock: find the work that fills it (goodput barely depends on length).
         wall = q.days * 86400.0
         work = wall
         for _ in range(2):
-            report = analyse_run(run_spec(plan, cluster, work, save_s),
-                                 interval_s=given_min * 60.0 if given_min else None, seeds=q.seeds)
+            report = analyse_or_refuse(run_spec(plan, cluster, work, save_s),
+                                       given_min * 60.0 if given_min else None, q.seeds)
             work = wall * report.goodput_mean
         steps = int(work / step_s)
     wall_s = report.wall_mean_s if q.tokens else q.days * 86400.0
@@ -82,25 +141,45 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
 
 
 def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> dict:
-    """Goodput of the point's run vs checkpoint interval and vs GPU MTBF (mean, std over seeds)."""
-    from smplan.simulator.failures import simulate_sweep
-
+    """Goodput of the point's run vs checkpoint interval and vs GPU MTBF (mean, std over seeds;
+    NaN where that run does not finish, as a tenth of the MTBF of a huge cluster may not)."""
     run = point["run"]
     work_s = run["steps"] * point["figures"]["step_time_s"]
     save_s = run["checkpoint_save_s"]
     chosen_min = run["checkpoint_interval_min"]
     yd_min = run["young_daly_min"]
     intervals = sorted({yd_min * f for f in INTERVAL_FACTORS} | {chosen_min})
-    res = simulate_sweep(run_spec(plan, cluster, work_s, save_s), [m * 60.0 for m in intervals], q.seeds)
-    good = res.goodput
-    vs_interval = {"interval_min": intervals, "goodput": good.mean(axis=1).tolist(),
-                   "goodput_std": good.std(axis=1).tolist()}
+    mean, std = goodput_or_nan(run_spec(plan, cluster, work_s, save_s), [m * 60.0 for m in intervals], q.seeds)
+    vs_interval = {"interval_min": intervals, "goodput": mean, "goodput_std": std}
     vs_mtbf = {"gpu_mtbf_hours": [], "goodput": [], "goodput_std": []}
     for f in MTBF_FACTORS:
         hours = cluster.reliability.gpu_mtbf_hours * f
-        res = simulate_sweep(run_spec(plan, cluster, work_s, save_s, hours), [chosen_min * 60.0], q.seeds)
+        mean, std = goodput_or_nan(run_spec(plan, cluster, work_s, save_s, hours), [chosen_min * 60.0], q.seeds)
         vs_mtbf["gpu_mtbf_hours"].append(hours)
-        vs_mtbf["goodput"].append(float(res.goodput[0].mean()))
-        vs_mtbf["goodput_std"].append(float(res.goodput[0].std()))
+        vs_mtbf["goodput"].append(mean[0])
+        vs_mtbf["goodput_std"].append(std[0])
     return {"point": point["id"], "young_daly_min": yd_min, "chosen_interval_min": chosen_min,
             "vs_interval": vs_interval, "vs_mtbf": vs_mtbf, "seeds": q.seeds}
+
+
+def goodput_or_nan(spec: RunSpec, intervals_s: list[float], seeds: int) -> tuple[list[float], list[float]]:
+    """(mean, std) goodput over seeds at each interval; NaN at an interval whose run does not
+    finish (closed-form goodput under HOPELESS_GOODPUT, or the simulation gives up)."""
+    from smplan.simulator.failures import ReliabilityError, simulate_sweep
+
+    mean, std = [math.nan] * len(intervals_s), [math.nan] * len(intervals_s)
+    rows = [i for i, t in enumerate(intervals_s) if expected_goodput(spec, t) >= HOPELESS_GOODPUT]
+    if not rows:
+        return mean, std
+    try:
+        good = simulate_sweep(spec, [intervals_s[i] for i in rows], seeds).goodput
+    except ReliabilityError:  # one interval that cannot finish stops the sweep: try each alone
+        if len(rows) == 1:
+            return mean, std
+        for i in rows:
+            m, s = goodput_or_nan(spec, [intervals_s[i]], seeds)
+            mean[i], std[i] = m[0], s[0]
+        return mean, std
+    for row, i in enumerate(rows):
+        mean[i], std[i] = float(good[row].mean()), float(good[row].std())
+    return mean, std

@@ -27,16 +27,17 @@ SPAWN_COST_S = 1.5  # starting one spawned worker (imports), measured on a 2-cor
 _WORKER: dict = {}
 
 
-def run_whatif(q: Question, jobs: int | None = None, progress=None) -> dict:
+def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -> dict:
     """The points record (smplan.report.points schema) of question `q`.
 
-    `progress(done, total, label)` is called after every point; `jobs` processes evaluate
-    points in parallel (default: the CPU count; 1 = in this process).
+    `progress(done, total, label, elapsed_s)` is called after every point; `note(text)` before a
+    slow step (profiling a model that is not cached: seconds to minutes for hf: models); `jobs`
+    processes evaluate points in parallel (default: the CPU count; 1 = in this process).
     """
     load_stack(q.stack)  # a wrong --stack is the user's one-line error, not a reason on every point
     specs = grid(list(q.varies))
     q = _one_global_batch(q, specs)
-    profiles = _profiles(q, specs)
+    profiles = _profiles(q, specs, note)
     tasks = [(spec, _profile_key(q, spec)) for spec in specs]
     points = _map(q, tasks, profiles, jobs, progress)
     if all((p["reason"] or "").startswith("internal error") for p in points):
@@ -80,7 +81,7 @@ def _profile_key(q: Question, spec: PointSpec) -> tuple:
     return tuple(sorted(args.items())), spec.seq_len or q.seq_len, dtype
 
 
-def _profiles(q: Question, specs: list[PointSpec]) -> dict:
+def _profiles(q: Question, specs: list[PointSpec], note=None) -> dict:
     """One ModelProfile per distinct (model args, seq_len, dtype); a failure is the reason string.
 
     When nothing model-related varies, or every variant fails, it is the user's error: raise it.
@@ -96,7 +97,7 @@ def _profiles(q: Question, specs: list[PointSpec]) -> dict:
             continue
         args, seq_len, dtype = dict(key[0]), key[1], key[2]
         try:
-            out[key] = profile_model(q.model, args=args, seq_len=seq_len, dtype=dtype)
+            out[key] = profile_model(q.model, args=args, seq_len=seq_len, dtype=dtype, progress=note)
         except ValueError as err:
             if not varies_model:
                 raise

@@ -250,3 +250,59 @@ def test_each_point_trains_in_its_gpus_default_dtype_as_plan_picks(cli_runner, t
     fixed = run(cli_runner, "--vary", "hw=v100x8,a100x8", "--plan", "dp=8,mbs=1,dtype=fp32", "-o", str(tmp_path / "f"))
     assert fixed.exit_code == 0, fixed.output
     assert {p["plan"]["dtype"] for p in report.load(tmp_path / "f" / "points.json")["points"]} == {"fp32"}
+
+
+@pytest.mark.parametrize("goal", [["--tokens", "1e9"], ["--days", "2"]])
+def test_a_point_that_never_finishes_is_marked_and_the_others_kept(cli_runner, tmp_path, goal):
+    # 0.01 h per GPU cannot finish; 2 h can, but a tenth of it (the goodput chart's first MTBF)
+    # cannot: that once stopped the whole sweep with `smplan reliability`'s options, no report
+    out = tmp_path / "r"
+    result = run(cli_runner, "--vary", "reliability.gpu_mtbf_hours=0.01,2", *goal, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    record = report.load(out / "points.json")
+    hopeless, fine = record["points"]
+    assert not hopeless["feasible"] and fine["feasible"] and record["recommended"] == fine["id"]
+    assert "does not finish" in hopeless["reason"] and "reliability.gpu_mtbf_hours" in hopeless["reason"]
+    assert "--mtbf-hours" not in result.output and "--restart-minutes" not in result.output
+    curve = record["details"]["goodput"]["vs_mtbf"]
+    assert curve["gpu_mtbf_hours"][0] == pytest.approx(0.2) and curve["goodput"][0] is None
+    assert all(0 < g <= 1 for g in curve["goodput"][1:])
+    assert "goodput" in record["charts"] and (out / "index.html").is_file()
+
+
+@pytest.mark.parametrize("given", ["missing.json", "plan.json"])
+def test_a_plan_file_given_to_plan_says_plan_takes_inline_keys(cli_runner, tmp_path, given):
+    plan = tmp_path / given
+    if given == "plan.json":
+        made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "-o", str(plan)])
+        assert made.exit_code == 0, made.output
+    result = run(cli_runner, "--plan", str(plan), "-o", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    lines_ = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines_) == 1 and lines_[0].startswith("error: --plan takes plan keys inline (e.g. --plan tp=8")
+    assert "needs the form key=value" not in lines_[0]
+    if given == "plan.json":  # the file's own keys, ready to paste
+        assert f"for the plan in {plan} give --plan tp=" in lines_[0]
+    else:
+        assert "smplan whatif PLAN.json" in lines_[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_days_mode_table_shows_the_tokens_each_point_trains(cli_runner, tmp_path):
+    result = run(cli_runner, "--vary", "tp=1,2", "--days", "0.5", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if line.startswith("#  point"))
+    assert "tokens " in header.replace("tokens/s", "") and " days " not in header
+    for p in report.load(tmp_path / "r" / "points.json")["points"]:
+        assert f"{p['run']['tokens']:.3g}" in result.output
+    assert "<th>tokens</th>" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_profiling_a_model_is_announced_before_the_points(cli_runner, tmp_path):
+    # the profile cache is empty in each test (tests/conftest.py): the model is profiled, and
+    # an hf: model takes tens of seconds there; `smplan plan` says so, and so must whatif
+    result = run(cli_runner, "--vary", "tp=1,2", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    lines_ = result.output.splitlines()
+    said = next(i for i, line in enumerate(lines_) if line.startswith(f"profiling {TINY} "))
+    assert said < next(i for i, line in enumerate(lines_) if " points " in line)

@@ -1,0 +1,69 @@
+"""A point's whole run under failures: a run that cannot finish is that point's reason, in
+whatif's settings, found without simulating it; the goodput curves skip such runs."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+from smplan.simulator.failures import RunSpec
+
+from smplan.whatif.run import (
+    HOPELESS_GOODPUT,
+    RunDoesNotFinish,
+    analyse_or_refuse,
+    expected_goodput,
+    goodput_or_nan,
+)
+
+# 800,000 GPUs of 50,000 h MTBF (`--vary nodes=1,100000` on h100x8) at a tenth of that MTBF:
+# the job fails every 22.5 s and a restart takes 15 min
+HOPELESS = RunSpec(work_s=3.0, num_gpus=800_000, gpu_mtbf_hours=5000.0, restart_s=900.0, checkpoint_s=0.06)
+FINE = RunSpec(work_s=3600.0, num_gpus=800_000, gpu_mtbf_hours=50000.0, restart_s=900.0, checkpoint_s=0.06)
+
+
+def test_a_hopeless_run_is_refused_in_whatifs_terms_without_simulating(monkeypatch):
+    def spins(*_, **__):
+        raise AssertionError("the failure simulation was run for a run that cannot finish")
+
+    monkeypatch.setattr("smplan.simulator.failures.analyse_run", spins)
+    start = time.perf_counter()
+    with pytest.raises(RunDoesNotFinish) as err:
+        analyse_or_refuse(HOPELESS, None, seeds=30)
+    assert time.perf_counter() - start < 0.5
+    message = str(err.value)
+    assert "does not finish" in message and "reliability.gpu_mtbf_hours" in message
+    assert "reliability.restart_minutes" in message and "nodes" in message
+    for option in ("--mtbf-hours", "--restart-minutes", "--checkpoint-minutes"):  # `smplan reliability`'s
+        assert option not in message
+
+
+def test_a_checkpoint_interval_that_makes_no_progress_is_named():
+    # Daly's interval would finish; 600 minutes between checkpoints of a job failing every 225 s does not
+    with pytest.raises(RunDoesNotFinish, match=r"checkpoint_interval_min=600 makes no progress.*try about"):
+        analyse_or_refuse(FINE, 600 * 60.0, seeds=5)
+
+
+def test_closed_form_goodput_tells_hopeless_from_fine():
+    assert expected_goodput(HOPELESS) < HOPELESS_GOODPUT < expected_goodput(FINE) <= 1.0
+    assert 0.0 < analyse_or_refuse(FINE, None, seeds=5).goodput_mean <= 1.0
+
+
+def test_goodput_curve_is_nan_where_the_run_does_not_finish():
+    mean, std = goodput_or_nan(HOPELESS, [60.0, 600.0], seeds=5)
+    assert all(math.isnan(v) for v in mean + std)
+    mean, std = goodput_or_nan(FINE, [5.0, 1e6], seeds=5)  # an hour's work in one piece never finishes
+    assert 0 < mean[0] <= 1 and math.isnan(mean[1])
+    short = RunSpec(work_s=3.0, num_gpus=800_000, gpu_mtbf_hours=50000.0, restart_s=900.0, checkpoint_s=0.06)
+    mean, _ = goodput_or_nan(short, [1e6], seeds=5)
+    assert 0 < mean[0] <= 1  # 3 s of work (the nodes=100000 point): one piece, however long the interval
+
+
+def test_a_run_with_more_failures_than_the_simulation_follows_says_so():
+    # a failure a minute, restarts of 10 s: it finishes on paper, after ~2e5 failures, which the
+    # failure simulation refuses to follow (simulator.failures.MAX_FAILURES_PER_SEED)
+    busy = RunSpec(work_s=1e7, num_gpus=8, gpu_mtbf_hours=60 * 8 / 3600, restart_s=10.0, checkpoint_s=1.0)
+    assert expected_goodput(busy) > 0.5
+    with pytest.raises(RunDoesNotFinish, match=r"fails too often to simulate.*reliability.gpu_mtbf_hours"):
+        analyse_or_refuse(busy, None, seeds=5)
