@@ -240,6 +240,13 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
         value = _config_value(meta, alias) if value is None else value
         if isinstance(value, int) and value > 0:
             counts[name] = value
+    from smplan.planner import profile_model
+
+    # the planner's view of the same file (cached): what tp its profile rules out, and, without a
+    # config (a model of one's own), the heads its blocks' attention calls run
+    profile = profile_model(plan.model, plan.model_args, plan.seq_len or None, plan.dtype)
+    if not counts and profile.num_heads:
+        counts = {"kv_heads": profile.num_heads}
     for name, value in counts.items():
         if value % tp:  # the degrees offered divide every head count, not only this one
             raise PlanMismatchError(
@@ -260,6 +267,8 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
         raise PlanMismatchError(f"tp={tp}: {err}; use tp=1") from None
     _check_module_types(styles, block, tp, "tp_plan")
     _check_divides(styles, block, tp, f"{ref}'s blocks")
+    if "tp" in profile.unsupported:  # e.g. a sharded module the forward never calls (planner/profiler_run.py)
+        raise PlanMismatchError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
     outer = model_file.hook("tp_plan_outer")
     if outer is None:
         if plan.sequence_parallel:

@@ -103,7 +103,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
             b.__dict__.pop("forward", None)
 
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
-                  or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer"))
+                  or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
+                  or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called))
     hf = mf.is_hf_config  # transformers' own code: what a model file would change is not the user's to change
     fix = (lambda dim: {"fix": hf_config_fix(dim)}) if hf else (lambda dim: {})
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
@@ -141,7 +142,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         has_tp_plan=bool(tp_modules),
         supports_sequence_parallel=bool(tp_modules) and profile_seq > 0 and _takes_sp(mf, "tp_plan")
         and _takes_sp(mf, "tp_plan_outer"),
-        num_heads=_num_heads(model),
+        # the config's, else the blocks' SDPA calls' (a model of one's own states none)
+        num_heads=_num_heads(model) or next((p.kv_heads for p in parts.ordered() if p.kind == "block" and p.kv_heads), 0),
         file_sha256=mf.sha256,
         unsupported={dim: why for dim, why in (("tp", tp_problem), ("pp", pp_problem), ("cp", cp_problem),
                                                 ("ep", ep_problem)) if why},
@@ -286,6 +288,7 @@ def _tp_hooks(name: str, module: nn.Module, style: str, tracer: Tracer) -> list:
 
     def pre(mod, args, kwargs):
         tracer.tp_stack.append(style)
+        tracer.tp_called.add(name)
 
     def post(mod, args, kwargs, output):
         tracer.tp_stack.pop()
@@ -300,6 +303,20 @@ def _tp_hooks(name: str, module: nn.Module, style: str, tracer: Tracer) -> list:
                 part.collectives.append(TPCollective("all_reduce", "forward", tensor_bytes(output), name))
 
     return [module.register_forward_pre_hook(pre, with_kwargs=True), module.register_forward_hook(post, with_kwargs=True)]
+
+
+def _uncalled_tp_module(tp_modules: dict, outer_modules: dict, called: set[str]) -> str | None:
+    """Why tp cannot run when the TP plans shard a module the forward never calls as a module: its
+    weight, sharded, would meet whole tensors in the code that uses it (nn.MultiheadAttention
+    reads out_proj.weight directly; the executor failed in every rank with 'mixed torch.Tensor
+    and DTensor')."""
+    for hook, modules in (("tp_plan", tp_modules), ("tp_plan_outer", outer_modules)):
+        for name in modules:
+            if name not in called:
+                return (f"{hook}() shards {name}, which the forward never calls as a module (code that reads "
+                        f"its weight directly, as nn.MultiheadAttention does with out_proj, would mix sharded and "
+                        f"whole tensors); shard only modules the forward calls")
+    return None
 
 
 def _tp_modules(mf: ModelFile, block: nn.Module) -> dict[str, tuple[nn.Module, str]]:

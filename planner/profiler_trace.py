@@ -99,6 +99,7 @@ class PartStats:
     dispatch_bytes: float = 0.0  # the expert bank's input: tokens * top_k * hidden * bytes
     router_flops: float = 0.0
     kv_bytes: float = 0.0  # K and V read by the attention kernels
+    kv_heads: int = 0  # key/value heads of the part's first SDPA call (dim -3 of its 4-D key: N, H, L, E)
     saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
     # Op-level selective checkpointing (SAC_SAVE_OPS): bytes of the outputs it saves, by what
     # divides them ("unsplit": a row-parallel GEMM's partial sums, whole on every tp rank), the
@@ -133,6 +134,7 @@ class Tracer(TorchDispatchMode):
         self.part: PartStats | None = None
         self.sharded: set[int] = set()
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
+        self.tp_called: set[str] = set()  # the tp_plan modules the forward called (by their plan names)
         self.in_experts = 0  # > 0 inside a routed expert bank: its GEMMs are tagged "expert"
         self.in_router = 0  # > 0 inside a router
         self._alive: list = []  # keep storages alive so their keys are never reused
@@ -366,7 +368,10 @@ class GPUKernels(TorchFunctionMode):
             bound = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
                      **dict(zip(self._SDPA_ARGS, args, strict=False)), **kwargs}
             if self.tracer is not None and self.tracer.part is not None:
-                self.tracer.part.kv_bytes += tensor_bytes((bound["key"], bound["value"]))
+                part, key = self.tracer.part, bound["key"]
+                part.kv_bytes += tensor_bytes((key, bound["value"]))
+                if not part.kv_heads and isinstance(key, torch.Tensor) and key.dim() == 4:
+                    part.kv_heads = key.shape[-3]  # what tp must divide, for a model without a config
             fused = _fused_attention(**bound)
             if fused is not None:
                 return fused

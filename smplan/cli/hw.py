@@ -6,7 +6,13 @@ import sys
 
 import click
 
-from smplan.hwprofiles import a100_figures_taken, bundled_profiles, load_cluster, parse_override
+from smplan.hwprofiles import (
+    a100_figures_taken,
+    bundled_profiles,
+    implausible_values,
+    load_cluster,
+    parse_override,
+)
 
 from .checks import check_can_write
 from .main import UserError
@@ -63,6 +69,8 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
         raise UserError("hw show needs a profile: smplan hw show NAME|PATH (smplan hw list names the bundled ones)")
     cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
     overridden = {parse_override(kv)[0] for kv in hw_set}
+    for line in implausible_values(name, dict(parse_override(kv) for kv in hw_set)):  # as plan and simulate say
+        click.echo(line, err=True)
     data = cluster.to_dict()
     if as_json:
         data["num_gpus"] = cluster.num_gpus

@@ -431,3 +431,124 @@ def test_summary_figures_read_without_exponents():
     from smplan.cli.execute import _figure
 
     assert _figure(11770.4) == "11,770" and _figure(0.01234567) == "0.01235" and _figure(2880.0) == "2,880"
+
+
+OWN_MODEL = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d=32, h=4):
+        super().__init__()
+        self.hd = d // h
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (f(x).view(b, s, -1, self.hd).transpose(1, 2) for f in (self.q, self.k, self.v))
+        return x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 32)
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.out = nn.Linear(32, 64)
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)
+
+
+def model():
+    return LM()
+
+
+def batch(micro_batch_size, model=None, seed=0):
+    t = torch.randint(0, 64, (micro_batch_size, 9), generator=torch.Generator().manual_seed(seed))
+    return t[:, :-1], t[:, 1:]
+
+
+def tp_plan(block):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}
+'''
+
+
+def test_a_model_without_config_gets_its_heads_from_its_attention_calls(cli_runner, tmp_path):
+    # it planned and launched tp=8 on 4 heads, and every rank failed in a view()
+    path = tmp_path / "mine.py"
+    path.write_text(OWN_MODEL)
+    planned = cli_runner.invoke(cli, ["plan", str(path), "--hw", "a100x8", "--fix", "tp=8"])
+    assert planned.exit_code == 2 and "tp=8 does not divide the model's 4 key/value heads" in planned.output
+    out = tmp_path / "run"
+    result = _invoke(cli_runner, "tp=8,mbs=1,gbs=1", "--model", str(path), "--out", str(out))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "tp=8 does not divide the model's 4 kv heads; use tp in {1, 2, 4}" in lines[0] and not out.exists()
+
+
+def test_a_tp_plan_on_a_module_never_called_is_refused_before_launch(cli_runner, tmp_path):
+    from tests.planner.test_profiler import MHA_MODEL
+
+    path = tmp_path / "mha.py"
+    path.write_text(MHA_MODEL)
+    out = tmp_path / "run"
+    result = _invoke(cli_runner, "tp=2,mbs=1,gbs=1", "--model", str(path), "--out", str(out))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and not out.exists(), result.output
+    assert lines[0].startswith("error: tp=2: tp_plan() shards attn.out_proj, which the forward never calls")
+
+
+TUPLE_MODEL = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(self.norm(x)), None  # a tuple the model's forward does not unpack
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def model():
+    return Net()
+
+
+def batch(micro_batch_size, model=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(micro_batch_size, 16, generator=gen), torch.randint(0, 16, (micro_batch_size,), generator=gen)
+'''
+
+
+def test_a_forward_that_fails_on_meta_is_refused_in_profiles_line_before_launch(cli_runner, tmp_path):
+    # it launched, and every rank printed ~75 lines of traceback; profile refused it in one line
+    path = tmp_path / "tuple_block.py"
+    path.write_text(TUPLE_MODEL)
+    profiled = cli_runner.invoke(cli, ["profile", str(path)])
+    assert profiled.exit_code == 2, profiled.output
+    out = tmp_path / "run"
+    result = _invoke(cli_runner, "dp=1,mbs=2,gbs=8", "--model", str(path), "--out", str(out))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and not out.exists(), result.output
+    assert lines == profiled.output.strip().splitlines(), (lines, profiled.output)
+    assert "forward raised TypeError" in lines[0] and "must be Tensor, not tuple" in lines[0], lines[0]

@@ -51,3 +51,12 @@ def test_simulate_warns_about_an_override_in_another_unit(cli_runner):
                                      "--hw-set", "inter_node.bandwidth_gbps=400e9"])
     assert result.exit_code == 0, result.output
     assert "warning: --hw-set: inter_node.bandwidth_gbps = 4e+11 looks like another unit" in result.output
+
+
+def test_hw_show_names_a_value_in_another_unit(cli_runner, tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(H100.replace("memory_bandwidth_gbps = 3350.0", "memory_bandwidth_gbps = 3.35"))
+    result = cli_runner.invoke(cli, ["hw", "show", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "gpu.memory_bandwidth_gbps = 3.35 looks like another unit" in result.stderr
+    assert "looks like" not in cli_runner.invoke(cli, ["hw", "show", str(path), "--json"]).stdout

@@ -212,3 +212,55 @@ def test_gpt3_175b_profiles_without_allocating_weights(tmp_path):
     assert data["blocks"] == n_layers
     assert data["flops"] == pytest.approx(72 * s * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h)), rel=0.02)
     assert data["params"] == pytest.approx(12 * n_layers * h * h * (1 + 13 / (12 * h)) + v * h + s * h, rel=0.01)
+
+
+MHA_MODEL = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, x):
+            return x + self.fc(self.attn(x, x, x, need_weights=False)[0])
+
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(64, 32)
+            self.blocks = nn.ModuleList(Block() for _ in range(2))
+            self.out = nn.Linear(32, 64)
+
+        def forward(self, idx):
+            x = self.emb(idx)
+            for block in self.blocks:
+                x = block(x)
+            return self.out(x)
+
+
+    def model():
+        return LM()
+
+
+    def batch(micro_batch_size, model=None, seed=0):
+        t = torch.randint(0, 64, (micro_batch_size, 9), generator=torch.Generator().manual_seed(seed))
+        return t[:, :-1], t[:, 1:]
+
+
+    def tp_plan(block):
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+        return {"attn.out_proj": RowwiseParallel(), "fc": ColwiseParallel()}
+''')
+
+
+def test_a_tp_plan_sharding_a_module_forward_never_calls_refuses_tp(tmp_path):
+    # nn.MultiheadAttention reads out_proj.weight itself: tp=2 crashed in every rank at launch
+    path = tmp_path / "mha.py"
+    path.write_text(MHA_MODEL)
+    why = profile_model(str(path), cache=False).unsupported["tp"]
+    assert why.startswith("tp_plan() shards attn.out_proj, which the forward never calls as a module")
