@@ -16,6 +16,10 @@ micro-batch split) therefore sees the same global batch at the same step.
 When the sequences run out the stream wraps around: sequence index s reads sequence
 s mod N of the file (N sequences), in epoch s // N. The position is a function of the step
 alone, so a resumed run neither repeats nor skips data; checkpoints record it anyway.
+
+Refused before launch, one line each: a file that is neither .bin nor .npy (a script or text
+file given by mistake), a uint32 file read as uint16 (every other sampled token 0), ids outside
+the model's vocabulary (Vocab: from its config, else from the embedding the ids index).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ SUFFIXES = (".bin", ".npy")
 CHECK_CHUNK_TOKENS = 1 << 16
 CHECK_WINDOWS = 64
 CHECK_WINDOW_TOKENS = 1024
+# The fewest tokens of a shard's first chunk the uint32-read-as-uint16 test judges: 512 zeros at
+# every odd index of a real uint16 stream do not happen (this module's choice, not measured).
+WIDE_CHECK_MIN_TOKENS = 1024
 
 
 class TokenDataError(ValueError):
@@ -72,6 +79,10 @@ def _shard_files(path: Path, label: str) -> list[Path]:
         return files
     if not path.is_file():
         raise TokenDataError(f"{label} {path}: no such file or folder")
+    if path.suffix not in SUFFIXES:
+        got = f"a {path.suffix} file" if path.suffix else "a file without a suffix"
+        raise TokenDataError(f"{label} {path}: {got} is not token data; give a .bin (flat token ids, "
+                             "--data-dtype uint16|uint32), a .npy (1-D integer array) or a folder of them")
     return [path]
 
 
@@ -175,15 +186,30 @@ def check_stream(stream: TokenStream, seq_len: int, global_batch: int, vocab: in
             f"sequence{'' if seqs.count == 1 else 's'} of "
             f"seq_len+1={seq_len + 1}, fewer than one global batch ({global_batch}); "
             "use more data or a smaller global batch")
+    for file, shard in zip(stream.files, stream.shards, strict=True):
+        if shard.dtype == np.uint16 and looks_like_uint32(np.asarray(shard[:CHECK_CHUNK_TOKENS])):
+            raise TokenDataError(
+                f"{stream.label} {file}: read as uint16, every other token is 0 (uint32 ids, little-endian); "
+                "pass --data-dtype uint32")
     for where, tokens in _samples(stream):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or (vocab is not None and high >= vocab):
             bad = low if low < 0 else high
-            allowed = f"the model's vocabulary [0, {vocab})" if vocab is not None else "token ids >= 0"
+            source = f" ({vocab.source})" if getattr(vocab, "source", "") else ""
+            allowed = f"the model's vocabulary [0, {vocab}){source}" if vocab is not None else "token ids >= 0"
             raise TokenDataError(
                 f"{stream.label} {stream.path}: token id {bad} ({where}) is outside {allowed}; "
                 "check --data-dtype or the tokenizer the data was written with")
     return seqs
+
+
+def looks_like_uint32(tokens: np.ndarray) -> bool:
+    """Whether the first tokens of a .bin read as uint16 are uint32 ids < 65536 (little-endian:
+    the high half, every odd index, is 0): at least WIDE_CHECK_MIN_TOKENS, all odd ones 0 and
+    not all even ones (an all-zero stream is not evidence either way)."""
+    if len(tokens) < WIDE_CHECK_MIN_TOKENS:
+        return False
+    return not tokens[1::2].any() and bool(tokens[0::2].any())
 
 
 def _samples(stream: TokenStream):
@@ -206,13 +232,89 @@ def model_int(model, *names: str) -> int | None:
     return None
 
 
+class Vocab(int):
+    """A vocabulary size that remembers where it was read (`source`, for the refusal's wording);
+    an int everywhere else (JSON, comparisons)."""
+
+    def __new__(cls, size: int, source: str = ""):
+        obj = super().__new__(cls, size)
+        obj.source = source
+        return obj
+
+    def __getnewargs__(self):  # copy/deepcopy (dataclasses.asdict) keep the source
+        return int(self), self.source
+
+
+class _Fed(Exception):
+    """Stops the meta forward at the first nn.Embedding the token ids reach."""
+
+
+def embedding_fed(meta, ids):
+    """(name, nn.Embedding) that indexes `ids` itself, or None: transformers' get_input_embeddings(),
+    else the first nn.Embedding a meta forward of `ids` hands that tensor (or a view of it). A
+    position embedding gets positions, not the ids, so its rows (the sequence length) are never
+    taken; ids that reach no nn.Embedding, or a forward that fails on meta, give None."""
+    from torch import nn
+
+    names = {module: name for name, module in meta.named_modules() if isinstance(module, nn.Embedding)}
+    getter = getattr(meta, "get_input_embeddings", None)
+    if callable(getter):
+        try:
+            embedding = getter()
+        except NotImplementedError:
+            embedding = None
+        if isinstance(embedding, nn.Embedding):
+            return names.get(embedding, "input embeddings"), embedding
+    if not names:
+        return None
+    return _first_fed(meta, ids, names)
+
+
+def _first_fed(meta, ids, names: dict):
+    import torch
+    from smplan.planner.hf_model import meta_forward
+
+    def check(module, args):
+        first = args[0] if args else None
+        if first is ids or getattr(first, "_base", None) is ids:
+            raise _Fed(names[module], module)
+
+    hooks = [module.register_forward_pre_hook(check) for module in names]
+    try:
+        with meta_forward(), torch.no_grad():
+            meta(ids)
+    except _Fed as fed:
+        return fed.args
+    except Exception:  # the model's own forward failed on meta: nothing tells the vocabulary
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return None
+
+
+def model_vocab(meta, ids, ref: str) -> Vocab | None:
+    """The vocabulary token ids must fit, from the model built on meta (`ref`: its file's name):
+    config.vocab / config.vocab_size, else the rows of the nn.Embedding the ids index
+    (embedding_fed), else None (unchecked)."""
+    for key in ("vocab", "vocab_size"):
+        value = model_int(meta, key)
+        if value is not None:
+            return Vocab(value, f"{ref}'s config.{key}")
+    fed = embedding_fed(meta, ids)
+    if fed is None:
+        return None
+    name, embedding = fed
+    return Vocab(embedding.num_embeddings, f"the rows of {ref}'s nn.Embedding '{name}', which the token ids index")
+
+
 def open_checked(path: str, dtype: str, label: str, seq_len: int, global_batch: int, vocab: int | None) -> Sequences:
     return check_stream(TokenStream(path, dtype, label), seq_len, global_batch, vocab)
 
 
 def resolve_shape(plan, model_file, batch_tokens: int) -> tuple[int, int | None]:
     """(seq_len, vocab) token data must fit: seq_len from the plan, else the model's batch()
-    (`batch_tokens`, 1 when it has none), else its config; vocab from the config (None: unchecked)."""
+    (`batch_tokens`, 1 when it has none), else its config; vocab from model_vocab (None: unchecked)."""
     meta = model_file.build(plan.model_args, device="meta")
     batch = model_file.hook("batch")
     if batch is not None:
@@ -230,4 +332,7 @@ def resolve_shape(plan, model_file, batch_tokens: int) -> tuple[int, int | None]
     if not seq_len:
         raise TokenDataError(f"--data needs a sequence length: the plan has no seq_len and {model_file.path.name} "
                              "gives none (batch() shape or config.seq_len); set seq_len in the plan")
-    return seq_len, model_int(meta, "vocab", "vocab_size")
+    import torch
+
+    ids = torch.zeros(plan.micro_batch, seq_len, dtype=torch.long, device="meta")  # what --data feeds forward()
+    return seq_len, model_vocab(meta, ids, model_file.path.name)

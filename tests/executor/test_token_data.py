@@ -15,6 +15,7 @@ from smplan.executor.token_data import (
     TokenDataError,
     TokenStream,
     check_stream,
+    looks_like_uint32,
     sequence_indices,
 )
 
@@ -92,6 +93,8 @@ def test_uint32_and_npy_dtypes(tmp_path):
     ("empty_dir", "the folder holds no .bin or .npy files"),
     ("float_npy", "a .npy shard must be a 1-D integer array"),
     ("empty", "the file holds no tokens"),
+    ("script", "a .py file is not token data; give a .bin (flat token ids, --data-dtype uint16|uint32), a .npy"),
+    ("no_suffix", "a file without a suffix is not token data"),
 ])
 def test_unreadable_files_are_one_line(tmp_path, case, message):
     path = tmp_path / "data.bin"
@@ -105,6 +108,9 @@ def test_unreadable_files_are_one_line(tmp_path, case, message):
         np.save(path, np.zeros(10))
     elif case == "empty":
         path.write_bytes(b"")
+    elif case in ("script", "no_suffix"):  # text read as uint16 ids would fail mid-run
+        path = tmp_path / ("first.py" if case == "script" else "train")
+        path.write_text("import torch\n" * 100)
     with pytest.raises(TokenDataError) as err:
         TokenStream(path, label="--data")
     assert message in str(err.value) and str(err.value).startswith("--data ") and "\n" not in str(err.value)
@@ -146,6 +152,31 @@ def test_tokens_outside_the_vocabulary_and_short_streams_are_refused(tmp_path):
     np.save(tmp_path / "neg.npy", np.array([0, -3] * 200, dtype=np.int32))  # a model without config.vocab
     with pytest.raises(TokenDataError, match=r"token id -3 .* is outside token ids >= 0"):
         check_stream(TokenStream(tmp_path / "neg.npy"), 4, 2, vocab=None)
+
+
+def test_a_uint32_file_read_as_uint16_is_refused(tmp_path):
+    """uint32 ids < 65536 read as uint16 are the ids with a 0 after each (little-endian)."""
+    ids = np.random.default_rng(0).integers(1, 50_000, 5000)
+    wide = write_bin(tmp_path / "t32.bin", ids, np.uint32)
+    with pytest.raises(TokenDataError, match=r"^--data .*t32.bin: read as uint16, every other token is 0 .*; "
+                                             r"pass --data-dtype uint32$"):
+        check_stream(TokenStream(wide, label="--data"), SEQ, 8, vocab=None)
+    assert check_stream(TokenStream(wide, "uint32"), SEQ, 8, vocab=None).count == 5000 // (SEQ + 1)
+
+
+def test_no_plausible_uint16_stream_looks_like_uint32():
+    rng = np.random.default_rng(1)
+    zipf = np.minimum(rng.zipf(1.2, 1 << 16), 50_000).astype(np.uint16) - 1  # many 0s, not every other one
+    assert not looks_like_uint32(zipf)
+    assert not looks_like_uint32(np.zeros(4096, np.uint16))  # all 0: no evidence either way
+    short = np.zeros(1022, np.uint16)
+    short[::2] = 7
+    assert not looks_like_uint32(short)  # too few tokens to judge
+    alternating = np.zeros(1024, np.uint16)
+    alternating[::2] = 7
+    assert looks_like_uint32(alternating)
+    alternating[5] = 1  # one odd-index id that is not 0
+    assert not looks_like_uint32(alternating)
 
 
 def pattern(n_tokens: int) -> np.ndarray:
