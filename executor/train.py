@@ -195,6 +195,7 @@ class Trainer:
             timer.mark("block_grad_norms")
         params = list(self.parts.parameters())
         norm = clip_grad_norm_(params, self.recipe.grad_clip, pp_group)
+        self._stop_if_not_finite(step, local, norm)
         timer.mark("grad_clip")
         for opt, decayed in zip(self.optimizers, self.decayed, strict=True):
             out["lr"] = recipe.apply(opt, step, self.recipe, decayed)
@@ -218,6 +219,20 @@ class Trainer:
         out["sync_wait_s"] = time.perf_counter() - t0
         out.update(loss=loss, grad_norm=norm.item(), phases_s=timer.totals_s())
         return out
+
+    def _stop_if_not_finite(self, step: int, local: torch.Tensor, norm: torch.Tensor) -> None:
+        """Raise NonFiniteLossError, on every rank at once, when this step's loss on any rank or the
+        global gradient norm is NaN or infinite: before the optimizer applies it, so neither the
+        weights nor a checkpoint take the step. Megatron-LM does the same by default
+        (--check-for-nan-in-loss-and-grad). One MAX all-reduce of the two flags: a rank's loss
+        alone may be the bad one, and every rank must stop at the same collective."""
+        flags = torch.stack([~torch.isfinite(local), ~torch.isfinite(norm.to(local.device))]).float()
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        loss_bad, norm_bad = (bool(f) for f in flags.tolist())
+        if loss_bad or norm_bad:
+            found = checkpoint.latest(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir else None
+            raise NonFiniteLossError(non_finite_line(step, loss_bad, norm.item(), self.recipe,
+                                                     found[0] if found else None))
 
     def _replica_mean(self, local: torch.Tensor) -> float:
         """The mean over dp replicas of a per-replica loss (from its last stage, first tp rank;
@@ -404,6 +419,27 @@ class Trainer:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class NonFiniteLossError(RuntimeError):
+    """A step's loss or gradient norm is NaN or infinite; the run stops before that step's update."""
+
+
+def non_finite_line(step: int, loss_bad: bool, grad_norm: float, rec: recipe.Recipe,
+                    checkpoint_step: int | None = None) -> str:
+    """One line: the step, what was not finite, what to change (the lr, warmup, clipping, the
+    data), and the newest checkpoint, which the stop leaves as it was."""
+    what = (f"the loss is NaN or infinite (gradient norm {grad_norm:g})" if loss_bad
+            else f"the gradient norm is {grad_norm:g}")
+    fixes = [f"a lower --lr (this run's peak lr is {rec.lr:g})"]
+    if not rec.warmup_steps:
+        fixes.append("--warmup-steps N")
+    if rec.grad_clip <= 0:
+        fixes.append("--grad-clip 1.0")
+    kept = (f"; the checkpoint of step {checkpoint_step} is kept (resuming it with another --lr needs "
+            "--force-resume)") if checkpoint_step else ""
+    return (f"step {step}: {what}, so the run stopped before applying that step; try {', '.join(fixes)}, or "
+            f"check the data and the model's forward for values that overflow{kept}")
 
 
 def plain_loss(loss_fn):

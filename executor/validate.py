@@ -244,7 +244,9 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
 
     # the planner's view of the same file (cached): what tp its profile rules out, and, without a
     # config (a model of one's own), the heads its blocks' attention calls run
-    profile = profile_model(plan.model, plan.model_args, plan.seq_len or None, plan.dtype)
+    # the builder's own sequence length: heads and tp_plan modules do not depend on it, and a plan
+    # file's seq_len may be another model's (--model); run.check_forward_on_meta profiles the same
+    profile = profile_model(model_file.absolute_ref, plan.model_args, dtype=plan.dtype)
     if not counts and profile.num_heads:
         counts = {"kv_heads": profile.num_heads}
     for name, value in counts.items():

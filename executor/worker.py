@@ -12,7 +12,7 @@ from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
 from .failure import LOST_PEER_LINE
 from .token_data import TokenDataError
-from .train import Trainer
+from .train import NonFiniteLossError, Trainer
 
 
 def _exit_with_parent(poll_s: float = 1.0) -> None:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     trainer = Trainer(RunConfig.load(argv[0]))
     try:
         trainer.run()
-    except (*ONE_LINE_ERRORS, TokenDataError) as err:  # the launcher shows a failed worker's last lines: this one
+    except (*ONE_LINE_ERRORS, TokenDataError, NonFiniteLossError) as err:  # the launcher shows a failed worker's last lines: this one
         trainer.close()
         print(f"error: {err}", file=sys.stderr, flush=True)
         leave_at_once(1)

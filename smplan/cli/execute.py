@@ -110,9 +110,9 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     \b
       smplan execute plan.json --steps 20
       smplan execute "dp=2,mbs=2,gbs=8" --model examples/gpt.py:tiny --checkpoint-every 5
-      smplan execute plan.json --launcher slurm --nnodes 4 --nproc-per-node 8
+      smplan execute plan.json --launcher slurm   # an sbatch script for the plan's nodes
       smplan execute plan.json --tensorboard      # then: smplan monitor RUN_DIR --follow
-      smplan execute plan.json --data train.bin --val-data val.bin --eval-every 50 \\
+      smplan execute plan.json --steps 1000 --data train.bin --val-data val.bin --eval-every 50 \\
           --lr 3e-4 --lr-schedule cosine --warmup-steps 100 --min-lr 3e-5
 
     \b

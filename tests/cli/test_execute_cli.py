@@ -552,3 +552,19 @@ def test_a_forward_that_fails_on_meta_is_refused_in_profiles_line_before_launch(
     assert result.exit_code == 2 and len(lines) == 1 and not out.exists(), result.output
     assert lines == profiled.output.strip().splitlines(), (lines, profiled.output)
     assert "forward raised TypeError" in lines[0] and "must be Tensor, not tuple" in lines[0], lines[0]
+
+
+def test_a_forward_only_the_meta_device_cannot_run_is_left_to_the_run(tmp_path):
+    # .item() raises on meta, not on data: an inline plan of such a model trained before the check
+    from smplan.executor.run import check_forward_on_meta
+    from smplan.planner.model_file import ModelFileError, load_model_file
+    from smplan.planner.plan import Plan
+
+    path = tmp_path / "item.py"
+    path.write_text(TUPLE_MODEL.replace("return x + self.fc(self.norm(x)), None",
+                                        "return x + self.fc(self.norm(x)) * (x.abs().max().item() < 1e6)"))
+    check_forward_on_meta(Plan(model=str(path), hw="local", nodes=1), load_model_file(str(path)))  # no error
+    (tmp_path / "tuple.py").write_text(TUPLE_MODEL)
+    with pytest.raises(ModelFileError, match="must be Tensor, not tuple"):
+        check_forward_on_meta(Plan(model=str(tmp_path / "tuple.py"), hw="local", nodes=1),
+                              load_model_file(str(tmp_path / "tuple.py")))
