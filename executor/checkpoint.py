@@ -1,7 +1,7 @@
 """Checkpoints with torch.distributed.checkpoint, in atomically published step-N folders.
 
-Every rank writes its shards into `.step-N.tmp`; rank 0 then adds `smplan.json` (step,
-plan fingerprint) and the `COMPLETE` marker, fsyncs, and renames the folder to `step-N`.
+Every rank writes its shards into `.step-N.tmp`; rank 0 then adds `smplan.json` (step, plan
+fingerprint and its inputs) and the `COMPLETE` marker, fsyncs, and renames the folder to `step-N`.
 A folder without the marker (a crash mid-save) is never loaded. Parameter names do not
 depend on the stage split or wrappers, so DCP can reshard a checkpoint across plans.
 """
@@ -72,20 +72,38 @@ ANOTHER_PLAN_FIX = "use another --checkpoint-dir, or --force-resume to load (and
 
 
 def check_resumable(root: str | Path | None, fingerprint: str, force: bool,
-                    fix: str = ANOTHER_PLAN_FIX) -> tuple[int, Path] | None:
+                    fix: str = ANOTHER_PLAN_FIX, inputs: dict | None = None) -> tuple[int, Path] | None:
     """The checkpoint a run would resume from; refuses one of another plan unless forced,
-    with `fix` (what the caller's user can change) as the advice."""
+    with `fix` (what the caller's user can change) as the advice and, given this run's
+    fingerprint `inputs` (config.fingerprint_inputs), what changed since the checkpoint."""
     if not root:
         return None
     found = latest(root)
     if found is None:
         return None
     step, path = found
-    theirs = read_meta(path).get("fingerprint")
+    meta = read_meta(path)
+    theirs = meta.get("fingerprint")
     if theirs != fingerprint and not force:
         raise CheckpointMismatchError(
-            f"checkpoint {path} was written by another plan or model (fingerprint {theirs} != {fingerprint}); {fix}")
+            f"checkpoint {path} was written by another plan or model ({_what_differs(meta, fingerprint, inputs)}); "
+            f"{fix}")
     return found
+
+
+def _what_differs(meta: dict, fingerprint: str, ours: dict | None) -> str:
+    """What changed since the checkpoint, from the fingerprint inputs its meta keeps; only the
+    fingerprints where it keeps none (an older checkpoint) or the caller gave none of its own."""
+    from .config import describe_changes
+
+    theirs = meta.get(FINGERPRINT_INPUTS)
+    changes = describe_changes(theirs, ours) if isinstance(theirs, dict) and ours else ""
+    if changes:
+        return f"checkpoint -> this run: {changes}"
+    return f"fingerprint {meta.get('fingerprint')} != {fingerprint}"
+
+
+FINGERPRINT_INPUTS = "fingerprint_inputs"  # the meta key of what the fingerprint hashes
 
 
 def check_model(path: Path, model, fix: str) -> None:
@@ -106,7 +124,8 @@ def check_model(path: Path, model, fix: str) -> None:
 
 def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: Callable[[Path], T],
                          gather: Callable[[tuple], list[tuple]],
-                         report: Callable[[str], None] = lambda line: None) -> tuple[int, Path, T] | None:
+                         report: Callable[[str], None] = lambda line: None,
+                         inputs: dict | None = None) -> tuple[int, Path, T] | None:
     """Collective: loads the newest complete checkpoint every rank can read, newest first.
 
     The COMPLETE marker says every shard was written, not that it still reads back: a disk or
@@ -116,7 +135,7 @@ def load_newest_readable(root: str | Path, fingerprint: str, force: bool, load: 
     --force-resume, out of memory) is not damage: it is raised as it is, on every rank.
     `gather(x)` returns every rank's x in rank order (all_gather_object), so every rank takes
     the same branch and the report names each rank's own reason."""
-    found = check_resumable(root, fingerprint, force)
+    found = check_resumable(root, fingerprint, force, inputs=inputs)
     if found is None:
         return None
     failed, other_plan = [], None

@@ -35,6 +35,7 @@ class RunConfig:
     fail_rank: int | None = None  # None: the last rank
     collective_timeout_s: float = 120.0
     fingerprint: str = ""
+    fingerprint_inputs: dict = dataclasses.field(default_factory=dict)  # what the fingerprint hashes (checkpoint meta keeps it)
     tensorboard: bool = False  # RUN_DIR/tensorboard event files (rank 0)
     grad_norms_every: int = 10  # per-block gradient norms every K steps; 0: never
     slow_rank: str | None = None  # test hook, see SLOW_ENV
@@ -101,6 +102,16 @@ _FINGERPRINT_FIELDS = ("model", "model_args", "seq_len")
 def fingerprint(plan: Plan, model_sha256: str) -> str:
     """What a checkpoint must match to be resumed: the model file's bytes, its arguments and
     the whole parallel layout (DCP could reshard across layouts; --force-resume allows it)."""
+    return hash_key(fingerprint_inputs(plan, model_sha256))
+
+
+def fingerprint_inputs(plan: Plan, model_sha256: str) -> dict:
+    """The key fingerprint() hashes, as JSON holds it (a checkpoint's meta keeps it, so a
+    refusal can say what changed)."""
+    return as_json(_fingerprint_key(plan, model_sha256))
+
+
+def _fingerprint_key(plan: Plan, model_sha256: str) -> dict:
     data = plan.to_dict()
     key = {k: data[k] for k in _FINGERPRINT_FIELDS}
     # The file by its bytes (model_sha256) and its builder, not by the path it was reached by:
@@ -109,4 +120,59 @@ def fingerprint(plan: Plan, model_sha256: str) -> str:
     key["layout"] = {k: data[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                                           "virtual_stages", "zero", "sequence_parallel", "stage_blocks")}
     key["model_sha256"] = model_sha256
+    return key
+
+
+def hash_key(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def as_json(key: dict) -> dict:
+    return json.loads(json.dumps(key, sort_keys=True, default=str))
+
+
+# Named first in a refusal, in this order; a changed model file says so in words, not hashes.
+_CHANGE_ORDER = ("layout", "model_args", "seq_len", "model", "model_sha256")
+MAX_CHANGES_NAMED = 4  # one readable line; the rest are counted
+_MAX_VALUE_CHARS = 24  # a value longer than this (a stage_blocks list) is cut
+
+
+def describe_changes(theirs: dict, ours: dict) -> str:
+    """What differs between a checkpoint's fingerprint inputs and this run's, in one line:
+    "layout: dp 2 -> 1, tp 1 -> 2; the model file's contents changed" (checkpoint -> run)."""
+    changes = [(key, item) for key in sorted(theirs.keys() | ours.keys(), key=_change_rank)
+               for item in _changes(key, theirs.get(key), ours.get(key))]
+    named, groups = changes[:MAX_CHANGES_NAMED], {}
+    for key, item in named:
+        groups.setdefault(key, []).append(item)
+    parts = [f"{key}: {', '.join(items)}" if key in ("layout", "model_args") else items[0]
+             for key, items in groups.items()]
+    more = len(changes) - len(named)
+    return "; ".join(parts) + (f"; and {more} more" if more else "")
+
+
+def _change_rank(key: str) -> tuple[int, str]:
+    return (_CHANGE_ORDER.index(key) if key in _CHANGE_ORDER else len(_CHANGE_ORDER), key)
+
+
+def _changes(key: str, theirs, ours) -> list[str]:
+    if theirs == ours:
+        return []
+    if key == "model_sha256":
+        return ["the model file's contents changed"]
+    if key == "model":
+        return [f"builder {_shown(theirs)} -> {_shown(ours)}"]
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        return [f"{name} {_shown(theirs.get(name, _UNSET))} -> {_shown(ours.get(name, _UNSET))}"
+                for name in sorted(theirs.keys() | ours.keys()) if theirs.get(name, _UNSET) != ours.get(name, _UNSET)]
+    return [f"{key} {_shown(theirs)} -> {_shown(ours)}"]
+
+
+_UNSET = object()
+
+
+def _shown(value) -> str:
+    if value is _UNSET:
+        return "(unset)"
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS - 1] + "…"

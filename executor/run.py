@@ -25,7 +25,7 @@ from smplan.planner.plan import (
 from smplan.model.structure import find_layout
 
 from . import checkpoint
-from .config import RunConfig, fingerprint, parse_slow_rank
+from .config import RunConfig, fingerprint_inputs, hash_key, parse_slow_rank
 from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
 from .launch import check_slurm_time, launch_local, slurm_time_limit, write_sbatch
@@ -210,7 +210,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         check_this_machine(nproc, opts.nnodes, checked.param_bytes, fp8=plan.dtype == "fp8")
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
-    fp = fingerprint(plan, model_file.sha256)
+    inputs = fingerprint_inputs(plan, model_file.sha256)
+    fp = hash_key(inputs)  # config.fingerprint: what a checkpoint must match to be resumed
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
     # The run directory's own checkpoints: written with --checkpoint-every, and resumed from
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
@@ -238,7 +239,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
                                    f"{start} (--force-resume continues only a run of this same model)")
         found = checkpoint.check_resumable(  # refuse another plan's folder now
             ckpt_dir, fp, opts.force_resume, f"{start}, or --force-resume to continue it with this plan (DCP "
-            "reshards its checkpoint)")
+            "reshards its checkpoint)", inputs=inputs)
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
@@ -260,6 +261,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         force_resume=opts.force_resume,
         fail_at_step=opts.fail_at_step,
         fingerprint=fp,
+        fingerprint_inputs=inputs,
         tensorboard=opts.tensorboard,
         grad_norms_every=opts.grad_norms_every,
         slow_rank=opts.slow_rank,

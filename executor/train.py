@@ -293,7 +293,8 @@ class Trainer:
             return checkpoint.load_rank_state(path, self.rank)
 
         found = checkpoint.load_newest_readable(self.cfg.checkpoint_dir, self.cfg.fingerprint,
-                                                self.cfg.force_resume, load, self._gather, self._say)
+                                                self.cfg.force_resume, load, self._gather, self._say,
+                                                inputs=self.cfg.fingerprint_inputs)
         if found is None:
             return 0
         step, path, own = found
@@ -341,8 +342,8 @@ class Trainer:
 
     def _save(self, step: int) -> None:
         # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
-        meta = {"fingerprint": self.cfg.fingerprint, "plan": self.cfg.plan, "model": self.cfg.model_ref,
-                "recipe": self.recipe.to_dict()}
+        meta = {"fingerprint": self.cfg.fingerprint, "fingerprint_inputs": self.cfg.fingerprint_inputs,
+                "plan": self.cfg.plan, "model": self.cfg.model_ref, "recipe": self.recipe.to_dict()}
         if self.cfg.data:
             meta["data"] = self.data.position(step)
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,

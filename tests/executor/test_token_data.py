@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from smplan.executor.config import hash_key
 from smplan.executor.recipe import Recipe, lr_at
 from smplan.executor.token_data import (
     CHECK_WINDOW_TOKENS,
@@ -251,6 +252,9 @@ def test_two_processes_learn_a_token_stream_with_warmup_and_cosine(stream_run):
     meta = json.loads((out / "checkpoints" / "step-10" / "smplan.json").read_text())
     assert meta["data"]["sequences_consumed"] == 80 and meta["data"]["sequences_per_epoch"] == 200
     assert meta["recipe"]["schedule"] == "cosine" and meta["recipe"]["betas"] == [0.9, 0.95]
+    # what a refused resume diffs against (executor/checkpoint.py): the launch's own fingerprint inputs
+    assert meta["fingerprint_inputs"]["layout"]["dp"] == 2
+    assert hash_key(meta["fingerprint_inputs"]) == meta["fingerprint"]
 
 
 def test_a_pipeline_killed_and_resumed_sees_the_same_data_and_schedule(stream_run, tmp_path):

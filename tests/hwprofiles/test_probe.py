@@ -228,3 +228,18 @@ def test_probe_name_is_quoted_and_the_file_replaced_with_force(cli_runner, tmp_p
     assert ok.exit_code == 0, ok.output
     cluster = load_cluster(str(out))
     assert cluster.name == 'lab "b"' and cluster.gpu.peak_tflops.fp32 == 0.1
+
+
+def test_a_cpu_profile_reserves_a_cpu_workers_memory_and_a_gpu_profile_keeps_2_gib(tmp_path):
+    from smplan.hwprofiles.probe import CPU_MEMORY_RESERVE_GIB
+
+    reserves = {}
+    for device, sm_count in (("cpu", 0), ("cuda", 132)):
+        result = ProbeResult(device=device, nproc=1, peak_tflops={"fp32": 0.1}, matmul_half_dim=30.0,
+                             memory_bandwidth_gbps=10.0, memory_gib=8.0, link_bandwidth_gbps=5.0,
+                             link_latency_us=10.0, sm_count=sm_count)
+        path = tmp_path / f"{device}.toml"
+        path.write_text(to_toml(result))
+        reserves[device] = load_cluster(str(path)).efficiency.memory_reserve_gib
+    assert reserves == {"cpu": CPU_MEMORY_RESERVE_GIB, "cuda": 2.0}
+    assert CPU_MEMORY_RESERVE_GIB < 1.0  # a 235k-parameter model no longer shows 2 GiB used
