@@ -64,7 +64,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
       smplan plan examples/gpt.py:llama3_8b --hw a100x8 --max-nodes 4 --objective cost -o plan.json
 
     Plans may fill a GPU up to its memory less efficiency.memory_reserve_gib (2 GiB: CUDA
-    context, NCCL buffers, fragmentation). For more headroom, raise it, e.g.
+    context, NCCL buffers, fragmentation; 0.5 GiB in a profile `smplan hw probe` wrote on a CPU). For more headroom, raise it, e.g.
     --hw-set efficiency.memory_reserve_gib=8.
     """
     check_output_file(output, "-o/--output", force)
