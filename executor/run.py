@@ -7,12 +7,11 @@ ValueError line (exit code 2 on the CLI).
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from smplan.planner.model_file import ModelFileError, load_model_file
+from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import (
     Plan,
     PlanError,
@@ -46,7 +45,7 @@ from .metrics import (
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .run_lock import holding_run_dir
 from .token_data import TokenStream, open_checked, resolve_shape
-from .validate import PlanMismatchError, validate_plan
+from .validate import PlanMismatchError, meta_profile, validate_plan
 
 
 @dataclass
@@ -205,7 +204,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     if opts.nnodes > 1 and opts.launcher == "local" and not opts.rdzv_endpoint:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
-    check_forward_on_meta(plan, model_file)
+    meta_profile(plan, model_file)  # a forward that fails on meta for a reason real data meets too: refused
     if opts.launcher == "local":  # Slurm's nodes are not this machine
         check_this_machine(nproc, opts.nnodes, checked.param_bytes, fp8=plan.dtype == "fp8")
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
@@ -287,25 +286,6 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         _refuse_a_changed_recipe(found, cfg, out)
     _keep_a_slurm_script(out, opts.launcher)
     return cfg
-
-
-def check_forward_on_meta(plan: Plan, model_file) -> None:
-    """Refuse, in `smplan profile`'s one line (ModelFileError), a model whose forward fails on the
-    meta device (a block's tuple fed to the next block, a signature batch() does not fit), rather
-    than launch it into a traceback on every rank. The profiler's own run (cached), so execute
-    refuses what plan and profile refuse; a file with data() but no batch() gives it no example."""
-    if model_file.hook("batch") is None:
-        return
-    from smplan.planner import profile_model
-
-    try:  # the builder's own sequence length (a plan's may be another model's, with --model), as validate.py's tp check
-        profile_model(model_file.absolute_ref, plan.model_args, dtype=plan.dtype)
-    except ModelFileError as err:
-        # what only the meta device cannot run (.item(), data-dependent shapes) may still train on
-        # real data, as an inline plan of such a model did before this check: the run decides
-        cause = str(err).split("; the profiler runs it on the meta device")[0]
-        if not re.search(r"\bmeta\b|data.dependent|\.item\(|\.tolist\(", cause, re.IGNORECASE):
-            raise
 
 
 def _start_afresh(out: Path, checkpoint_dir: str | None) -> str:

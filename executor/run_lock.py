@@ -37,6 +37,24 @@ def _holder(fd: int) -> str:
     return f" ({text})" if text else ""
 
 
+# `running_launch` (smplan export) holds a shared lock for the moment it asks: a launch that
+# meets it retries this long before it calls the folder in use (the probe takes microseconds).
+PROBE_GRACE_S = 0.2
+
+
+def _lock_exclusive(fd: int) -> None:
+    """flock(LOCK_EX) without blocking on a launch, but past a running_launch probe's shared lock."""
+    deadline = time.monotonic() + PROBE_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 @contextlib.contextmanager
 def holding_run_dir(out: str | Path) -> Iterator[bool]:
     """Hold RUN_DIR's lock for the block (yields True; False where the file system offers no
@@ -58,7 +76,7 @@ def holding_run_dir(out: str | Path) -> Iterator[bool]:
                 raise
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_exclusive(fd)
         except BlockingIOError:
             raise PlanMismatchError(
                 f"{out} is in use by another `smplan execute`{_holder(fd)}; wait for it to end (smplan monitor "

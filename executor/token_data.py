@@ -187,10 +187,12 @@ def check_stream(stream: TokenStream, seq_len: int, global_batch: int, vocab: in
             f"seq_len+1={seq_len + 1}, fewer than one global batch ({global_batch}); "
             "use more data or a smaller global batch")
     for file, shard in zip(stream.files, stream.shards, strict=True):
-        if shard.dtype == np.uint16 and looks_like_uint32(np.asarray(shard[:CHECK_CHUNK_TOKENS])):
+        # a .npy states its own dtype: only a flat .bin can be read at the wrong width
+        if file.suffix == ".bin" and shard.dtype == np.uint16 and \
+                looks_like_uint32(np.asarray(shard[:CHECK_CHUNK_TOKENS]), vocab):
             raise TokenDataError(
-                f"{stream.label} {file}: read as uint16, every other token is 0 (uint32 ids, little-endian); "
-                "pass --data-dtype uint32")
+                f"{stream.label} {file}: read as uint16, every other token is near 0 (the high halves of uint32 ids, "
+                "little-endian); pass --data-dtype uint32")
     for where, tokens in _samples(stream):
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or (vocab is not None and high >= vocab):
@@ -203,13 +205,15 @@ def check_stream(stream: TokenStream, seq_len: int, global_batch: int, vocab: in
     return seqs
 
 
-def looks_like_uint32(tokens: np.ndarray) -> bool:
-    """Whether the first tokens of a .bin read as uint16 are uint32 ids < 65536 (little-endian:
-    the high half, every odd index, is 0): at least WIDE_CHECK_MIN_TOKENS, all odd ones 0 and
-    not all even ones (an all-zero stream is not evidence either way)."""
+def looks_like_uint32(tokens: np.ndarray, vocab: int | None = None) -> bool:
+    """Whether the first tokens of a .bin read as uint16 are uint32 ids (little-endian: every odd
+    index holds a high half, id >> 16, at most (vocab - 1) >> 16, and at least 1 bound: 1 for
+    Llama 3's 128,256 ids): at least WIDE_CHECK_MIN_TOKENS, every odd one within that bound and
+    some even one above it (a stream of tiny ids is not evidence either way)."""
     if len(tokens) < WIDE_CHECK_MIN_TOKENS:
         return False
-    return not tokens[1::2].any() and bool(tokens[0::2].any())
+    high = max(1, (vocab - 1) >> 16) if vocab else 1
+    return bool((tokens[1::2] <= high).all() and (tokens[0::2] > high).any())
 
 
 def _samples(stream: TokenStream):

@@ -209,7 +209,8 @@ class Trainer:
         report = local if owner else torch.zeros_like(local)
         # The step-end all-reduce is where every rank waits for the slowest one: its time
         # on this rank is how long the others kept it waiting (what straggler detection
-        # reads). On CUDA the queued work is finished first so the wait is not mistaken
+        # reads; a rank slow before the optimizer step is waited for at the NaN check's
+        # all-reduce already, inside the grad_clip phase). On CUDA the queued work is finished first so the wait is not mistaken
         # for this rank's own compute.
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -342,7 +343,7 @@ class Trainer:
 
     def _save(self, step: int) -> None:
         # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
-        meta = {"fingerprint": self.cfg.fingerprint, "fingerprint_inputs": self.cfg.fingerprint_inputs,
+        meta = {"fingerprint": self.cfg.fingerprint, checkpoint.FINGERPRINT_INPUTS: self.cfg.fingerprint_inputs,
                 "plan": self.cfg.plan, "model": self.cfg.model_ref, "recipe": self.recipe.to_dict()}
         if self.cfg.data:
             meta["data"] = self.data.position(step)
@@ -437,8 +438,8 @@ def non_finite_line(step: int, loss_bad: bool, grad_norm: float, rec: recipe.Rec
         fixes.append("--warmup-steps N")
     if rec.grad_clip <= 0:
         fixes.append("--grad-clip 1.0")
-    kept = (f"; the checkpoint of step {checkpoint_step} is kept (resuming it with another --lr needs "
-            "--force-resume)") if checkpoint_step else ""
+    kept = (f"; the checkpoint of step {checkpoint_step} is kept (resuming it with another --lr, "
+            "--warmup-steps or --grad-clip needs --force-resume)") if checkpoint_step else ""
     return (f"step {step}: {what}, so the run stopped before applying that step; try {', '.join(fixes)}, or "
             f"check the data and the model's forward for values that overflow{kept}")
 

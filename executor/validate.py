@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import math
+import re
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +62,31 @@ def _config_value(model: nn.Module, name: str):
     if isinstance(cfg, dict):
         return cfg.get(name)
     return getattr(cfg, name, None)
+
+
+# Exceptions of a forward on meta that real data meets too (a tuple fed to a block, a signature
+# batch() does not fit, a missing attribute): refused before launch. Others (RuntimeError from
+# .item() or a data-dependent shape, NotImplementedError from a custom kernel with no meta
+# implementation, an assert on the device) may be the meta device's alone: the run decides.
+CODE_ERRORS = ("TypeError", "AttributeError", "NameError", "KeyError", "IndexError", "ValueError")
+
+
+def meta_profile(plan: Plan, model_file):
+    """The planner's profile of the model (cached; `smplan profile`'s), or None where it has no
+    example batch (data() only) or its forward fails on the meta device for a reason that may be
+    the meta device's; a failure real data meets too raises ModelFileError, profile's one line.
+    Built with the builder's own sequence length: a plan file's may be another model's (--model)."""
+    if model_file.hook("batch") is None:
+        return None
+    from smplan.planner import profile_model
+
+    try:
+        return profile_model(model_file.absolute_ref, plan.model_args, dtype=plan.dtype)
+    except ModelFileError as err:
+        raised = re.search(r" raised (\w+): ", str(err))
+        if raised and raised.group(1) in CODE_ERRORS:
+            raise
+        return None
 
 
 def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Checked:
@@ -240,14 +266,10 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
         value = _config_value(meta, alias) if value is None else value
         if isinstance(value, int) and value > 0:
             counts[name] = value
-    from smplan.planner import profile_model
-
-    # the planner's view of the same file (cached): what tp its profile rules out, and, without a
-    # config (a model of one's own), the heads its blocks' attention calls run
-    # the builder's own sequence length: heads and tp_plan modules do not depend on it, and a plan
-    # file's seq_len may be another model's (--model); run.check_forward_on_meta profiles the same
-    profile = profile_model(model_file.absolute_ref, plan.model_args, dtype=plan.dtype)
-    if not counts and profile.num_heads:
+    # the planner's view of the same file: without a config (a model of one's own), the heads its
+    # blocks' attention calls run; below, what its profile rules tp out for
+    profile = meta_profile(plan, model_file)
+    if not counts and profile is not None and profile.num_heads:
         counts = {"kv_heads": profile.num_heads}
     for name, value in counts.items():
         if value % tp:  # the degrees offered divide every head count, not only this one
@@ -269,7 +291,7 @@ def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str)
         raise PlanMismatchError(f"tp={tp}: {err}; use tp=1") from None
     _check_module_types(styles, block, tp, "tp_plan")
     _check_divides(styles, block, tp, f"{ref}'s blocks")
-    if "tp" in profile.unsupported:  # e.g. a sharded module the forward never calls (planner/profiler_run.py)
+    if profile is not None and "tp" in profile.unsupported:  # e.g. a sharded module the forward never calls
         raise PlanMismatchError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
     outer = model_file.hook("tp_plan_outer")
     if outer is None:

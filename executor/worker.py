@@ -69,7 +69,7 @@ def first_line(err: BaseException, max_chars: int = 200) -> str:
     at a word (a gloo error's 250 characters were cut mid-word: "...the remote wo")."""
     text = (str(err).strip().splitlines() or [type(err).__name__])[0]
     text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\] ", "", text)
-    text = text.split(". ")[0]
+    text = re.split(r"\. (?=[A-Z])", text)[0]  # a sentence ends before a capital ("e.g. x" goes on)
     return text if len(text) <= max_chars else text[:max_chars].rsplit(" ", 1)[0] + " ..."
 
 

@@ -315,7 +315,7 @@ def _uncalled_tp_module(tp_modules: dict, outer_modules: dict, called: set[str])
             if name not in called:
                 return (f"{hook}() shards {name}, which the forward never calls as a module (code that reads "
                         f"its weight directly, as nn.MultiheadAttention does with out_proj, would mix sharded and "
-                        f"whole tensors); shard only modules the forward calls")
+                        f"whole tensors); shard only modules the forward calls, and leave unused ones out")
     return None
 
 

@@ -99,7 +99,9 @@ class PartStats:
     dispatch_bytes: float = 0.0  # the expert bank's input: tokens * top_k * hidden * bytes
     router_flops: float = 0.0
     kv_bytes: float = 0.0  # K and V read by the attention kernels
-    kv_heads: int = 0  # key/value heads of the part's first SDPA call (dim -3 of its 4-D key: N, H, L, E)
+    # heads tp must divide, from the part's first SDPA call (dim -3 of its 4-D query and key: N, H, L, E):
+    # the key's, but the query's where one key head serves them all (MQA keeps it whole on every rank)
+    kv_heads: int = 0
     saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
     # Op-level selective checkpointing (SAC_SAVE_OPS): bytes of the outputs it saves, by what
     # divides them ("unsplit": a row-parallel GEMM's partial sums, whole on every tp rank), the
@@ -370,8 +372,9 @@ class GPUKernels(TorchFunctionMode):
             if self.tracer is not None and self.tracer.part is not None:
                 part, key = self.tracer.part, bound["key"]
                 part.kv_bytes += tensor_bytes((key, bound["value"]))
-                if not part.kv_heads and isinstance(key, torch.Tensor) and key.dim() == 4:
-                    part.kv_heads = key.shape[-3]  # what tp must divide, for a model without a config
+                query = bound["query"]
+                if not part.kv_heads and isinstance(key, torch.Tensor) and key.dim() == 4 == query.dim():
+                    part.kv_heads = key.shape[-3] if key.shape[-3] > 1 else query.shape[-3]
             fused = _fused_attention(**bound)
             if fused is not None:
                 return fused

@@ -38,6 +38,11 @@ class ReliabilityError(ValueError):
     """A run description that cannot be simulated; the message says what to change."""
 
 
+class RunDoesNotFinish(ReliabilityError):
+    """Failures come faster than the run makes progress: a fate of the run, not a wrong input
+    (a what-if sweep marks that point and goes on)."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     work_s: float  # failure-free compute time the run needs
@@ -135,7 +140,7 @@ def failure_times(
         if spec.checkpoint_s >= spec.job_mtbf_s:  # no checkpoint completes between failures
             fix = (f"a checkpoint takes {spec.checkpoint_s:.3g} s, longer than the job runs between failures: "
                    f"shorten --checkpoint-minutes, or {fix}")
-        raise ReliabilityError(
+        raise RunDoesNotFinish(
             f"the run does not finish: the job fails every {spec.job_mtbf_s:.3g} s on average, about "
             f"{expected:.3g} failures before it could finish; {fix}"
         )
@@ -228,7 +233,7 @@ def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) 
         if np.all(wall <= horizon):
             return SweepResult(intervals, wall, fails, spec.work_s, {"horizon_s": horizon}, waited)
         horizon *= 2.0
-    raise ReliabilityError(
+    raise RunDoesNotFinish(
         "the run does not finish: failures come faster than checkpoints can keep up; "
         "raise --mtbf-hours, shorten --restart-minutes or --checkpoint-minutes"
     )

@@ -77,7 +77,7 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
         return (f"the run fails too often to simulate: its {spec.num_gpus:,} GPUs fail every "
                 f"{spec.job_mtbf_s:.3g} s on average, about {failures:.3g} times before it finishes; raise "
                 "reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
-    daly_min = max(daly_interval(spec.blocking_s, spec.job_mtbf_s), 1.0) / 60.0
+    daly_min = max(daly_interval(spec.blocking_s + spec.durable_lag_s, spec.job_mtbf_s), 1.0) / 60.0
     if interval_s and expected_goodput(spec) >= HOPELESS_GOODPUT:  # the given interval is what is wrong
         return (f"{why}; checkpoint_interval_min={interval_s / 60:g} makes no progress between failures: "
                 f"try about {daly_min:.2g} (Daly's interval)")
@@ -87,15 +87,14 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
 
 def analyse_or_refuse(spec: RunSpec, interval_s: float | None, seeds: int) -> RunReport:
     """The failure simulation's RunReport of `spec`, or RunDoesNotFinish, cheaply for a hopeless run."""
-    from smplan.simulator.failures import ReliabilityError, analyse_run
+    from smplan.simulator.failures import RunDoesNotFinish as SimulationGaveUp
+    from smplan.simulator.failures import analyse_run
 
     if expected_goodput(spec, interval_s) < HOPELESS_GOODPUT:
         raise RunDoesNotFinish(never_finishes(spec, interval_s))
     try:
         return analyse_run(spec, interval_s=interval_s, seeds=seeds)
-    except ReliabilityError as err:
-        if "does not finish" not in str(err):  # only that one is a point's fate; the rest are bugs here
-            raise
+    except SimulationGaveUp:  # only that is a point's fate; any other ReliabilityError is a bug here
         raise RunDoesNotFinish(never_finishes(spec, interval_s)) from None
 
 
@@ -165,7 +164,8 @@ def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> di
 def goodput_or_nan(spec: RunSpec, intervals_s: list[float], seeds: int) -> tuple[list[float], list[float]]:
     """(mean, std) goodput over seeds at each interval; NaN at an interval whose run does not
     finish (closed-form goodput under HOPELESS_GOODPUT, or the simulation gives up)."""
-    from smplan.simulator.failures import ReliabilityError, simulate_sweep
+    from smplan.simulator.failures import RunDoesNotFinish as SimulationGaveUp
+    from smplan.simulator.failures import simulate_sweep
 
     mean, std = [math.nan] * len(intervals_s), [math.nan] * len(intervals_s)
     rows = [i for i, t in enumerate(intervals_s) if expected_goodput(spec, t) >= HOPELESS_GOODPUT]
@@ -173,7 +173,7 @@ def goodput_or_nan(spec: RunSpec, intervals_s: list[float], seeds: int) -> tuple
         return mean, std
     try:
         good = simulate_sweep(spec, [intervals_s[i] for i in rows], seeds).goodput
-    except ReliabilityError:  # one interval that cannot finish stops the sweep: try each alone
+    except SimulationGaveUp:  # one interval that cannot finish stops the sweep: try each alone
         if len(rows) == 1:
             return mean, std
         for i in rows:

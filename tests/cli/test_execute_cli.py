@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import pytest
+from smplan.executor.run import resolve_plan
 
 from smplan.cli.main import cli
 from tests.conftest import EXAMPLES
@@ -555,16 +556,26 @@ def test_a_forward_that_fails_on_meta_is_refused_in_profiles_line_before_launch(
 
 
 def test_a_forward_only_the_meta_device_cannot_run_is_left_to_the_run(tmp_path):
-    # .item() raises on meta, not on data: an inline plan of such a model trained before the check
-    from smplan.executor.run import check_forward_on_meta
+    # .item() raises on meta, not on data: an inline plan of such a model trained before the check,
+    # and so did tp=2 (its heads and tp_plan checks ask the same profile); so does a data()-only file
+    from smplan.executor.validate import meta_profile, validate_plan
     from smplan.planner.model_file import ModelFileError, load_model_file
     from smplan.planner.plan import Plan
 
-    path = tmp_path / "item.py"
-    path.write_text(TUPLE_MODEL.replace("return x + self.fc(self.norm(x)), None",
-                                        "return x + self.fc(self.norm(x)) * (x.abs().max().item() < 1e6)"))
-    check_forward_on_meta(Plan(model=str(path), hw="local", nodes=1), load_model_file(str(path)))  # no error
+    mlp = (EXAMPLES / "mlp.py").read_text()
+    item = tmp_path / "item.py"
+    item.write_text(mlp.replace("        return self.head(x) if self.head is not None else x",
+                                "        x = x * (x.abs().max().item() < 1e9)\n"
+                                "        return self.head(x) if self.head is not None else x"))
+    only_data = tmp_path / "only_data.py"
+    only_data.write_text(mlp.replace("def batch(", "def data(rank, world):\n    while True:\n"
+                                     "        yield torch.randn(2, 16), torch.randint(0, 8, (2,))\n\n\ndef _batch("))
+    for path in (item, only_data):
+        model_file = load_model_file(str(path))
+        assert meta_profile(Plan(model=str(path), hw="local", nodes=1), model_file) is None
+        plan, _ = resolve_plan("tp=2,mbs=2,gbs=2", model=str(path))
+        validate_plan(plan, model_file)  # no error
     (tmp_path / "tuple.py").write_text(TUPLE_MODEL)
     with pytest.raises(ModelFileError, match="must be Tensor, not tuple"):
-        check_forward_on_meta(Plan(model=str(tmp_path / "tuple.py"), hw="local", nodes=1),
-                              load_model_file(str(tmp_path / "tuple.py")))
+        meta_profile(Plan(model=str(tmp_path / "tuple.py"), hw="local", nodes=1),
+                     load_model_file(str(tmp_path / "tuple.py")))

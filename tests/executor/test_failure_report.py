@@ -155,3 +155,4 @@ def test_a_lost_peer_line_is_its_first_sentence_cut_at_a_word():
     assert first_line(gloo) == "Connection closed by peer [127.0.0.1]:6065"
     assert first_line(RuntimeError("word " * 100), max_chars=22) == "word word word word ..."
     assert first_line(RuntimeError("")) == "RuntimeError"
+    assert first_line(RuntimeError("a peer is gone, e.g. killed. Check its log")) == "a peer is gone, e.g. killed"

@@ -66,5 +66,7 @@ def test_the_line_names_the_step_and_the_fixes_that_apply():
     assert "a lower --lr (this run's peak lr is 0.0003)" in line and "--warmup-steps N" in line
     assert "--grad-clip 1.0" in line and "checkpoint" not in line and "\n" not in line
     line = non_finite_line(7, True, float("nan"), Recipe(warmup_steps=10), checkpoint_step=5)
-    assert "the loss is NaN or infinite (gradient norm nan)" in line and "--warmup-steps" not in line
-    assert "--grad-clip" not in line and "the checkpoint of step 5 is kept" in line
+    fixes, kept = line.split("; the checkpoint of step 5 is kept")
+    assert "the loss is NaN or infinite (gradient norm nan)" in fixes and "--warmup-steps" not in fixes
+    assert "--grad-clip" not in fixes and kept == " (resuming it with another --lr, --warmup-steps or --grad-clip " \
+        "needs --force-resume)"

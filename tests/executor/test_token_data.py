@@ -159,7 +159,7 @@ def test_a_uint32_file_read_as_uint16_is_refused(tmp_path):
     """uint32 ids < 65536 read as uint16 are the ids with a 0 after each (little-endian)."""
     ids = np.random.default_rng(0).integers(1, 50_000, 5000)
     wide = write_bin(tmp_path / "t32.bin", ids, np.uint32)
-    with pytest.raises(TokenDataError, match=r"^--data .*t32.bin: read as uint16, every other token is 0 .*; "
+    with pytest.raises(TokenDataError, match=r"^--data .*t32.bin: read as uint16, every other token is near 0 .*; "
                                              r"pass --data-dtype uint32$"):
         check_stream(TokenStream(wide, label="--data"), SEQ, 8, vocab=None)
     assert check_stream(TokenStream(wide, "uint32"), SEQ, 8, vocab=None).count == 5000 // (SEQ + 1)
@@ -176,8 +176,19 @@ def test_no_plausible_uint16_stream_looks_like_uint32():
     alternating = np.zeros(1024, np.uint16)
     alternating[::2] = 7
     assert looks_like_uint32(alternating)
-    alternating[5] = 1  # one odd-index id that is not 0
+    alternating[5] = 2  # one odd-index id no uint32 id under 131,072 has as its high half
     assert not looks_like_uint32(alternating)
+
+
+def test_uint32_ids_of_a_large_vocabulary_read_as_uint16_are_caught():
+    # Llama 3's 128,256 ids: half of them have a high half of 1, so "every other token is 0" missed them
+    ids = np.random.default_rng(2).integers(0, 128_256, 4096).astype(np.uint32)
+    as_uint16 = ids.view(np.uint16)
+    assert looks_like_uint32(as_uint16, vocab=128_256) and looks_like_uint32(as_uint16)
+    o200k = np.random.default_rng(3).integers(0, 200_019, 4096).astype(np.uint32).view(np.uint16)
+    assert looks_like_uint32(o200k, vocab=200_019)  # high halves up to 3
+    genuine = np.random.default_rng(4).integers(0, 50_257, 4096).astype(np.uint16)
+    assert not looks_like_uint32(genuine, vocab=128_256) and not looks_like_uint32(genuine)
 
 
 def pattern(n_tokens: int) -> np.ndarray:

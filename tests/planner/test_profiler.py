@@ -264,3 +264,19 @@ def test_a_tp_plan_sharding_a_module_forward_never_calls_refuses_tp(tmp_path):
     path.write_text(MHA_MODEL)
     why = profile_model(str(path), cache=False).unsupported["tp"]
     assert why.startswith("tp_plan() shards attn.out_proj, which the forward never calls as a module")
+
+
+def test_heads_of_a_model_without_config_come_from_its_attention_and_mqa_takes_the_query_heads(tmp_path):
+    from tests.cli.test_execute_cli import OWN_MODEL
+
+    path = tmp_path / "mine.py"
+    path.write_text(OWN_MODEL)
+    assert profile_model(str(path), cache=False).num_heads == 4
+    # one key/value head for all four query heads (MQA): kept whole on every rank, tp splits the queries
+    mqa = OWN_MODEL.replace("self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))",
+                            "self.q, self.o = nn.Linear(d, d), nn.Linear(d, d)\n"
+                            "        self.k, self.v = nn.Linear(d, d // h), nn.Linear(d, d // h)")
+    mqa = mqa.replace("is_causal=True)", "is_causal=True, enable_gqa=True)")
+    assert mqa != OWN_MODEL
+    path.write_text(mqa)
+    assert profile_model(str(path), cache=False).num_heads == 4
