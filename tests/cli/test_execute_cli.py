@@ -11,6 +11,7 @@ from smplan.executor.run import resolve_plan
 
 from smplan.cli.main import cli
 from tests.conftest import EXAMPLES
+from tests.own_models import MHA_MODEL, OWN_MODEL
 
 GPT = f"{EXAMPLES / 'gpt.py'}:tiny"  # 4 blocks, 4 heads, seq 16
 
@@ -80,6 +81,25 @@ def test_checkpoint_of_another_plan_is_refused(cli_runner, tmp_path):
                      "--checkpoint-every", "2", "--out", str(tmp_path / "r"))
     assert result.exit_code == 2
     assert "written by another plan" in result.output and "--force-resume" in result.output
+
+
+def test_a_refused_resume_says_what_changed(cli_runner, tmp_path):
+    # it named two hashes; a checkpoint now keeps its fingerprint's inputs beside it
+    from smplan.executor.config import fingerprint, fingerprint_inputs
+    from smplan.planner.model_file import load_model_file
+
+    plan, _ = resolve_plan("dp=2,mbs=2,gbs=4", model=GPT)
+    sha = load_model_file(GPT).sha256
+    ckpt = tmp_path / "ckpt" / "step-4"
+    ckpt.mkdir(parents=True)
+    (ckpt / "smplan.json").write_text(json.dumps({"fingerprint": fingerprint(plan, sha), "step": 4,
+                                                  "fingerprint_inputs": fingerprint_inputs(plan, sha)}))
+    (ckpt / "COMPLETE").write_text("ok\n")
+    result = _invoke(cli_runner, "dp=2,mbs=1,gbs=4", "--model", GPT, "--checkpoint-dir", str(tmp_path / "ckpt"),
+                     "--out", str(tmp_path / "r"))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "(checkpoint -> this run: layout: micro_batch 2 -> 1)" in lines[0] and "fingerprint" not in lines[0]
 
 
 def test_slurm_script(cli_runner, tmp_path):
@@ -434,52 +454,6 @@ def test_summary_figures_read_without_exponents():
     assert _figure(11770.4) == "11,770" and _figure(0.01234567) == "0.01235" and _figure(2880.0) == "2,880"
 
 
-OWN_MODEL = '''
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self, d=32, h=4):
-        super().__init__()
-        self.hd = d // h
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
-
-    def forward(self, x):
-        b, s, _ = x.shape
-        q, k, v = (f(x).view(b, s, -1, self.hd).transpose(1, 2) for f in (self.q, self.k, self.v))
-        return x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
-
-
-class LM(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(64, 32)
-        self.blocks = nn.ModuleList(Block() for _ in range(2))
-        self.out = nn.Linear(32, 64)
-
-    def forward(self, idx):
-        x = self.emb(idx)
-        for block in self.blocks:
-            x = block(x)
-        return self.out(x)
-
-
-def model():
-    return LM()
-
-
-def batch(micro_batch_size, model=None, seed=0):
-    t = torch.randint(0, 64, (micro_batch_size, 9), generator=torch.Generator().manual_seed(seed))
-    return t[:, :-1], t[:, 1:]
-
-
-def tp_plan(block):
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-    return {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}
-'''
-
 
 def test_a_model_without_config_gets_its_heads_from_its_attention_calls(cli_runner, tmp_path):
     # it planned and launched tp=8 on 4 heads, and every rank failed in a view()
@@ -495,8 +469,6 @@ def test_a_model_without_config_gets_its_heads_from_its_attention_calls(cli_runn
 
 
 def test_a_tp_plan_on_a_module_never_called_is_refused_before_launch(cli_runner, tmp_path):
-    from tests.planner.test_profiler import MHA_MODEL
-
     path = tmp_path / "mha.py"
     path.write_text(MHA_MODEL)
     out = tmp_path / "run"

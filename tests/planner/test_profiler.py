@@ -11,6 +11,7 @@ import pytest
 from smplan.planner import ModelProfile, profile_cache, profile_model
 
 from tests.conftest import EXAMPLES, ROOT
+from tests.own_models import MHA_MODEL, OWN_MODEL
 
 GPT = str(EXAMPLES / "gpt.py")
 
@@ -214,49 +215,6 @@ def test_gpt3_175b_profiles_without_allocating_weights(tmp_path):
     assert data["params"] == pytest.approx(12 * n_layers * h * h * (1 + 13 / (12 * h)) + v * h + s * h, rel=0.01)
 
 
-MHA_MODEL = textwrap.dedent('''
-    import torch
-    from torch import nn
-
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
-            self.fc = nn.Linear(32, 32)
-
-        def forward(self, x):
-            return x + self.fc(self.attn(x, x, x, need_weights=False)[0])
-
-
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(64, 32)
-            self.blocks = nn.ModuleList(Block() for _ in range(2))
-            self.out = nn.Linear(32, 64)
-
-        def forward(self, idx):
-            x = self.emb(idx)
-            for block in self.blocks:
-                x = block(x)
-            return self.out(x)
-
-
-    def model():
-        return LM()
-
-
-    def batch(micro_batch_size, model=None, seed=0):
-        t = torch.randint(0, 64, (micro_batch_size, 9), generator=torch.Generator().manual_seed(seed))
-        return t[:, :-1], t[:, 1:]
-
-
-    def tp_plan(block):
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-        return {"attn.out_proj": RowwiseParallel(), "fc": ColwiseParallel()}
-''')
-
 
 def test_a_tp_plan_sharding_a_module_forward_never_calls_refuses_tp(tmp_path):
     # nn.MultiheadAttention reads out_proj.weight itself: tp=2 crashed in every rank at launch
@@ -267,8 +225,6 @@ def test_a_tp_plan_sharding_a_module_forward_never_calls_refuses_tp(tmp_path):
 
 
 def test_heads_of_a_model_without_config_come_from_its_attention_and_mqa_takes_the_query_heads(tmp_path):
-    from tests.cli.test_execute_cli import OWN_MODEL
-
     path = tmp_path / "mine.py"
     path.write_text(OWN_MODEL)
     assert profile_model(str(path), cache=False).num_heads == 4
