@@ -36,10 +36,11 @@ CHECKPOINTS_DIR = "checkpoints"  # RUN_DIR/checkpoints/step-N: the run's own che
 ELASTIC_DIR = "elastic"  # RUN_DIR/elastic/: torchrun's per-worker logs
 TENSORBOARD_DIR = "tensorboard"  # RUN_DIR/tensorboard/: --tensorboard event files
 SBATCH_FILE = "smplan.sbatch"  # RUN_DIR/smplan.sbatch: --launcher slurm's job script
+NON_FINITE_FILE = "non_finite.txt"  # RUN_DIR/non_finite.txt: a NaN stop's line, for the agent's restarts of that launch
 # Everything a run writes into its folder: a folder holding any of these but no run config of
 # execute's is someone else's, and is not written into (executor/run.py).
 RUN_ENTRIES = (RUN_CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, STOPPED_FILE, RANKS_DIR, ELASTIC_DIR, TENSORBOARD_DIR,
-               CHECKPOINTS_DIR, SBATCH_FILE)
+               CHECKPOINTS_DIR, SBATCH_FILE, NON_FINITE_FILE)
 
 
 def present_run_entries(folder: str | Path) -> list[str]:

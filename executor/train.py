@@ -27,6 +27,7 @@ from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
 from .metrics import (
     ELASTIC_DIR,
+    NON_FINITE_FILE,
     TENSORBOARD_DIR,
     MetricsWriter,
     peak_memory_gib,
@@ -232,8 +233,31 @@ class Trainer:
         loss_bad, norm_bad = (bool(f) for f in flags.tolist())
         if loss_bad or norm_bad:
             found = checkpoint.latest(self.cfg.checkpoint_dir) if self.cfg.checkpoint_dir else None
-            raise NonFiniteLossError(non_finite_line(step, loss_bad, norm.item(), self.recipe,
-                                                     found[0] if found else None))
+            line = non_finite_line(step, loss_bad, norm.item(), self.recipe, found[0] if found else None)
+            if self.rank == 0:  # for this launch's restarts (_refuse_repeat_of_non_finite)
+                with open(os.path.join(self.cfg.out_dir, NON_FINITE_FILE), "w") as f:
+                    f.write(line + "\n")
+            raise NonFiniteLossError(line)
+
+    def _refuse_repeat_of_non_finite(self, restart: int) -> None:
+        """Stop a restart of a group that stopped on a NaN or infinite loss: it would resume the same
+        checkpoint with the same data and lr and stop at the same step again, once per --max-restarts
+        (Megatron-LM exits on a NaN rather than retrying). The first attempt of a launch removes an
+        earlier launch's record; rank 0 reads it, so every rank decides alike even where the run
+        folder is not shared between nodes."""
+        path = os.path.join(self.cfg.out_dir, NON_FINITE_FILE)
+        if restart == 0:
+            if self.rank == 0 and os.path.exists(path):
+                os.remove(path)
+            return
+        found = [None]
+        if self.rank == 0 and os.path.exists(path):
+            with open(path) as f:
+                found = [f.read().strip()]
+        dist.broadcast_object_list(found, src=0)
+        if found[0]:
+            raise NonFiniteLossError(f"restart {restart} not run (it would resume the same weights and data and stop "
+                                     f"at the same step): {found[0]}")
 
     def _replica_mean(self, local: torch.Tensor) -> float:
         """The mean over dp replicas of a per-replica loss (from its last stage, first tp rank;
@@ -363,6 +387,7 @@ class Trainer:
             self._say(f"restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}: the previous attempt "
                       f"failed; every rank's log of it is under {os.path.join(self.cfg.out_dir, ELASTIC_DIR)}/*/"
                       f"attempt_{restart - 1}/")
+        self._refuse_repeat_of_non_finite(restart)
         if self.parts.fp8_linears is not None:
             converted, linears, banks = self.parts.fp8_linears
             self._say(fp8_line(converted, linears, self.plan.fp8_scaling, banks))

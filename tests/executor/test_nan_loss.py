@@ -60,6 +60,20 @@ def test_a_nan_loss_on_one_rank_stops_every_rank_before_the_step(tmp_path):
     assert stopped["reason"] == "failed" and f"step {NAN_AT_STEP}: the loss is NaN" in stopped["detail"], stopped
 
 
+def test_a_restart_after_a_nan_stop_is_not_run(tmp_path):
+    """--max-restarts would resume the same checkpoint and data and hit the same NaN once per
+    restart; the restarts stop at once, with the first attempt's line."""
+    (tmp_path / "nan_model.py").write_text(NAN_MODEL)
+    out = tmp_path / "run"
+    result = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "4", "--checkpoint-every", "2", "--max-restarts", "1",
+                         model=str(tmp_path / "nan_model.py"))
+    assert result.returncode == 1, result.stdout
+    assert "restart 1 not run (it would resume the same weights and data" in result.stdout, result.stdout
+    assert f"step {NAN_AT_STEP}: the loss is NaN" in result.stdout, result.stdout
+    assert list((out / "elastic").glob("*/attempt_1")), "the agent restarted the group once"
+    assert [r["step"] for r in metrics(out)] == [1, 2]  # the restart ran no step
+
+
 def test_the_line_names_the_step_and_the_fixes_that_apply():
     line = non_finite_line(7, False, float("inf"), Recipe(lr=3e-4, warmup_steps=0, grad_clip=0.0))
     assert line.startswith("step 7: the gradient norm is inf, so the run stopped before applying that step")
