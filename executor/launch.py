@@ -18,7 +18,13 @@ from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
 
 
 class LaunchError(RuntimeError):
-    """The workers failed (after the allowed restarts); the message says where the logs are."""
+    """The workers failed (after the allowed restarts); the message says where the logs are.
+    `exit_code` is what the command exits with: 1, or 128 + the signal that stopped the launcher
+    (143 for SIGTERM), as a shell reports a process a signal ended."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class LaunchInterrupted(KeyboardInterrupt):
@@ -74,13 +80,20 @@ def _agent_log_level(level: int):
     """The elastic agent's own records ("Sending process N closing signal SIGTERM", "failed
     (exitcode: -9) local_rank: 1 ...") at `level` while it runs: the launcher reports a failure in
     its own words (failure_report) and keeps every worker's log under RUN_DIR/elastic."""
-    agent = logging.getLogger("torch.distributed.elastic")
-    previous = agent.level
-    agent.setLevel(level)
+    # torch's elastic modules set each of their loggers' own level (utils/logging.py
+    # _setup_logger, WARNING), so the parent's level alone does not quiet "Received 15 death
+    # signal, shutting down workers" (agent/server/api.py) on a SIGTERM
+    names = ["torch.distributed.elastic", *(name for name in logging.root.manager.loggerDict
+                                           if name.startswith("torch.distributed.elastic."))]
+    loggers = [logging.getLogger(name) for name in names]
+    previous = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(level)
     try:
         yield
     finally:
-        agent.setLevel(previous)
+        for logger, was in zip(loggers, previous, strict=True):
+            logger.setLevel(was)
 
 
 def _logs_specs(log_dir: Path, nproc_per_node: int):
@@ -148,7 +161,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     except SignalException as err:  # SIGTERM / SIGHUP / SIGQUIT to this process: a closed terminal, a scheduler
         name = getattr(err.sigval, "name", str(err.sigval))
         mark_stopped(out, "interrupted", f"stopped by {name}; {_how_to_continue(cfg)}")
-        raise LaunchError(f"stopped by {name}; run directory kept at {out}") from None
+        raise LaunchError(f"stopped by {name}; run directory kept at {out}", 128 + int(err.sigval)) from None
     except ChildFailedError as err:
         def log_of(failure):
             return stderr_log(out / ELASTIC_DIR, launch.run_id, failure.local_rank, failure.error_file)

@@ -170,7 +170,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             result = run_plan(plan, model_file, opts, progress=lambda line: click.echo(line, err=True))
     except LaunchError as err:
-        raise RunFailed(str(err)) from None
+        raise RunFailed(str(err), exit_code=err.exit_code) from None
     if result.sbatch is not None:
         if as_json:
             echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir),

@@ -117,9 +117,14 @@ class UserError(click.ClickException):
 
 class RunFailed(click.ClickException):
     """A run that started and failed (a rank's exception, a signal): "error: ..." as every other
-    error line, exit code 1 (not a wrong input's 2); its message may go on with the rank's lines."""
+    error line, exit code 1 (143 for SIGTERM; not a wrong input's 2); its message may go on with the
+    rank's lines."""
 
     exit_code = 1
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code  # 128 + the signal for a run a signal stopped (executor.LaunchError)
 
     def show(self, file=None) -> None:
         click.echo(f"error: {self.message}", err=True)
