@@ -17,14 +17,18 @@ GIB = 2.0**30
 TIE_SHARE = 5e-4
 
 
-def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> list[str]:
-    """One line per runner-up: slower by how much and where the time went; OOM shapes."""
+def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3, objective: str = "time") -> list[str]:
+    """One line per runner-up: slower (or, under objective "cost", dearer) by how much and where
+    the time went; OOM shapes."""
     if not plans:
         return []
     best = plans[0].predicted
     lines = []
     for plan in plans[1:]:
         f = plan.predicted
+        if objective == "cost":
+            lines.append(_cost_line(plan, plans[0]))
+            continue
         diff = {k: f.breakdown.get(k, 0.0) - best.breakdown.get(k, 0.0) for k in set(f.breakdown) | set(best.breakdown)}
         worst = max(diff, key=diff.get)
         # no kind of time to blame, on as many GPUs (so at the same cost): say it is a tie
@@ -50,6 +54,30 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3) -> 
         if len(seen) >= limit:
             break
     return lines
+
+
+def _gpu_seconds_per_token(plan: Plan) -> float:
+    """What the cost objective ranks by (search.py: step time x GPUs over a step's tokens); the
+    price per GPU-hour is one factor for every plan of a search, so it cannot change the order."""
+    f = plan.predicted
+    return f.step_time_s * plan.world_size / max(f.tokens_per_s * f.step_time_s, 1e-30)
+
+
+def _cost_line(plan: Plan, best_plan: Plan) -> str:
+    """A runner-up under objective "cost": how much dearer per token, and the step time and GPU
+    count that make it so (a "mostly pp p2p" blame of step time would explain the wrong figure)."""
+    f, best = plan.predicted, best_plan.predicted
+    ratio = _gpu_seconds_per_token(plan) / _gpu_seconds_per_token(best_plan)
+    where = (f"{f.step_time_s:.3f} s on {plan.world_size} GPUs vs {best.step_time_s:.3f} s on "
+             f"{best_plan.world_size}")
+    if abs(ratio - 1) < TIE_SHARE:
+        return f"{_shape(plan)}: ties with the best on cost per token ({where})"
+    price = ""
+    if f.usd_per_step and best.usd_per_step:
+        def per_million(x: Plan) -> float:
+            return x.predicted.usd_per_step / (x.predicted.tokens_per_s * x.predicted.step_time_s) * 1e6
+        price = f", ${per_million(plan):.3f} vs ${per_million(best_plan):.3f} per 1M tokens"
+    return f"{_shape(plan)}: {100 * (ratio - 1):+.1f}% cost per token ({where}{price})"
 
 
 def _shape(plan: Plan) -> str:

@@ -101,7 +101,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
                              "ranked_by": "simulation" if simulated else "closed form"}}
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
-            record["explain"] = explain(plans, result.rejected)
+            record["explain"] = explain(plans, result.rejected, objective=objective)
             record["not_offered"] = dict(result.unsupported)
             record["not_searched"] = dict(result.not_searched)
         echo_json(record)
@@ -135,7 +135,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     if note:
         click.echo(note)
     if show_explain:
-        for line in explain(plans, result.rejected):
+        for line in explain(plans, result.rejected, objective=objective):
             click.echo(f"  {line}")
         for dim, why in result.unsupported.items():
             click.echo(f"  {dim} not offered: {why}")

@@ -7,7 +7,8 @@ from smplan.planner.plan import Figures, Plan
 
 
 def _plan(dp: int, step_s: float, breakdown: dict, nodes: int = 1) -> Plan:
-    figures = Figures(step_time_s=step_s, tokens_per_s=1.0, samples_per_s=1.0, model_tflops_per_gpu=1.0,
+    # a global batch of 16 sequences of 1024 tokens a step
+    figures = Figures(step_time_s=step_s, tokens_per_s=16 * 1024 / step_s, samples_per_s=1.0, model_tflops_per_gpu=1.0,
                       hardware_tflops_per_gpu=1.0, mfu=0.5, peak_memory_gib=10.0, bubble_fraction=0.0,
                       breakdown=breakdown)
     return Plan(model="m.py", hw="a100x8", nodes=nodes, dp=dp, micro_batch=1, global_batch=16, predicted=figures)
@@ -24,6 +25,17 @@ def test_a_slower_runner_up_names_where_its_time_went_and_a_tie_says_so():
     # as fast on twice the GPUs costs twice as much: not a tie
     wider = _plan(16, 1.0001, {"compute": 0.9, "dp_comm_exposed": 0.1001}, nodes=2)
     assert "ties" not in explain([best, wider])[0]
+
+
+def test_under_the_cost_objective_a_runner_up_says_how_much_dearer_per_token_it_is():
+    # faster on twice the GPUs: +50% step time blame would be wrong; it costs 1.2 x 2 / 2 ... per token
+    best = _plan(8, 2.0, {"compute": 2.0})
+    wider = _plan(16, 1.2, {"compute": 1.0, "pp_p2p": 0.2}, nodes=2)
+    line = explain([best, wider], objective="cost")[0]
+    assert "+20.0% cost per token (1.200 s on 16 GPUs vs 2.000 s on 8)" in line, line
+    assert "step time" not in line and "mostly" not in line, line
+    same = _plan(16, 1.0001, {"compute": 1.0}, nodes=2)
+    assert "ties with the best on cost per token" in explain([best, same], objective="cost")[0]
 
 
 def test_an_oom_bound_counts_whole_blocks_per_device():
