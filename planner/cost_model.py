@@ -56,7 +56,7 @@ from .memory_model import (
     state_bytes_per_param,
 )
 from .model_profile import BlockProfile, ModelProfile
-from .pass_model import PassTimes, launch_slack_s, pass_times
+from .pass_model import FLASH_DTYPES, PassTimes, launch_slack_s, pass_times
 from .plan import Figures, Plan, PlanError
 
 # Adam step per parameter: read+write fp32 master, m, v (24 B), read the grad twice (norm
@@ -419,6 +419,10 @@ class CostModel:
         prof, cl = self.profile, self.cluster
         gbs = plan.global_batch
         model_flops = prof.train_flops_per_sample * gbs
+        # Model FLOPs count causal attention's whole square (PaLM's MFU convention, the flop
+        # counter's); the kernels skip its masked half, so the FLOPs executed (hardware TFLOP/s)
+        # leave it out of the forward and the backward (2x), as the time does (pass_model)
+        masked = sum(p.causal_masked_flops_per_sample for p in prof.parts) if plan.dtype in FLASH_DTYPES else 0.0
         return PlanCosts(
             stages=stages,
             num_microbatches=plan.num_microbatches,
@@ -426,7 +430,7 @@ class CostModel:
             virtual_stages=plan.virtual_stages,
             schedule=plan.schedule,
             model_flops_per_step=model_flops,
-            hardware_flops_per_step=model_flops + rec_flops_per_sample * gbs,
+            hardware_flops_per_step=model_flops - 3.0 * masked * gbs + rec_flops_per_sample * gbs,
             tokens_per_step=gbs * prof.tokens_per_sample,
             samples_per_step=gbs,
             num_gpus=plan.world_size,

@@ -112,7 +112,7 @@ class PlanCosts:
     virtual_stages: int = 1
     schedule: str = "1f1b"
     model_flops_per_step: float = 0.0  # 6N-style model FLOPs of one step, whole cluster
-    hardware_flops_per_step: float = 0.0  # with recompute
+    hardware_flops_per_step: float = 0.0  # executed: with recompute, without causal attention's masked half
     tokens_per_step: int = 0
     samples_per_step: int = 0
     num_gpus: int = 1

@@ -116,6 +116,13 @@ class BlockProfile:
     sac_recompute_matmuls: tuple[MatmulShape, ...] = ()
 
     @property
+    def causal_masked_flops_per_sample(self) -> float:
+        """Of forward_flops_per_sample: the masked half of causal fused attention calls, counted by
+        the flop counter (MatmulShape.flops, the whole square) but skipped by the kernels, which
+        leave out the tiles above the diagonal (Dao 2023, FlashAttention-2, section 3.1.1)."""
+        return 0.5 * sum(mm.flops for mm in self.matmuls if mm.kernel == "flash_causal")
+
+    @property
     def supports_sac(self) -> bool:
         """Whether the profile says what op-level selective checkpointing keeps of this part."""
         return bool(self.saved_bytes_sac_tp_sharded_per_sample or self.saved_bytes_sac_replicated_per_sample

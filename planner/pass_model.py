@@ -338,6 +338,8 @@ def pass_times(
     sac_tp = tp_f * (0.5 if sp else 1.0)
     sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host_b) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")
-    flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample,
+    # the FLOPs a re-run forward executes: a causal flash kernel skips its masked half
+    masked = part.causal_masked_flops_per_sample if dtype in FLASH_DTYPES else 0.0
+    flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample - masked,
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
     return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b, sac_extra, sac_tp)

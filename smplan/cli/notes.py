@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from smplan.hwprofiles import Cluster, Efficiency, bundled_stacks, load_stack
+from smplan.hwprofiles import Cluster, Efficiency, bundled_stacks, load_stack, matmul_efficiency
 from smplan.planner import Figures
 
 # Below this share of the step, waiting for the host is not worth a line.
@@ -45,6 +45,19 @@ def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False, 
             f"({where}): a bigger micro-batch shortens it, and so do CUDA "
             "graphs (a --stack file or --hw-set efficiency.host_overhead_us_per_layer=... with less host time); "
             "a faster GPU does not")
+
+
+def causal_mfu_note(figures: Figures, cluster: Cluster, dtype: str) -> str | None:
+    """One line when the MFU is above what the GPU's largest GEMMs reach (hwprofiles.perf): at long
+    sequences it counts causal attention's masked half, which the kernels skip, as work (PaLM's
+    convention, torch's flop counter); the FLOPs executed (hardware TFLOP/s) say what the GPU does."""
+    huge = 1 << 20  # a GEMM this large runs at the profile's ceiling for the dtype
+    if figures.mfu <= matmul_efficiency(huge, huge, huge, cluster, dtype=dtype):
+        return None
+    peak = cluster.gpu.peak_tflops.for_dtype(dtype)
+    return (f"note: MFU {100 * figures.mfu:.1f}% counts causal attention's masked half as work (PaLM's convention); "
+            f"the GPUs execute {figures.hardware_tflops_per_gpu:.0f} TFLOP/s each, "
+            f"{100 * figures.hardware_tflops_per_gpu / peak:.0f}% of the {dtype} peak, recompute included")
 
 
 def gemm_tile_note(cluster: Cluster) -> str | None:

@@ -351,3 +351,18 @@ def test_explain_says_cp_is_left_out_below_long_sequences_and_how_to_price_it(cl
     fixed = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--explain", "--fix", "cp=2"])
     assert fixed.exit_code == 0, fixed.output
     assert "cp not searched" not in fixed.output and " cp=2 " in fixed.output.replace("  ", " ")
+
+
+def test_an_mfu_above_the_gemm_ceiling_says_what_the_gpus_execute(cli_runner):
+    # 64k tokens: causal attention's masked half is most of the model FLOPs the MFU counts
+    args = ["--arg", "layers=2", "--arg", "hidden=1024", "--arg", "heads=8", "--arg", "seq_len=65536",
+            "--arg", "vocab=1024", "--arg", "attention=sdpa"]
+    result = cli_runner.invoke(cli, ["plan", f"{EXAMPLES}/gpt.py:model", *args, "--hw", "h100x8", "--global-batch", "8"])
+    assert result.exit_code == 0, result.output
+    note = [line for line in result.output.splitlines() if line.startswith("note: MFU")]
+    assert note and "counts causal attention's masked half as work" in note[0], result.output
+    executed = float(note[0].split("execute ")[1].split(" TFLOP/s")[0])
+    assert executed < 0.65 * 989  # under the H100's bf16 GEMM ceiling (hwprofiles.perf.matmul_efficiency)
+    # a short sequence's MFU is under the ceiling: no note
+    short = cli_runner.invoke(cli, ["plan", f"{EXAMPLES}/gpt.py:tiny", "--hw", "h100x8"])
+    assert "note: MFU" not in short.output
