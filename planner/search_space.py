@@ -326,9 +326,13 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                             # with pp > 1, ZeRO-2/3 run as ZeRO-1 (feasibility.effective_zero): not offered.
                             # ZeRO-0 only where nothing shards, or where per-block ZeRO collectives
                             # (efficiency.zero_granularity "block": FSDP) can cost more than DDP's buckets
-                            plain = [0] if cluster.efficiency.zero_granularity == "block" else []
+                            fsdp = cluster.efficiency.zero_granularity == "block"
+                            plain = [0] if fsdp else []
+                            # FSDP (FSDP1's sharding strategies, FSDP2's reshard_after_forward) shards
+                            # gradients with the optimizer states or nothing: no ZeRO-1 without pp
+                            sharded = [2, 3] if fsdp else [1, 2, 3]
                             zeros = [fixed["zero"]] if "zero" in fixed else (
-                                [0] if single or powersgd else [*plain, 1] if pp > 1 else [*plain, 1, 2, 3])
+                                [0] if single or powersgd else [*plain, 1] if pp > 1 else [*plain, *sharded])
                             for zero in zeros:
                                 for kind, all_ in kinds:
                                     yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),

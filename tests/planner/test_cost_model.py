@@ -272,4 +272,6 @@ def test_zero_0_is_searched_where_per_block_collectives_can_cost_more():
         return {c.zero for c in enumerate_candidates(PROF, cluster, fixed, None)}
 
     assert zeros(load_cluster("a100x8")) == {1, 2, 3}  # bucketed: ZeRO-1 never costs more than DDP
-    assert zeros(load_cluster("a100x8", stack="torchtitan")) == {0, 1, 2, 3}
+    # FSDP shards gradients with the optimizer states or nothing: no ZeRO-1 to offer
+    assert zeros(load_cluster("a100x8", stack="torchtitan")) == {0, 2, 3}
+    assert zeros(load_cluster("a100x8", stack="pytorch-fsdp")) == {0, 2, 3}
