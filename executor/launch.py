@@ -63,7 +63,16 @@ def _quiet_agent_on_interrupt():
         yield
         return
 
+    interrupted = []
+
     def on_sigint(signum, frame):
+        # A second Ctrl-C (an impatient user; `timeout` passing the terminal's on to its group)
+        # would land inside the agent's shutdown and skip stopping its log-tail thread, which
+        # then keeps the interpreter from exiting: the shutdown already ends with SIGKILL after
+        # shutdown_timeout_s, so later ones are dropped.
+        if interrupted:
+            return
+        interrupted.append(signum)
         logging.disable(logging.CRITICAL)
         raise KeyboardInterrupt
 

@@ -25,13 +25,17 @@ def test_ctrl_c_during_plan_is_one_line_and_130(cli_runner, monkeypatch):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize(("sig", "code", "says", "reason"), [
-    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted"),
+@pytest.mark.parametrize(("sig", "code", "says", "reason", "times"), [
+    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 1),
+    # more Ctrl-Cs while the agent shuts down must not leave the launcher hanging (one landing in
+    # the shutdown left its log-tail thread running, which kept the interpreter from exiting; the
+    # race reproduced from a shell, with output to a file, more often than here)
+    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 6),
     # a closed terminal or a scheduler's kill: the same, as an error line (no agent traceback)
     # 143 = 128 + SIGTERM, as a shell reports a process the signal ended
-    (signal.SIGTERM, 143, "stopped by SIGTERM; run directory kept at {out}", "stopped by SIGTERM"),
+    (signal.SIGTERM, 143, "stopped by SIGTERM; run directory kept at {out}", "stopped by SIGTERM", 1),
 ])
-def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, code, says, reason):
+def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, code, says, reason, times):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
@@ -45,13 +49,16 @@ def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, 
         while not read_metrics(out) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.5)
         assert read_metrics(out), "the run never finished a step"
-        proc.send_signal(sig)
+        for _ in range(times):
+            proc.send_signal(sig)
+            time.sleep(0.1)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == code, err
+    # a second Ctrl-C after the shutdown may end the interpreter by SIGINT itself: a shell's 130 too
+    assert proc.returncode == code or (times > 1 and proc.returncode == -sig), err
     assert "Traceback" not in err and "death signal" not in err, err  # not the elastic agent's own warning
     assert says.format(out=out) in err
     assert out.is_dir() and (out / "run_config.json").is_file()
