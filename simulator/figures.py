@@ -5,7 +5,7 @@ from __future__ import annotations
 from smplan.planner.costs import MemoryBreakdown, PlanCosts
 from smplan.planner.plan import Figures
 
-from .step import RawStep
+from .step import DeviceTimes, RawStep
 
 GIB = 2.0**30
 
@@ -65,8 +65,16 @@ def device_memory(costs: PlanCosts) -> list[MemoryBreakdown | None]:
     return out
 
 
+def pass_wait_s(t: DeviceTimes) -> float:
+    """Seconds the rank's GPU sat idle inside its passes for their collectives (the breakdown's
+    ep_all_to_all, cp_comm_exposed and the per-unit ZeRO part of dp_comm_exposed)."""
+    return t.zero_wait_s + t.ep_comm_s + t.cp_comm_s
+
+
 def utilisation(raw: RawStep, node_of_stage: list[int] | None = None) -> list[dict]:
-    """Per pipeline rank: fractions of the step spent computing, sending, on DP, idle."""
+    """Per pipeline rank, fractions of the step: compute (recompute, host wait and exposed TP
+    collectives included), comm_wait (`pass_wait_s`), optimizer and idle (between passes: pipeline
+    bubble, p2p waits, the DP tail) sum to 1; send and dp_comm are the links' own busy time."""
     step = raw.step_time_s or 1.0
     rows = []
     for d, t in enumerate(raw.devices):
@@ -74,8 +82,9 @@ def utilisation(raw: RawStep, node_of_stage: list[int] | None = None) -> list[di
             {
                 "stage": d,
                 "node": node_of_stage[d] if node_of_stage else None,
-                "compute": t.compute_s / step,
+                "compute": (t.compute_s - pass_wait_s(t)) / step,
                 "recompute": t.recompute_s / step,
+                "comm_wait": pass_wait_s(t) / step,
                 "send": t.send_busy_s / step,
                 "dp_comm": t.dp_busy_s / step,
                 "optimizer": t.optimizer_s / step,
@@ -84,6 +93,21 @@ def utilisation(raw: RawStep, node_of_stage: list[int] | None = None) -> list[di
             }
         )
     return rows
+
+
+# Breakdown rows and the plan degree without which they are always 0 (`shown_breakdown`).
+_ROW_NEEDS = {"tp_comm": "tp", "pp_p2p": "pp", "ep_all_to_all": "ep", "cp_comm_exposed": "cp"}
+
+
+def shown_breakdown(breakdown: dict[str, float], plan) -> dict[str, float]:
+    """The breakdown's rows that apply to `plan` (text output; the JSON keeps every key): a row
+    whose parallelism the plan lacks (tp_comm at tp=1, pp_p2p at pp=1, ep_all_to_all at ep=1,
+    cp_comm_exposed at cp=1) is left out, but never one that holds time."""
+    def applies(kind: str, seconds: float) -> bool:
+        degree = _ROW_NEEDS.get(kind)
+        return bool(seconds) or degree is None or getattr(plan, degree) > 1
+
+    return {k: v for k, v in breakdown.items() if applies(k, v)}
 
 
 def figures(raw: RawStep, costs: PlanCosts) -> Figures:

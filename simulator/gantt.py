@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .step import SimEvent
+from .step import TRACKS, SimEvent, track_of
 
 COLOURS = {
     "F": "#4c78a8",
@@ -19,6 +19,10 @@ COLOURS = {
     "optimizer": "#bab0ac",
     "ep-a2a": "#eeca3b",
     "cp-comm": "#ff9da6",
+    # the waits are hatched in the colour of what they wait for
+    "zero-wait": "#9d755d",
+    "ep-wait": "#eeca3b",
+    "cp-wait": "#ff9da6",
 }
 LABELS = {
     "F": "forward",
@@ -33,9 +37,18 @@ LABELS = {
     "optimizer": "optimizer",
     "ep-a2a": "expert all-to-alls",
     "cp-comm": "context-parallel K/V comm",
+    "zero-wait": "waiting for ZeRO/FSDP collectives",
+    "ep-wait": "waiting for expert all-to-alls",
+    "cp-wait": "waiting for context-parallel comm",
 }
-# Within a stage's row: compute on top, sends and DP as thinner bars below.
-_LANE_OFFSET = {"compute": (0.0, 0.5), "send": (0.52, 0.2), "dp": (0.74, 0.2)}
+# Within a stage's row of height 1: the passes with their waits drawn over them, then a thin lane
+# per kind of transfer the step has (step.TRACKS), so that concurrent ones never hide each other.
+_PASS_HEIGHT = 0.46
+_LANE_PITCH, _LANE_HEIGHT = 0.115, 0.095
+# A transfer narrower than this is drawn this many pixels wide (a 0.6 ms pipeline send in a 12 s
+# step is a twentieth of a pixel); the trace keeps the exact times, passes and waits keep theirs.
+MIN_TRANSFER_PX = 2.0
+_WAIT_HATCH = "////"
 
 
 def write_gantt(
@@ -49,31 +62,29 @@ def write_gantt(
 
     path = Path(path)
     devices = sorted({e.device for e in events}) or [0]
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.55 * len(devices)), dpi=110)
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.8 * len(devices)), dpi=110)
     scale, unit = (1e3, "ms") if step_time_s < 10 else (1.0, "s")
-    by_kind: dict[str, list[tuple]] = {}
-    for e in events:
-        off, height = _LANE_OFFSET.get(e.lane, (0.0, 0.5))
-        by_kind.setdefault(e.name, []).append(
-            (e.device, off, height, e.start * scale, (e.end - e.start) * scale)
-        )
-    for kind, rows in by_kind.items():
-        for dev_offset_h in _group(rows):
-            (d, off, height), spans = dev_offset_h
-            ax.broken_barh(
-                spans, (d + off, height), facecolors=COLOURS.get(kind, "#888888"), linewidth=0
-            )
+    ax.set_xlim(0, step_time_s * scale * 1.01)
+    by_kind = gantt_bars(events, step_time_s * 1.01 / ax.bbox.width)
+    # passes first, their waits over them, transfers in their own lanes
+    for kind in sorted(by_kind, key=lambda k: TRACKS.index(track_of(k))):
+        waits = track_of(kind) == "wait"
+        style = ({"facecolors": "white", "edgecolors": COLOURS[kind], "hatch": _WAIT_HATCH} if waits
+                 else {"facecolors": COLOURS.get(kind, "#888888")})
+        for (y, height), spans in _group(by_kind[kind]):
+            ax.broken_barh([(x * scale, w * scale) for x, w in spans], (y, height), linewidth=0, **style)
     ax.set_yticks([d + 0.5 for d in devices], [f"stage {d}" for d in devices])
     ax.set_ylim(len(devices) + 0.1, -0.1)
-    ax.set_xlim(0, step_time_s * scale * 1.01)
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel(f"time ({unit}); transfers drawn at least {MIN_TRANSFER_PX:g} px wide")
     ax.set_title(title or f"one training step: {step_time_s * scale:.3g} {unit}")
     present = [k for k in COLOURS if k in by_kind]
+    handles = [Patch(facecolor="white", edgecolor=COLOURS[k], hatch=_WAIT_HATCH, label=LABELS[k])
+               if track_of(k) == "wait" else Patch(color=COLOURS[k], label=LABELS[k]) for k in present]
     ax.legend(
-        handles=[Patch(color=COLOURS[k], label=LABELS[k]) for k in present],
+        handles=handles,
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.6 / (1.0 + 0.55 * len(devices))),
-        ncol=min(len(present), 8),
+        bbox_to_anchor=(0.5, -0.6 / (1.0 + 0.8 * len(devices))),
+        ncol=min(len(present), 4),
         frameon=False,
     )
     fig.savefig(path, bbox_inches="tight")
@@ -81,8 +92,30 @@ def write_gantt(
     return path
 
 
+def gantt_bars(events: list[SimEvent], seconds_per_px: float) -> dict[str, list[tuple[float, float, float, float]]]:
+    """Per event name, its bars as (y, height, start_s, width_s): stage d's row spans [d, d + 1);
+    a transfer is at least MIN_TRANSFER_PX pixels of `seconds_per_px` wide."""
+    boxes = _track_boxes({track_of(e.name) for e in events})
+    bars: dict[str, list[tuple[float, float, float, float]]] = {}
+    for e in events:
+        off, height = boxes[track_of(e.name)]
+        width = e.end - e.start
+        if track_of(e.name) not in ("compute", "wait"):
+            width = max(width, MIN_TRANSFER_PX * seconds_per_px)
+        bars.setdefault(e.name, []).append((e.device + off, height, e.start, width))
+    return bars
+
+
+def _track_boxes(present: set[str]) -> dict[str, tuple[float, float]]:
+    """(offset, height) in a stage's row of each track in `present`; transfer lanes only for those."""
+    boxes = {"compute": (0.0, _PASS_HEIGHT), "wait": (0.0, _PASS_HEIGHT)}
+    lanes = [t for t in TRACKS if t in present and t not in boxes]
+    boxes.update({t: (_PASS_HEIGHT + 0.04 + i * _LANE_PITCH, _LANE_HEIGHT) for i, t in enumerate(lanes)})
+    return boxes
+
+
 def _group(rows: list[tuple]):
     groups: dict[tuple, list[tuple[float, float]]] = {}
-    for d, off, height, start, width in rows:
-        groups.setdefault((d, off, height), []).append((start, width))
+    for y, height, start, width in rows:
+        groups.setdefault((y, height), []).append((start, width))
     return groups.items()

@@ -17,7 +17,12 @@ collective (or ZeRO reduce-scatter, with the parameter all-gather prefetched at 
 start) on the DP stream, bucketed and overlapped with each chunk's final backward when the plan overlaps
 it, then the optimizer. With contention on, sends and DP buckets share links
 (network.py); with it off every transfer takes its cost-model time and the step equals
-the closed forms (1F1B and GPipe: (m+p-1)(t_f+t_b) for uniform stages).
+the closed forms at pp = 1 and for identical stages without send time ((m+p-1)(t_f+t_b) for
+1F1B and GPipe; interleaved too, unless its overlapped DP outlasts a backward: each chunk's
+reduction starts at its own last backward, as Megatron-Core's grad_sync_func, not all at the
+device's last micro-batch as `closed_form.device_tail_s` has it). Where a pass's GPU waits for
+its collectives, the wait is an event of its own (lane "wait"), so that the timeline's compute
+is compute.
 """
 
 from __future__ import annotations
@@ -34,12 +39,37 @@ from .schedules import ScheduleError, device_orders, first_forward_index, last_b
 
 class SimEvent(NamedTuple):
     device: int  # pipeline rank
-    lane: str  # "compute", "send" (also the expert and CP collectives) or "dp"
-    name: str  # F, R (recompute), B, send-act, send-grad, ep-a2a, cp-comm, dp-reduce, dp-gather, optimizer
+    lane: str  # "compute", "wait" (inside a pass), "send" (also the expert and CP collectives) or "dp"
+    # F, R (recompute), B, optimizer; zero-wait, ep-wait, cp-wait (the pass's GPU idle for its
+    # collectives); send-act, send-grad, ep-a2a, cp-comm; dp-gather, zero-gather, dp-reduce, zero-reduce
+    name: str
     start: float
     end: float
     chunk: int = -1
     mb: int = -1
+
+
+# The Gantt chart's and the trace's tracks, by event name: the passes, the GPU's waits inside
+# them (drawn over the pass), then one track per kind of transfer, so that transfers running at
+# once (a ZeRO-3 backward's all-gathers and reduce-scatters) never cover each other.
+TRACKS = ("compute", "wait", "p2p", "ep/cp", "dp gather", "dp reduce")
+_TRACK_OF = {"zero-wait": "wait", "ep-wait": "wait", "cp-wait": "wait", "send-act": "p2p", "send-grad": "p2p",
+             "ep-a2a": "ep/cp", "cp-comm": "ep/cp", "dp-gather": "dp gather", "zero-gather": "dp gather",
+             "dp-reduce": "dp reduce", "zero-reduce": "dp reduce"}
+
+
+def track_of(name: str) -> str:
+    """The track (TRACKS) an event named `name` is drawn and traced on."""
+    return _TRACK_OF.get(name, "compute")
+
+
+class PassWaits(NamedTuple):
+    """Seconds one pass's GPU sat idle for its collectives: ZeRO-2/3 all-gathers and
+    reduce-scatters, expert all-to-alls, exposed CP collectives (as they ran, links shared)."""
+
+    zero_s: float = 0.0
+    ep_s: float = 0.0
+    cp_s: float = 0.0
 
 
 # Below this a pass's overrun is float rounding of env.now = start + dur, not shared links.
@@ -53,13 +83,13 @@ class DeviceTimes:
     compute_s: float = 0.0  # forward + backward incl. recompute and TP collectives
     recompute_s: float = 0.0
     tp_comm_s: float = 0.0
-    ep_comm_s: float = 0.0  # expert all-to-alls inside the passes
-    cp_comm_s: float = 0.0  # exposed context-parallel K/V collectives inside the passes
+    ep_comm_s: float = 0.0  # the passes' GPU idle for their expert all-to-alls
+    cp_comm_s: float = 0.0  # the passes' GPU idle for their exposed context-parallel K/V collectives
     host_wait_s: float = 0.0  # the GPU idle inside the passes while the host launches their kernels
     wait_comm_s: float = 0.0  # idle while the awaited activation/gradient was on the wire
     wait_bubble_s: float = 0.0  # idle for any other reason (pipeline fill and drain)
     wait_gather_s: float = 0.0  # idle for a ZeRO parameter all-gather
-    zero_wait_s: float = 0.0  # ZeRO-2/3 passes run unit by unit beyond their cost-model time
+    zero_wait_s: float = 0.0  # the GPU idle inside ZeRO-2/3 passes for their per-unit collectives
     send_wait_s: float = 0.0  # held by its own blocking sends
     compute_end_s: float = 0.0
     dp_end_s: float = 0.0
@@ -156,10 +186,10 @@ class StepSimulation:
     def _pass(self, d: int, st, forward: bool, chunk: int = -1, mb: int = -1):
         """One pass: compute, then its expert all-to-alls and exposed CP collectives on their
         links (with contention off: the pass's cost-model time exactly). A pass with ZeRO-2/3
-        collectives runs them unit by unit on the DP links instead (`_sharded_pass`)."""
+        collectives runs them unit by unit on the DP links instead (`_sharded_pass`). Returns
+        the pass's PassWaits."""
         if self.net is not None and st.zero_units:
-            yield from self._sharded_pass(d, st, forward, chunk, mb)
-            return
+            return (yield from self._sharded_pass(d, st, forward, chunk, mb))
         if forward:
             comm = ((st.ep_comm_forward_s, st.ep_crosses_node), (st.cp_comm_forward_s, st.cp_crosses_node))
             dur = st.forward_s
@@ -169,10 +199,11 @@ class StepSimulation:
         on_links = sum(sec for sec, _ in comm)
         if on_links <= 0:
             yield self.env.timeout(dur)
-            return
+            return PassWaits()
         # contention off, they take their cost-model seconds: the pass still lasts dur
         yield self.env.timeout(max(0.0, dur - on_links))
-        yield from self._group_collectives(d, comm, chunk, mb)
+        ep_s, cp_s = yield from self._group_collectives(d, comm, chunk, mb)
+        return PassWaits(0.0, ep_s, cp_s)
 
     def _sharded_pass(self, d: int, st, forward: bool, chunk: int, mb: int):
         """A ZeRO-3 / FSDP pass as it runs (Zhao et al. 2023, PyTorch FSDP, section 3.3): each
@@ -183,7 +214,10 @@ class StepSimulation:
         has landed (FSDP2's final backward callback waits for them). ZeRO-2 has only the
         reduce-scatters. Without overlap each collective waits for the one before and the
         compute waits for it. The pass's expert all-to-alls and exposed CP collectives then
-        run on their links, as in `_pass` (taken out of the units' compute pro rata)."""
+        run on their links, as in `_pass` (taken out of the units' compute pro rata). Returns the
+        PassWaits: the GPU idle before a unit whose gather has not landed, after the last unit
+        until every reduce-scatter has, and for the group collectives (not the cost model's
+        max(compute, collectives) per unit: what the timeline ran)."""
         env, overlapped = self.env, st.dp_overlappable  # the plan's overlap_dp, as for the DP stream
         links = self._group_links(d, st.zero_crosses_node)  # the DP group's NIC share or NVLink port
         units = st.zero_units if forward else st.zero_units[::-1]
@@ -212,11 +246,17 @@ class StepSimulation:
             done.callbacks.append(landed)
             return done
 
+        def wait_for(event: simpy.Event):
+            start = env.now
+            yield event
+            return self._waited(d, "zero-wait", start, chunk, mb)
+
         gathered = transfer("zero-gather", steps[0][1])
         pending = []  # reduce-scatters in flight: a later, smaller one can land first
+        zero_s = 0.0
         for i, (compute, _, reduce) in enumerate(steps):
             if gathered is not None:
-                yield gathered
+                zero_s += yield from wait_for(gathered)
             nxt = steps[i + 1][1] if i + 1 < len(steps) else 0.0
             gathered = transfer("zero-gather", nxt) if overlapped else None  # prefetch under this compute
             yield env.timeout(compute * keep)
@@ -224,22 +264,34 @@ class StepSimulation:
             if reduced is not None:
                 pending.append(reduced)
                 if not overlapped:
-                    yield reduced
+                    zero_s += yield from wait_for(reduced)
             if not overlapped:
                 gathered = transfer("zero-gather", nxt)
         if pending:
-            yield env.all_of(pending)
-        yield from self._group_collectives(d, comm, chunk, mb)
+            zero_s += yield from wait_for(env.all_of(pending))
+        ep_s, cp_s = yield from self._group_collectives(d, comm, chunk, mb)
+        return PassWaits(zero_s, ep_s, cp_s)
+
+    def _waited(self, d: int, name: str, start: float, chunk: int, mb: int) -> float:
+        """Seconds since `start` the pass's GPU waited for a collective, drawn on the wait track."""
+        seconds = self.env.now - start
+        if self.record and seconds > SHARED_TOLERANCE_S:
+            self.events.append(SimEvent(d, "wait", name, start, self.env.now, chunk, mb))
+        return seconds
 
     def _group_collectives(self, d: int, comm, chunk: int, mb: int):
         """A pass's expert all-to-alls, then its exposed CP collectives, on their group's links
-        (`comm`: ((seconds, crosses node), ...) in that order); traced on the send lane."""
+        (`comm`: ((seconds, crosses node), ...) in that order); traced on the send lane, and the
+        GPU's wait for them on the wait lane. Returns the seconds each took (ep, cp)."""
+        took = []
         for (seconds, crosses), name in zip(comm, ("ep-a2a", "cp-comm"), strict=True):
+            start = self.env.now
             if seconds > 0:
-                start = self.env.now
                 yield self._transfer(self._group_links(d, crosses), seconds)
                 if self.record:
                     self.events.append(SimEvent(d, "send", name, start, self.env.now, chunk, mb))
+            took.append(self._waited(d, name.split("-")[0] + "-wait", start, chunk, mb))
+        return tuple(took)
 
     def _ready_event(self, key: tuple[str, int, int]) -> simpy.Event:
         ev = self._ready.get(key)
@@ -360,33 +412,23 @@ class StepSimulation:
                 dur = st.forward_s
                 times.host_wait_s += st.host_wait_forward_s
                 times.tp_comm_s += st.tp_comm_forward_s
-                times.ep_comm_s += st.ep_comm_forward_s
-                times.cp_comm_s += st.cp_comm_forward_s
             else:
                 dur = st.backward_s
                 times.host_wait_s += st.host_wait_backward_s
                 times.tp_comm_s += st.tp_comm_backward_s
-                times.ep_comm_s += st.ep_comm_backward_s
-                times.cp_comm_s += st.cp_comm_backward_s
                 times.recompute_s += rec_s
                 if i == last_b[c] and overlap[c] and self.dp_seconds[c] > 0:
                     self._queue_reduce(d, c, start, dur, self.dp_seconds[c] * reduce_fraction)
-            yield from self._pass(d, st, task.kind == "F", c, j)
-            shared = env.now - start - dur  # > 0 only where its all-to-all / CP links were shared
-            if sharded:
-                # the sharded pass, unit by unit, against the cost model's max(compute, collectives)
-                # per part: the first gather and the last reduce-scatter stick out, shared links slow
-                # the rest (exposed DP time); a part's collectives hiding under the next part's
-                # compute can also make it shorter (less compute time)
-                times.zero_wait_s += max(0.0, shared)
-                dur += shared
-            elif shared > SHARED_TOLERANCE_S:  # not the rounding of start + dur
-                ep_pass = st.ep_comm_forward_s if task.kind == "F" else st.ep_comm_backward_s
-                if ep_pass > 0:
-                    times.ep_comm_s += shared
-                else:
-                    times.cp_comm_s += shared
-                dur += shared
+            waits = yield from self._pass(d, st, task.kind == "F", c, j)
+            # what the GPU waited for inside the pass, as it ran: shared links lengthen the
+            # all-to-alls and CP collectives; a sharded pass idles where a unit's gather or the last
+            # reduce-scatters stick out of the compute (exposed DP time), and a part's collectives
+            # hiding under the next part's compute can make it shorter than the cost model's
+            times.zero_wait_s += waits.zero_s
+            times.ep_comm_s += waits.ep_s
+            times.cp_comm_s += waits.cp_s
+            if sharded or env.now - start - dur > SHARED_TOLERANCE_S:  # not the rounding of start + dur
+                dur = env.now - start
             times.compute_s += dur
             if self.record:
                 if task.kind == "B" and rec_s > 0:

@@ -2,8 +2,9 @@
 
 Format: the Trace Event Format (Google, "Trace Event Format" doc): complete events
 ("ph": "X") with microsecond `ts` and `dur`, one process per pipeline rank and one thread
-per lane (compute, send, dp), named by metadata events ("ph": "M"), as torch.profiler
-writes them.
+per track (step.TRACKS: the passes, the GPU's waits inside them, and one per kind of transfer:
+slices on one thread must nest, and a ZeRO-3 backward's gathers and reduce-scatters overlap),
+named by metadata events ("ph": "M"), as torch.profiler writes them.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .step import SimEvent
+from .step import TRACKS, SimEvent, track_of
 
-LANES = {"compute": 0, "send": 1, "dp": 2}
-LANE_NAMES = {"compute": "compute stream", "send": "p2p sends, expert / context-parallel comm",
-              "dp": "data-parallel comm"}
+TRACK_NAMES = {"compute": "compute stream", "wait": "compute stream waiting for its collectives",
+               "p2p": "pipeline p2p sends", "ep/cp": "expert / context-parallel comm",
+               "dp gather": "data-parallel all-gathers", "dp reduce": "data-parallel reductions"}
 _LABELS = {
     "F": "forward",
     "B": "backward",
@@ -29,6 +30,9 @@ _LABELS = {
     "optimizer": "optimizer",
     "ep-a2a": "expert all-to-alls",
     "cp-comm": "context-parallel K/V comm",
+    "zero-wait": "waiting for zero/fsdp collectives",
+    "ep-wait": "waiting for expert all-to-alls",
+    "cp-wait": "waiting for context-parallel comm",
 }
 
 
@@ -40,8 +44,8 @@ def trace_events(events: list[SimEvent], nodes: list[int] | None = None) -> list
         where = f" (node {nodes[d]})" if nodes else ""
         out.append(_meta("process_name", d, 0, {"name": f"pipeline stage {d}{where}"}))
         out.append(_meta("process_sort_index", d, 0, {"sort_index": d}))
-        for lane, tid in LANES.items():
-            out.append(_meta("thread_name", d, tid, {"name": LANE_NAMES[lane]}))
+        for tid, name in enumerate(TRACKS):
+            out.append(_meta("thread_name", d, tid, {"name": TRACK_NAMES[name]}))
     for e in events:
         label = _LABELS.get(e.name, e.name)
         name = f"{label} mb{e.mb}" if e.mb >= 0 else label
@@ -56,7 +60,7 @@ def trace_events(events: list[SimEvent], nodes: list[int] | None = None) -> list
                 "ts": e.start * 1e6,
                 "dur": max(0.0, (e.end - e.start) * 1e6),
                 "pid": e.device,
-                "tid": LANES.get(e.lane, 0),
+                "tid": TRACKS.index(track_of(e.name)),
                 "args": args,
             }
         )

@@ -10,6 +10,7 @@ from smplan.hwprofiles import PROBED_CPU_NAME
 from smplan.planner.model_file import split_ref
 from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
+from smplan.simulator.figures import shown_breakdown
 from smplan.simulator.gantt import write_gantt
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.prediction import stale_prediction_note
@@ -39,7 +40,11 @@ from .table import format_table
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), default=None,
               help="Write a Gantt chart of the step; the suffix picks the format (.png, .svg, .pdf, ...).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --trace or --gantt file.")
-@click.option("--no-contention", is_flag=True, help="Every transfer takes its cost-model time (equals the closed form).")
+@click.option("--no-contention", is_flag=True,
+              help="Every transfer takes its cost-model time on unshared links. The step then equals the closed form at "
+                   "pp=1 and for pipelines of identical stages without send time, but not interleaved ones with "
+                   "overlapped DP (each chunk's gradients reduce after its own last backward, sooner); elsewhere the "
+                   "closed form approximates the schedule.")
 @click.option("--dp-pattern", type=click.Choice(DP_PATTERNS), default="allreduce", show_default=True, help="What-if: parameter servers (ps) instead of all-reduce.")
 @click.option("--ps-servers", type=click.IntRange(min=1), default=None, help="Parameter-server nodes for --dp-pattern ps (default: one per node).")
 @json_option
@@ -124,17 +129,19 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo(format_table(["figure", "value"], rows))
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
-                            [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in f.breakdown.items()]))
+                            [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in shown_breakdown(f.breakdown, plan).items()]))
     note = host_wait_note(f, cluster.efficiency, moe=profile.num_experts > 1,
                           on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
     if note:
         click.echo(note)
-    click.echo("\nper-stage time, % of the step: compute + optimizer + idle = 100% (recompute and host wait are part of compute);\n"
-               "send and DP busy are the links' own streams, overlapping the compute")
+    click.echo("\nper-stage time, % of the step: compute + comm wait + optimizer + idle = 100%\n"
+               "(compute includes recompute, host wait and TP collectives; comm wait: the GPU idle inside its passes\n"
+               "for ZeRO/FSDP, expert and CP collectives; idle: between passes); send and DP busy are the links' own\n"
+               "streams, overlapping the compute")
     click.echo(format_table(
-        ["stage", "node", "compute", "(recompute)", "optimizer", "idle", "send busy", "DP busy"],
-        [[r["stage"], r["node"]] + [f"{100 * r[k]:.1f}%" for k in ("compute", "recompute", "optimizer", "idle",
-                                                                   "send", "dp_comm")]
+        ["stage", "node", "compute", "(recompute)", "comm wait", "optimizer", "idle", "send busy", "DP busy"],
+        [[r["stage"], r["node"]] + [f"{100 * r[k]:.1f}%" for k in ("compute", "recompute", "comm_wait", "optimizer",
+                                                                   "idle", "send", "dp_comm")]
          for r in result.stage_utilisation]))
     if not result.fits_memory:
         click.echo("\n" + out_of_memory_warning(f.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan))
