@@ -230,13 +230,42 @@ def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) 
         times = failure_times(spec, seeds, horizon, rng, stream_seeds)
         waits = spare_waits(spec, times)
         wall, fails, waited = _step(spec, intervals, times, waits)
-        if np.all(wall <= horizon):
+        late = wall > horizon
+        if not late.any():
             return SweepResult(intervals, wall, fails, spec.work_s, {"horizon_s": horizon}, waited)
+        seen = (horizon, waited[late], fails[late])  # the runs past the horizon: what held them up
         horizon *= 2.0
-    raise RunDoesNotFinish(
-        "the run does not finish: failures come faster than checkpoints can keep up; "
-        "raise --mtbf-hours, shorten --restart-minutes or --checkpoint-minutes"
-    )
+    raise RunDoesNotFinish(no_finish_reason(spec, *seen))
+
+
+# Over this share of the simulated wall-clock spent on one thing (waiting for a spare node, or
+# restarting), that thing is named as why the run does not finish: the majority of its time.
+MAIN_CAUSE_SHARE = 0.5
+
+
+def no_finish_reason(spec: RunSpec, horizon_s: float, spare_wait_s: np.ndarray, failures: np.ndarray) -> str:
+    """Why runs that the simulation followed for `horizon_s` did not finish, from what it saw in them
+    (`spare_wait_s`, `failures`: one per unfinished run): waiting for spare nodes, restarting, or else
+    failures undoing the work between checkpoints; the message names the options that change it."""
+    days = horizon_s / 86400.0
+    spare_share = min(float(np.mean(spare_wait_s)) / horizon_s, 1.0)
+    # an upper bound: a failure during a restart cuts it short, but a share over half is still most of the time
+    restart_share = min(float(np.mean(failures)) * spec.restart_s / horizon_s, 1.0)
+    mtbf_h = spec.job_mtbf_s / 3600.0
+    head = f"the run does not finish: followed for {days:,.0f} simulated days,"
+    if spec.spares is not None and spare_share >= MAIN_CAUSE_SHARE and spare_share >= restart_share:
+        # Little's law (Little 1961): nodes in repair = failure rate x repair time
+        in_repair = spec.repair_hours / mtbf_h
+        spares = f"{spec.spares} spare node{'' if spec.spares == 1 else 's'}"
+        return (f"{head} it spent {spare_share:.0%} of them waiting for a spare node: a node fails every {mtbf_h:.3g} h "
+                f"and is out {spec.repair_hours:g} h, so about {in_repair:.3g} are in repair at once against "
+                f"{spares}; give --spares {max(math.ceil(in_repair), spec.spares + 1)} or more, or a shorter "
+                "--repair-hours")
+    if restart_share >= MAIN_CAUSE_SHARE:
+        return (f"{head} it failed every {mtbf_h:.3g} h and spent {restart_share:.0%} of them restarting "
+                f"({spec.restart_s / 60:.3g} min each); shorten --restart-minutes or raise --mtbf-hours")
+    return (f"{head} failures every {mtbf_h:.3g} h undid the work between checkpoints faster than it was done; "
+            "raise --mtbf-hours, shorten --checkpoint-minutes or give a shorter --checkpoint-interval-min")
 
 
 def _step(spec: RunSpec, intervals: np.ndarray, times: np.ndarray, waits: np.ndarray):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
 
-from .failures import ReliabilityError, RunReport, RunSpec, analyse_run
+from .failures import ReliabilityError, RunDoesNotFinish, RunReport, RunSpec, analyse_run
 
 # Pinned GPU -> host copy over PCIe 4.0 x16: ~20-25 GB/s measured (nvbandwidth, DGX A100);
 # what an async checkpoint (torch.distributed.checkpoint async_save) blocks training for.
@@ -60,7 +60,7 @@ def checkpoint_seconds(nbytes: float, nodes: int, cluster: Cluster) -> float:
 
 @dataclass
 class PlanReliability:
-    report: RunReport
+    report: RunReport | None  # None: the run does not finish (`reason` says why)
     step_time_s: float
     tokens_per_s: float
     checkpoint_bytes: float
@@ -68,14 +68,31 @@ class PlanReliability:
     nodes: int = 1  # the nodes writing the checkpoint, each its shard
     peak_memory_gib: float = 0.0  # the step's fullest GPU, as `simulate` gives it
     memory_capacity_gib: float = 0.0  # what a GPU can use (0: not known)
+    reason: str | None = None  # why the run does not finish (RunDoesNotFinish's message); None when it does
+    spec: RunSpec | None = None  # what was simulated
 
     @property
     def fits_memory(self) -> bool:
         return not self.memory_capacity_gib or self.peak_memory_gib <= self.memory_capacity_gib
 
+    @property
+    def finishes(self) -> bool:
+        return self.report is not None
+
     def to_dict(self) -> dict:
-        out = self.report.to_dict()
+        """The report's fields, or for a run that does not finish only its inputs; `feasible` and
+        `reason` as `smplan whatif` marks a point whose run does not finish."""
+        if self.report is not None:
+            out = self.report.to_dict()
+        else:
+            spec = self.spec
+            out = {"work_s": spec.work_s, "job_mtbf_s": spec.job_mtbf_s, "checkpoint_s": spec.checkpoint_s,
+                   "restart_s": spec.restart_s, "spares": spec.spares,
+                   "repair_hours": spec.repair_hours if spec.spares is not None else None,
+                   "weibull_shape": spec.weibull_shape} if spec else {}
         out.update(
+            feasible=self.finishes,
+            reason=self.reason,
             step_time_s=self.step_time_s,
             tokens_per_s=self.tokens_per_s,
             checkpoint_bytes=self.checkpoint_bytes,
@@ -130,6 +147,9 @@ def plan_reliability(
         gpus_per_node=cluster.gpus_per_node,
         repair_hours=repair_hours,
     )
-    report = analyse_run(spec, interval_minutes * 60.0 if interval_minutes else None, seeds, seed)
+    try:
+        report, reason = analyse_run(spec, interval_minutes * 60.0 if interval_minutes else None, seeds, seed), None
+    except RunDoesNotFinish as err:  # the run's fate, not a wrong input: returned, for --json to print it
+        report, reason = None, str(err)
     return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size, nodes,
-                           figures.peak_memory_gib, step.memory_capacity_gib)
+                           figures.peak_memory_gib, step.memory_capacity_gib, reason, spec)

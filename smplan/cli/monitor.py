@@ -40,7 +40,8 @@ def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pc
 
     \b
     RUN_DIR is the -o/--output folder of `smplan execute`. A rank's own step time is the step
-    less its wait for the slowest rank at the step-end synchronisation.
+    (the ranks' median step time) less its wait for the slowest rank at the step-end
+    synchronisation; the rank table gives means over the steps, so step time = own time + waited.
       smplan monitor runs/demo
       smplan monitor runs/demo --follow                 # while it trains
       smplan monitor runs/demo --json | jq .stragglers  # for scripts (--follow: one object per line)

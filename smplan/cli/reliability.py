@@ -6,7 +6,12 @@ import math
 
 import click
 
-from smplan.simulator.failures import MIN_SWEEP_FAILURES, ReliabilityError, RunReport
+from smplan.simulator.failures import (
+    MIN_SWEEP_FAILURES,
+    ReliabilityError,
+    RunDoesNotFinish,
+    RunReport,
+)
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, checkpoint_write_gbps, plan_reliability
 
@@ -136,6 +141,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         click.echo(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan), err=True)
     if as_json:
         echo_json(result.to_dict())
+    if not result.finishes:  # after --json's object (feasible: false), as whatif prints its record, then exit 2
+        raise RunDoesNotFinish(result.reason)
+    if as_json:
         return
     r = result.report
     day = 86400.0

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.colors import LogNorm
-from matplotlib.ticker import EngFormatter, MaxNLocator
+from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
 
-from smplan.report.style import color, finish, new_figure
+from smplan.report.style import color, finish, label_log_axis, new_figure
 
 from .rundir import RunData
 from .status import own_time_matrix
@@ -57,21 +57,21 @@ def step_time_chart(run: RunData, path=None):
     fig, ax = new_figure("Step time: measured vs predicted" if predicted else "Step time (the plan predicts none)",
                          width=11, height=5)
     steps = [r["step"] for r in run.records]
-    ax.plot(steps, [r["step_time_s"] for r in run.records], marker="o", color="black", label="measured step",
+    ax.plot(steps, [r["step_time_s"] for r in run.records], marker="o", color="black", label="measured step (rank 0)",
             gid="measured")
     own_steps, order, rows = own_time_matrix(run.ranks)
     for col, rank in enumerate(order):
         ax.plot(own_steps, [row[col] for row in rows], linewidth=1, alpha=0.7, color=color("", col + 1),
                 label=f"rank {rank} own time", gid=f"own_rank_{rank}")
     if predicted:
-        ax.axhline(predicted, color=color("bubble"), linestyle="--", linewidth=1.5, label="predicted",
+        ax.axhline(predicted, color="#777777", linestyle="--", linewidth=1.5, label="predicted",
                    gid="predicted")
     ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("time per optimizer step")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, title="own time: step less the wait for the slowest rank", title_fontsize=8)
+    ax.legend(fontsize=8, title="own time: the ranks' median step less the rank's wait at its end", title_fontsize=8)
     return finish(fig, path)
 
 
@@ -95,8 +95,11 @@ def memory_chart(run: RunData, path=None):
     return finish(fig, path)
 
 
+MAX_STEP_TICKS = 12  # past this many recorded steps their labels would run into each other
+
+
 def grad_norm_heatmap(run: RunData, path=None):
-    """Gradient norm of every block (rows) at every recorded step (columns), log colour."""
+    """Gradient norm of every block (rows) at every recorded step (columns, at their steps), log colour."""
     recs = [r for r in run.records if r.get("block_grad_norms")]
     if not recs:
         return None
@@ -105,20 +108,33 @@ def grad_norm_heatmap(run: RunData, path=None):
                          height=max(3.5, 0.25 * grid.shape[0] + 2))
     positive = grid[grid > 0]
     norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if positive.size and positive.min() < positive.max() else None
-    image = ax.imshow(np.where(grid > 0, grid, np.nan), aspect="auto", origin="lower", cmap="viridis", norm=norm,
-                      interpolation="nearest", gid="heatmap")
     steps = [r["step"] for r in recs]
-    ticks = np.linspace(0, len(steps) - 1, min(len(steps), 12)).round().astype(int)
-    ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
-    ax.set_xlabel("step")
+    image = ax.pcolormesh(step_edges(steps), np.arange(grid.shape[0] + 1) - 0.5, np.where(grid > 0, grid, np.nan),
+                          cmap="viridis", norm=norm, gid="heatmap")
+    if len(steps) <= MAX_STEP_TICKS:  # each recorded step named under its column
+        ax.set_xticks(steps, [str(s) for s in steps])
+        ax.set_xlabel("step (the recorded ones)")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("step")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("block (first at the bottom)")
-    fig.colorbar(image, ax=ax, label="gradient 2-norm")
+    bar = fig.colorbar(image, ax=ax, label="gradient 2-norm")
+    if norm is not None:
+        label_log_axis(bar.ax.yaxis, FuncFormatter(lambda v, _: f"{v:.3g}"))
     finish(fig, None)
     ax.grid(False)
     if path is not None:
         fig.savefig(path, dpi=110)
     return fig
+
+
+def step_edges(steps: list[int]) -> np.ndarray:
+    """Column edges for records at `steps`: half-way to each neighbour, and half a step past the first
+    and last (a record every K steps is a column K wide at its step, not one as wide as step 1's)."""
+    at = np.asarray(steps, dtype=float)
+    middles = (at[1:] + at[:-1]) / 2.0
+    return np.concatenate([[at[0] - 0.5], middles, [at[-1] + 0.5]])
 
 
 CHARTS = {"loss": loss_chart, "lr": lr_chart, "step_time": step_time_chart, "memory": memory_chart,

@@ -26,8 +26,8 @@ CAPTIONS = {
     "loss": "Training loss and the global gradient norm (before clipping) at every step; the validation "
             "loss (--val-data) at the --eval-every steps.",
     "lr": "The learning rate each step ran at: warmup, then the --lr-schedule.",
-    "step_time": "Wall-clock time of each optimizer step, each rank's own time (the step less its "
-                 "wait for the slowest rank at the step-end synchronisation), and the plan's prediction.",
+    "step_time": "Wall-clock time of each optimizer step (rank 0's), each rank's own time (the ranks' median "
+                 "step less its wait for the slowest rank at the step-end synchronisation), and the plan's prediction.",
     "memory": "Peak memory of every rank. On a GPU the dashed line is the plan's predicted peak (what the "
               "allocator hands out); on CPU the bars are process RSS, which includes the interpreter and "
               "libraries and is not held against the plan.",
@@ -44,6 +44,39 @@ def _png_data_uri(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def headline(run: RunData, status: dict) -> str:
+    """What the run was and how it went, in one sentence: model, layout, steps, where it ran, and
+    its measured step time against the plan's prediction (the page's title already names the folder)."""
+    config, plan = run.config or {}, run.plan
+    model = config.get("model_ref") or plan.get("model")
+    summary = run.summary or {}
+    where = f" on {summary['device']}" if summary.get("device") else ""
+    where += f" in {summary['compute_dtype']}" if summary.get("compute_dtype") else ""
+    st = status["step_time_s"]
+    if st["predicted"]:
+        against = f"{st['ratio']:.2f}x the predicted {st['predicted'] * 1e3:,.1f} ms"
+    else:
+        against = "the plan predicts none (a plan file from `smplan plan` does)"
+    total = status["steps_total"]
+    state = "" if status["finished"] else " (stopped)" if status["stopped"] else " so far"
+    return (f"{short_model(model) if model else '(model not recorded)'}, {layout_label(plan)}: {status['steps_done']} of "
+            f"{total or '?'} steps{state}{where}; measured {st['median'] * 1e3:,.1f} ms a step, {against}.")
+
+
+def short_model(ref: str) -> str:
+    """A model reference as a headline names it: its file and builder, not the folders ("gpt.py:tiny")."""
+    prefix = "hf:" if ref.startswith("hf:") else ""
+    return prefix + Path(ref[len(prefix):].rstrip("/")).name
+
+
+def layout_label(plan: dict) -> str:
+    """"dp=2 tp=1 pp=1 mbs=1 gbs=2", with cp, ep and zero where they are used ("no plan recorded" without one)."""
+    shown = [("dp", "dp", 0), ("tp", "tp", 0), ("pp", "pp", 0), ("cp", "cp", 1), ("ep", "ep", 1),
+             ("micro_batch", "mbs", 0), ("global_batch", "gbs", 0), ("zero", "zero", 0)]  # (key, name, shown above)
+    parts = [f"{name}={plan[key]}" for key, name, above in shown if key in plan and plan[key] > above]
+    return " ".join(parts) or "no plan recorded"
 
 
 def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
@@ -75,7 +108,7 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
         f"<title>smplan run report: {escape(run.run_dir.name)}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>Run {escape(run.run_dir.name)}</h1>",
-        f'<p class="question">{escape(str(run.run_dir))}</p>',
+        f'<p class="question">{escape(headline(run, status))}</p>',
         '<div class="recommend"><dl>' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
         + "</dl></div>",
     ]

@@ -29,6 +29,15 @@ def _memory_by_rank(peaks: dict) -> str:
     return f"min {peaks[low]:.2f} (rank {low})  median {median:.2f}  max {peaks[high]:.2f} (rank {high})"
 
 
+def step_columns(row: dict) -> tuple[str, str, str]:
+    """(step, own, waited) of a rank row as printed: own is the printed step less the printed wait,
+    so the row adds up to the last digit shown (each rounded on its own may miss by 0.1 ms)."""
+    if row.get("step_time_s") is None:  # a run whose records predate the wait
+        return "—", "—", "—"
+    step_ms, wait_ms = round(row["step_time_s"] * 1e3, 1), round(row["sync_wait_s"] * 1e3, 1)
+    return _ms(step_ms / 1e3), _ms((step_ms - wait_ms) / 1e3), _ms(wait_ms / 1e3)
+
+
 def render_status(status: dict) -> str:
     lines = []
     stopped = status.get("stopped")
@@ -70,15 +79,17 @@ def render_status(status: dict) -> str:
     if lr:
         lines.append(f"  lr          {lr['last']:.3g} now ({describe_lr(lr)})  {lr['sparkline']}")
     if status["ranks"]:
-        lines.append("  rank  steps  step time   own time    waited      peak GiB")
+        lines.append("  rank  steps   step time =  own time +    waited   peak GiB")
         rows = status["ranks"]
         if len(rows) > MAX_RANK_ROWS:  # the slowest ranks are the ones worth a line
             lines.append(f"  ({MAX_RANK_ROWS} of {len(rows)} ranks: the longest own step time)")
-            rows = sorted(rows, key=lambda r: -(r["median_own_step_time_s"] or 0))[:MAX_RANK_ROWS]
+            rows = sorted(rows, key=lambda r: -(r["own_step_time_s"] or 0))[:MAX_RANK_ROWS]
         for r in rows:
-            lines.append(f"  {r['rank']:>4}  {r['steps']:>5}  {_ms(r['median_step_time_s']):>10}  "
-                         f"{_ms(r['median_own_step_time_s']):>10}  {_ms(r['median_sync_wait_s']):>10}  "
+            step, own, wait = step_columns(r)
+            lines.append(f"  {r['rank']:>4}  {r['steps']:>5}  {step:>10}   {own:>9}   {wait:>9}   "
                          f"{r['peak_memory_gib']:>8.2f}")
+        lines.append("  (means over the steps all ranks wrote but the first; step: the ranks' median; "
+                     "own time: the step less the rank's wait at its end)")
     else:
         lines.append("  (no per-rank records: the run predates them; no straggler detection)")
     for warning in status["warnings"]:

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
 from .points import BREAKDOWN_ORDER, MEMORY_PARTS, feasible, frontier_xy, versus_metric
-from .style import color, finish, new_figure, pretty, tick_label
+from .style import color, finish, label_log_axis, new_figure, pretty, tick_label
 
 
 def scaling_chart(points: list[dict], path=None):
@@ -22,6 +22,7 @@ def scaling_chart(points: list[dict], path=None):
     for p in feasible(points):
         groups.setdefault(p["group"], []).append(p)
     all_gpus: set[int] = set()
+    effs: list[float] = [1.0]
     for i, (name, members) in enumerate(sorted(groups.items())):
         members.sort(key=lambda p: p["num_gpus"])
         gpus = [p["num_gpus"] for p in members]
@@ -34,7 +35,9 @@ def scaling_chart(points: list[dict], path=None):
         # drawn over the data (zorder): a group that scales linearly would otherwise hide it
         ax_rate.plot(gpus, ideal, linestyle=":", color="black", linewidth=1.5, alpha=0.7, zorder=3, gid="ideal")
         ax_eff.plot(gpus, eff, marker="o", color=c, label=name)
-    ax_eff.axhline(1.0, color="black", linestyle=":", linewidth=1, gid="ideal")
+        effs += [e for e in eff if e is not None]
+    # over the data, as on the throughput panel: efficiencies of 100% would otherwise hide it
+    ax_eff.axhline(1.0, color="black", linestyle=":", linewidth=1.5, alpha=0.7, zorder=3, gid="ideal")
     for ax in (ax_rate, ax_eff):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_gpus))
@@ -44,11 +47,13 @@ def scaling_chart(points: list[dict], path=None):
     ax_rate.set_title("training throughput (log-log: linear scaling is a straight line)")
     ax_rate.set_yscale("log")  # with the log GPU axis, as scaling plots are read: equal ratios, equal steps
     ax_rate.set_ylabel("tokens per second")
-    ax_rate.yaxis.set_major_formatter(EngFormatter(unit="tok/s"))
+    label_log_axis(ax_rate.yaxis, EngFormatter(unit="tok/s"))
     ax_eff.set_title("per-GPU throughput vs the fewest-GPU point")
     ax_eff.set_ylabel("scaling efficiency")
     ax_eff.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax_eff.set_ylim(bottom=0)
+    # up to the highest of 100% and the data, with room above: more GPUs can beat 100% (ZeRO shards
+    # thinner, a smaller TP group wastes less), and a point on the frame hides the 100% line
+    ax_eff.set_ylim(0, max(effs) * (1 + DATA_MARGIN))
     _note_infeasible(fig, points)
     return finish(fig, path)
 
@@ -153,14 +158,18 @@ def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
     positive = [x for x in xs if x > 0]
     if positive and max(positive) / min(positive) > FRONTIER_LOG_X_RATIO:
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(EngFormatter(unit="tok") if mode == "days" else FuncFormatter(lambda v, _: f"{v:g}"))
+        label_log_axis(ax.xaxis, EngFormatter(unit="tok") if mode == "days" else FuncFormatter(lambda v, _: f"{v:g}"))
     elif mode == "days":
         ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
     ax.margins(x=DATA_MARGIN, y=DATA_MARGIN)
     if ax.get_xscale() == "linear":
-        ax.set_xlim(padded_range(xs, ax.get_xlim()))
-    ax.set_ylim(padded_range([frontier_xy(p, mode)[1] for p in shown], ax.get_ylim()))
-    ax.set_ylabel("cost (US$)")
+        padded = padded_range(xs, ax.get_xlim())
+        ax.set_xlim(at_least_span(xs, padded))
+        ax.set_xlabel(widened_label(ax.get_xlabel(), ax.get_xlim() != padded))
+    costs = [frontier_xy(p, mode)[1] for p in shown]
+    padded = padded_range(costs, ax.get_ylim())
+    ax.set_ylim(at_least_span(costs, padded))
+    ax.set_ylabel(widened_label("cost (US$)", ax.get_ylim() != padded))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.0f}"))
     handles, labels = ax.get_legend_handles_labels()
     key.legend(handles, labels, fontsize=9, loc="lower left")
@@ -174,6 +183,30 @@ def padded_range(values: list[float], auto: tuple[float, float]) -> tuple[float,
     down to 0 only when the data starts within its own span of 0 (then 0 is part of the picture)."""
     low, high = min(values), max(values)
     return (0.0, auto[1]) if low >= 0 and low <= high - low else auto
+
+
+# The time and cost axes span at least this fraction of the data's middle either side of it: the
+# simulated step time is off by a median 3-8% on published runs (README, the validation tables), so
+# points closer than that are alike within its error and must look alike, not fill the chart (0.5%
+# apart in cost once spanned it top to bottom).
+MIN_HALF_SPAN = 0.05
+
+
+def at_least_span(values: list[float], limits: tuple[float, float],
+                  fraction: float = MIN_HALF_SPAN) -> tuple[float, float]:
+    """`limits` widened to at least `fraction` of the middle of `values` either side of it (not
+    below 0 for data that is not)."""
+    middle = (min(values) + max(values)) / 2.0
+    low, high = min(limits[0], middle - fraction * abs(middle)), max(limits[1], middle + fraction * abs(middle))
+    return (max(low, 0.0) if min(values) >= 0 else low), high
+
+
+def widened_label(text: str, widened: bool) -> str:
+    """An axis label ("cost (US$)") that says, when `widened`, why its data sits in a band of it."""
+    if not widened:
+        return text
+    note = f"the axis spans ±{MIN_HALF_SPAN:.0%} at least, the simulation's error"
+    return f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"
 
 
 def _number_points(fig, ax, shown: list[dict], mode: str, pareto: set) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
-from .style import color, finish, new_figure
+from .style import color, finish, label_log_axis, new_figure
 
 GANTT_ORDER = ("forward", "backward", "recompute", "send", "ep_comm", "cp_comm", "dp_comm", "optimizer")
 # Within a stage's row (offset from its centre, height): compute on top, then the pipeline, expert
@@ -16,6 +16,12 @@ GANTT_ORDER = ("forward", "backward", "recompute", "send", "ep_comm", "cp_comm",
 # hundreds of per-layer ZeRO-3 / FSDP collectives run under the compute instead of over it.
 GANTT_LANES = {"compute": (-0.15, 0.5), "send": (0.19, 0.14), "dp": (0.35, 0.14)}
 GANTT_LANE_OF = {"send": "send", "ep_comm": "send", "cp_comm": "send", "dp_comm": "dp"}
+# Each task kind (smplan.whatif.details.EVENT_KINDS) drawn in the colour of the simulator's event it
+# comes from (simulator/gantt.py, what `smplan simulate --gantt` draws), so a colour means one thing
+# in both charts. "send" and "dp_comm" merge events: the colour of the main one, a label that says so.
+GANTT_EVENT_OF = {"forward": "F", "backward": "B", "recompute": "R", "send": "send-act", "dp_comm": "dp-reduce",
+                  "optimizer": "optimizer", "ep_comm": "ep-a2a", "cp_comm": "cp-comm"}
+GANTT_MERGED_LABELS = {"send": "send activation or gradient", "dp_comm": "DP comm (gradients, ZeRO/FSDP layers)"}
 SENSITIVITY_LABELS = {
     "gpu.peak_tflops": "GPU peak TFLOP/s",
     "gpu.memory_bandwidth_gbps": "HBM bandwidth (GB/s)",
@@ -40,8 +46,9 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
         width = np.array([t["end_s"] - t["start_s"] for t in mine])
         rows = np.array([t["stage"] for t in mine])
         offset, height = GANTT_LANES[GANTT_LANE_OF.get(kind, "compute")]
-        ax.barh(rows + offset, width, height=height, left=left, color=color(kind, i), edgecolor="white",
-                linewidth=0.4, label=kind.replace("_", " "), gid=kind)
+        colour, label = gantt_style(kind, i)
+        ax.barh(rows + offset, width, height=height, left=left, color=colour, edgecolor="white",
+                linewidth=0.4, label=label, gid=kind)
     numbered = len(tasks) <= 400
     if numbered:
         span = gantt["step_time_s"] or max(t["end_s"] for t in tasks)
@@ -58,6 +65,17 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
     ax.set_ylabel("pipeline stage (GPU rank)")
     ax.legend(fontsize=8, ncols=len(kinds), loc="lower right", bbox_to_anchor=(1.0, 1.0))
     return finish(fig, path)
+
+
+def gantt_style(kind: str, index: int = 0) -> tuple[str, str]:
+    """(colour, legend label) of a task kind: the simulator's for its event, else the report's own."""
+    # imported here: `smplan report` of a run draws no Gantt and needs no simulator
+    from smplan.simulator import GANTT_COLOURS, GANTT_LABELS
+
+    event = GANTT_EVENT_OF.get(kind, kind)  # a simulator event whatif passes on as it is named: its own
+    if event not in GANTT_COLOURS:  # neither: a colour of the report's own
+        return color(kind, index), kind.replace("_", " ")
+    return GANTT_COLOURS[event], GANTT_MERGED_LABELS.get(kind, GANTT_LABELS.get(event, kind))
 
 
 def goodput_chart(goodput: dict, path=None, title_suffix: str = ""):
@@ -82,7 +100,7 @@ def goodput_chart(goodput: dict, path=None, title_suffix: str = ""):
             ax.plot(x[lost], np.zeros(int(lost.sum())), linestyle="none", marker="x", markersize=9, color="#cc0000",
                     clip_on=False, label="the run does not finish", gid="does_not_finish")
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        label_log_axis(ax.xaxis, FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylabel("goodput (useful time / wall time)")
     ax_i.axvline(goodput["young_daly_min"], color="#ee6677", linestyle="--", gid="young_daly",

@@ -6,39 +6,40 @@ Agg canvas in any process, need no display, and hold no global state between cha
 
 from __future__ import annotations
 
+import copy
 import logging
 import textwrap
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import Formatter, LogFormatterSciNotation
 
 # Log-scale tick labels are mathtext; where its STIX fallback faces are missing, matplotlib's font
 # manager warns once per glyph lookup ("findfont: Font family ['STIXGeneral'] not found", 21 lines
 # for a run report) and draws them in DejaVu Sans, as it does anyway: no message for the user.
 logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 
-# Colour per quantity, the same in every chart (tab10-like, colour-blind friendly order).
+# Colour per quantity, the same in every chart (tab10-like, colour-blind friendly order). What the
+# simulator's Gantt chart also draws takes its colour there (simulator/gantt.py COLOURS: recompute R,
+# DP comm dp-reduce, PP sends send-act, expert ep-a2a, context cp-comm, optimizer), so a colour means
+# one thing in the breakdown, the what-if Gantt and `smplan simulate --gantt`; the rest keep clear of those.
 COLORS = {
     "compute": "#4477aa",
-    "host_wait": "#44aa99",
-    "recompute": "#77aadd",
-    "tp_comm": "#ee6677",
-    "dp_comm": "#ccbb44",
-    "pp_p2p": "#228833",
-    "dp_comm_exposed": "#ccbb44",
-    "ep_all_to_all": "#882255",
-    "cp_comm_exposed": "#999933",
-    "bubble": "#bbbbbb",
-    "optimizer": "#aa3377",
+    "host_wait": "#999933",
+    "recompute": "#e45756",
+    "tp_comm": "#332288",
+    "dp_comm": "#b279a2",
+    "pp_p2p": "#72b7b2",
+    "dp_comm_exposed": "#b279a2",
+    "ep_all_to_all": "#eeca3b",
+    "cp_comm_exposed": "#ff9da6",
+    "bubble": "#dddddd",  # idle: lighter than the optimizer's grey
+    "optimizer": "#bab0ac",
     "weights": "#4477aa",
     "gradients": "#66ccee",
     "activations": "#ee6677",
     "buffers": "#ccbb44",
     "reserve": "#bbbbbb",
-    "forward": "#4477aa",
-    "backward": "#ee6677",
-    "send": "#228833",
-    "dp": "#ccbb44",
 }
 CYCLE = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb", "#000000"]
 PRETTY = {
@@ -116,3 +117,32 @@ def tick_label(label: str) -> str:
         words = key.replace(".", ".\n").split("\n")
         lines += [*words[:-1], words[-1] + eq] + ([value] if value else [])
     return "\n".join(lines)
+
+
+def label_log_axis(axis, formatter: Formatter) -> None:
+    """Label a log `axis`'s major and minor ticks alike with `formatter`: matplotlib labels the minor
+    ticks it shows in its own style ("6x10^4" beside "100 ktok/s", "3x10^0" beside "10" days)."""
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(MinorLikeMajor(copy.copy(formatter), axis.get_transform().base))
+
+
+class MinorLikeMajor(Formatter):
+    """The minor ticks matplotlib's log scale labels (all within a decade, 2-3-4-6 within a few,
+    none past that: its default minor formatter decides), in `formatter`'s style."""
+
+    def __init__(self, formatter: Formatter, base: float = 10.0):
+        self.formatter = formatter
+        self.picker = LogFormatterSciNotation(base, labelOnlyBase=False)  # as matplotlib's LogScale sets it
+
+    def set_axis(self, axis) -> None:
+        super().set_axis(axis)
+        self.formatter.set_axis(axis)
+        self.picker.set_axis(axis)
+
+    def set_locs(self, locs) -> None:
+        super().set_locs(locs)
+        self.formatter.set_locs(locs)
+        self.picker.set_locs(locs)
+
+    def __call__(self, x, pos=None) -> str:
+        return self.formatter(x, pos) if self.picker(x, pos) else ""
