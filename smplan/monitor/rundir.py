@@ -19,7 +19,7 @@ from smplan.executor.metrics import (
     rank_files,
     read_jsonl,
 )
-from smplan.executor.run_lock import LOCK_FILE
+from smplan.executor.run_lock import LOCK_FILE, running_launch
 
 
 def no_step_line(run: RunData) -> str:
@@ -55,6 +55,7 @@ class RunData:
     config: dict | None = None  # run_config.json
     summary: dict | None = None  # summary.json, once the run has finished
     stopped: dict | None = None  # stopped.json: why the run ended unfinished (its local launcher's record)
+    running: str | None = None  # the launch holding the run's lock ("pid 123 on host, since ..."), if one does
     skipped: list[str] = field(default_factory=list)  # "metrics.jsonl:7" per unreadable line
 
     @property
@@ -117,4 +118,4 @@ def load_run(run_dir: str | Path) -> RunData:
                           "or pass the -o/--output folder of `smplan execute`")
     return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / RUN_CONFIG_FILE),
                    summary=_read_json(path / SUMMARY_FILE), stopped=stopped,
-                   skipped=skipped)
+                   running=running_launch(path), skipped=skipped)

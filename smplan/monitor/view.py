@@ -41,8 +41,12 @@ def step_columns(row: dict) -> tuple[str, str, str]:
 def render_status(status: dict) -> str:
     lines = []
     stopped = status.get("stopped")
+    # a launch holds the run's lock while it runs (executor.run_lock); without one and without
+    # stopped.json it may be a Slurm job on another node, or a launcher killed by SIGKILL
+    running = status.get("running")
     state = ("finished" if status["finished"] else f"stopped ({stopped.get('reason', '?')})" if stopped
-             else "running (or stopped)")
+             else f"running ({running})" if running
+             else "unfinished: no launch holds it here (a job on another node, or a launcher killed by SIGKILL)")
     total = status["steps_total"]
     lines.append(f"run {status['run_dir']}  {state}")
     if stopped and stopped.get("detail"):

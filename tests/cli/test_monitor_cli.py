@@ -4,6 +4,7 @@ empty directory is one line and exit 2; a truncated last line is skipped with on
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -91,7 +92,14 @@ def test_follow_stops_on_a_run_its_launcher_recorded_as_stopped(cli_runner, tmp_
     assert report.exit_code == 0 and "(stopped: rank 1 exited" in (tmp_path / "out.html").read_text()
     clear_stopped(run)  # what a new launch in the folder does first (tests/executor/test_units.py)
     status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
-    assert status["stopped"] is None and "running (or stopped)" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+    assert status["stopped"] is None and status["running"] is None
+    assert "unfinished: no launch holds it here" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+    from smplan.executor.run_lock import holding_run_dir
+
+    with holding_run_dir(run):  # what a live launch holds (executor/run_lock.py)
+        live = cli_runner.invoke(cli, ["monitor", str(run)]).output
+        assert json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)["running"].startswith("pid ")
+    assert f"running (pid {os.getpid()} on " in live, live
 
 
 def test_a_run_that_stopped_before_its_first_step_is_not_waited_for(cli_runner, tmp_path):
