@@ -47,8 +47,11 @@ def gantt_chart(gantt: dict, title_suffix: str = "", path=None):
         rows = np.array([t["stage"] for t in mine])
         offset, height = GANTT_LANES[GANTT_LANE_OF.get(kind, "compute")]
         colour, label = gantt_style(kind, i)
-        ax.barh(rows + offset, width, height=height, left=left, color=colour, edgecolor="white",
-                linewidth=0.4, label=label, gid=kind)
+        # a pass's wait for its collectives (simulate's zero-wait, ep-wait, cp-wait) is hatched
+        # over the compute lane in the colour of what it waits for, as `simulate --gantt` draws it
+        style = ({"color": "white", "edgecolor": colour, "hatch": "////"} if kind.endswith("-wait")
+                 else {"color": colour, "edgecolor": "white"})
+        ax.barh(rows + offset, width, height=height, left=left, linewidth=0.4, label=label, gid=kind, **style)
     numbered = len(tasks) <= 400
     if numbered:
         span = gantt["step_time_s"] or max(t["end_s"] for t in tasks)

@@ -56,3 +56,14 @@ def test_a_simulator_event_passed_on_by_its_own_name_keeps_its_colour_and_label(
 
     assert gantt_style("send-grad") == (GANTT_COLOURS["send-grad"], GANTT_LABELS["send-grad"])
     assert gantt_style("something_new", 2)[1] == "something new"
+
+
+def test_a_pass_waiting_for_its_collectives_is_hatched_as_simulate_draws_it():
+    record = synthetic_record()
+    record["details"]["gantt"]["tasks"].append(
+        {"stage": 0, "kind": "zero-wait", "microbatch": None, "start_s": 0.1, "end_s": 0.2})
+    drawn = bars(report.draw_chart("gantt", copy.deepcopy(record)).axes[0])
+    patch = drawn["zero-wait"].patches[0]
+    assert patch.get_hatch() == "////" and to_hex(patch.get_edgecolor()) == GANTT_COLOURS["zero-wait"]
+    assert to_hex(patch.get_facecolor()) == "#ffffff"
+    assert drawn["forward"].patches[0].get_hatch() is None  # the passes stay solid
