@@ -60,6 +60,31 @@ def causal_mfu_note(figures: Figures, cluster: Cluster, dtype: str) -> str | Non
             f"{100 * figures.hardware_tflops_per_gpu / peak:.0f}% of the {dtype} peak, recompute included")
 
 
+# A nearby global batch is worth naming when it lets dp grow this many times or more.
+BATCH_NOTE_DP_GAIN = 4
+# How far from the asked global batch a suggestion may go (a share of it).
+BATCH_NOTE_REACH = 0.05
+
+
+def _widest_dp(global_batch: int, num_gpus: int) -> int:
+    """The largest data-parallel degree `global_batch` allows on `num_gpus`: dp must divide the
+    global batch (each replica takes whole sequences, dp x micro-batch x micro-batches)."""
+    return max(d for d in range(1, min(global_batch, num_gpus) + 1) if global_batch % d == 0)
+
+
+def batch_divisors_note(global_batch: int, num_gpus: int) -> str | None:
+    """One line when the global batch's divisors leave little data parallelism (a prime batch on
+    many GPUs) and a batch within BATCH_NOTE_REACH of it allows BATCH_NOTE_DP_GAIN times more."""
+    widest = _widest_dp(global_batch, num_gpus)
+    reach = max(1, int(BATCH_NOTE_REACH * global_batch))
+    nearby = sorted(range(max(1, global_batch - reach), global_batch + reach + 1), key=lambda g: abs(g - global_batch))
+    for other in nearby:
+        if _widest_dp(other, num_gpus) >= BATCH_NOTE_DP_GAIN * widest:
+            return (f"note: global batch {global_batch} allows dp of at most {widest} on {num_gpus} GPUs (dp must "
+                    f"divide it); --global-batch {other} allows dp={_widest_dp(other, num_gpus)}")
+    return None
+
+
 def gemm_tile_note(cluster: Cluster) -> str | None:
     """One line when wave quantisation is asked for (efficiency.gemm_tile) on a GPU whose profile
     states no SM count: it would silently do nothing."""

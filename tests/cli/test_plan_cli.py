@@ -366,3 +366,21 @@ def test_an_mfu_above_the_gemm_ceiling_says_what_the_gpus_execute(cli_runner):
     # a short sequence's MFU is under the ceiling: no note
     short = cli_runner.invoke(cli, ["plan", f"{EXAMPLES}/gpt.py:tiny", "--hw", "h100x8"])
     assert "note: MFU" not in short.output
+
+
+def test_a_global_batch_with_few_divisors_names_a_nearby_one():
+    from smplan.cli.notes import batch_divisors_note
+
+    note = batch_divisors_note(97, 64)  # prime: dp=1 or 97
+    assert note == ("note: global batch 97 allows dp of at most 1 on 64 GPUs (dp must divide it); "
+                    "--global-batch 96 allows dp=48")
+    assert batch_divisors_note(96, 64) is None and batch_divisors_note(100, 64) is None
+    assert batch_divisors_note(7, 8) is None  # nothing within 5% of 7 allows 4x its dp=7
+
+
+def test_plan_prints_the_batch_note(cli_runner):
+    model = ["examples/gpt.py:model", "--arg", "layers=8", "--arg", "hidden=512", "--arg", "heads=8"]
+    result = cli_runner.invoke(cli, ["plan", *model, "--hw", "a100x8", "--nodes", "2", "--global-batch", "17"])
+    assert result.exit_code == 0, result.output
+    assert ("note: global batch 17 allows dp of at most 1 on 16 GPUs (dp must divide it); --global-batch 16 "
+            "allows dp=16") in result.output, result.output
