@@ -219,4 +219,8 @@ def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) ->
     if not cand.overlap_dp:
         return opt + dp
     window = (sum(c.b0 for c in ends) + (first.b_blk + rec_blk) * L) / p
+    if cand.v > 1:
+        # interleaved: a chunk's reduction overlaps the backwards from its own last one on, at most
+        # p micro-batches of each chunk (closed_form.device_tail_s): at most p x the device's backward
+        window *= p
     return opt + max(0.0, dp - window)

@@ -36,17 +36,29 @@ def pipeline_time_s(costs: PlanCosts) -> float:
 def device_tail_s(costs: PlanCosts, device: int) -> tuple[float, float]:
     """(exposed DP communication, optimizer) seconds of `device` after the pipeline drains.
 
-    With `dp_overlappable` the DP collectives overlap the device's last backward pass (one
-    micro-batch through its chunks): exposed = max(0, dp_comm - backward); else all of it.
+    With `dp_overlappable` each chunk's DP collectives overlap the backward passes from its own
+    last one on (one chunk, 1F1B: exposed = max(0, dp_comm - backward)); else all of it is exposed.
     Under ZeRO-2 that backward's own gradient reduce-scatters hold the same links, so only the
     rest of the pass is a window for the step's parameter all-gather.
     """
     st, p = costs.stages, costs.pp
     mine = [st[c] for c in range(device, len(st), p)]
-    dp = sum(s.dp_comm_s for s in mine)
-    window = (sum(max(0.0, s.backward_s - s.zero_reduce_s) for s in mine)
-              if all(s.dp_overlappable for s in mine) else 0.0)
-    return max(0.0, dp - window), sum(s.optimizer_s for s in mine)
+    optimizer = sum(s.optimizer_s for s in mine)
+    if not all(s.dp_overlappable for s in mine):
+        return sum(s.dp_comm_s for s in mine), optimizer
+    # Each chunk's reduction starts at its own last backward (Megatron-Core's per-chunk
+    # grad_sync_func; the simulator's _queue_reduce), one after another on the DP stream. In the
+    # interleaved cool-down the device runs its chunks' last backwards from the last model chunk
+    # down, p micro-batches each (Narayanan et al. SC21, section 2.2.2), so chunk k's begins
+    # b_k + p * sum(b_j, j < k) before the device's compute ends (no idle counted: an upper bound
+    # on what sticks out). With one chunk this is max(0, dp - backward), as before.
+    end = float("-inf")  # when the DP stream is done, in seconds after the device's compute ends
+    for k in range(len(mine) - 1, -1, -1):
+        s = mine[k]
+        window = s.backward_s + p * sum(mine[j].backward_s for j in range(k))
+        ready = -window + min(s.backward_s, s.zero_reduce_s)  # under ZeRO-2 its own reduce-scatters go first
+        end = max(max(end, ready) + s.dp_comm_s, -window + s.backward_s)  # no earlier than that backward
+    return max(0.0, end), optimizer
 
 
 def estimate_from_costs(costs: PlanCosts) -> Figures:

@@ -18,9 +18,9 @@ start) on the DP stream, bucketed and overlapped with each chunk's final backwar
 it, then the optimizer. With contention on, sends and DP buckets share links
 (network.py); with it off every transfer takes its cost-model time and the step equals
 the closed forms at pp = 1 and for identical stages without send time ((m+p-1)(t_f+t_b) for
-1F1B and GPipe; interleaved too, unless its overlapped DP outlasts a backward: each chunk's
-reduction starts at its own last backward, as Megatron-Core's grad_sync_func, not all at the
-device's last micro-batch as `closed_form.device_tail_s` has it). Where a pass's GPU waits for
+1F1B and GPipe; interleaved too: each chunk's reduction starts at its own last backward, as
+Megatron-Core's grad_sync_func, and `closed_form.device_tail_s` counts it so, less any idle in
+the cool-down). Where a pass's GPU waits for
 its collectives, the wait is an event of its own (lane "wait"), so that the timeline's compute
 is compute.
 """

@@ -42,9 +42,8 @@ from .table import format_table
 @click.option("--force", is_flag=True, help="Overwrite an existing --trace or --gantt file.")
 @click.option("--no-contention", is_flag=True,
               help="Every transfer takes its cost-model time on unshared links. The step then equals the closed form at "
-                   "pp=1 and for pipelines of identical stages without send time, but not interleaved ones with "
-                   "overlapped DP (each chunk's gradients reduce after its own last backward, sooner); elsewhere the "
-                   "closed form approximates the schedule.")
+                   "pp=1 and for pipelines of identical stages without send time (interleaved ones too, where the "
+                   "cool-down runs without idle); elsewhere the closed form approximates the schedule.")
 @click.option("--dp-pattern", type=click.Choice(DP_PATTERNS), default="allreduce", show_default=True, help="What-if: parameter servers (ps) instead of all-reduce.")
 @click.option("--ps-servers", type=click.IntRange(min=1), default=None, help="Parameter-server nodes for --dp-pattern ps (default: one per node).")
 @json_option
