@@ -75,6 +75,14 @@ TIMEOUT_HINT = ("a collective timed out: another rank stopped taking part (hung,
                 "stopped after this one gave up; a crash would have been reported instead")
 
 
+# The kernel's out-of-memory killer ends a process with SIGKILL, which no handler sees, so the rank
+# writes nothing (mm/oom_kill.c; the kernel logs "Out of memory: Killed process N"). A scheduler at
+# its time limit sends SIGTERM first, which stops the launcher and is reported as that.
+SIGKILL = 9  # POSIX
+SIGKILL_HINT = ("signal 9 (SIGKILL) with no error in its log: most often the kernel's out-of-memory killer "
+                "(`dmesg | grep -i oom` shows it); fewer processes per node or a smaller micro-batch use less memory")
+
+
 def _how(rank: int, exitcode: int) -> str:
     return f"rank {rank} " + (f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}")
 
@@ -90,9 +98,11 @@ def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, 
     head = _how(rank, exitcode)
     if log is None:
         return f"{head}; logs under {logs_root}"
-    tail = exception_tail(log.read_text(errors="replace"), max_lines)
+    text = log.read_text(errors="replace")
+    tail = exception_tail(text, max_lines)
+    killed = f"\n{SIGKILL_HINT}" if exitcode == -SIGKILL and _TRACEBACK not in text else ""
     if not tail:  # a signal (SIGKILL: out of memory, a scheduler) leaves no exception: one line
-        return f"{head}; full log of rank {rank}: {log}"
+        return f"{head}; full log of rank {rank}: {log}{killed}"
     body = "".join(f"\n  | {line}" for line in tail)
-    hint = f"\n{TIMEOUT_HINT}" if any(mark in tail[-1] for mark in TIMEOUT_MARKS) else ""
+    hint = f"\n{TIMEOUT_HINT}" if any(mark in tail[-1] for mark in TIMEOUT_MARKS) else killed
     return f"{head}:{body}{hint}\nfull log of rank {rank}: {log}"

@@ -30,8 +30,8 @@ class LaunchError(RuntimeError):
 class LaunchInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped the run: the workers are gone, the run directory and checkpoints stay."""
 
-    def __init__(self, run_dir: Path):
-        super().__init__(f"interrupted; run directory kept at {run_dir}")
+    def __init__(self, run_dir: Path, how_to_continue: str = ""):
+        super().__init__(f"interrupted; run directory kept at {run_dir}" + (f"; {how_to_continue}" if how_to_continue else ""))
         self.run_dir = run_dir
 
 
@@ -165,12 +165,13 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL):
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except KeyboardInterrupt:
-        mark_stopped(out, "interrupted", f"stopped with Ctrl-C; {_how_to_continue(cfg)}")
-        raise LaunchInterrupted(out) from None
+        how = _how_to_continue(cfg)
+        mark_stopped(out, "interrupted", f"stopped with Ctrl-C; {how}")
+        raise LaunchInterrupted(out, how) from None
     except SignalException as err:  # SIGTERM / SIGHUP / SIGQUIT to this process: a closed terminal, a scheduler
-        name = getattr(err.sigval, "name", str(err.sigval))
-        mark_stopped(out, "interrupted", f"stopped by {name}; {_how_to_continue(cfg)}")
-        raise LaunchError(f"stopped by {name}; run directory kept at {out}", 128 + int(err.sigval)) from None
+        name, how = getattr(err.sigval, "name", str(err.sigval)), _how_to_continue(cfg)
+        mark_stopped(out, "interrupted", f"stopped by {name}; {how}")
+        raise LaunchError(f"stopped by {name}; run directory kept at {out}; {how}", 128 + int(err.sigval)) from None
     except ChildFailedError as err:
         def log_of(failure):
             return stderr_log(out / ELASTIC_DIR, launch.run_id, failure.local_rank, failure.error_file)
@@ -193,6 +194,10 @@ def _how_to_continue(cfg: RunConfig) -> str:
         return "it stopped before its first step: the same `smplan execute` command starts it again"
     if found:
         return f"the same `smplan execute` command resumes it from its newest checkpoint ({Path(found[1]).name})"
+    if cfg.checkpoint_every:  # it was asked for checkpoints: advising --checkpoint-every would repeat it
+        first = min(cfg.checkpoint_every, cfg.steps)  # the end of the run writes one too (train.py)
+        return (f"it stopped before its first checkpoint (step {first}), so it cannot be resumed: run it again with "
+                "another -o/--output (or delete this folder)")
     return ("it wrote no checkpoint, so it cannot be resumed: run it again with another -o/--output (or delete "
             "this folder); --checkpoint-every N makes a run resumable")
 
@@ -240,12 +245,42 @@ def slurm_time_limit(predicted_step_s: float | None, steps: int, max_restarts: i
     return limit, why
 
 
+# The c10d rendezvous port: SLURM_RDZV_PORT_BASE + $SLURM_JOB_ID mod SLURM_RDZV_PORT_SPAN, so two
+# jobs that share a node (a fixed 29500 made the second one's store fail to bind) take different
+# ports unless their job IDs are a multiple of the span apart. 20000-29999 is above the privileged
+# ports (< 1024) and below Linux's default ephemeral range (32768-60999, net.ipv4.ip_local_port_range),
+# where an outgoing connection could already hold the port.
+SLURM_RDZV_PORT_BASE = 20000
+SLURM_RDZV_PORT_SPAN = 10000
+# Characters a path in the script cannot carry: sbatch reads an #SBATCH value's quotes and backslashes
+# itself (src/sbatch/opt.c, _get_argument), and a backslash in --output turns off its %j
+# (sbatch(1), "filename pattern"); a newline ends the directive.
+_SBATCH_UNSAFE = ('"', "\\", "\n")
+
+
+def sbatch_path_problem(run_dir: str | Path) -> str | None:
+    """Why `run_dir` cannot hold a Slurm job's files, in one line, or None when it can."""
+    bad = [ch for ch in _SBATCH_UNSAFE if ch in str(run_dir)]
+    if not bad:
+        return None
+    return (f"the run directory {str(run_dir)!r} holds {' and '.join(map(repr, bad))}, which sbatch's #SBATCH "
+            "--output line cannot carry; pass an -o/--output without quotes, backslashes or newlines")
+
+
+def _sbatch_log(run_dir: Path, job_name: str) -> str:
+    """The #SBATCH --output value for the job's log in `run_dir`: double-quoted, as sbatch groups a
+    quoted value with its spaces (src/sbatch/opt.c, _get_argument); a literal % in the folder
+    doubled, as its filename pattern reads "%%" as one and "%j" as the job ID (sbatch(1), "filename pattern")."""
+    return '"' + str(run_dir).replace("%", "%%") + f'/{job_name}-%j.out"'
+
+
 def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_per_node: int,
-                  job_name: str = "smplan", max_restarts: int = 0, port: int = 29500,
+                  job_name: str = "smplan", max_restarts: int = 0,
                   time_limit: str = DEFAULT_SLURM_TIME) -> str:
     """An sbatch script: one srun task per node, each a torchrun agent joining a c10d
     rendezvous hosted on the first node of the allocation."""
     cfg = shlex.quote(str(cfg_path))
+    log = _sbatch_log(Path(cfg_path).parent, job_name)
     gres = f"#SBATCH --gpus-per-node={gpus_per_node}\n" if gpus_per_node else ""
     # as launch_local's _logs_specs: local rank 0 on the job's log, every rank's stderr and the
     # other ranks' stdout under RUN_DIR/elastic (torchrun --redirects takes local_rank:1 for stdout)
@@ -257,13 +292,18 @@ def sbatch_script(cfg_path: str | Path, nnodes: int, nproc_per_node: int, gpus_p
 #SBATCH --ntasks-per-node=1
 {gres}#SBATCH --cpus-per-task={max(1, 4 * nproc_per_node)}
 #SBATCH --time={time_limit}
-#SBATCH --output={Path(cfg_path).parent / job_name}-%j.out
+#SBATCH --output={log}
 set -euo pipefail
 
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# a port of the job's own, 20000-29999: two jobs sharing a node would collide on a fixed one
+rdzv_port=$(({SLURM_RDZV_PORT_BASE} + SLURM_JOB_ID % {SLURM_RDZV_PORT_SPAN}))
 export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-1}}
 # a fresh rendezvous store per restart round (see launch_local)
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+# Slurm 22.05 to 23.02's srun does not inherit --cpus-per-task from sbatch; the documented way
+# to pass it on (sbatch(1), --cpus-per-task; Slurm 22.05 release notes)
+export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 
 srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
   {shlex.quote(sys.executable)} -m torch.distributed.run \\
@@ -271,7 +311,7 @@ srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 \\
     --nproc-per-node={nproc_per_node} \\
     --max-restarts={max_restarts} \\
     --rdzv-backend=c10d \\
-    --rdzv-endpoint="$head_node:{port}" \\
+    --rdzv-endpoint="$head_node:$rdzv_port" \\
     --rdzv-id="$SLURM_JOB_ID" \\
     --log-dir={shlex.quote(str(Path(cfg_path).parent / ELASTIC_DIR))} --tee=2 --local-ranks-filter=0{redirects} \\
     -m smplan.executor.worker {cfg}

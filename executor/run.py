@@ -7,6 +7,7 @@ ValueError line (exit code 2 on the CLI).
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,13 @@ from . import checkpoint
 from .config import RunConfig, fingerprint_inputs, hash_key, parse_slow_rank
 from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
-from .launch import check_slurm_time, launch_local, slurm_time_limit, write_sbatch
+from .launch import (
+    check_slurm_time,
+    launch_local,
+    sbatch_path_problem,
+    slurm_time_limit,
+    write_sbatch,
+)
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
 from .metrics import (
@@ -105,8 +112,7 @@ class ExecuteResult:
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
                  nproc_per_node: int | None = None, nnodes: int = 1) -> tuple[Plan, object]:
     """PLAN is a plan.json path or inline keys ("tp=2,pp=2,dp=1,mbs=1,gbs=4") with --model."""
-    is_file = is_plan_file_name(plan_arg) or Path(plan_arg).is_file()
-    if is_file:
+    if _is_plan_file(plan_arg):
         plan = Plan.load(plan_arg)
         if model or model_args:
             plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
@@ -131,6 +137,48 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     except PlanError as err:  # execute's processes are --nproc-per-node x --nnodes, not --nodes
         raise PlanError(str(err).replace("add --nodes", "give --nproc-per-node / --nnodes for them")) from None
     return plan, model_file
+
+
+def _is_plan_file(plan_arg: str) -> bool:
+    """Whether PLAN names a plan file, not inline keys."""
+    return is_plan_file_name(plan_arg) or Path(plan_arg).is_file()
+
+
+# The most GPUs a node holds in any bundled hardware profile (hwprofiles/*.toml: 8, an HGX/DGX
+# node): an inline plan names no hardware, so its Slurm job puts no more than this on one node
+# unless --nnodes or --nproc-per-node says how.
+INLINE_MAX_PROCS_PER_NODE = 8
+
+
+def slurm_nnodes(plan_arg: str, plan: Plan, nnodes: int | None, nproc_per_node: int | None) -> int:
+    """The nodes a --launcher slurm job spans: --nnodes as given; else the nodes --nproc-per-node's
+    processes fill; else the plan file's nodes. An inline plan of more than
+    INLINE_MAX_PROCS_PER_NODE processes is refused without either: one node of them would not schedule."""
+    if nnodes is not None:
+        return nnodes
+    if nproc_per_node:
+        return -(-plan.world_size // nproc_per_node)
+    world = plan.world_size
+    if _is_plan_file(plan_arg) or world <= INLINE_MAX_PROCS_PER_NODE:
+        return plan.nodes
+    fits = next(n for n in range(1, world + 1) if world % n == 0 and world // n <= INLINE_MAX_PROCS_PER_NODE)
+    raise PlanMismatchError(
+        f"an inline plan names no hardware, and its {world} processes are more than the {INLINE_MAX_PROCS_PER_NODE} "
+        f"GPUs of the usual node: pass --nnodes N (e.g. --nnodes {fits}, {world // fits} per node), or a plan "
+        "file made for your nodes (smplan plan MODEL --hw NAME --nodes N -o plan.json)")
+
+
+def _check_even_split(world: int, nnodes: int) -> None:
+    """torchrun starts as many processes on every node: refuse a node count that does not divide
+    the plan's processes (validate_plan would say only that the totals differ), naming the nearest that do."""
+    if world % nnodes == 0:
+        return
+    divisors = [n for n in range(1, world + 1) if world % n == 0]
+    below = max(n for n in divisors if n < nnodes)
+    above = min((n for n in divisors if n > nnodes), default=None)
+    fits = f"{below} or {above}" if above else str(below)
+    raise PlanMismatchError(f"the plan's {world} processes do not split evenly over {nnodes} nodes (each runs as "
+                            f"many): use --nnodes {fits}")
 
 
 def check_options(opts: ExecuteOptions) -> None:
@@ -203,6 +251,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         raise PlanMismatchError(f"--launcher must be local or slurm, got {opts.launcher!r}")
     if opts.nnodes > 1 and opts.launcher == "local" and not opts.rdzv_endpoint:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
+    if not opts.nproc_per_node:
+        _check_even_split(plan.world_size, opts.nnodes)
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     meta_profile(plan, model_file)  # a forward that fails on meta for a reason real data meets too: refused
     if opts.launcher == "local":  # Slurm's nodes are not this machine
@@ -212,6 +262,9 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     inputs = fingerprint_inputs(plan, model_file.sha256)
     fp = hash_key(inputs)  # config.fingerprint: what a checkpoint must match to be resumed
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
+    unsafe = sbatch_path_problem(out) if opts.launcher == "slurm" else None
+    if unsafe:
+        raise PlanMismatchError(unsafe)
     # The run directory's own checkpoints: written with --checkpoint-every, and resumed from
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
     own = out / CHECKPOINTS_DIR
@@ -415,10 +468,11 @@ def _keep_a_slurm_script(out: Path, launcher: str) -> None:
     if not script.is_file() or read_metrics(out):
         return
     if launcher == "slurm":
-        raise PlanMismatchError(f"{out} already holds a Slurm script ({SBATCH_FILE}); submit it (sbatch {script}), "
-                                "or pass another -o/--output (delete the script to write it anew)")
-    raise PlanMismatchError(f"{out} holds a Slurm script not yet run ({SBATCH_FILE}); submit it (sbatch {script}), "
-                            "or pass another -o/--output to run here")
+        raise PlanMismatchError(f"{out} already holds a Slurm script ({SBATCH_FILE}); submit it (sbatch "
+                                f"{shlex.quote(str(script))}), or pass another -o/--output (delete the script to "
+                                "write it anew)")
+    raise PlanMismatchError(f"{out} holds a Slurm script not yet run ({SBATCH_FILE}); submit it (sbatch "
+                            f"{shlex.quote(str(script))}), or pass another -o/--output to run here")
 
 
 def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> _EarlierRecords | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import sys
 
 import click
@@ -14,7 +15,7 @@ from smplan.executor import execute as run_plan
 from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
-from smplan.executor.run import check_options
+from smplan.executor.run import check_options, slurm_nnodes
 from smplan.hwprofiles import bundled_profiles
 from smplan.planner import Plan
 from smplan.simulator.prediction import model_changed, repriced
@@ -145,10 +146,8 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     plan, model_file = resolve_plan(plan_arg, model=model, model_args=args, nproc_per_node=nproc_per_node,
                                     nnodes=nnodes)
     plan = _own_prediction(plan_arg, plan, model, args, model_file)
-    if launcher == "slurm" and given_nnodes is None and plan.nodes > 1:  # the job spans the nodes it was planned for
-        # with --nproc-per-node given, the nodes its processes fill
-        nodes = -(-plan.world_size // nproc_per_node) if nproc_per_node else plan.nodes
-        opts = dataclasses.replace(opts, nnodes=nodes)
+    if launcher == "slurm":  # the job spans the nodes it was planned for, or those its processes fill
+        opts = dataclasses.replace(opts, nnodes=slurm_nnodes(plan_arg, plan, given_nnodes, nproc_per_node))
     elif given_nnodes is None and plan.nodes > 1 and not nproc_per_node:
         click.echo(f"note: the plan is for {plan.nodes} nodes; all {plan.world_size} of its processes start on this "
                    "machine (--launcher slurm spans its nodes; --nnodes N --rdzv-endpoint HOST:PORT on each node "
@@ -180,7 +179,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         click.echo(f"wrote {result.sbatch}: {opts.nnodes} node{'s' if opts.nnodes != 1 else ''} x {per_node} "
                    f"GPU{'s' if per_node != 1 else ''} (--nnodes / --nproc-per-node set them)")
         click.echo(f"its --time is {result.time_limit}: {result.time_limit_reason}")
-        click.echo(f"submit it with:  sbatch {result.sbatch}")
+        click.echo(f"submit it with:  sbatch {shlex.quote(str(result.sbatch))}")
         return
     if as_json:
         echo_json({"run_dir": str(result.run_dir), "summary": result.summary})

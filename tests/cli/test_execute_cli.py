@@ -120,7 +120,7 @@ def test_slurm_script(cli_runner, tmp_path):
         assert needle in text, needle
     config = json.loads((out / "run_config.json").read_text())
     assert config["plan"]["dp"] == 4 and config["plan"]["tp"] == 2
-    assert f"#SBATCH --output={out}/smplan-%j.out" in text  # the job's log beside the run, not in the submit dir
+    assert f'#SBATCH --output="{out}/smplan-%j.out"' in text  # the job's log beside the run, not in the submit dir
     # the unsubmitted script is the job's: neither another script nor a local run rewrites it
     script.write_text(text + "# my edit\n")
     for launcher in (["--launcher", "slurm", "--nnodes", "2", "--nproc-per-node", "4"], []):
@@ -233,6 +233,39 @@ def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(c
     # tiny's own width, given again, builds the same model: its figures stay
     same_args = _invoke(cli_runner, str(path), "--arg", "hidden=32", "--launcher", "slurm", "--out", str(tmp_path / "e"))
     assert same_args.exit_code == 0 and "note:" not in same_args.stderr, same_args.output
+
+
+def test_slurm_run_directory_with_a_space(cli_runner, tmp_path):
+    """Every path the user copies or sbatch reads stays one word: the submit line, the refusal, --output."""
+    import shlex
+
+    out = tmp_path / "slurm run"
+    result = _invoke(cli_runner, "dp=2,mbs=1,gbs=8", "--model", GPT, "--launcher", "slurm", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    script = out / "smplan.sbatch"
+    submit = next(line for line in result.output.splitlines() if line.startswith("submit it with:"))
+    assert shlex.split(submit.split(":", 1)[1]) == ["sbatch", str(script)]
+    assert f'#SBATCH --output="{out}/smplan-%j.out"\n' in script.read_text()
+    refused = _invoke(cli_runner, "dp=2,mbs=1,gbs=8", "--model", GPT, "--launcher", "slurm", "--out", str(out))
+    assert refused.exit_code == 2 and f"(sbatch {shlex.quote(str(script))})" in refused.output
+    quoted = _invoke(cli_runner, "dp=2,mbs=1,gbs=8", "--model", GPT, "--launcher", "slurm", "--out", str(tmp_path / 'a"b'))
+    assert quoted.exit_code == 2 and len(quoted.output.strip().splitlines()) == 1 and "cannot carry" in quoted.output
+
+
+def test_slurm_inline_plan_past_one_node_asks_for_nnodes(cli_runner, tmp_path):
+    refused = _invoke(cli_runner, "pp=2,dp=8,mbs=1,gbs=32", "--model", GPT, "--launcher", "slurm", "--out", str(tmp_path / "a"))
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "16 processes" in refused.output and "--nnodes 2" in refused.output
+    assert not (tmp_path / "a" / "smplan.sbatch").exists()
+    given = _invoke(cli_runner, "pp=2,dp=8,mbs=1,gbs=32", "--model", GPT, "--launcher", "slurm", "--nnodes", "2",
+                    "--out", str(tmp_path / "b"))
+    assert given.exit_code == 0, given.output
+    text = (tmp_path / "b" / "smplan.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gpus-per-node=8\n" in text
+    uneven = _invoke(cli_runner, "pp=2,dp=8,mbs=1,gbs=32", "--model", GPT, "--launcher", "slurm", "--nnodes", "3",
+                     "--out", str(tmp_path / "c"))
+    assert uneven.exit_code == 2 and "16 processes do not split evenly over 3 nodes" in uneven.output
+    assert "--nnodes 2 or 4" in uneven.output and "asked for" not in uneven.output
 
 
 def test_slurm_world_size_must_match(cli_runner, tmp_path):

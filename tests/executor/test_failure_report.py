@@ -82,7 +82,23 @@ def test_failure_report_names_the_log(tmp_path):
     assert failure_report(3, -9, None, tmp_path) == f"rank 3 killed by signal 9; logs under {tmp_path}"
     quiet = tmp_path / "quiet.log"
     quiet.write_text("\n")  # SIGKILL: nothing written
-    assert failure_report(2, -9, quiet, tmp_path) == f"rank 2 killed by signal 9; full log of rank 2: {quiet}"
+    assert failure_report(2, -9, quiet, tmp_path).startswith(f"rank 2 killed by signal 9; full log of rank 2: {quiet}\n")
+
+
+def test_a_silent_sigkill_is_named_as_the_likely_out_of_memory_kill(tmp_path):
+    """The kernel's OOM killer sends SIGKILL, which leaves the rank's log without an error: the
+    report says what that most often means, on one line; another signal or a traceback does not get it."""
+    quiet = tmp_path / "stderr.log"
+    quiet.write_text("")
+    head, hint = failure_report(6, -9, quiet, tmp_path).split("\n")
+    assert head == f"rank 6 killed by signal 9; full log of rank 6: {quiet}"
+    assert hint.startswith("signal 9 (SIGKILL) with no error in its log: most often the kernel's out-of-memory killer")
+    assert "dmesg | grep -i oom" in hint and "smaller micro-batch" in hint
+    quiet.write_text("UserWarning: something harmless\n")  # lines, but no error
+    assert failure_report(6, -9, quiet, tmp_path).splitlines()[-2] == hint
+    assert "out-of-memory" not in failure_report(6, -11, quiet, tmp_path)  # a segfault is not memory
+    quiet.write_text(LOG)
+    assert "out-of-memory" not in failure_report(6, -9, quiet, tmp_path)
 
 
 def test_a_rank_that_lost_its_peer_is_told_apart():

@@ -399,6 +399,35 @@ def test_a_stopped_run_is_promised_a_resume_only_with_a_checkpoint(tmp_path):
     assert _how_to_continue(cfg).endswith("resumes it from its newest checkpoint (step-4)")
 
 
+def test_a_run_stopped_before_its_first_checkpoint_is_not_told_to_add_checkpoints(tmp_path):
+    from smplan.executor.config import RunConfig
+    from smplan.executor.launch import _how_to_continue
+
+    cfg = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=5000, checkpoint_dir=str(tmp_path / "c"),
+                    checkpoint_every=1000)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 4.0}\n')
+    said = _how_to_continue(cfg)
+    assert said.startswith("it stopped before its first checkpoint (step 1000), so it cannot be resumed")
+    assert "--checkpoint-every" not in said
+
+
+def test_ctrl_c_says_on_the_console_whether_the_run_can_be_resumed(tmp_path, monkeypatch):
+    """Not only stopped.json: the one line Ctrl-C prints carries the same clause."""
+    from smplan.executor.config import RunConfig
+    from smplan.executor.launch import LaunchInterrupted, launch_local
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("torch.distributed.launcher.api.elastic_launch", interrupted)
+    cfg = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=10)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 4.0}\n')
+    with pytest.raises(LaunchInterrupted) as stopped:
+        launch_local(cfg, 1)
+    assert str(stopped.value).startswith(f"interrupted; run directory kept at {tmp_path}; it wrote no checkpoint, "
+                                         "so it cannot be resumed")
+
+
 def test_the_default_loss_takes_a_language_models_logits():
     """(batch, seq, vocab) scores against (batch, seq) targets: flattened, as a language model file
     without loss() would otherwise fail in F.cross_entropy; (N, C) and channel-first (N, C, L) as before."""
