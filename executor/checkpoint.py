@@ -51,6 +51,18 @@ def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def prune(root: str | Path, keep: int) -> list[Path]:
+    """Remove all but the newest `keep` complete step-N checkpoints under `root` (torchtitan's
+    checkpoint.keep_latest_k); an unfinished save (.step-N.tmp) is left to the next save. Returns
+    the folders removed. keep <= 0 keeps every one."""
+    if keep <= 0:
+        return []
+    old = [path for _, path in complete_steps(root)[:-keep]]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
+    return old
+
+
 def latest(root: str | Path) -> tuple[int, Path] | None:
     steps = complete_steps(root)
     return steps[-1] if steps else None

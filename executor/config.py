@@ -30,6 +30,7 @@ class RunConfig:
     clip: float = 1.0
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0  # 0: no checkpoints
+    keep_checkpoints: int = 0  # the newest K step-N checkpoints stay after each save; 0: all
     force_resume: bool = False
     fail_at_step: int | None = None
     fail_rank: int | None = None  # None: the last rank

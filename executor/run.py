@@ -63,6 +63,7 @@ class ExecuteOptions:
     rdzv_endpoint: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None  # None: 0, or on a resumed run the interval it ran with
+    keep_checkpoints: int = 0  # 0: keep every checkpoint
     max_restarts: int = 0
     launcher: str = "local"
     out: str | None = None
@@ -310,6 +311,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         clip=opts.clip,
         checkpoint_dir=ckpt_dir,
         checkpoint_every=every,
+        keep_checkpoints=opts.keep_checkpoints,
         force_resume=opts.force_resume,
         fail_at_step=opts.fail_at_step,
         fingerprint=fp,

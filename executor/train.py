@@ -374,6 +374,8 @@ class Trainer:
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
                         self.rank, dist.barrier, rank_state={"rng": checkpoint.rng_state(self.device),
                                                              "powersgd": self._powersgd_state()})
+        if self.rank == 0 and self.cfg.keep_checkpoints:  # after the new one is complete: never fewer than K
+            checkpoint.prune(self.cfg.checkpoint_dir, self.cfg.keep_checkpoints)
 
     def _tensorboard(self, start: int):
         from .tensorboard_log import TensorBoardLog

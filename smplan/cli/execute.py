@@ -42,6 +42,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Save every S steps (and at the end); 0: never. Default: 0, or on a run that resumes "
                    "from RUN_DIR the interval it was started with.")
+@click.option("--keep-checkpoints", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+              help="After each save, remove all but the newest K step-N checkpoints of --checkpoint-dir "
+                   "(torchtitan's keep_latest_k); 0 keeps every one.")
 @click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan of the same model (DCP reshards it).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Restarts torchrun's agent allows after a worker fails.")
@@ -102,7 +105,7 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
-            checkpoint_every, force_resume, max_restarts, launcher, time_limit, out, seed, lr, reference_batch, lr_scaling,
+            checkpoint_every, keep_checkpoints, force_resume, max_restarts, launcher, time_limit, out, seed, lr, reference_batch, lr_scaling,
             lr_schedule, warmup_steps, min_lr,
             decay_fraction, weight_decay, grad_clip, adam_betas, data, data_dtype, val_data, eval_every, eval_batches,
             init_from, tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
@@ -123,6 +126,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     given_nnodes, nnodes = nnodes, nnodes or 1
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                          keep_checkpoints=keep_checkpoints,
                           max_restarts=max_restarts, launcher=launcher, out=out, fail_at_step=fail_at_step,
                           force_resume=force_resume, seed=seed, lr=lr, tensorboard=tensorboard,
                           grad_norms_every=grad_norms_every, slow_rank=slow_rank, clip=grad_clip,
