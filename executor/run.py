@@ -51,7 +51,7 @@ from .metrics import (
 )
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .run_lock import holding_run_dir
-from .token_data import TokenStream, open_checked, resolve_shape
+from .token_data import Sequences, TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, meta_profile, validate_plan
 
 
@@ -382,6 +382,19 @@ def _stretched_schedule_note(cfg: RunConfig) -> str | None:
             f"{cfg.steps} steps stretches it: the lr goes from {was:.3g} (step {step}) to {now:.3g} (step {step + 1})")
 
 
+def _data_epochs_note(cfg: RunConfig) -> str | None:
+    """A --data stream shorter than the run wraps around (token_data.Sequences): say how many
+    times the run reads it, or None when it reads each sequence at most once."""
+    if not cfg.data or not cfg.data_seq_len:
+        return None
+    seqs = Sequences(TokenStream(cfg.data, cfg.data_dtype, "--data"), cfg.data_seq_len)
+    needed = cfg.steps * Plan.from_dict(cfg.plan).global_batch
+    if needed <= seqs.count:
+        return None
+    return (f"note: {cfg.data} holds {seqs.count:,} sequences of seq_len+1={cfg.data_seq_len + 1} tokens and "
+            f"{cfg.steps} steps read {needed:,}: the stream wraps around, {needed / seqs.count:.2f} epochs")
+
+
 def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:
     """A resumed run trains on with the recipe and seed it started with: an option left at its
     default (or given anew) would silently change the learning rate or the data order mid-run.
@@ -571,9 +584,9 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
 
 
 def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
-    stretched = _stretched_schedule_note(cfg)
-    if progress and stretched:
-        progress(stretched)
+    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg)):
+        if progress and note:
+            progress(note)
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
         progress(describe_lr_scale(opts.lr, cfg.lr_scale, plan.global_batch, opts.reference_batch, opts.lr_scaling))
     if progress and opts.launcher == "local":
