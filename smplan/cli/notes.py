@@ -85,6 +85,23 @@ def batch_divisors_note(global_batch: int, num_gpus: int) -> str | None:
     return None
 
 
+# Stacks whose activation checkpointing is torch's op-level policy, as `sac` prices it.
+SAC_STACKS = ("torchtitan",)
+
+
+def sac_stack_note(plan, stack: str) -> str | None:
+    """One line when the best plan recomputes with `sac` (torchtitan's op-level selective
+    checkpointing, which `smplan execute` runs) under a stack without that policy: Megatron-Core's
+    nearest setting is module-level selective recompute (--recompute-granularity selective
+    --recompute-modules, megatron/core/transformer/transformer_config.py)."""
+    if plan.recompute != "sac" or not plan.recomputed_blocks[0] or stack in SAC_STACKS:
+        return None
+    return (f"note: sac is torchtitan's op-level selective checkpointing (smplan execute runs it); {stack} has no "
+            "such policy: its nearest is --recompute-granularity selective with --recompute-modules (e.g. mlp, "
+            "moe_act, layernorm), which saves and re-runs other tensors; --fix recompute=full or selective plans "
+            "with what it has")
+
+
 def gemm_tile_note(cluster: Cluster) -> str | None:
     """One line when wave quantisation is asked for (efficiency.gemm_tile) on a GPU whose profile
     states no SM count: it would silently do nothing."""

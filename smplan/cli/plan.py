@@ -16,7 +16,13 @@ from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
 
 from .checks import check_output_file
 from .main import UserError
-from .notes import batch_divisors_note, causal_mfu_note, gemm_tile_note, host_wait_note
+from .notes import (
+    batch_divisors_note,
+    causal_mfu_note,
+    gemm_tile_note,
+    host_wait_note,
+    sac_stack_note,
+)
 from .options import (
     cluster_from,
     echo_json,
@@ -137,9 +143,10 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     note = causal_mfu_note(plans[0].predicted, cluster, plans[0].dtype)
     if note:
         click.echo(note)
-    note = batch_divisors_note(plans[0].global_batch, plans[0].world_size)
-    if note:
-        click.echo(note)
+    for note in (batch_divisors_note(plans[0].global_batch, plans[0].world_size),
+                 sac_stack_note(plans[0], load_stack(stack or DEFAULT_STACK).name)):
+        if note:
+            click.echo(note)
     if show_explain:
         for line in explain(plans, result.rejected, objective=objective):
             click.echo(f"  {line}")

@@ -384,3 +384,13 @@ def test_plan_prints_the_batch_note(cli_runner):
     assert result.exit_code == 0, result.output
     assert ("note: global batch 17 allows dp of at most 1 on 16 GPUs (dp must divide it); --global-batch 16 "
             "allows dp=16") in result.output, result.output
+
+
+def test_sac_under_a_stack_without_op_level_checkpointing_says_what_is_nearest(cli_runner):
+    args = ["plan", TINY, "--hw", "a100x8", "--fix", "recompute=sac"]
+    default = cli_runner.invoke(cli, args)
+    assert default.exit_code == 0, default.output
+    assert "note: sac is torchtitan's op-level selective checkpointing" in default.output
+    assert "megatron-core has no such policy: its nearest is --recompute-granularity selective" in default.output
+    titan = cli_runner.invoke(cli, [*args, "--stack", "torchtitan"])
+    assert titan.exit_code == 0 and "note: sac is" not in titan.output, titan.output
