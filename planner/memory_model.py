@@ -52,7 +52,10 @@ from .model_profile import BlockProfile, ModelProfile
 GIB = 2.0**30
 
 
-# FP8 training's extra weight bytes: the cached FP8 copy (see the module docstring).
+# FP8 training's extra weight bytes: the cached FP8 copy (see the module docstring). TE 1.x's
+# Linear also takes a cached transposed copy (weight_t_fp8), but 2 B/param here puts NeMo 24.07's
+# Llama 3 8B on 8 H100 (tp1 cp2 dp4, as published) at 81.6 GiB, a run that ran in 80 GB: measured
+# with `benchmarks/validate_published.py --rows --sources nemo_2407`, 2026-12-05.
 FP8_WEIGHT_COPY_BYTES_PER_PARAM = 1.0
 # TE DelayedScaling: amax_history_len=1024 fp32 entries x (input, weight, grad) per FP8 GEMM.
 FP8_AMAX_BYTES_PER_GEMM = 1024 * 4 * 3
