@@ -51,13 +51,26 @@ def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def prune(root: str | Path, keep: int) -> list[Path]:
-    """Remove all but the newest `keep` complete step-N checkpoints under `root` (torchtitan's
-    checkpoint.keep_latest_k); an unfinished save (.step-N.tmp) is left to the next save. Returns
-    the folders removed. keep <= 0 keeps every one."""
+def prune(root: str | Path, keep: int, step: int, fingerprint: str) -> list[Path]:
+    """After saving `step`, remove all but the newest `keep` of this run's complete checkpoints
+    under `root` (torchtitan's checkpoint.keep_latest_k), `step` always among them. Only this
+    run's are candidates: those of its fingerprint, at `step` or before. A later step (one that
+    did not read back, which the run fell back from) and another plan's (a shared
+    --checkpoint-dir, the one a --force-resume started from) stay; so does an unfinished save
+    (.step-N.tmp). Returns the folders removed; keep <= 0 keeps every one."""
     if keep <= 0:
         return []
-    old = [path for _, path in complete_steps(root)[:-keep]]
+    ours = []
+    for n, path in complete_steps(root):
+        if n > step:
+            continue
+        try:
+            same = read_meta(path).get("fingerprint") == fingerprint
+        except (OSError, CheckpointMismatchError):  # unreadable: not ours to judge
+            same = False
+        if same:
+            ours.append((n, path))
+    old = [path for n, path in ours[:-keep] if n != step]
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
     return old

@@ -79,8 +79,9 @@ TIMEOUT_HINT = ("a collective timed out: another rank stopped taking part (hung,
 # writes nothing (mm/oom_kill.c; the kernel logs "Out of memory: Killed process N"). A scheduler at
 # its time limit sends SIGTERM first, which stops the launcher and is reported as that.
 SIGKILL = 9  # POSIX
-SIGKILL_HINT = ("signal 9 (SIGKILL) with no error in its log: most often the kernel's out-of-memory killer "
-                "(`dmesg | grep -i oom` shows it); fewer processes per node or a smaller micro-batch use less memory")
+SIGKILL_HINT = ("signal 9 (SIGKILL) with no error in its log: most often the kernel's out-of-memory killer, "
+                "for host memory (`dmesg | grep -i oom` shows it); fewer processes per node, or a node with more "
+                "memory, leave each rank more")
 
 
 def _how(rank: int, exitcode: int) -> str:

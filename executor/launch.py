@@ -69,10 +69,15 @@ def _quiet_agent_on_interrupt():
         # A second Ctrl-C (an impatient user; `timeout` passing the terminal's on to its group)
         # would land inside the agent's shutdown and skip stopping its log-tail thread, which
         # then keeps the interpreter from exiting: the shutdown already ends with SIGKILL after
-        # shutdown_timeout_s, so later ones are dropped.
-        if interrupted:
-            return
+        # shutdown_timeout_s, so the second is dropped. A third leaves at once, 130 as a shell's
+        # Ctrl-C; the workers exit when they see their parent gone (worker._exit_with_parent).
         interrupted.append(signum)
+        if len(interrupted) == 2:
+            print("stopping the workers; Ctrl-C once more to leave at once", file=sys.stderr, flush=True)
+        if len(interrupted) >= 3:
+            os._exit(130)
+        if len(interrupted) > 1:
+            return
         logging.disable(logging.CRITICAL)
         raise KeyboardInterrupt
 

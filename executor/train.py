@@ -243,18 +243,21 @@ class Trainer:
         """Stop a restart of a group that stopped on a NaN or infinite loss: it would resume the same
         checkpoint with the same data and lr and stop at the same step again, once per --max-restarts
         (Megatron-LM exits on a NaN rather than retrying). The first attempt of a launch removes an
-        earlier launch's record; rank 0 reads it, so every rank decides alike even where the run
-        folder is not shared between nodes."""
+        earlier launch's record on every node; on a restart every rank reads its node's copy and
+        all gather them, so all decide alike where the run folder is not shared between nodes and
+        the restart put rank 0 on another node."""
         path = os.path.join(self.cfg.out_dir, NON_FINITE_FILE)
         if restart == 0:
-            if self.rank == 0 and os.path.exists(path):
+            with contextlib.suppress(FileNotFoundError):  # another rank on this node may be first
                 os.remove(path)
             return
-        found = [None]
-        if self.rank == 0 and os.path.exists(path):
+        mine = None
+        with contextlib.suppress(FileNotFoundError):
             with open(path) as f:
-                found = [f.read().strip()]
-        dist.broadcast_object_list(found, src=0)
+                mine = f.read().strip() or None
+        found = [None] * dist.get_world_size()
+        dist.all_gather_object(found, mine)
+        found = [next((line for line in found if line), None)]
         if found[0]:
             raise NonFiniteLossError(f"restart {restart} not run (it would resume the same weights and data and stop "
                                      f"at the same step): {found[0]}")
@@ -375,7 +378,7 @@ class Trainer:
                         self.rank, dist.barrier, rank_state={"rng": checkpoint.rng_state(self.device),
                                                              "powersgd": self._powersgd_state()})
         if self.rank == 0 and self.cfg.keep_checkpoints:  # after the new one is complete: never fewer than K
-            checkpoint.prune(self.cfg.checkpoint_dir, self.cfg.keep_checkpoints)
+            checkpoint.prune(self.cfg.checkpoint_dir, self.cfg.keep_checkpoints, step, self.cfg.fingerprint)
 
     def _tensorboard(self, start: int):
         from .tensorboard_log import TensorBoardLog

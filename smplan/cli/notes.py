@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from smplan.hwprofiles import Cluster, Efficiency, bundled_stacks, load_stack, matmul_efficiency
 from smplan.planner import Figures
 
@@ -67,9 +69,10 @@ BATCH_NOTE_REACH = 0.05
 
 
 def _widest_dp(global_batch: int, num_gpus: int) -> int:
-    """The largest data-parallel degree `global_batch` allows on `num_gpus`: dp must divide the
-    global batch (each replica takes whole sequences, dp x micro-batch x micro-batches)."""
-    return max(d for d in range(1, min(global_batch, num_gpus) + 1) if global_batch % d == 0)
+    """The largest data-parallel degree `global_batch` allows on `num_gpus`: dp divides the global
+    batch (each replica takes whole sequences, dp x micro-batch x micro-batches) and the GPUs
+    (dp x tp x pp x cp of them, search_space), so at most their greatest common divisor."""
+    return math.gcd(global_batch, num_gpus)
 
 
 def batch_divisors_note(global_batch: int, num_gpus: int) -> str | None:
@@ -80,8 +83,8 @@ def batch_divisors_note(global_batch: int, num_gpus: int) -> str | None:
     nearby = sorted(range(max(1, global_batch - reach), global_batch + reach + 1), key=lambda g: abs(g - global_batch))
     for other in nearby:
         if _widest_dp(other, num_gpus) >= BATCH_NOTE_DP_GAIN * widest:
-            return (f"note: global batch {global_batch} allows dp of at most {widest} on {num_gpus} GPUs (dp must "
-                    f"divide it); --global-batch {other} allows dp={_widest_dp(other, num_gpus)}")
+            return (f"note: global batch {global_batch} allows dp of at most {widest} on {num_gpus} GPUs (dp divides "
+                    f"the batch and the GPUs); --global-batch {other} allows dp={_widest_dp(other, num_gpus)}")
     return None
 
 

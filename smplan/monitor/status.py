@@ -81,7 +81,8 @@ def step_split(ranks: dict[int, list[dict]], steps: list[int], order: list[int])
     of the three do not add up (a skewed wait once showed 12.8 ms = 10.5 ms + 0.3 ms)."""
     if not steps:
         return {}
-    by_rank = {r: {rec["step"]: rec for rec in ranks[r]} for r in order}
+    # the records own_time_matrix chose `steps` from (a step written twice, across a restart: its last with a wait)
+    by_rank = {r: {rec["step"]: rec for rec in ranks[r] if "sync_wait_s" in rec} for r in order}
     step_s = statistics.fmean(statistics.median(by_rank[r][s]["step_time_s"] for r in order) for s in steps)
     out = {}
     for rank in order:

@@ -371,18 +371,20 @@ def test_an_mfu_above_the_gemm_ceiling_says_what_the_gpus_execute(cli_runner):
 def test_a_global_batch_with_few_divisors_names_a_nearby_one():
     from smplan.cli.notes import batch_divisors_note
 
-    note = batch_divisors_note(97, 64)  # prime: dp=1 or 97
-    assert note == ("note: global batch 97 allows dp of at most 1 on 64 GPUs (dp must divide it); "
-                    "--global-batch 96 allows dp=48")
-    assert batch_divisors_note(96, 64) is None and batch_divisors_note(100, 64) is None
-    assert batch_divisors_note(7, 8) is None  # nothing within 5% of 7 allows 4x its dp=7
+    note = batch_divisors_note(97, 64)  # prime: dp=1 (97 does not divide the GPUs)
+    assert note == ("note: global batch 97 allows dp of at most 1 on 64 GPUs (dp divides the batch and the GPUs); "
+                    "--global-batch 96 allows dp=32")  # dp divides the 64 GPUs too
+    assert batch_divisors_note(63, 64).endswith("--global-batch 64 allows dp=64")  # 63 = 7 x 9: dp=1 on 64
+    assert batch_divisors_note(1023, 1024).endswith("--global-batch 1024 allows dp=1024")
+    assert batch_divisors_note(96, 64) is None and batch_divisors_note(128, 64) is None
+    assert batch_divisors_note(7, 8).endswith("--global-batch 8 allows dp=8")
 
 
 def test_plan_prints_the_batch_note(cli_runner):
     model = ["examples/gpt.py:model", "--arg", "layers=8", "--arg", "hidden=512", "--arg", "heads=8"]
     result = cli_runner.invoke(cli, ["plan", *model, "--hw", "a100x8", "--nodes", "2", "--global-batch", "17"])
     assert result.exit_code == 0, result.output
-    assert ("note: global batch 17 allows dp of at most 1 on 16 GPUs (dp must divide it); --global-batch 16 "
+    assert ("note: global batch 17 allows dp of at most 1 on 16 GPUs (dp divides the batch and the GPUs); --global-batch 16 "
             "allows dp=16") in result.output, result.output
 
 

@@ -93,7 +93,7 @@ def test_a_silent_sigkill_is_named_as_the_likely_out_of_memory_kill(tmp_path):
     head, hint = failure_report(6, -9, quiet, tmp_path).split("\n")
     assert head == f"rank 6 killed by signal 9; full log of rank 6: {quiet}"
     assert hint.startswith("signal 9 (SIGKILL) with no error in its log: most often the kernel's out-of-memory killer")
-    assert "dmesg | grep -i oom" in hint and "smaller micro-batch" in hint
+    assert "dmesg | grep -i oom" in hint and "host memory" in hint and "fewer processes per node" in hint
     quiet.write_text("UserWarning: something harmless\n")  # lines, but no error
     assert failure_report(6, -9, quiet, tmp_path).splitlines()[-2] == hint
     assert "out-of-memory" not in failure_report(6, -11, quiet, tmp_path)  # a segfault is not memory
