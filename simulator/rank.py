@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 
 from smplan.hwprofiles import Cluster
-from smplan.planner import ModelProfile, Plan, profile_model
+from smplan.planner import TIE_SHARE, ModelProfile, Plan, profile_model
 
 from .api import simulate_plan
 
@@ -61,5 +61,21 @@ def rank_by_simulation(plans: list[Plan], cluster_for: Callable[[Plan], Cluster]
         return list(plans), False
     done = [simulated(p, cluster_for(p), profile) for p in plans]
     if objective == "cost":
-        return sorted(done, key=lambda p: p.predicted.step_time_s * p.world_size), True
-    return sorted(done, key=lambda p: p.predicted.step_time_s), True
+        return prefer_simpler_among_ties(done, lambda p: p.predicted.step_time_s * p.world_size), True
+    return prefer_simpler_among_ties(done, lambda p: p.predicted.step_time_s), True
+
+
+def prefer_simpler_among_ties(plans: list[Plan], value: Callable[[Plan], float]) -> list[Plan]:
+    """`plans` sorted by `value`; within a tie (planner.TIE_SHARE of the group's first: step times
+    printed alike; a host-bound step, max(host, GPU), gives several layouts the same), the one that
+    recomputes fewer blocks, then the one with more memory to spare, first: nothing is gained
+    by recomputing or by running at the memory limit."""
+    ordered = sorted(plans, key=value)
+    out, i = [], 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and value(ordered[j + 1]) <= value(ordered[i]) * (1 + TIE_SHARE):
+            j += 1
+        out += sorted(ordered[i:j + 1], key=lambda p: (p.recomputed_blocks[0], p.predicted.peak_memory_gib))
+        i = j + 1
+    return out

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from smplan.planner import TIE_SHARE
 
 from smplan.cli.main import cli
 from tests.conftest import EXAMPLES
@@ -42,7 +43,8 @@ def test_plan_json_names(cli_runner):
                 "step_time_s", "tokens_per_s", "mfu", "peak_memory_gib"):
         assert key in best
     times = [p["step_time_s"] for p in data["plans"]]
-    assert times == sorted(times) and best["global_batch"] == 16
+    # sorted, but for ties (a tie puts the plan recomputing less, with more memory free, first)
+    assert all(a <= b * (1 + TIE_SHARE) for a, b in zip(times, times[1:], strict=False)) and best["global_batch"] == 16
 
 
 def test_plan_output_and_no_overwrite(cli_runner, tmp_path):
