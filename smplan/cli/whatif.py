@@ -102,6 +102,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     if as_json:
         echo_json(record)
     else:
+        click.echo(record["question"]["text"])  # what every point shares (the global batch among it)
         click.echo(points_table(record))
         cut = [p for p in record["points"] if not p["feasible"] and _short(p["reason"] or "") != (p["reason"] or "")]
         for p in cut:  # the table shortens a long reason; here it is whole

@@ -27,6 +27,8 @@ class Question:
     days: float | None = None  # --days
     plan: str | None = None  # --plan (inline form); None = re-plan every point
     global_batch: int | None = None
+    # the global batch was the sweep's default (one sample per GPU of its largest point), not the user's
+    global_batch_is_default: bool = False
     seq_len: int | None = None
     dtype: str | None = None  # None: each point's GPU default, as `smplan plan` picks (planner.default_dtype)
     checkpoint_interval_min: float | None = None  # None = the Young/Daly interval
@@ -154,6 +156,9 @@ class Question:
         varied = "; ".join(f"{v.key} in {{{', '.join(fmt_value(x) for x in v.values)}}}" for v in self.varies)
         where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
         how = f"with the plan {self.plan}" if self.plan else "re-planned at every point"
+        if self.global_batch:  # (a --plan's own gbs is in the plan shown)
+            how += f", global batch {self.global_batch}" + (
+                " (one per GPU of the largest point; --global-batch sets another)" if self.global_batch_is_default else "")
         if self.tokens:
             goal = f"How long does training {name} on {self.tokens:.3g} tokens take, and what does it cost"
         elif self.days:
@@ -177,6 +182,7 @@ class Question:
             "days": self.days,
             "plan": self.plan,
             "global_batch": self.global_batch,
+            "global_batch_is_default": self.global_batch_is_default,
             "seq_len": self.seq_len,
             "checkpoint_interval_min": self.checkpoint_interval_min,
             "seeds": self.seeds,

@@ -66,7 +66,7 @@ def _one_global_batch(q: Question, specs: list[PointSpec]) -> Question:
         largest = max(point_cluster(q, spec).num_gpus for spec in specs)
     except ValueError:
         return q  # a point's cluster does not load: that point reports it
-    return dataclasses.replace(q, global_batch=largest)
+    return dataclasses.replace(q, global_batch=largest, global_batch_is_default=True)
 
 
 def _profile_key(q: Question, spec: PointSpec) -> tuple:

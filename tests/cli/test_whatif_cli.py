@@ -306,3 +306,18 @@ def test_profiling_a_model_is_announced_before_the_points(cli_runner, tmp_path):
     lines_ = result.output.splitlines()
     said = next(i for i, line in enumerate(lines_) if line.startswith(f"profiling {TINY} "))
     assert said < next(i for i, line in enumerate(lines_) if " points " in line)
+
+
+def test_the_question_names_the_global_batch_every_point_shares(cli_runner, tmp_path):
+    """Without --global-batch every point takes one sample per GPU of the largest point, so the
+    batch depends on the sweep: the question (text and page) says which, and how to set it."""
+    out = tmp_path / "wi"
+    result = cli_runner.invoke(cli, ["whatif", "examples/gpt.py:tiny", "--hw", "a100x8", "--vary", "nodes=1,2",
+                                     "--tokens", "1e9", "--jobs", "1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    says = "global batch 16 (one per GPU of the largest point; --global-batch sets another)"
+    assert says in result.output and says in (out / "index.html").read_text()
+    given = cli_runner.invoke(cli, ["whatif", "examples/gpt.py:tiny", "--hw", "a100x8", "--vary", "nodes=1,2",
+                                    "--tokens", "1e9", "--jobs", "1", "--global-batch", "32", "-o", str(tmp_path / "g")])
+    assert given.exit_code == 0, given.output
+    assert "global batch 32, as nodes" in given.output and "largest point" not in given.output
