@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from smplan.hwprofiles import load_stack
+
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
 from .options import (
@@ -107,6 +109,9 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         cut = [p for p in record["points"] if not p["feasible"] and _short(p["reason"] or "") != (p["reason"] or "")]
         for p in cut:  # the table shortens a long reason; here it is whole
             click.echo(f"  #{p['id']} {p['label']}: {p['reason']}")
+        note = moe_host_time_note(record)
+        if note:
+            click.echo(note)
         if record["recommended"] is not None:
             rec = record["points"][record["recommended"]]
             click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")
@@ -114,6 +119,22 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     click.echo(f"report: {index}", err=as_json)
     if record["recommended"] is None:  # the report says why each point failed; a script must see it failed
         raise UserError(f"no feasible point: {record['recommendation']}; the report {index} says why each one failed")
+
+
+def moe_host_time_note(record: dict) -> str | None:
+    """One line when a sweep over stacks compares an MoE model (a point with ep > 1) and the stacks'
+    host time per MoE layer differs with one of them 0, which a stack file gives where nothing
+    measured it: the comparison then rests on that figure (hwprofiles/stacks/*.toml)."""
+    names = record["question"]["vary"].get("stack") or []
+    moe = any(p["plan"] and p["plan"].get("ep", 1) > 1 for p in record["points"])
+    if len(names) < 2 or not moe:
+        return None
+    per_layer = {name: load_stack(name).host_overhead_us_per_moe_layer for name in names}
+    if len(set(per_layer.values())) < 2 or min(per_layer.values()) > 0:
+        return None
+    figures = ", ".join(f"{name} {us:g} us" + (" (not measured)" if not us else "") for name, us in per_layer.items())
+    return (f"note: the stacks' host time per MoE layer differs ({figures}; `smplan stack show NAME`): "
+            "on this MoE model their comparison rests on it")
 
 
 def points_table(record: dict) -> str:

@@ -321,3 +321,16 @@ def test_the_question_names_the_global_batch_every_point_shares(cli_runner, tmp_
                                     "--tokens", "1e9", "--jobs", "1", "--global-batch", "32", "-o", str(tmp_path / "g")])
     assert given.exit_code == 0, given.output
     assert "global batch 32, as nodes" in given.output and "largest point" not in given.output
+
+
+def test_a_stack_sweep_of_an_moe_model_says_when_it_rests_on_an_unmeasured_moe_host_time():
+    from smplan.cli.whatif import moe_host_time_note
+
+    def record(ep: int, stacks: list[str]) -> dict:
+        return {"question": {"vary": {"stack": stacks}}, "points": [{"plan": {"ep": ep}}, {"plan": None}]}
+
+    note = moe_host_time_note(record(8, ["megatron-core", "torchtitan"]))
+    assert note == ("note: the stacks' host time per MoE layer differs (megatron-core 3400 us, torchtitan 0 us "
+                    "(not measured); `smplan stack show NAME`): on this MoE model their comparison rests on it")
+    assert moe_host_time_note(record(1, ["megatron-core", "torchtitan"])) is None  # dense: not a factor
+    assert moe_host_time_note(record(8, ["megatron-core"])) is None
