@@ -88,11 +88,11 @@ def setting_label(key: str) -> str:
 
 
 def versus_chart(points: list[dict], key: str, path=None):
-    """Step time vs one numeric varied setting (`key`), one line per the other settings (say
+    """Step time (throughput for a setting that changes a step's work) vs one numeric varied setting (`key`), one line per the other settings (say
     grad_compress against inter_node.bandwidth_gbps); goodput over the run instead for a setting
     that only a whole run reads (failures, checkpoints), whose step time would be a flat line."""
     metric = versus_metric(key, points)
-    what = "Goodput" if metric == "goodput" else "Step time"
+    what = {"goodput": "Goodput", "tokens_per_s": "Throughput"}.get(metric, "Step time")
     fig, ax = new_figure(f"{what} vs {key}", width=9, height=5)
     lines: dict[str, list[dict]] = {}
     for p in feasible(points):
@@ -101,7 +101,7 @@ def versus_chart(points: list[dict], key: str, path=None):
     ys_all: list[float] = []
     for i, (name, members) in enumerate(sorted(lines.items())):
         members.sort(key=lambda p: p["settings"][key])
-        ys = [p["run"]["goodput"] if metric == "goodput" else p["figures"]["step_time_s"] for p in members]
+        ys = [p["run"]["goodput"] if metric == "goodput" else p["figures"][metric] for p in members]
         ax.plot([p["settings"][key] for p in members], ys, marker="o", color=color("", i), label=name)
         ys_all += ys
     ticks = sorted({p["settings"][key] for p in feasible(points)})
@@ -117,6 +117,10 @@ def versus_chart(points: list[dict], key: str, path=None):
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.margins(y=DATA_MARGIN)  # around the data: 99.5% against 99.9% is the answer, not a flat line
         ax.set_ylim(padded_range(ys_all, ax.get_ylim()))
+    elif metric == "tokens_per_s":
+        ax.set_ylabel("tokens/s, all GPUs")
+        ax.yaxis.set_major_formatter(EngFormatter(unit="tok/s"))
+        ax.set_ylim(0, max(ys_all) * (1 + DATA_MARGIN) or 1.0)
     else:
         ax.set_ylabel("step time")
         ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
@@ -313,6 +317,9 @@ def breakdown_kinds(points: list[dict]) -> list[str]:
 def _note_infeasible(fig, points: list[dict]) -> None:
     bad = [p for p in points if not p.get("feasible")]
     if bad:
+        # constrained layout places the axes, not a figure text: keep a strip at the bottom for it,
+        # below the x-axis label it overprinted
+        fig.get_layout_engine().set(rect=(0.0, 0.04, 1.0, 0.96))
         fig.text(0.01, 0.005, f"{len(bad)} infeasible point(s) not shown: "
                  + "; ".join(p["label"] for p in bad[:4]) + ("..." if len(bad) > 4 else ""),
                  fontsize=8, color="#cc0000")

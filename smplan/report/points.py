@@ -124,10 +124,17 @@ def versus_key(record: dict) -> str | None:
     return next((k for k in keys if timed and run_only(k)), keys[0] if keys else None)
 
 
+# Settings that change a step's work: their step times are not comparable, their throughput is.
+WORK_PER_STEP_KEYS = ("global_batch", "gbs", "seq_len")
+
+
 def versus_metric(key: str, points: list[dict]) -> str:
     """What the versus chart plots against `key`: "goodput" of the whole run for a setting that
-    only a run reads (the step time would be a flat line), else "step_time_s"."""
-    return "goodput" if run_only(key) and all(p.get("run") for p in feasible(points)) else "step_time_s"
+    only a run reads (the step time would be a flat line), "tokens_per_s" for one that changes
+    the work of a step (a 4x batch takes ~4x as long a step), else "step_time_s"."""
+    if run_only(key) and all(p.get("run") for p in feasible(points)):
+        return "goodput"
+    return "tokens_per_s" if key in WORK_PER_STEP_KEYS else "step_time_s"
 
 
 def derive(record: dict) -> dict:

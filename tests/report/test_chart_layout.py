@@ -149,3 +149,33 @@ def test_goodput_chart_marks_a_run_that_does_not_finish():
     ax_m = report.draw_chart("goodput", record).axes[1]
     lost = next(line for line in ax_m.get_lines() if line.get_gid() == "does_not_finish")
     assert list(lost.get_xdata()) == [record["details"]["goodput"]["vs_mtbf"]["gpu_mtbf_hours"][0]]
+
+
+def test_versus_a_batch_sweep_plots_throughput_since_a_bigger_batch_takes_a_longer_step():
+    record = copy.deepcopy(synthetic_record())
+    record["question"]["vary"] = {"global_batch": [256, 1024, 4096]}
+    for p in record["points"]:
+        p["settings"] = {"global_batch": [256, 1024, 4096][p["id"] % 3]}
+        p["run"] = None
+    record = report.derive(record)
+    fig = report.draw_chart("versus", record)
+    ax = fig.axes[0]
+    assert fig._suptitle.get_text().startswith("Throughput vs global_batch") and "tokens/s" in ax.get_ylabel()
+    pairs = {(p["settings"]["global_batch"], p["figures"]["tokens_per_s"]) for p in feasible(record["points"])}
+    for _, (x, y) in lines(ax).items():
+        assert set(zip(x, y, strict=True)) <= pairs
+
+
+def test_the_infeasible_points_note_has_a_strip_of_its_own_below_the_axes():
+    record = copy.deepcopy(synthetic_record())
+    record["points"][0]["feasible"] = False
+    record["points"][0]["reason"] = "out of memory"
+    fig = report.draw_chart("versus", report.derive(_runs_vary(record, "reliability.gpu_mtbf_hours",
+                                                                [5000.0, 10000.0, 20000.0])))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()  # lays it out as savefig does
+    renderer = fig.canvas.get_renderer()
+    note = next(t for t in fig.texts if "infeasible point" in t.get_text())
+    label = fig.axes[0].xaxis.label.get_window_extent(renderer)
+    assert note.get_window_extent(renderer).y1 < label.y0  # below it, not across it
