@@ -102,16 +102,16 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:
-        echo_json(record)
+        echo_json({**record, "report": str(index)})  # where the page is, as the text output's last line says
     else:
         click.echo(record["question"]["text"])  # what every point shares (the global batch among it)
         click.echo(points_table(record))
         cut = [p for p in record["points"] if not p["feasible"] and _short(p["reason"] or "") != (p["reason"] or "")]
         for p in cut:  # the table shortens a long reason; here it is whole
             click.echo(f"  #{p['id']} {p['label']}: {p['reason']}")
-        note = moe_host_time_note(record)
-        if note:
-            click.echo(note)
+        for note in (moe_host_time_note(record), network_price_note(record)):
+            if note:
+                click.echo(note)
         if record["recommended"] is not None:
             rec = record["points"][record["recommended"]]
             click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")
@@ -135,6 +135,18 @@ def moe_host_time_note(record: dict) -> str | None:
     figures = ", ".join(f"{name} {us:g} us" + (" (not measured)" if not us else "") for name, us in per_layer.items())
     return (f"note: the stacks' host time per MoE layer differs ({figures}; `smplan stack show NAME`): "
             "on this MoE model their comparison rests on it")
+
+
+def network_price_note(record: dict) -> str | None:
+    """One line when the sweep varies a link (--vary inter_node.bandwidth_gbps=...) but not the price:
+    every point is billed the profile's price per GPU-hour, so a faster network looks free."""
+    varied = record["question"]["vary"]
+    links = [key for key in varied if key.startswith(("inter_node.", "intra_node."))]
+    if not links or "cost.usd_per_gpu_hour" in varied:
+        return None
+    return (f"note: every point is billed the profile's price per GPU-hour as {links[0]} varies, so a faster "
+            "network costs nothing here; a sweep per network with its own --hw-set cost.usd_per_gpu_hour=... "
+            "prices it")
 
 
 def points_table(record: dict) -> str:

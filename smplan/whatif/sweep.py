@@ -30,7 +30,7 @@ _WORKER: dict = {}
 def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -> dict:
     """The points record (smplan.report.points schema) of question `q`.
 
-    `progress(done, total, label, elapsed_s)` is called after every point; `note(text)` before a
+    `progress(done, total, label, elapsed_s)` is called before the first point (done 0) and after every point; `note(text)` before a
     slow step (profiling a model that is not cached: seconds to minutes for hf: models); `jobs`
     processes evaluate points in parallel (default: the CPU count; 1 = in this process).
     """
@@ -124,6 +124,8 @@ def _map(q: Question, tasks, profiles: dict, jobs: int | None, progress) -> list
             progress(sum(p is not None for p in done), len(tasks), point["label"], time.perf_counter() - start)
 
     spec, key = tasks[0]
+    if progress is not None:  # the first point plans and simulates in seconds: say the sweep started
+        progress(0, len(tasks), f"planning {spec.label}", 0.0)
     finish(0, evaluate(q, spec, profiles[key]))
     first_s = time.perf_counter() - start
     rest = list(range(1, len(tasks)))

@@ -334,3 +334,21 @@ def test_a_stack_sweep_of_an_moe_model_says_when_it_rests_on_an_unmeasured_moe_h
                     "(not measured); `smplan stack show NAME`): on this MoE model their comparison rests on it")
     assert moe_host_time_note(record(1, ["megatron-core", "torchtitan"])) is None  # dense: not a factor
     assert moe_host_time_note(record(8, ["megatron-core"])) is None
+
+
+def test_a_network_sweep_says_the_price_stays_and_json_names_the_report(cli_runner, tmp_path):
+    from smplan.cli.whatif import network_price_note
+
+    out = tmp_path / "wi"
+    args = ["whatif", "examples/gpt.py:tiny", "--hw", "a100x8", "--nodes", "2", "--vary",
+            "inter_node.bandwidth_gbps=12.5,50", "--tokens", "1e9", "--jobs", "1", "-o", str(out)]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    assert "note: every point is billed the profile's price per GPU-hour as inter_node.bandwidth_gbps varies" in text.output
+    # the sweep says it started before its first point is done
+    assert "0/2 points" in text.output
+    as_json = cli_runner.invoke(cli, [*args[:-1], str(tmp_path / "j"), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["report"] == str(tmp_path / "j" / "index.html")
+    priced = {"question": {"vary": {"inter_node.bandwidth_gbps": [12.5, 50], "cost.usd_per_gpu_hour": [2, 3]}}}
+    assert network_price_note(priced) is None
