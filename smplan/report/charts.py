@@ -283,6 +283,8 @@ def memory_chart(points: list[dict], path=None):
     ax.set_ylabel("memory on the fullest GPU (GiB)")
     ax.set_ylim(0, max([*bottom, *caps, 1.0]) * 1.08)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), markerscale=0.4)
+    # a point with no plan at all (none fits) has no bar to hatch: name it, as the versus chart does
+    _note_infeasible(fig, [p for p in points if p not in shown])
     return finish(fig, path)
 
 

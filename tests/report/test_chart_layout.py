@@ -179,3 +179,11 @@ def test_the_infeasible_points_note_has_a_strip_of_its_own_below_the_axes():
     note = next(t for t in fig.texts if "infeasible point" in t.get_text())
     label = fig.axes[0].xaxis.label.get_window_extent(renderer)
     assert note.get_window_extent(renderer).y1 < label.y0  # below it, not across it
+
+
+def test_the_memory_chart_names_a_point_with_no_plan_it_cannot_draw():
+    record = copy.deepcopy(synthetic_record())
+    record["points"][0].update(feasible=False, reason="no plan fits", figures=None)
+    fig = report.draw_chart("memory", report.derive(record))
+    notes = [t.get_text() for t in fig.texts if "infeasible point" in t.get_text()]
+    assert notes and record["points"][0]["label"] in notes[0]
