@@ -24,19 +24,9 @@ def test_ctrl_c_during_plan_is_one_line_and_130(cli_runner, monkeypatch):
     assert [line for line in result.output.splitlines() if line.strip()] == ["interrupted"]
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize(("sig", "code", "says", "reason", "times"), [
-    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 1),
-    # more Ctrl-Cs while the agent shuts down must not leave the launcher hanging (one landing in
-    # the shutdown left its log-tail thread running, which kept the interpreter from exiting; the
-    # race reproduced from a shell, with output to a file, more often than here)
-    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 2),
-    # a closed terminal or a scheduler's kill: the same, as an error line (no agent traceback)
-    # 143 = 128 + SIGTERM, as a shell reports a process the signal ended
-    (signal.SIGTERM, 143, "stopped by SIGTERM; run directory kept at {out}", "stopped by SIGTERM", 1),
-])
-def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, code, says, reason, times):
-    out = tmp_path / "run"
+def _signalled_run(out, sig: int, times: int, spacing_s: float):
+    """(the launcher's process, its stderr): a long run of examples/gpt.py:tiny into `out`, sent
+    `sig` `times` times, `spacing_s` apart, once its first step is recorded."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from smplan.cli.main import main; main()", "execute", "dp=2,mbs=1,gbs=2",
@@ -51,12 +41,29 @@ def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, 
         assert read_metrics(out), "the run never finished a step"
         for _ in range(times):
             proc.send_signal(sig)
-            time.sleep(0.05)
+            time.sleep(spacing_s)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    return proc, err
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize(("sig", "code", "says", "reason", "times"), [
+    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 1),
+    # more Ctrl-Cs while the agent shuts down must not leave the launcher hanging (one landing in
+    # the shutdown left its log-tail thread running, which kept the interpreter from exiting; the
+    # race reproduced from a shell, with output to a file, more often than here)
+    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 2),
+    # a closed terminal or a scheduler's kill: the same, as an error line (no agent traceback)
+    # 143 = 128 + SIGTERM, as a shell reports a process the signal ended
+    (signal.SIGTERM, 143, "stopped by SIGTERM; run directory kept at {out}", "stopped by SIGTERM", 1),
+])
+def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, code, says, reason, times):
+    out = tmp_path / "run"
+    proc, err = _signalled_run(out, sig, times, 0.05)
     # a second Ctrl-C after the shutdown may end the interpreter by SIGINT itself: a shell's 130 too
     assert proc.returncode == code or (times > 1 and proc.returncode == -sig), err
     assert "Traceback" not in err and "death signal" not in err, err  # not the elastic agent's own warning
@@ -74,24 +81,7 @@ def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, 
 def test_a_third_ctrl_c_leaves_at_once(tmp_path):
     """The second Ctrl-C says a third leaves at once; the third does (130), and no worker stays."""
     out = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from smplan.cli.main import main; main()", "execute", "dp=2,mbs=1,gbs=2",
-         "--model", str(ROOT / "examples" / "gpt.py:tiny"), "--out", str(out), "--steps", "100000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not read_metrics(out) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-        assert read_metrics(out), "the run never finished a step"
-        for _ in range(3):
-            proc.send_signal(signal.SIGINT)
-            time.sleep(0.02)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    proc, err = _signalled_run(out, signal.SIGINT, 3, 0.02)
     assert proc.returncode in (130, -signal.SIGINT), err
     assert "Traceback" not in err, err
     assert out.is_dir() and (out / "run_config.json").is_file()
