@@ -88,9 +88,10 @@ def setting_label(key: str) -> str:
 
 
 def versus_chart(points: list[dict], key: str, path=None):
-    """Step time (throughput for a setting that changes a step's work) vs one numeric varied setting (`key`), one line per the other settings (say
-    grad_compress against inter_node.bandwidth_gbps); goodput over the run instead for a setting
-    that only a whole run reads (failures, checkpoints), whose step time would be a flat line."""
+    """Step time vs one numeric varied setting (`key`), one line per the other settings (say
+    grad_compress against inter_node.bandwidth_gbps); throughput for a setting that changes a
+    step's work (the batch, the sequence); goodput over the run for a setting that only a whole
+    run reads (failures, checkpoints), whose step time would be a flat line."""
     metric = versus_metric(key, points)
     what = {"goodput": "Goodput", "tokens_per_s": "Throughput"}.get(metric, "Step time")
     fig, ax = new_figure(f"{what} vs {key}", width=9, height=5)
