@@ -16,7 +16,6 @@ from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import (
     Plan,
     PlanError,
-    is_plan_file_name,
     model_not_found,
     parse_inline,
     plan_from_inline,
@@ -49,6 +48,7 @@ from .metrics import (
     rank_files,
     read_metrics,
 )
+from .nodes import check_even_split, names_plan_file
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .run_lock import holding_run_dir
 from .token_data import Sequences, TokenStream, open_checked, resolve_shape
@@ -113,7 +113,7 @@ class ExecuteResult:
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
                  nproc_per_node: int | None = None, nnodes: int = 1) -> tuple[Plan, object]:
     """PLAN is a plan.json path or inline keys ("tp=2,pp=2,dp=1,mbs=1,gbs=4") with --model."""
-    if _is_plan_file(plan_arg):
+    if names_plan_file(plan_arg):
         plan = Plan.load(plan_arg)
         if model or model_args:
             plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
@@ -138,48 +138,6 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     except PlanError as err:  # execute's processes are --nproc-per-node x --nnodes, not --nodes
         raise PlanError(str(err).replace("add --nodes", "give --nproc-per-node / --nnodes for them")) from None
     return plan, model_file
-
-
-def _is_plan_file(plan_arg: str) -> bool:
-    """Whether PLAN names a plan file, not inline keys."""
-    return is_plan_file_name(plan_arg) or Path(plan_arg).is_file()
-
-
-# The most GPUs a node holds in any bundled hardware profile (hwprofiles/*.toml: 8, an HGX/DGX
-# node): an inline plan names no hardware, so its Slurm job puts no more than this on one node
-# unless --nnodes or --nproc-per-node says how.
-INLINE_MAX_PROCS_PER_NODE = 8
-
-
-def slurm_nnodes(plan_arg: str, plan: Plan, nnodes: int | None, nproc_per_node: int | None) -> int:
-    """The nodes a --launcher slurm job spans: --nnodes as given; else the nodes --nproc-per-node's
-    processes fill; else the plan file's nodes. An inline plan of more than
-    INLINE_MAX_PROCS_PER_NODE processes is refused without either: one node of them would not schedule."""
-    if nnodes is not None:
-        return nnodes
-    if nproc_per_node:
-        return -(-plan.world_size // nproc_per_node)
-    world = plan.world_size
-    if _is_plan_file(plan_arg) or world <= INLINE_MAX_PROCS_PER_NODE:
-        return plan.nodes
-    fits = next(n for n in range(1, world + 1) if world % n == 0 and world // n <= INLINE_MAX_PROCS_PER_NODE)
-    raise PlanMismatchError(
-        f"an inline plan names no hardware, and its {world} processes are more than the {INLINE_MAX_PROCS_PER_NODE} "
-        f"GPUs of the usual node: pass --nnodes N (e.g. --nnodes {fits}, {world // fits} per node), or a plan "
-        "file made for your nodes (smplan plan MODEL --hw NAME --nodes N -o plan.json)")
-
-
-def _check_even_split(world: int, nnodes: int) -> None:
-    """torchrun starts as many processes on every node: refuse a node count that does not divide
-    the plan's processes (validate_plan would say only that the totals differ), naming the nearest that do."""
-    if world % nnodes == 0:
-        return
-    divisors = [n for n in range(1, world + 1) if world % n == 0]
-    below = max(n for n in divisors if n < nnodes)
-    above = min((n for n in divisors if n > nnodes), default=None)
-    fits = f"{below} or {above}" if above else str(below)
-    raise PlanMismatchError(f"the plan's {world} processes do not split evenly over {nnodes} nodes (each runs as "
-                            f"many): use --nnodes {fits}")
 
 
 def check_options(opts: ExecuteOptions) -> None:
@@ -253,7 +211,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     if opts.nnodes > 1 and opts.launcher == "local" and not opts.rdzv_endpoint:
         raise PlanMismatchError(f"--nnodes {opts.nnodes} needs --rdzv-endpoint host:port (the same on every node)")
     if not opts.nproc_per_node:
-        _check_even_split(plan.world_size, opts.nnodes)
+        check_even_split(plan.world_size, opts.nnodes)
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     meta_profile(plan, model_file)  # a forward that fails on meta for a reason real data meets too: refused
     if opts.launcher == "local":  # Slurm's nodes are not this machine

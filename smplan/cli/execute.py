@@ -14,8 +14,9 @@ from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
 from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
+from smplan.executor.nodes import slurm_nnodes
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
-from smplan.executor.run import check_options, slurm_nnodes
+from smplan.executor.run import check_options
 from smplan.hwprofiles import bundled_profiles
 from smplan.planner import Plan
 from smplan.simulator.prediction import model_changed, repriced

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from smplan.executor import PlanMismatchError
 from smplan.executor.launch import sbatch_path_problem, sbatch_script
-from smplan.executor.run import _check_even_split, slurm_nnodes
+from smplan.executor.nodes import check_even_split, slurm_nnodes
 from smplan.planner.plan import parse_inline, plan_from_inline
 
 
@@ -66,8 +66,8 @@ def test_an_inline_plan_past_a_nodes_gpus_needs_nnodes():
 
 
 def test_a_node_count_that_does_not_divide_the_processes_names_those_that_do():
-    _check_even_split(16, 4)
+    check_even_split(16, 4)
     with pytest.raises(PlanMismatchError, match=r"16 processes do not split evenly over 3 nodes .*use --nnodes 2 or 4$"):
-        _check_even_split(16, 3)
+        check_even_split(16, 3)
     with pytest.raises(PlanMismatchError, match=r"use --nnodes 16$"):
-        _check_even_split(16, 20)
+        check_even_split(16, 20)
