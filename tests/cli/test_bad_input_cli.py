@@ -217,6 +217,7 @@ def test_example_models_refuse_impossible_sizes(cli_runner, model, arg):
     (["nosuch"], "No such command 'nosuch'"),
     (["profile", TINY, "--dtype", "fp7"], "'--dtype'"),
     (["hw", "show", "a100x8", "h100x8"], "unexpected extra argument"),
+    (["execute", "dp=2,mbs=1,gbs=2", "--model", TINY, "--keep-checkpoints", "-1"], "'--keep-checkpoints': -1 is not"),
 ])
 def test_click_usage_errors_are_one_line_naming_the_help(cli_runner, args, says):
     result = cli_runner.invoke(cli, args)
