@@ -110,6 +110,25 @@ class Link:
     latency_us: float
 
 
+# How the GPUs of one fast domain reach each other (`intra_node.fabric`):
+#  "switch": through a switch (NVSwitch, NVL72's NVLink switch trays) at the GPU's whole
+#            bandwidth, whatever the group's size;
+#  "mesh":   a direct link to each other GPU of the node, bandwidth_gbps being their sum (AMD
+#            MI300X: 7 Infinity Fabric links of 64 GB/s; MI300X datasheet), so a group of k of
+#            them uses k - 1 links and a point-to-point send one;
+#  "pcie":   PCIe through the host's switches, no NVLink: Transformer Engine's userbuffers, which
+#            hide the TP collectives under the GEMMs, need CUDA multicast or IPC over NVLink
+#            (TransformerEngine issue #1071), so `efficiency.tp_comm_overlap` does not apply.
+FABRICS = ("switch", "mesh", "pcie")
+
+
+@dataclass(frozen=True)
+class IntraLink(Link):
+    """A GPU's share of its fast domain's links (`[intra_node]`), and how they connect."""
+
+    fabric: str = "switch"
+
+
 @dataclass(frozen=True)
 class Reliability:
     gpu_mtbf_hours: float  # mean time between failures of one GPU (with its share of the node)
@@ -226,7 +245,7 @@ class Cluster:
     nodes: int
     gpus_per_node: int
     gpu: Gpu
-    intra_node: Link
+    intra_node: IntraLink
     inter_node: Link
     reliability: Reliability
     cost: Cost
@@ -311,6 +330,7 @@ _NESTED_TYPES = {
     "MatmulCeiling": MatmulCeiling,
     "Gpu": Gpu,
     "Link": Link,
+    "IntraLink": IntraLink,
     "Reliability": Reliability,
     "Cost": Cost,
     "Storage": Storage,
@@ -451,6 +471,9 @@ def _validate(c: Cluster) -> None:
     for link in ("intra_node", "inter_node"):
         positive(f"{link}.bandwidth_gbps", getattr(c, link).bandwidth_gbps)
         non_negative(f"{link}.latency_us", getattr(c, link).latency_us)
+    if c.intra_node.fabric not in FABRICS:
+        raise HardwareProfileError(
+            f"intra_node.fabric must be one of {', '.join(FABRICS)}, got {c.intra_node.fabric!r}")
     positive("reliability.gpu_mtbf_hours", c.reliability.gpu_mtbf_hours)
     non_negative("reliability.restart_minutes", c.reliability.restart_minutes)
     non_negative("cost.usd_per_gpu_hour", c.cost.usd_per_gpu_hour)

@@ -153,13 +153,24 @@ def link_for(span: GroupSpan, cluster: Cluster) -> tuple[float, float]:
     """
     _check_span(span, cluster)
     net = cluster.efficiency.network
+    intra_gbps = intra_bandwidth_gbps(min(span.ranks_per_node, span.size), cluster)
     if not span.crosses_nodes:
-        link = cluster.intra_node
-        return link.bandwidth_gbps * 1e9 * net, link.latency_us * 1e-6
-    bandwidth_gbps = min(
-        cluster.intra_node.bandwidth_gbps, span.ranks_per_node * cluster.inter_node.bandwidth_gbps
-    )
+        return intra_gbps * 1e9 * net, cluster.intra_node.latency_us * 1e-6
+    bandwidth_gbps = min(intra_gbps, span.ranks_per_node * cluster.inter_node.bandwidth_gbps)
     return bandwidth_gbps * 1e9 * net, cluster.inter_node.latency_us * 1e-6
+
+
+def intra_bandwidth_gbps(members: int, cluster: Cluster) -> float:
+    """GB/s per direction a GPU has towards the other `members - 1` members of its group that
+    share its fast domain. On a switch (or PCIe) every group gets the GPU's whole share; on a
+    mesh (`intra_node.fabric`, hwprofiles/cluster.py) the group's traffic runs over the
+    direct links to those members only: (members - 1) of the domain's (n - 1) links (RCCL
+    spreads a ring's channels over the direct links it has; MI300X: 7 x 64 GB/s). A group
+    with one member per domain sends nothing over these links: it gets the whole share."""
+    link, n = cluster.intra_node, cluster.fast_domain_gpus
+    if link.fabric != "mesh" or members < 2 or n < 2:
+        return link.bandwidth_gbps
+    return link.bandwidth_gbps * (min(members, n) - 1) / (n - 1)
 
 
 def collective_time_s(
@@ -238,9 +249,8 @@ def p2p_time_s(bytes_: float, cross_node: bool, cluster: Cluster) -> float:
     if bytes_ < 0:
         raise PerfModelError(f"bytes_ must not be negative, got {bytes_}")
     link = cluster.inter_node if cross_node else cluster.intra_node
-    return (
-        bytes_ / (link.bandwidth_gbps * 1e9 * cluster.efficiency.network) + link.latency_us * 1e-6
-    )
+    bandwidth_gbps = link.bandwidth_gbps if cross_node else intra_bandwidth_gbps(2, cluster)
+    return bytes_ / (bandwidth_gbps * 1e9 * cluster.efficiency.network) + link.latency_us * 1e-6
 
 
 def _ring(kind: str, b: float, span: GroupSpan, cluster: Cluster) -> float:
@@ -283,14 +293,15 @@ def _all_to_all(b: float, span: GroupSpan, cluster: Cluster) -> float:
     if not span.crosses_nodes:
         bw, alpha = link_for(span, cluster)
         return (n - 1) / n * b / bw + (n - 1) * alpha
-    return _nvlink_and_nic_s((k - 1) / n * b, (n - k) / n * b, n, cluster)
+    return _nvlink_and_nic_s((k - 1) / n * b, (n - k) / n * b, n, k, cluster)
 
 
-def _nvlink_and_nic_s(intra_bytes: float, inter_bytes: float, n: int, cluster: Cluster) -> float:
-    """An exchange among `n` ranks across nodes that sends `intra_bytes` per rank over NVLink
-    and `inter_bytes` through the rank's own NIC share, concurrently; n-1 messages pay alpha."""
+def _nvlink_and_nic_s(intra_bytes: float, inter_bytes: float, n: int, k: int, cluster: Cluster) -> float:
+    """An exchange among `n` ranks, `k` per node, across nodes that sends `intra_bytes` per rank
+    over NVLink and `inter_bytes` through the rank's own NIC share, concurrently; n-1 messages
+    pay alpha."""
     net = cluster.efficiency.network
-    intra_s = intra_bytes / (cluster.intra_node.bandwidth_gbps * 1e9 * net)
+    intra_s = intra_bytes / (intra_bandwidth_gbps(k, cluster) * 1e9 * net)
     inter_s = inter_bytes / (cluster.inter_node.bandwidth_gbps * 1e9 * net)
     return max(intra_s, inter_s) + (n - 1) * cluster.inter_node.latency_us * 1e-6
 
@@ -326,7 +337,7 @@ def expert_dispatch_time_s(bytes_per_rank: float, span: GroupSpan, cluster: Clus
         miss = (1.0 - 1.0 / nodes) ** top_k
     inter_bytes = min(off_node, per_copy * (nodes - 1) * (1.0 - miss))
     intra_bytes = (k - 1) / n * bytes_per_rank + off_node * (k - 1) / k
-    return _nvlink_and_nic_s(intra_bytes, inter_bytes, n, cluster)
+    return _nvlink_and_nic_s(intra_bytes, inter_bytes, n, k, cluster)
 
 
 def _check_dims(m: int, n: int, k: int) -> None:

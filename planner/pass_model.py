@@ -173,6 +173,13 @@ def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: 
     return ep_f * exposed / total, ep_b * exposed / total
 
 
+def _userbuffers_reach(tp_span: GroupSpan, cluster: Cluster) -> bool:
+    """Whether TE's userbuffers can run the TP group's overlap: they map peer buffers through
+    CUDA multicast or IPC handles, which need one NVLink domain (TransformerEngine issue #1071;
+    multi-node NVLink since TE 2.2, PR #1470): not over PCIe, not across the domain's edge."""
+    return cluster.intra_node.fabric != "pcie" and not tp_span.crosses_nodes
+
+
 def host_launch_s(cluster: Cluster, part: BlockProfile | None = None) -> float:
     """Seconds the host takes to launch one layer pass's kernels (the stack's keys): a routed-
     expert part (`part.num_experts > 1`) adds the stack's MoE-layer host time."""
@@ -290,7 +297,7 @@ def pass_times(
 
     cast_f, cast_b = memory_bound_time_s(cast_f, cluster), memory_bound_time_s(cast_b, cluster)
     tp_hidden_f = tp_hidden_b = 0.0
-    if sp and part.kind == "block" and cluster.efficiency.tp_comm_overlap > 0.0:
+    if sp and part.kind == "block" and cluster.efficiency.tp_comm_overlap > 0.0 and _userbuffers_reach(tp_span, cluster):
         # Transformer Engine's userbuffers split each block linear's GEMM into chunks and pipeline
         # the sequence-parallel all-gather / reduce-scatter under them (TE `ub_overlap_ag/rs`;
         # NeMo and Megatron-Bridge `tp_comm_overlap`): up to the linears' GEMM time hides. The
