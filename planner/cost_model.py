@@ -101,6 +101,20 @@ class ChunkModel:
     cpb0: float = 0.0
     cpb_blk: float = 0.0
     cpr_blk: float = 0.0
+    # the same collectives' seconds hidden under compute (PassTimes.*_hidden_*): a fully
+    # recomputed block gives up its expert overlap (ephr*_blk: Megatron-Core refuses it under full
+    # recompute, pass_model) and re-runs its K/V gather (cphr_blk)
+    ephf0: float = 0.0
+    ephf_blk: float = 0.0
+    ephb0: float = 0.0
+    ephb_blk: float = 0.0
+    ephrf_blk: float = 0.0
+    ephrb_blk: float = 0.0
+    cphf0: float = 0.0
+    cphf_blk: float = 0.0
+    cphb0: float = 0.0
+    cphb_blk: float = 0.0
+    cphr_blk: float = 0.0
     ep_crosses_node: bool = False
     cp_crosses_node: bool = False
     # ZeRO-2/3 units (ZeroUnit: the passes' time without their collectives, and the collectives):
@@ -145,6 +159,10 @@ class ChunkModel:
             ep_comm_backward_s=self.epb0 + self.epb_blk * n + self.epr_blk * r,
             cp_comm_forward_s=self.cpf0 + self.cpf_blk * n,
             cp_comm_backward_s=self.cpb0 + self.cpb_blk * n + self.cpr_blk * r,
+            ep_hidden_forward_s=self.ephf0 + self.ephf_blk * n - self.ephrf_blk * r,
+            ep_hidden_backward_s=self.ephb0 + self.ephb_blk * n - self.ephrb_blk * r,
+            cp_hidden_forward_s=self.cphf0 + self.cphf_blk * n,
+            cp_hidden_backward_s=self.cphb0 + self.cphb_blk * n + self.cphr_blk * r,
             ep_crosses_node=self.ep_crosses_node,
             cp_crosses_node=self.cp_crosses_node,
             zero_units=self._zero_units(n, r),
@@ -391,6 +409,17 @@ class CostModel:
             cpb0=sum(p.cp_backward_s for p in pts),
             cpb_blk=bp.cp_backward_s,
             cpr_blk=bp.cp_forward_s if recompute == "full" else 0.0,
+            ephf0=sum(p.ep_hidden_forward_s for p in pts),
+            ephf_blk=bp.ep_hidden_forward_s,
+            ephb0=sum(p.ep_hidden_backward_s for p in pts),
+            ephb_blk=bp.ep_hidden_backward_s,
+            ephrf_blk=bp.ep_hidden_forward_s if recompute == "full" else 0.0,
+            ephrb_blk=bp.ep_hidden_backward_s if recompute == "full" else 0.0,
+            cphf0=sum(p.cp_hidden_forward_s for p in pts),
+            cphf_blk=bp.cp_hidden_forward_s,
+            cphb0=sum(p.cp_hidden_backward_s for p in pts),
+            cphb_blk=bp.cp_hidden_backward_s,
+            cphr_blk=bp.cp_hidden_forward_s if recompute == "full" else 0.0,
             ep_crosses_node=spans["ep"].crosses_nodes,
             cp_crosses_node=spans["cp"].crosses_nodes,
             hwf0=sum(p.host_wait_forward_s for p in pts),

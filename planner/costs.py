@@ -81,6 +81,12 @@ class StageCosts:
     ep_comm_backward_s: float = 0.0
     cp_comm_forward_s: float = 0.0
     cp_comm_backward_s: float = 0.0
+    # The rest of those collectives, hidden under the passes' compute (not in forward_s /
+    # backward_s): the simulator runs them beside the compute on the same links.
+    ep_hidden_forward_s: float = 0.0
+    ep_hidden_backward_s: float = 0.0
+    cp_hidden_forward_s: float = 0.0
+    cp_hidden_backward_s: float = 0.0
     ep_crosses_node: bool = False  # whether the ep group spans nodes (NIC) or not (NVLink)
     cp_crosses_node: bool = False
     # ZeRO-2/3 / FSDP: the units (embedding, blocks, head, in forward order) whose parameters

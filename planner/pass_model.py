@@ -90,6 +90,13 @@ class PassTimes:
     ep_backward_s: float = 0.0  # of backward_s: the same in backward
     cp_forward_s: float = 0.0  # of forward_s: the exposed K/V all-gather
     cp_backward_s: float = 0.0  # of backward_s: the exposed K/V gradient reduce-scatter
+    # The rest of those collectives, hidden under the compute (not in forward_s / backward_s):
+    # the simulator runs them on their group's links beside the compute, where they share the
+    # links with the DP and pipeline traffic.
+    ep_hidden_forward_s: float = 0.0
+    ep_hidden_backward_s: float = 0.0
+    cp_hidden_forward_s: float = 0.0
+    cp_hidden_backward_s: float = 0.0
     sac_extra_s: float = 0.0  # added inside backward by op-level selective recompute
     sac_tp_s: float = 0.0  # of sac_extra_s: TP collectives it re-runs
     # ZeRO-2/3's per-micro-batch collectives issued in each pass (parameter all-gathers, gradient
@@ -275,7 +282,7 @@ def pass_times(
     elem = memory_bound_time_s(ew_bytes * b * share, cluster)
     tp_f = _tp_comm_s(part, "forward", tp_span, sp, b / cp, cluster)
     tp_b = _tp_comm_s(part, "backward", tp_span, sp, b / cp, cluster)
-    ep_f = ep_b = cp_f = cp_b = 0.0
+    ep_f = ep_b = cp_f = cp_b = cp_raw_f = cp_raw_b = 0.0
     if ep > 1 and part.all_to_all_bytes_per_sample:
         # one GPU's dispatch buffer: its tokens (/ cp, / tp) x hidden x top_k, times the capacity factor
         a2a = part.all_to_all_bytes_per_sample * b * capacity_factor / (cp * tp)
@@ -284,8 +291,10 @@ def pass_times(
     if cp > 1 and part.attention_kv_bytes_per_sample:
         # all of K and V (the gathered size; heads / tp), gathered forward, gradients reduce-scattered backward
         kv = part.attention_kv_bytes_per_sample * b / tp
-        cp_f = max(0.0, collective_time_s("all_gather", kv, cp_span, cluster) - core_gemm - flash_f)
-        cp_b = max(0.0, collective_time_s("reduce_scatter", kv, cp_span, cluster) - 2.0 * core_gemm - flash_b)
+        cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
+        cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
+        cp_f = max(0.0, cp_raw_f - core_gemm - flash_f)
+        cp_b = max(0.0, cp_raw_b - 2.0 * core_gemm - flash_b)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the
     # stack hides (below).
     host = host_launch_s(cluster, part)
@@ -349,4 +358,6 @@ def pass_times(
     masked = part.causal_masked_flops_per_sample if dtype in FLASH_DTYPES else 0.0
     flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample - masked,
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
-    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b, sac_extra, sac_tp)
+    return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b,
+                     ep_hidden_forward_s=hid_f, ep_hidden_backward_s=hid_b, cp_hidden_forward_s=cp_raw_f - cp_f,
+                     cp_hidden_backward_s=cp_raw_b - cp_b, sac_extra_s=sac_extra, sac_tp_s=sac_tp)

@@ -197,13 +197,51 @@ class StepSimulation:
             comm = ((st.ep_comm_backward_s, st.ep_crosses_node), (st.cp_comm_backward_s, st.cp_crosses_node))
             dur = st.backward_s
         on_links = sum(sec for sec, _ in comm)
-        if on_links <= 0:
+        compute = max(0.0, dur - on_links)
+        hidden = self._hidden_collectives(d, st, forward, compute, chunk, mb)
+        if on_links <= 0 and not hidden:
             yield self.env.timeout(dur)
             return PassWaits()
         # contention off, they take their cost-model seconds: the pass still lasts dur
-        yield self.env.timeout(max(0.0, dur - on_links))
+        yield self.env.timeout(compute)
+        hidden_ep_s, hidden_cp_s = yield from self._wait_hidden(d, hidden, chunk, mb)
         ep_s, cp_s = yield from self._group_collectives(d, comm, chunk, mb)
-        return PassWaits(0.0, ep_s, cp_s)
+        return PassWaits(0.0, ep_s + hidden_ep_s, cp_s + hidden_cp_s)
+
+    def _hidden_collectives(self, d: int, st, forward: bool, compute_s: float, chunk: int, mb: int) -> list:
+        """Start the share of the pass's expert all-to-alls and CP collectives that the stack
+        hides under its compute (StageCosts.*_hidden_*) on their group's links, beside the
+        compute: they take no GPU time but share the links with the DP and pipeline traffic.
+        Each is drawn no longer than the compute it hides under (the cost model may hide a
+        forward's all-to-all under a paired backward: Megatron-Core's EP A2A overlap), so with
+        contention off none outlasts its pass. Returns [(kind, event)] of those started."""
+        if forward:
+            parts = (("ep", st.ep_hidden_forward_s, st.ep_crosses_node), ("cp", st.cp_hidden_forward_s, st.cp_crosses_node))
+        else:
+            parts = (("ep", st.ep_hidden_backward_s, st.ep_crosses_node), ("cp", st.cp_hidden_backward_s, st.cp_crosses_node))
+        started = []
+        for kind, seconds, crosses in parts:
+            seconds = min(seconds, compute_s)
+            if seconds <= SHARED_TOLERANCE_S:
+                continue
+            start, done = self.env.now, self._transfer(self._group_links(d, crosses), seconds)
+            if self.record:
+                name = "ep-a2a" if kind == "ep" else "cp-comm"
+                done.callbacks.append(lambda _ev, name=name, start=start: self.events.append(
+                    SimEvent(d, "send", name, start, self.env.now, chunk, mb)))
+            started.append((kind, done))
+        return started
+
+    def _wait_hidden(self, d: int, hidden: list, chunk: int, mb: int):
+        """At the end of the pass's compute, the GPU waits for hidden collectives still on the
+        links (contention stretched them past the compute). Returns the seconds (ep, cp)."""
+        waited = {"ep": 0.0, "cp": 0.0}
+        for kind, done in hidden:
+            if not done.processed:
+                start = self.env.now
+                yield done
+                waited[kind] += self._waited(d, kind + "-wait", start, chunk, mb)
+        return waited["ep"], waited["cp"]
 
     def _sharded_pass(self, d: int, st, forward: bool, chunk: int, mb: int):
         """A ZeRO-3 / FSDP pass as it runs (Zhao et al. 2023, PyTorch FSDP, section 3.3): each
@@ -231,6 +269,7 @@ class StepSimulation:
             comm = ((st.ep_comm_backward_s, st.ep_crosses_node), (st.cp_comm_backward_s, st.cp_crosses_node))
         total = sum(c for c, _, _ in steps)
         keep = 1.0 - min(1.0, sum(sec for sec, _ in comm) / total) if total > 0 else 1.0
+        hidden = self._hidden_collectives(d, st, forward, total * keep, chunk, mb)
 
         def transfer(name: str, seconds: float) -> simpy.Event | None:
             if seconds <= 0:
@@ -269,8 +308,9 @@ class StepSimulation:
                 gathered = transfer("zero-gather", nxt)
         if pending:
             zero_s += yield from wait_for(env.all_of(pending))
+        hidden_ep_s, hidden_cp_s = yield from self._wait_hidden(d, hidden, chunk, mb)
         ep_s, cp_s = yield from self._group_collectives(d, comm, chunk, mb)
-        return PassWaits(zero_s, ep_s, cp_s)
+        return PassWaits(zero_s, ep_s + hidden_ep_s, cp_s + hidden_cp_s)
 
     def _waited(self, d: int, name: str, start: float, chunk: int, mb: int) -> float:
         """Seconds since `start` the pass's GPU waited for a collective, drawn on the wait track."""

@@ -66,3 +66,27 @@ def test_a_dense_plan_reports_no_expert_or_context_communication():
                             num_blocks=prof.num_blocks)
     breakdown = simulate_plan(plan, prof, cl, contention=True).figures.breakdown
     assert "cp_comm_exposed" not in breakdown and "ep_all_to_all" not in breakdown
+
+
+def _with_hidden_cp(costs, seconds, crosses):
+    stages = tuple(dataclasses.replace(s, cp_hidden_forward_s=seconds, cp_hidden_backward_s=seconds,
+                                       cp_crosses_node=crosses) for s in costs.stages)
+    return dataclasses.replace(costs, stages=stages)
+
+
+def test_hidden_collectives_take_no_gpu_time_but_share_the_links():
+    """The share of the CP collectives hidden under compute runs beside it: drawn from the
+    pass's start, the step unchanged without contention, and on the NIC it slows the DP
+    stream that shares it (before, hidden traffic never touched the links)."""
+    base = uniform_costs("1f1b", 2, 8, tf=0.1, tb=0.2, send_s=0.0, dp_s=0.6)
+    lay, cl = layout(2, dp=16, tp=1), cluster(4)
+    across = _with_hidden_cp(base, 0.08, crosses=True)
+    off = simulate_step(across, lay, cl, contention=False)
+    assert off.step_time_s == pytest.approx(estimate_from_costs(base).step_time_s, rel=1e-9)
+    sends = [e for e in off.events if e.name == "cp-comm"]
+    passes = {(e.device, e.start) for e in off.events if e.lane == "compute" and e.name in ("F", "B")}
+    assert len(sends) == 2 * 2 * 8 and all((e.device, e.start) in passes for e in sends)
+    assert all(e.end - e.start == pytest.approx(0.08) for e in sends)
+    on = simulate_step(across, lay, cl, contention=True)
+    assert on.step_time_s > simulate_step(base, lay, cl, contention=True).step_time_s
+    assert any(row["shared_s"] > 0 for row in on.links)
