@@ -74,6 +74,14 @@ STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "e
               "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
 
 
+# A CUDA kernel launch alone takes a few microseconds of CPU time (3.8 us per short kernel launched
+# back to back: NVIDIA technical blog, "Getting Started with CUDA Graphs", 2019), and a layer pass
+# launches dozens: a positive host time below 1 us is seconds or milliseconds typed as microseconds.
+MIN_HOST_OVERHEAD_US = 1.0
+# The keys in microseconds a stack (or a hardware file's [efficiency] table) may state.
+US_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer")
+
+
 class StackError(HardwareProfileError):
     """A stack name, file or value the user gave is wrong; the message says how to fix it."""
 
@@ -178,6 +186,21 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
                  grad_reduce_dtype=reduce_dtype,
                  source=source)
+
+
+def seconds_as_us_warning(where: str, key: str, value: object) -> str | None:
+    """One warning line when a microseconds value of `key` looks like seconds or milliseconds, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < MIN_HOST_OVERHEAD_US:
+        return None
+    return (f"warning: {where}: {key} = {value:g} looks like another unit; it is read in microseconds, and one "
+            "kernel launch alone takes a few (multiply a seconds figure by 1e6, a milliseconds one by 1000)")
+
+
+def implausible_stack_values(name_or_path: str | None) -> list[str]:
+    """One warning line per microseconds value of a stack that looks like seconds (`seconds_as_us_warning`)."""
+    data = read_stack(name_or_path or DEFAULT_STACK)
+    lines = (seconds_as_us_warning(name_or_path or DEFAULT_STACK, key, data.get(key)) for key in US_KEYS)
+    return [line for line in lines if line]
 
 
 def _number(data: dict, key: str, source: str, low: float, high: float, unit: str,
