@@ -11,6 +11,8 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 
+from .paths import did_you_mean
+
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
@@ -332,8 +334,9 @@ def _build(cls, data, prefix: str, source: str):
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
+        near = did_you_mean(prefix + unknown[0], [prefix + k for k in sorted(known)])
         raise HardwareProfileError(
-            f"{source}: unknown key {prefix + unknown[0]!r}; known keys here: "
+            f"{source}: unknown key {prefix + unknown[0]!r}{near}; known keys here: "
             f"{', '.join(prefix + k for k in sorted(known))}"
         )
     kwargs = {}

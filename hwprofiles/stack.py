@@ -64,7 +64,7 @@ from .cluster import (
     Efficiency,
     HardwareProfileError,
 )
-from .paths import did_you_mean, is_path, read_toml, toml_path
+from .paths import did_you_mean, is_path, looks_like_folder, read_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
@@ -119,6 +119,12 @@ _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "a
          "ep_dispatcher", "grad_reduce_dtype")
 
 
+# Keys only a stack file has at its top level (a hardware file states them under [efficiency]),
+# and the tables only a hardware file has: each tells a file passed to the wrong option.
+STACK_ONLY_KEYS = frozenset(_KEYS) - {"name", "description"}
+HARDWARE_ONLY_TABLES = frozenset({"gpu", "intra_node", "inter_node", "reliability", "cost"})
+
+
 def bundled_stacks() -> list[str]:
     return sorted(p.stem for p in STACK_DIR.glob("*.toml"))
 
@@ -126,9 +132,13 @@ def bundled_stacks() -> list[str]:
 def stack_path(name_or_path: str) -> Path:
     """The file behind `--stack NAME|PATH` (a bundled name, or a path to a .toml file)."""
     path = toml_path(name_or_path, STACK_DIR)
+    if path is None and looks_like_folder(name_or_path):
+        raise StackError(f"stack file {name_or_path!r} is a folder; give the .toml file in it")
     if path is None:
         raise StackError(f"unknown stack {name_or_path!r}{did_you_mean(name_or_path, bundled_stacks())}; use one of {', '.join(bundled_stacks())} "
                          "or a path to a .toml file (smplan stack list)")
+    if path.is_dir():
+        raise StackError(f"stack file {str(path)!r} is a folder; give the .toml file")
     if not path.is_file():
         raise StackError(f"stack file {str(path)!r} does not exist; check the path or use a bundled stack "
                          f"({', '.join(bundled_stacks())})")
@@ -138,7 +148,12 @@ def stack_path(name_or_path: str) -> Path:
 def read_stack(name_or_path: str) -> dict:
     """Parsed TOML of a bundled stack name (`torchtitan`) or of a path to a .toml file."""
     path = stack_path(name_or_path)
-    return read_toml(path, "stack file", StackError)
+    data = read_toml(path, "stack file", StackError)
+    tables = sorted(set(data) & HARDWARE_ONLY_TABLES)
+    if tables:
+        raise StackError(f"{str(path)!r} looks like a hardware file (it has a [{tables[0]}] table); pass it with --hw, "
+                         "and a stack with --stack")
+    return data
 
 
 def load_stack(name_or_path: str | None = None) -> Stack:
@@ -154,11 +169,12 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     """A Stack from parsed TOML, with one clear error per problem (unknown keys refused)."""
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
-        raise StackError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(_KEYS)}")
+        raise StackError(f"{source}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], list(_KEYS))}; "
+                         f"valid keys: {', '.join(_KEYS)}")
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
-        raise StackError(f"{source}: missing key {missing[0]!r}; add it "
-                         f"(see hwprofiles/stacks/{DEFAULT_STACK}.toml)")
+        raise StackError(f"{source}: missing key {missing[0]!r}; add it (`smplan stack show {DEFAULT_STACK}` "
+                         "shows a bundled stack's values)")
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
             raise StackError(f"{source}: {key!r} must be text, got {data[key]!r}")
