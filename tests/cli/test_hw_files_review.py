@@ -102,3 +102,15 @@ def test_a_bundled_uncalibrated_profile_warns_and_hw_list_says_which(cli_runner,
     listed = {line.split()[0]: line.split()[-1] for line in cli_runner.invoke(cli, ["hw", "list"]).output.splitlines()
               if line[:1].isalnum()}
     assert listed["mi300xx8"] == "no" and listed["h100x8"] == "yes"
+
+
+def test_docs_hardware_names_every_key():
+    from pathlib import Path
+
+    from smplan.hwprofiles import settable_keys
+    from smplan.hwprofiles.stack import _KEYS
+
+    text = (Path(__file__).parents[2] / "docs" / "HARDWARE.md").read_text()
+    hw = [k for k in settable_keys() if not k.startswith("efficiency.") and k.rsplit(".", 1)[-1] not in text]
+    assert hw == [] and [k for k in _KEYS if f"`{k}`" not in text] == []
+    assert "docs/HARDWARE.md" in (Path(__file__).parents[2] / "README.md").read_text()
