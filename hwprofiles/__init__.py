@@ -1,7 +1,7 @@
 """Hardware profiles and software-stack profiles, their loaders and validation, and the
 hardware performance model."""
 
-from .calibrated import uncalibrated_warning
+from .calibrated import checked_on_its_gpu, uncalibrated_warning
 from .cluster import (
     PROBED_CPU_NAME,
     Cluster,
@@ -51,6 +51,7 @@ from .topology import GroupSpan, ParallelLayout
 
 __all__ = [
     "uncalibrated_warning",
+    "checked_on_its_gpu",
     "implausible_values",
     "PROBED_CPU_NAME",
     "ALGORITHMS",

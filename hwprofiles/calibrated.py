@@ -1,9 +1,15 @@
-"""Whether a hardware profile's efficiency factors were ever fitted to this hardware.
+"""Whether a hardware profile's efficiency factors were ever fitted or checked on its GPU.
 
-Bundled profiles carry factors fitted on published runs (DESIGN.md, "Accuracy"). A
-profile from `smplan hw probe`, or one written by hand, has no `[efficiency]` table until
+A profile from `smplan hw probe`, or one written by hand, has no `[efficiency]` table until
 `smplan calibrate` writes one, so it runs on the defaults fitted on A100 clusters: a probed
 CPU profile predicted 5.9x too fast that way (issue 14). Such a profile gets a warning.
+
+Bundled profiles have no `[efficiency]` table either. Those whose GPU has published runs
+among the validation sources were checked against them (README, "How accurate it is"); the
+others (V100, H200, MI300X, L40S) were not, and are exactly as uncalibrated as a user's copy
+of them, so they get the same warning (review finding 8: a renamed copy of mi300xx8 warned,
+mi300xx8 itself did not, with identical predictions). A user's file with no table warns even
+when it describes a checked GPU: smplan cannot tell what hardware a file describes.
 """
 
 from __future__ import annotations
@@ -13,23 +19,39 @@ from pathlib import Path
 from .loader import PROFILE_DIR, read_profile
 from .paths import is_path
 
+# Bundled profiles whose GPU has runs in the validation sources (README, "How accurate it is":
+# A100 40/80 GB in vTrain, Megatron-LM SC21 and LLM Foundry; H100 in NeMo, torchtitan and
+# Megatron-Bridge; B200, B300, GB200 and GB300 in Megatron-Bridge).
+CHECKED_ON_THEIR_GPU = ("a100x8", "a100-40gx8", "h100x8", "b200x8", "b300x8", "gb200nvl72", "gb300nvl72")
+
+
+def checked_on_its_gpu(name_or_path: str) -> bool:
+    """Whether the profile's efficiency factors were fitted (its own [efficiency] table) or checked
+    (a bundled profile in CHECKED_ON_THEIR_GPU, or a byte-for-byte copy of one) on its GPU."""
+    if "efficiency" in read_profile(name_or_path):
+        return True
+    path = Path(name_or_path)
+    if not is_path(name_or_path):
+        return name_or_path in CHECKED_ON_THEIR_GPU
+    if path.resolve().parent == PROFILE_DIR.resolve():
+        return path.stem in CHECKED_ON_THEIR_GPU
+    return _copy_of_bundled(path) in CHECKED_ON_THEIR_GPU
+
 
 def uncalibrated_warning(name_or_path: str) -> str | None:
-    """A one-line warning for a profile that was never calibrated, else None."""
-    data = read_profile(name_or_path)
-    path = Path(name_or_path)
-    bundled = not is_path(name_or_path) or path.resolve().parent == PROFILE_DIR.resolve()
-    if bundled or "efficiency" in data or _copy_of_bundled(path):
+    """A one-line warning for a profile that was never calibrated on its GPU, else None."""
+    if checked_on_its_gpu(name_or_path):
         return None
-    return (f"warning: {name_or_path} has never been calibrated (no [efficiency] table), so predictions use "
-            f"factors fitted on A100 clusters and may be far off; run `smplan calibrate MODEL --hw {name_or_path} "
-            "-o calibrated.toml` first")
+    return (f"warning: {name_or_path} has never been calibrated (no [efficiency] table, no published run on its "
+            "GPU among smplan's validation sources), so predictions "
+            f"use factors fitted on A100 clusters and may be far off; run `smplan calibrate MODEL --hw {name_or_path} "
+            "-o calibrated.toml` on that hardware first")
 
 
-def _copy_of_bundled(path: Path) -> bool:
-    """Whether `path` holds a bundled profile byte for byte (a user's copy predicts as it does)."""
+def _copy_of_bundled(path: Path) -> str | None:
+    """The bundled profile `path` holds byte for byte (a user's copy predicts as it does), else None."""
     try:
         text = path.read_bytes()
     except OSError:
-        return False
-    return any(text == bundled.read_bytes() for bundled in PROFILE_DIR.glob("*.toml"))
+        return None
+    return next((bundled.stem for bundled in PROFILE_DIR.glob("*.toml") if text == bundled.read_bytes()), None)

@@ -11,6 +11,8 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 
+from .paths import did_you_mean
+
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
@@ -352,8 +354,9 @@ def _build(cls, data, prefix: str, source: str):
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
+        near = did_you_mean(prefix + unknown[0], [prefix + k for k in sorted(known)])
         raise HardwareProfileError(
-            f"{source}: unknown key {prefix + unknown[0]!r}; known keys here: "
+            f"{source}: unknown key {prefix + unknown[0]!r}{near}; known keys here: "
             f"{', '.join(prefix + k for k in sorted(known))}"
         )
     kwargs = {}
@@ -405,6 +408,7 @@ def _coerce(value, typ, key: str, source: str):
         raise HardwareProfileError(
             f"{source}: {key!r} must be a finite number of at most {MAX_NUMBER:g} in size, and at least "
             f"{MIN_NUMBER:g} unless 0 ({_unit_hint(key)}), got {_shown(value)}"
+            + (f"; {unit_fix(key)}" if abs(value) > MAX_NUMBER and unit_fix(key) else "")
         )
     if typ is int:
         if float(value) != int(value):
@@ -433,6 +437,18 @@ def _unit_hint(key: str) -> str:
     if ".peak_tflops." in key:
         return "TFLOP/s"
     return "a plain number"
+
+
+def unit_fix(key: str) -> str:
+    """How to convert a figure for `key` typed in the usual larger unit (FLOP/s for TFLOP/s,
+    bytes for GiB, bit/s for GB/s), or '': the refusal above and hwprofiles.plausible say it alike."""
+    if ".peak_tflops." in key:
+        return "divide a FLOP/s figure by 1e12"
+    if key.endswith("_gib"):
+        return "divide a byte count by 2**30 (1073741824)"
+    if key.endswith("_gbps"):
+        return "divide a bit/s figure by 8e9"
+    return ""
 
 
 def _set_dotted(data: dict, key: str, value) -> None:

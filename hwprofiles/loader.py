@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from .cluster import AttentionKernels, Cluster, HardwareProfileError, from_dict
-from .paths import did_you_mean, read_toml, toml_path
-from .stack import STACK_KEYS, apply_stack
+from .paths import did_you_mean, looks_like_folder, read_toml, toml_path
+from .stack import STACK_KEYS, STACK_ONLY_KEYS, apply_stack
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -19,6 +19,8 @@ def bundled_profiles() -> list[str]:
 def read_profile(name_or_path: str) -> dict:
     """Parsed TOML of a bundled profile name (`a100x8`) or of a path to a .toml file."""
     path = toml_path(name_or_path, PROFILE_DIR)
+    if path is None and looks_like_folder(name_or_path):
+        raise HardwareProfileError(f"hardware file {name_or_path!r} is a folder; give the .toml file in it")
     if path is None:
         raise HardwareProfileError(
             f"unknown hardware profile {name_or_path!r}{did_you_mean(name_or_path, bundled_profiles())}; use one of "
@@ -27,8 +29,13 @@ def read_profile(name_or_path: str) -> dict:
     if path.is_dir():
         raise HardwareProfileError(f"hardware file {str(path)!r} is a folder; give the .toml file")
     if not path.is_file():
-        raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path")
-    return read_toml(path, "hardware file", HardwareProfileError)
+        raise HardwareProfileError(f"hardware file {str(path)!r} does not exist; check the path or give another "
+                                   "--hw NAME|PATH")
+    data = read_toml(path, "hardware file", HardwareProfileError)
+    if "gpu" not in data and set(data) & STACK_ONLY_KEYS:
+        raise HardwareProfileError(f"{str(path)!r} looks like a stack file (it has {sorted(set(data) & STACK_ONLY_KEYS)[0]!r} "
+                                   "and no [gpu]); pass it with --stack, and a hardware profile with --hw")
+    return data
 
 
 # Keys a profile may leave out and then takes A100's measured figures for (every field of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,12 @@ def toml_path(name_or_path: str, folder: Path) -> Path | None:
         return Path(name_or_path)
     bundled = folder / f"{name_or_path}.toml"
     return bundled if bundled.exists() else None
+
+
+def looks_like_folder(name_or_path: str) -> bool:
+    """A text that is no bundled name but a path to a folder (`--hw runs/`): a bare name that is also
+    a folder here (`mine`) is still read as a name (is_path's rule)."""
+    return ("/" in name_or_path or os.sep in name_or_path) and Path(name_or_path).is_dir()
 
 
 def did_you_mean(name: str, names: list[str]) -> str:

@@ -3,56 +3,109 @@
 Validation (profile_file.py) refuses what cannot be a value at all (a string, a negative
 number); a number of the wrong unit passes it and predicts nonsense (a bf16 peak of 756e12,
 FLOP/s for TFLOP/s, gave 1.7 s steps at 0.0% MFU). The bounds below lie far outside any
-accelerator of 2026, so a value past them is named in a warning; nothing is refused.
+accelerator of 2026, so a value past them is named in a warning; nothing is refused here
+(cluster.py refuses what is past MAX_NUMBER, with the same hint: cluster.unit_fix).
 """
 
 from __future__ import annotations
 
-from .cluster import PROBED_CPU_NAME
+from .cluster import PROBED_CPU_NAME, unit_fix
 from .loader import read_profile
+from .stack import US_KEYS, seconds_as_us_warning
 
 # The largest 2026 datasheet figures, with headroom: GB300 / B300 dense FP4 15,000 TFLOP/s, 288 GB of
 # HBM3e at 8 TB/s (NVIDIA Blackwell Ultra datasheet, 2025); NVLink 5 900 GB/s per direction per GPU.
 MAX_PEAK_TFLOPS = 100_000.0
 MAX_MEMORY_GIB = 4_096.0
 MAX_BANDWIDTH_GBPS = 100_000.0
+# The fastest NIC a GPU has to itself in 2026: 800 Gb/s = 100 GB/s per direction (NVIDIA ConnectX-8
+# SuperNIC datasheet, 2025; one per GPU in B300 / GB300 nodes). A larger inter-node figure per GPU is
+# most likely Gb/s, or a whole node's NICs.
+MAX_NIC_GBPS_PER_GPU = 100.0
+# 10 ns: below any GPU link's latency (one InfiniBand switch hop alone is ~130 ns port to port,
+# NVIDIA Quantum HDR QM8700 datasheet); a positive figure under it is seconds typed as microseconds.
+MIN_LINK_LATENCY_US = 0.01
 # The smallest GPU figures, with headroom: NVIDIA T4, 65 fp16 TFLOP/s on 320 GB/s (T4 datasheet, 2018).
 # A probed CPU profile (gpu.name "cpu") measures far less and is not held to them.
 MIN_GPU_HALF_TFLOPS = 1.0
 MIN_GPU_MEMORY_BANDWIDTH_GBPS = 50.0
 
+# What a network figure means, whatever its key's name suggests (`_gbps` reads as gigabits to many).
+PER_GPU_GBPS = ("GB/s (gigabytes, not gigabits) per GPU per direction: divide a NIC's Gb/s by 8 and by the GPUs "
+                "that share it (one 400 Gb/s NIC per node of 8 GPUs: 6.25)")
 
-def implausible_values(name_or_path: str, overrides: dict[str, object] | None = None) -> list[str]:
+
+def implausible_values(name_or_path: str, overrides: dict[str, object] | None = None,
+                       given_by: str = "--hw-set") -> list[str]:
     """One warning line per value of the profile, or of its `--hw-set` overrides (dotted keys),
-    that is likely in the wrong unit."""
+    that is likely in the wrong unit; `given_by` names where the overrides came from."""
     stated = _flat(read_profile(name_or_path))
-    given = {key: value for key, value in (overrides or {}).items() if key in _CHECKED or ".peak_tflops." in key}
-    values = {**stated, **given}
+    given = {key: value for key, value in (overrides or {}).items() if _checked(key)}
+    found = _findings({**stated, **given}, set(given))
+    return [f"warning: {given_by if key in given else name_or_path}: {key} = {value:g} {why}"
+            for key, value, why in found]
+
+
+def implausible_varied(name_or_path: str, overrides: dict[str, object], key: str, values) -> list[str]:
+    """The warnings of `whatif --vary KEY=V1,V2` for the values of KEY (the profile's own are said once,
+    by implausible_values)."""
+    lines: list[str] = []
+    for value in values:
+        if not _checked(key):
+            continue
+        found = _findings({**_flat(read_profile(name_or_path)), **overrides, key: value}, {key})
+        lines += [f"warning: --vary on {name_or_path}: {k} = {v:g} {why}" for k, v, why in found if k == key]
+    return lines
+
+
+def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, float, str]]:
+    """(key, value, why) for each value likely in another unit; `given` the overridden keys."""
     on_gpu = values.get("gpu.name") != PROBED_CPU_NAME
     found: list[tuple[str, float, str]] = []
+    other = "looks like another unit; it is read in"
     for key, value in values.items():
         if not isinstance(value, int | float) or isinstance(value, bool):
             continue
         if key.startswith("gpu.peak_tflops."):
             dtype = key.rsplit(".", 1)[1]
             if value > MAX_PEAK_TFLOPS:
-                found.append((key, value, "TFLOP/s (divide a FLOP/s figure by 1e12)"))
+                found.append((key, value, f"{other} TFLOP/s ({unit_fix(key)})"))
             elif on_gpu and dtype in ("bf16", "fp16") and 0 < value < MIN_GPU_HALF_TFLOPS:
-                found.append((key, value, "TFLOP/s (multiply a PFLOP/s figure by 1000)"))
+                found.append((key, value, f"{other} TFLOP/s (multiply a PFLOP/s figure by 1000)"))
         elif key == "gpu.memory_gib" and value > MAX_MEMORY_GIB:
-            found.append((key, value, "GiB per GPU (not MB, nor the whole node)"))
+            found.append((key, value, f"{other} GiB per GPU (not MB, nor the whole node; {unit_fix(key)})"))
         elif key == "gpu.memory_bandwidth_gbps" and (
                 value > MAX_BANDWIDTH_GBPS or (on_gpu and value < MIN_GPU_MEMORY_BANDWIDTH_GBPS)):
-            found.append((key, value, "GB/s (multiply a TB/s figure by 1000)"))
+            found.append((key, value, f"{other} GB/s (multiply a TB/s figure by 1000)"))
         elif key in ("intra_node.bandwidth_gbps", "inter_node.bandwidth_gbps") and value > MAX_BANDWIDTH_GBPS:
-            found.append((key, value, "GB/s per GPU and direction (divide a bit/s figure by 8e9)"))
-    return [f"warning: {'--hw-set' if key in given else name_or_path}: {key} = {value:g} looks like another unit; "
-            f"it is read in {unit}" for key, value, unit in found]
+            found.append((key, value, f"{other} GB/s per GPU and direction ({unit_fix(key)})"))
+        elif key == "inter_node.bandwidth_gbps" and value > MAX_NIC_GBPS_PER_GPU:
+            found.append((key, value, f"is more than any NIC gives one GPU (800 Gb/s = 100 GB/s); it is read in "
+                                      f"{PER_GPU_GBPS}"))
+        elif key.endswith("latency_us") and 0 < value < MIN_LINK_LATENCY_US:
+            found.append((key, value, f"{other} microseconds (multiply a seconds figure by 1e6)"))
+        elif key.startswith("efficiency.") and key.split(".")[1] in US_KEYS:
+            line = seconds_as_us_warning("", key, value)
+            if line:
+                found.append((key, value, line.split(f"{key} = {value:g} ", 1)[1]))
+    inter, intra = values.get("inter_node.bandwidth_gbps"), values.get("intra_node.bandwidth_gbps")
+    flagged = {key for key, _, _ in found}
+    if (isinstance(inter, int | float) and isinstance(intra, int | float) and not flagged & {
+            "inter_node.bandwidth_gbps", "intra_node.bandwidth_gbps"} and inter > intra):
+        # a GPU's traffic to another node crosses its own PCIe / NVLink first: the faster of the two is inside
+        only_intra = "intra_node.bandwidth_gbps" in given and "inter_node.bandwidth_gbps" not in given
+        key = "intra_node.bandwidth_gbps" if only_intra else "inter_node.bandwidth_gbps"
+        shown = inter if key.startswith("inter") else intra
+        found.append((key, shown, f"puts the network between nodes (inter_node {inter:g}) above the link inside "
+                                  f"one (intra_node {intra:g}); both are read in {PER_GPU_GBPS}"))
+    return found
 
 
-# the keys checked above besides the peaks (and gpu.name, which tells a probed CPU profile)
-_CHECKED = ("gpu.name", "gpu.memory_gib", "gpu.memory_bandwidth_gbps", "intra_node.bandwidth_gbps",
-            "inter_node.bandwidth_gbps")
+def _checked(key: str) -> bool:
+    """Whether an override of `key` is one _findings looks at."""
+    return (key in ("gpu.name", "gpu.memory_gib", "gpu.memory_bandwidth_gbps", "intra_node.bandwidth_gbps",
+                    "inter_node.bandwidth_gbps") or ".peak_tflops." in key or key.endswith("latency_us")
+            or (key.startswith("efficiency.") and key.split(".")[1] in US_KEYS))
 
 
 def _flat(data: dict, prefix: str = "") -> dict[str, object]:

@@ -64,7 +64,7 @@ from .cluster import (
     Efficiency,
     HardwareProfileError,
 )
-from .paths import did_you_mean, is_path, read_toml, toml_path
+from .paths import did_you_mean, is_path, looks_like_folder, read_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
@@ -72,6 +72,14 @@ DEFAULT_STACK = "megatron-core"
 STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
               "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity",
               "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
+
+
+# A CUDA kernel launch alone takes a few microseconds of CPU time (3.8 us per short kernel launched
+# back to back: NVIDIA technical blog, "Getting Started with CUDA Graphs", 2019), and a layer pass
+# launches dozens: a positive host time below 1 us is seconds or milliseconds typed as microseconds.
+MIN_HOST_OVERHEAD_US = 1.0
+# The keys in microseconds a stack (or a hardware file's [efficiency] table) may state.
+US_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer")
 
 
 class StackError(HardwareProfileError):
@@ -111,6 +119,12 @@ _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "a
          "ep_dispatcher", "grad_reduce_dtype")
 
 
+# Keys only a stack file has at its top level (a hardware file states them under [efficiency]),
+# and the tables only a hardware file has: each tells a file passed to the wrong option.
+STACK_ONLY_KEYS = frozenset(_KEYS) - {"name", "description"}
+HARDWARE_ONLY_TABLES = frozenset({"gpu", "intra_node", "inter_node", "reliability", "cost"})
+
+
 def bundled_stacks() -> list[str]:
     return sorted(p.stem for p in STACK_DIR.glob("*.toml"))
 
@@ -118,9 +132,13 @@ def bundled_stacks() -> list[str]:
 def stack_path(name_or_path: str) -> Path:
     """The file behind `--stack NAME|PATH` (a bundled name, or a path to a .toml file)."""
     path = toml_path(name_or_path, STACK_DIR)
+    if path is None and looks_like_folder(name_or_path):
+        raise StackError(f"stack file {name_or_path!r} is a folder; give the .toml file in it")
     if path is None:
         raise StackError(f"unknown stack {name_or_path!r}{did_you_mean(name_or_path, bundled_stacks())}; use one of {', '.join(bundled_stacks())} "
                          "or a path to a .toml file (smplan stack list)")
+    if path.is_dir():
+        raise StackError(f"stack file {str(path)!r} is a folder; give the .toml file")
     if not path.is_file():
         raise StackError(f"stack file {str(path)!r} does not exist; check the path or use a bundled stack "
                          f"({', '.join(bundled_stacks())})")
@@ -130,7 +148,12 @@ def stack_path(name_or_path: str) -> Path:
 def read_stack(name_or_path: str) -> dict:
     """Parsed TOML of a bundled stack name (`torchtitan`) or of a path to a .toml file."""
     path = stack_path(name_or_path)
-    return read_toml(path, "stack file", StackError)
+    data = read_toml(path, "stack file", StackError)
+    tables = sorted(set(data) & HARDWARE_ONLY_TABLES)
+    if tables:
+        raise StackError(f"{str(path)!r} looks like a hardware file (it has a [{tables[0]}] table); pass it with --hw, "
+                         "and a stack with --stack")
+    return data
 
 
 def load_stack(name_or_path: str | None = None) -> Stack:
@@ -146,11 +169,12 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     """A Stack from parsed TOML, with one clear error per problem (unknown keys refused)."""
     unknown = sorted(set(data) - set(_KEYS))
     if unknown:
-        raise StackError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(_KEYS)}")
+        raise StackError(f"{source}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], list(_KEYS))}; "
+                         f"valid keys: {', '.join(_KEYS)}")
     missing = [k for k in _REQUIRED if k not in data]
     if missing:
-        raise StackError(f"{source}: missing key {missing[0]!r}; add it "
-                         f"(see hwprofiles/stacks/{DEFAULT_STACK}.toml)")
+        raise StackError(f"{source}: missing key {missing[0]!r}; add it (`smplan stack show {DEFAULT_STACK}` "
+                         "shows a bundled stack's values)")
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
             raise StackError(f"{source}: {key!r} must be text, got {data[key]!r}")
@@ -178,6 +202,21 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
                  grad_reduce_dtype=reduce_dtype,
                  source=source)
+
+
+def seconds_as_us_warning(where: str, key: str, value: object) -> str | None:
+    """One warning line when a microseconds value of `key` looks like seconds or milliseconds, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < MIN_HOST_OVERHEAD_US:
+        return None
+    return (f"warning: {where}: {key} = {value:g} looks like another unit; it is read in microseconds, and one "
+            "kernel launch alone takes a few (multiply a seconds figure by 1e6, a milliseconds one by 1000)")
+
+
+def implausible_stack_values(name_or_path: str | None) -> list[str]:
+    """One warning line per microseconds value of a stack that looks like seconds (`seconds_as_us_warning`)."""
+    data = read_stack(name_or_path or DEFAULT_STACK)
+    lines = (seconds_as_us_warning(name_or_path or DEFAULT_STACK, key, data.get(key)) for key in US_KEYS)
+    return [line for line in lines if line]
 
 
 def _number(data: dict, key: str, source: str, low: float, high: float, unit: str,

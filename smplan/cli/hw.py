@@ -9,6 +9,7 @@ import click
 from smplan.hwprofiles import (
     a100_figures_taken,
     bundled_profiles,
+    checked_on_its_gpu,
     implausible_values,
     load_cluster,
     parse_override,
@@ -42,12 +43,15 @@ def list_profiles(as_json: bool) -> None:
             c.intra_node.bandwidth_gbps,
             c.inter_node.bandwidth_gbps,
             c.cost.usd_per_gpu_hour,
+            "yes" if checked_on_its_gpu(name) else "no",
         ]
-        for c in clusters
+        for name, c in zip(bundled_profiles(), clusters, strict=True)
     ]
-    headers = ["name", "node", "memory GiB", "bf16 TFLOP/s", "intra GB/s", "inter GB/s", "$/GPU-h"]
+    headers = ["name", "node", "memory GiB", "bf16 TFLOP/s", "intra GB/s", "inter GB/s", "$/GPU-h", "checked"]
     click.echo(format_table(headers, rows))
-    click.echo("\nBandwidths are GB/s per GPU per direction. Details: smplan hw show NAME")
+    click.echo("\nBandwidths are GB/s (gigabytes) per GPU per direction. checked: published runs on that GPU are among "
+               "the validation sources; the others' predictions rest on factors fitted elsewhere and warn so. "
+               "Every key: docs/HARDWARE.md. Details: smplan hw show NAME")
 
 
 # What a 0 means for keys where it is not a value.
@@ -81,12 +85,16 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
     if cluster.fast_domain_gpus > cluster.gpus_per_node:
         click.echo(f"  NVLink domain: {cluster.fast_domain_gpus} GPUs "
                    f"({cluster.fast_domain_gpus // cluster.gpus_per_node} nodes); intra_node links span it")
+    if not checked_on_its_gpu(name):
+        click.echo("  efficiency factors: never fitted on this GPU (A100's defaults; smplan calibrate fits them)")
     borrowed = set(a100_figures_taken(name))
     for section, values in data.items():
         if isinstance(values, dict):
             click.echo(f"[{section}]")
             for key, value in _flatten(values):
                 meaning = ZERO_MEANS.get(f"{section}.{key}") if not value else None
+                if f"{section}.{key}" == "gpu.matmul_ceiling.fp8" and not value:
+                    value = cluster.gpu.matmul_ceiling.for_dtype("fp8")  # the figure an fp8 GEMM is priced at
                 if f"{section}.{key}" in borrowed and f"{section}.{key}" not in overridden:
                     meaning = "not in this profile: A100's measured figure"
                 click.echo(f"  {key} = {value}" + (f" ({meaning})" if meaning else ""))

@@ -111,13 +111,23 @@ class OneSpelling(click.Option):
             self.opts = shown
 
 
-def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrides: dict | None = None) -> None:
+def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrides: dict | None = None,
+                        varied: dict[str, tuple] | None = None, stacks: tuple[str, ...] = ()) -> None:
     """Say on stderr when a profile (name or path) has never been calibrated, name its values,
-    and the `--hw-set` `overrides` on it, that look like another unit (hwprofiles.plausible),
-    and the efficiency values of its own that `stack` replaces."""
+    the `--hw-set` `overrides` on it and the `whatif --vary` hardware values in `varied`
+    (dotted key -> values) that look like another unit (hwprofiles.plausible), the same of the
+    stack `stack` and the swept `stacks`, and the efficiency values of its own that `stack` replaces."""
     from smplan.hwprofiles import implausible_values, replaced_by_stack, uncalibrated_warning
+    from smplan.hwprofiles.plausible import implausible_varied
+    from smplan.hwprofiles.stack import implausible_stack_values
 
+    notes: list[str | None] = []
     for name in dict.fromkeys(p for p in profiles if p):
-        for note in (uncalibrated_warning(name), *implausible_values(name, overrides), replaced_by_stack(name, stack)):
-            if note:
-                click.echo(note, err=True)
+        notes += [uncalibrated_warning(name), *implausible_values(name, overrides), replaced_by_stack(name, stack)]
+        for key, values in (varied or {}).items():
+            notes += implausible_varied(name, overrides or {}, key, values)
+    for name in dict.fromkeys((stack, *stacks)):
+        notes += implausible_stack_values(name)
+    for note in dict.fromkeys(notes):
+        if note:
+            click.echo(note, err=True)

@@ -18,20 +18,28 @@ from .table import format_table
 def stack() -> None:
     """Software stacks: what the training framework, not the GPU, decides.
 
-    A stack sets the host (CPU) launch time per layer pass (and what a MoE layer adds to
-    it), the share of element-wise traffic its fused kernels keep on chip, its fused
-    attention kernel (flash1, flash2 = torch SDPA / flash-attn 2, cudnn = Transformer
-    Engine; timed at the GPU's published rate for it), ZeRO-3's gathered-parameter cap
-    (DeepSpeed), how its sharded-DP collectives cross nodes (per_nic: one NIC's share each,
-    DeepSpeed; ring: all rails, FSDP) and the NIC share per_nic reaches, what one ZeRO-1/2
-    step collective covers (bucket: many blocks, Megatron, DeepSpeed; block: one per block,
-    FSDP and smplan execute, where plain DDP is searched too), the share of the
-    MoE expert all-to-alls it hides behind the paired micro-batch's compute (EP A2A
-    overlap), how its MoE dispatch crosses nodes (all_to_all: NCCL; node_dedup: DeepEP /
-    HybridEP, once per node), and whether the DP gradient reduce overlaps backward (the
-    plan's overlap_dp default). plan, simulate, whatif (also --vary stack=A,B),
-    reliability and calibrate take --stack NAME|PATH; the default is megatron-core, and a
-    plan file records its stack. --hw-set efficiency.KEY=VALUE still wins over the stack.
+    \b
+    The keys of a stack file (docs/HARDWARE.md; required: the first three):
+      host_overhead_us_per_layer      CPU launch time per layer pass, microseconds
+      elementwise_fusion              share of element-wise traffic fused kernels keep on chip, 0..1
+      overlap_grad_reduce             DP gradient reduce overlaps backward (the plan's overlap_dp default)
+      host_overhead_us_per_moe_layer  extra CPU time of a MoE layer pass, microseconds
+      attention_kernel                flash1, flash2 (torch SDPA / flash-attn 2) or cudnn (Transformer
+                                      Engine), timed at the GPU's published rate for it
+      zero3_max_live_params           ZeRO-3 parameters gathered at once, at most (0: no cap; DeepSpeed)
+      single_nic_network              share of one NIC that per_nic sharded-DP collectives reach, 0..1
+      zero_collectives                per_nic (one NIC's share each, DeepSpeed) or ring (all rails, FSDP)
+      zero_granularity                one ZeRO-1/2 step collective per bucket (Megatron, DeepSpeed) or
+                                      per block (FSDP and smplan execute)
+      tp_comm_overlap                 share of the sequence-parallel TP collectives hidden under the
+                                      GEMMs (Transformer Engine userbuffers, torchtitan async TP), 0..1
+      ep_a2a_overlap                  share of the MoE all-to-alls hidden behind the paired micro-batch
+      ep_dispatcher                   all_to_all (NCCL) or node_dedup (DeepEP / HybridEP, once per node)
+      grad_reduce_dtype               weights (bf16 / fp16) or fp32: the dtype gradients cross DP in
+
+    plan, simulate, whatif (also --vary stack=A,B), reliability and calibrate take --stack
+    NAME|PATH; the default is megatron-core, and a plan file records its stack. --hw-set
+    efficiency.KEY=VALUE still wins over the stack.
     """
 
 
@@ -68,11 +76,13 @@ def show(name: str, as_json: bool) -> None:
         echo_json(_public(s))
         return
     click.echo(f"{s.name}: {s.description}")
-    click.echo(f"  from {s.source}: {stack_path(name)}")
+    # a file's source already names its path; a bundled stack's says where it lies
+    click.echo(f"  from {s.source}" + (f": {stack_path(name)}" if s.source.startswith("bundled") else ""))
     stated = read_stack(name)  # a key the file leaves out takes the hardware-side default: say which
     for key, value in _public(s).items():
         if key not in ("name", "description", "source"):
-            click.echo(f"  {key} = {value}" + ("" if key in stated else "  (not in the file: the default)"))
+            shown = int(value) if key == "zero3_max_live_params" and float(value).is_integer() else value  # a count
+            click.echo(f"  {key} = {shown}" + ("" if key in stated else "  (not in the file: the default)"))
 
 
 def _public(s) -> dict:

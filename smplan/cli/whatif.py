@@ -97,7 +97,8 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
                 except ModelFileError as err:
                     raise UserError(f"--vary {v.key}: {err}") from None
     warn_about_profiles(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
-                        overrides=q.hw_overrides)
+                        overrides=q.hw_overrides, varied={v.target: v.values for v in q.varies if v.kind == "cluster"},
+                        stacks=tuple(value for v in q.varies if v.kind == "stack" for value in v.values))
     record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=lambda text: click.echo(text, err=True))
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
