@@ -124,6 +124,7 @@ def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name:
     if plan is None or plan.zero < 3:
         changes.append("zero=1..3" if plan is None else f"zero={plan.zero + 1}..3" if plan.zero < 2 else "zero=3")
     changes.append("more tp/pp")
-    return (f"warning: the fullest GPU needs {peak_memory_gib:.1f} GiB but {capacity_gib:.1f} GiB is usable on "
-            f"{gpu_name}; this plan would run out of memory. Add {', '.join(changes[:-1])}"
+    # the peak holds efficiency.memory_reserve_gib (CUDA context, allocator slack); the capacity is the GPU's
+    return (f"warning: the fullest GPU needs {peak_memory_gib:.1f} GiB (its memory reserve included) but "
+            f"{gpu_name} has {capacity_gib:.3g} GiB; this plan would run out of memory. Add {', '.join(changes[:-1])}"
             f"{' or ' if len(changes) > 1 else ''}{changes[-1]} (or let `smplan plan` choose).")

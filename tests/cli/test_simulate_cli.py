@@ -82,6 +82,8 @@ def test_plan_that_does_not_fit_is_simulated_with_a_warning(cli_runner):
     text = cli_runner.invoke(cli, args)
     assert text.exit_code == 0, text.output
     assert "warning: the fullest GPU needs" in text.output and "run out of memory" in text.output
+    # the peak holds the memory reserve; the capacity is the GPU's whole memory, not a "usable" share
+    assert "(its memory reserve included) but A100-SXM4-80GB has 0.01 GiB" in text.output, text.output
     data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).output)
     assert data["fits_memory"] is False and data["peak_memory_gib"] > data["memory_capacity_gib"] > 0
     ok = json.loads(cli_runner.invoke(cli, ["simulate", GPT, "--hw", "a100x8", "--plan", "tp=1,pp=1,dp=8,mbs=1,gbs=8",
