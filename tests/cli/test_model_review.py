@@ -1,6 +1,8 @@
 """Findings of the own-models review: simulate refuses what the model cannot run, a model file
 imports its neighbours, headers show the sequence, --json carries the notes."""
 
+import json
+
 import pytest
 
 from smplan.cli.main import cli
@@ -19,3 +21,40 @@ def test_simulate_refuses_a_layout_the_model_cannot_run(cli_runner, ref, plan, s
     line = result.output.strip().splitlines()[-1]
     assert line.startswith("error: " + said) and line.endswith("=1"), result.output
     assert "Traceback" not in result.output
+
+
+def _notes(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("note: ")]
+
+
+def test_plan_header_shows_the_sequence_and_json_lists_the_notes(cli_runner):
+    args = ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "--global-batch", "7", "--top", "1"]
+    text = cli_runner.invoke(cli, args)
+    assert text.exit_code == 0, text.output
+    header = next(line for line in text.output.splitlines() if line.startswith("examples/gpt.py:tiny on "))
+    data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).stdout)
+    seq_len = data["plans"][0]["plan"]["seq_len"]
+    assert f"global batch 7, {seq_len:,}-token sequences ({7 * seq_len:,} tokens per step)" in header
+    assert any(n.startswith("note: global batch 7 allows dp of at most 1") for n in data["notes"])
+    assert data["notes"] == _notes(text.stdout)  # the lines the text prints, in its order
+
+
+def test_an_hf_context_capped_by_default_is_said_in_plan_and_simulate(cli_runner, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             vocab_size=128, intermediate_size=128, max_position_embeddings=8192
+                             ).save_pretrained(tmp_path / "long")
+    ref = f"hf:{tmp_path / 'long'}"
+    said = f"note: {ref}'s config states a 8,192-token context; these are 4,096-token sequences"
+    planned = cli_runner.invoke(cli, ["plan", ref, "--hw", "a100x8", "--top", "1"])
+    assert planned.exit_code == 0, planned.output
+    assert "4,096-token sequences (32,768 tokens per step)" in planned.output
+    assert any(n.startswith(said) for n in _notes(planned.stdout))
+    simulate = ["simulate", ref, "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8"]
+    simulated = cli_runner.invoke(cli, simulate)
+    assert simulated.exit_code == 0, simulated.output
+    assert "1 micro-batch of 1, 4,096-token sequences (32,768 tokens per step)" in simulated.output
+    data = json.loads(cli_runner.invoke(cli, [*simulate, "--json"]).stdout)
+    assert any(n.startswith(said) for n in data["notes"]), data["notes"]
+    asked = cli_runner.invoke(cli, ["plan", ref, "--hw", "a100x8", "--top", "1", "--seq-len", "4096"])
+    assert asked.exit_code == 0 and "-token context" not in asked.output  # asked for: nothing to say
