@@ -89,6 +89,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         top=top if closed_form else max(top, RANKED), max_nodes=max_nodes,
         min_nodes=nodes if max_nodes else None, progress=lambda msg: click.echo(msg, err=True),
         overlap_dp=load_stack(stack).overlap_grad_reduce,  # the stack's default; --fix overlap_dp=.. wins
+        without_cp=show_explain,  # --explain sets a cp plan against the best at cp=1
     )
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
     simulated = False
@@ -100,6 +101,11 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                        "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
                        "(`smplan simulate PLAN.json` may differ by a few %)", err=True)
     plans = plans[:top]
+    without_cp = result.without_cp
+    if show_explain and plans[0].cp > 1 and not isinstance(without_cp, str | None):
+        without_cp = without_cp.replace(stack=plans[0].stack)
+        if simulated:  # figures of one kind with the best's
+            without_cp = rank_by_simulation([without_cp], lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)[0][0]
     notes = _notes(plans[0], result, cluster, stack, model, model_args, seq_len)
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
@@ -110,7 +116,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                              "ranked_by": "simulation" if simulated else "closed form"},
                   "notes": notes}  # the lines the table's text prints after it
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
-            record["explain"] = explain(plans, result.rejected, objective=objective)
+            record["explain"] = explain(plans, result.rejected, objective=objective, without_cp=without_cp)
             record["not_offered"] = dict(result.unsupported)
             record["not_searched"] = dict(result.not_searched)
         echo_json(record)
@@ -143,7 +149,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     for note in notes:
         click.echo(note)
     if show_explain:
-        for line in explain(plans, result.rejected, objective=objective):
+        for line in explain(plans, result.rejected, objective=objective, without_cp=without_cp):
             click.echo(f"  {line}")
         for dim, why in result.unsupported.items():
             click.echo(f"  {dim} not offered: {why}")

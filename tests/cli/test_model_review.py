@@ -58,3 +58,17 @@ def test_an_hf_context_capped_by_default_is_said_in_plan_and_simulate(cli_runner
     assert any(n.startswith(said) for n in data["notes"]), data["notes"]
     asked = cli_runner.invoke(cli, ["plan", ref, "--hw", "a100x8", "--top", "1", "--seq-len", "4096"])
     assert asked.exit_code == 0 and "-token context" not in asked.output  # asked for: nothing to say
+
+
+def test_explain_says_what_the_best_plan_without_cp_costs(cli_runner):
+    # 64k-token sequences of the tiny GPT in 24 GiB: cp=8 runs whole, cp=1 must recompute
+    args = ["plan", "examples/gpt.py:tiny", "--hw", "h100x8", "--hw-set", "gpu.memory_gib=24", "--seq-len", "65536",
+            "--global-batch", "8", "--top", "2", "--json"]
+    data = json.loads(cli_runner.invoke(cli, [*args, "--explain"]).stdout)
+    best = data["plans"][0]
+    assert best["cp"] > 1
+    line = data["explain"][0]
+    alone = json.loads(cli_runner.invoke(cli, [*args, "--fix", "cp=1"]).stdout)["plans"][0]
+    slower = 100 * (alone["step_time_s"] / best["step_time_s"] - 1)
+    assert line.startswith(f"without cp: {slower:+.1f}% step time (") and " cp=" not in line, line
+    assert line.endswith(f": {alone['step_time_s']:.3f} s vs {best['step_time_s']:.3f} s)"), line
