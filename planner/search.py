@@ -314,5 +314,7 @@ def best_without_cp(profile: ModelProfile, cluster: Cluster, ref: str, constrain
     fix = {**constraints.get("fix", {}), "cp": 1}
     try:
         return search(profile, cluster, model_ref=ref, **{**constraints, "fix": fix, "top": 1, "progress": None}).plans[0]
-    except PlanError as err:  # NoFeasiblePlan: its message names what would fit
-        return str(err)
+    except PlanError as err:
+        # "no plan fits ...; the smallest change that fits: ..." (nearest_feasible_change): the change is one
+        # for a search held at cp=1, which cp itself beats; keep what does not fit
+        return str(err).split("; ")[0] if isinstance(err, NoFeasiblePlan) else str(err)

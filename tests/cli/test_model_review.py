@@ -72,3 +72,7 @@ def test_explain_says_what_the_best_plan_without_cp_costs(cli_runner):
     slower = 100 * (alone["step_time_s"] / best["step_time_s"] - 1)
     assert line.startswith(f"without cp: {slower:+.1f}% step time (") and " cp=" not in line, line
     assert line.endswith(f": {alone['step_time_s']:.3f} s vs {best['step_time_s']:.3f} s)"), line
+    # in 4.5 GiB only cp fits: the line says so, without the change a search held at cp=1 would make
+    squeezed = [a if a != "gpu.memory_gib=24" else "gpu.memory_gib=4.5" for a in args]
+    line = json.loads(cli_runner.invoke(cli, [*squeezed, "--explain"]).stdout)["explain"][0]
+    assert line.startswith("without cp: no plan fits in 4.5 GiB per GPU on 8 GPUs") and ";" not in line, line
