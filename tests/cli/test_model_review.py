@@ -76,3 +76,19 @@ def test_explain_says_what_the_best_plan_without_cp_costs(cli_runner):
     squeezed = [a if a != "gpu.memory_gib=24" else "gpu.memory_gib=4.5" for a in args]
     line = json.loads(cli_runner.invoke(cli, [*squeezed, "--explain"]).stdout)["explain"][0]
     assert line.startswith("without cp: no plan fits in 4.5 GiB per GPU on 8 GPUs") and ";" not in line, line
+
+
+def test_a_stage_recomputing_no_block_is_written_as_none(cli_runner, tmp_path):
+    from smplan.planner.plan import Plan
+
+    out = tmp_path / "plan.json"
+    assert cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "--top", "1", "-o", str(out)]
+                             ).exit_code == 0
+    data = json.loads(out.read_text())
+    # as files written before said it: a kind, and no block recomputed with it
+    data["stages"] = [{**stage, "recompute": "selective", "recompute_blocks": 0} for stage in data["stages"]]
+    data["recompute"] = "none"
+    out.write_text(json.dumps(data))
+    assert cli_runner.invoke(cli, ["simulate", str(out)]).exit_code == 0  # an old file still reads
+    stages = Plan.load(out).to_dict()["stages"]
+    assert [(s["recompute"], s["recompute_blocks"]) for s in stages] == [("none", None)] * len(stages)
