@@ -92,3 +92,26 @@ def test_a_stage_recomputing_no_block_is_written_as_none(cli_runner, tmp_path):
     assert cli_runner.invoke(cli, ["simulate", str(out)]).exit_code == 0  # an old file still reads
     stages = Plan.load(out).to_dict()["stages"]
     assert [(s["recompute"], s["recompute_blocks"]) for s in stages] == [("none", None)] * len(stages)
+
+
+@pytest.mark.parametrize(("family", "row", "extra"), [
+    ("GemmaConfig", "| Gemma |", {"head_dim": 16}),
+    ("Gemma2Config", "| Gemma2 |", {"head_dim": 16}),
+    ("Phi3Config", "| Phi-3 |", {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 1}),  # ids within the vocab
+])
+def test_readme_hf_rows_say_what_the_profile_finds(tmp_path, family, row, extra):
+    """README's hf: table rows for Gemma, Gemma2 and Phi-3 against a tiny config's profile."""
+    transformers = pytest.importorskip("transformers")
+    from smplan.planner import load_model_file, profile_model
+
+    getattr(transformers, family)(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  vocab_size=128, intermediate_size=128, max_position_embeddings=32,
+                                  **extra).save_pretrained(tmp_path / family)
+    ref = f"hf:{tmp_path / family}"
+    p = profile_model(ref, cache=False)
+    assert p.params == sum(t.numel() for t in load_model_file(ref).build({}, device="meta").parameters())
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(row))
+    _, _, profiled, dp, tp, sp, pp, _ = (cell.strip() for cell in line.split("|"))
+    assert tp.startswith("yes") == (p.has_tp_plan and "tp" not in p.unsupported) and pp.startswith("no")
+    assert ("unfused" in profiled) == (p.blocks[0].saved_bytes_attention_core_per_sample > 0)  # s x s scores kept
+    assert "pp" in p.unsupported and dp == "yes"
