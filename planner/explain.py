@@ -17,13 +17,28 @@ GIB = 2.0**30
 TIE_SHARE = 5e-4
 
 
-def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3, objective: str = "time") -> list[str]:
+def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3, objective: str = "time",
+            without_cp: Plan | str | None = None) -> list[str]:
     """One line per runner-up: slower (or, under objective "cost", dearer) by how much and where
-    the time went; OOM shapes."""
+    the time went; OOM shapes. `without_cp` (search.best_without_cp): when the best splits the
+    sequence (cp>1), a first line on what the best plan at cp=1 costs, or why none fits."""
     if not plans:
         return []
     best = plans[0].predicted
     lines = []
+    if plans[0].cp > 1 and isinstance(without_cp, str):
+        lines.append(f"without cp: {without_cp}")
+    elif plans[0].cp > 1 and without_cp is not None:
+        alt = without_cp.predicted
+        ratio = alt.step_time_s / best.step_time_s
+        if objective == "cost":
+            lines.append(f"without cp: {_cost_line(without_cp, plans[0])}")
+        elif abs(ratio - 1) < TIE_SHARE:
+            lines.append(f"without cp: ties with the best ({_shape(without_cp)}: {alt.step_time_s:.3f} s, "
+                         f"{alt.peak_memory_gib:.1f} GiB vs {best.peak_memory_gib:.1f} GiB)")
+        else:
+            lines.append(f"without cp: {100 * (ratio - 1):+.1f}% step time ({_shape(without_cp)}: "
+                         f"{alt.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
     for plan in plans[1:]:
         f = plan.predicted
         if objective == "cost":

@@ -265,6 +265,19 @@ def default_seq_len(config: dict) -> int:
     return min(limit, DEFAULT_SEQ_CAP) if limit is not None else DEFAULT_SEQ_LEN
 
 
+def capped_context(ref, args: dict | None = None, seq_len: int | None = None) -> int | None:
+    """The context an hf: model's config states (with --arg overrides) when the default batch length
+    capped it at DEFAULT_SEQ_CAP, i.e. neither --seq-len nor --arg seq_len chose one; else None."""
+    args = args or {}
+    if not is_hf_ref(ref) or seq_len is not None or SEQ_ARG in args:
+        return None
+    try:
+        limit = max_positions({**load_hf(ref).raw_config, **args})
+    except ModelFileError:  # the profile has said what is wrong with it already
+        return None
+    return limit if limit is not None and limit > DEFAULT_SEQ_CAP else None
+
+
 def is_hf_module(model) -> bool:
     try:
         from transformers import PreTrainedModel

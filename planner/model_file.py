@@ -312,6 +312,10 @@ def load_model_file(ref: str) -> ModelFile:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    # its folder first on sys.path while it runs, as `python file.py` has it: `from lm import LM` finds
+    # lm.py beside it (the executor's workers load the file through this function too)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except SyntaxError as err:
@@ -322,6 +326,8 @@ def load_model_file(ref: str) -> ModelFile:
         where = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path.resolve()]
         line = f" on line {where[-1].lineno}" if where else ""
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
+    finally:
+        sys.path.remove(folder)  # the first entry equal to it: the one inserted above
     builder = getattr(module, builder_name, None)
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")

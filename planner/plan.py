@@ -175,6 +175,10 @@ class Plan:
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
+        # a stage the search gave a kind but no recomputed block reads "none" (Stage.num_recomputed
+        # counts it so either way; files that say "selective" with 0 blocks still load)
+        data["stages"] = [stage if self.stages[i].num_recomputed else {**stage, "recompute": "none", "recompute_blocks": None}
+                          for i, stage in enumerate(data["stages"])]
         data["recompute"] = self.recompute
         data["num_microbatches"] = self.num_microbatches
         data["stage_blocks"] = [[s.first_block, s.last_block] for s in self.stages]

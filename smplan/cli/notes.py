@@ -105,6 +105,19 @@ def sac_stack_note(plan, stack: str) -> str | None:
             "with what it has")
 
 
+def capped_context_note(ref: str, seq_len: int, args: dict | None = None, given_seq_len: int | None = None) -> str | None:
+    """One line when an hf: model plans at the default cap (planner/hf_model.py DEFAULT_SEQ_CAP)
+    below the context its config states: a long-context user would otherwise not see it."""
+    from smplan.planner.hf_model import capped_context
+
+    context = capped_context(ref, args, given_seq_len)
+    if context is None or seq_len >= context:
+        return None
+    return (f"note: {ref}'s config states a {context:,}-token context; these are {seq_len:,}-token sequences (the "
+            f"hf: default caps the batch length at {seq_len:,} to keep profiling cheap); --seq-len {context} takes "
+            "the full context")
+
+
 def gemm_tile_note(cluster: Cluster) -> str | None:
     """One line when wave quantisation is asked for (efficiency.gemm_tile) on a GPU whose profile
     states no SM count: it would silently do nothing."""

@@ -18,6 +18,7 @@ from .checks import check_output_file
 from .main import UserError
 from .notes import (
     batch_divisors_note,
+    capped_context_note,
     causal_mfu_note,
     gemm_tile_note,
     host_wait_note,
@@ -32,7 +33,7 @@ from .options import (
     model_args_option,
     warn_about_profiles,
 )
-from .table import format_table
+from .table import format_table, sequence_phrase
 
 
 @click.command()
@@ -88,6 +89,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         top=top if closed_form else max(top, RANKED), max_nodes=max_nodes,
         min_nodes=nodes if max_nodes else None, progress=lambda msg: click.echo(msg, err=True),
         overlap_dp=load_stack(stack).overlap_grad_reduce,  # the stack's default; --fix overlap_dp=.. wins
+        without_cp=show_explain,  # --explain sets a cp plan against the best at cp=1
     )
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
     simulated = False
@@ -99,15 +101,22 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                        "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
                        "(`smplan simulate PLAN.json` may differ by a few %)", err=True)
     plans = plans[:top]
+    without_cp = result.without_cp
+    if show_explain and plans[0].cp > 1 and not isinstance(without_cp, str | None):
+        without_cp = without_cp.replace(stack=plans[0].stack)
+        if simulated:  # figures of one kind with the best's
+            without_cp = rank_by_simulation([without_cp], lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)[0][0]
+    notes = _notes(plans[0], result, cluster, stack, model, model_args, seq_len)
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
         plans[0].replace(hw=_hw_ref(hw), hw_overrides=dict(parse_override(kv) for kv in hw_set)).save(output)
     if as_json:
         record = {"plans": [_plan_json(p) for p in plans],
                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
-                             "ranked_by": "simulation" if simulated else "closed form"}}
+                             "ranked_by": "simulation" if simulated else "closed form"},
+                  "notes": notes}  # the lines the table's text prints after it
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
-            record["explain"] = explain(plans, result.rejected, objective=objective)
+            record["explain"] = explain(plans, result.rejected, objective=objective, without_cp=without_cp)
             record["not_offered"] = dict(result.unsupported)
             record["not_searched"] = dict(result.not_searched)
         echo_json(record)
@@ -130,25 +139,17 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
              else f"{cluster.num_gpus} GPUs ({cluster.nodes}x {cluster.name}{per_node})")
     gc = f", grad_compress {plans[0].grad_compress}" if plans[0].grad_compress != "none" else ""
     gc += f", {plans[0].fp8_scaling}-scaled (MFU of the fp8 peak)" if plans[0].dtype == "fp8" else ""
-    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}, {plans[0].dtype}{gc}, objective {objective}, "
+    click.echo(f"{model} on {where}, global batch {plans[0].global_batch}"
+               f"{sequence_phrase(plans[0].seq_len, plans[0].global_batch)}, {plans[0].dtype}{gc}, objective {objective}, "
                f"stack {stack or DEFAULT_STACK}")
     click.echo(format_table(headers, rows))
     ranked = f"the best {len(result.plans)} simulated and ranked" if simulated else "ranked by the closed form"
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s; "
                f"{ranked}")
-    note = host_wait_note(plans[0].predicted, cluster.efficiency, moe=result.num_experts > 1,
-                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
-    if note:
+    for note in notes:
         click.echo(note)
-    note = causal_mfu_note(plans[0].predicted, cluster, plans[0].dtype)
-    if note:
-        click.echo(note)
-    for note in (batch_divisors_note(plans[0].global_batch, plans[0].world_size),
-                 sac_stack_note(plans[0], load_stack(stack or DEFAULT_STACK).name)):
-        if note:
-            click.echo(note)
     if show_explain:
-        for line in explain(plans, result.rejected, objective=objective):
+        for line in explain(plans, result.rejected, objective=objective, without_cp=without_cp):
             click.echo(f"  {line}")
         for dim, why in result.unsupported.items():
             click.echo(f"  {dim} not offered: {why}")
@@ -156,6 +157,17 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
             click.echo(f"  {dim} not searched: {why}")
     if output:
         click.echo(f"wrote {output}")
+
+
+def _notes(best, result, cluster, stack, model, model_args, seq_len) -> list[str]:
+    """The one-line notes on the best plan, as the text prints them and --json lists them."""
+    notes = (capped_context_note(model, best.seq_len, model_args_from(model_args), seq_len),
+             host_wait_note(best.predicted, cluster.efficiency, moe=result.num_experts > 1,
+                            on_cpu=cluster.gpu.name == PROBED_CPU_NAME),
+             causal_mfu_note(best.predicted, cluster, best.dtype),
+             batch_divisors_note(best.global_batch, best.world_size),
+             sac_stack_note(best, load_stack(stack or DEFAULT_STACK).name))
+    return [note for note in notes if note]
 
 
 def _hw_ref(hw: str) -> str:

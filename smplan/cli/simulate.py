@@ -18,7 +18,7 @@ from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
 from .main import UserError
-from .notes import gemm_tile_note, host_wait_note, out_of_memory_warning
+from .notes import capped_context_note, gemm_tile_note, host_wait_note, out_of_memory_warning
 from .options import (
     echo_json,
     hw_options,
@@ -27,7 +27,7 @@ from .options import (
     model_args_option,
     warn_about_profiles,
 )
-from .table import format_table
+from .table import format_table, sequence_phrase
 
 
 @click.command()
@@ -73,9 +73,11 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     )
     warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
     overrides = plan.hw_overrides  # the plan file's and --hw-set's, as resolve_target applied them
+    notes = []  # every note the text prints, for --json too
     if hw and overrides and hw != plan.hw:
-        click.echo(f"note: hardware overrides ({_fmt_overrides(overrides)}) apply on --hw {hw} as on {plan.hw}; "
-                   "--hw-set KEY=VALUE replaces one", err=True)
+        notes.append(f"note: hardware overrides ({_fmt_overrides(overrides)}) apply on --hw {hw} as on {plan.hw}; "
+                     "--hw-set KEY=VALUE replaces one")
+        click.echo(notes[-1], err=True)
     if gemm_tile_note(cluster):
         click.echo(gemm_tile_note(cluster), err=True)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
@@ -83,7 +85,16 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     stale = (stale_prediction_note(target, plan, result.step_time_s, result.closed_form_step_time_s)
              if as_planned else None)
     if stale:
+        notes.append(stale)
         click.echo(stale, err=True)
+    # a plan file states its seq_len; a MODEL with --plan takes the model's default
+    capped = None if is_plan_file_name(target) else capped_context_note(
+        plan.model, profile.seq_len, model_args_from(model_args), seq_len)
+    host = host_wait_note(result.figures, cluster.efficiency, moe=profile.num_experts > 1,
+                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
+    oom = None if result.fits_memory else out_of_memory_warning(
+        result.figures.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan)
+    notes += [note for note in (capped, host, oom) if note]
     nodes_of = [row["node"] for row in result.stage_utilisation]
     if trace_path:
         write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})
@@ -97,6 +108,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         out.update(model=plan.model, hw=cluster.name, nodes=cluster.nodes, num_gpus=plan.world_size, stack=plan.stack,
                    hw_overrides=overrides)
         out["plan"] = plan.to_dict()
+        out["notes"] = notes
         if trace_path:
             out["trace"] = str(trace_path)
         if gantt_path:
@@ -107,7 +119,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     # zero, sp and the recomputed blocks too: a hand-edited plan file shows what it now says
     # (a stage's recompute kind counts only for its recompute_blocks)
     click.echo(f"{plan.model}: {plan.degrees} on {plan.world_size} GPUs ({cluster.name}), "
-               f"{plan.schedule}, {plan.num_microbatches} micro-batch{'es' if plan.num_microbatches != 1 else ''} of {plan.micro_batch}, {plan.dtype}"
+               f"{plan.schedule}, {plan.num_microbatches} micro-batch{'es' if plan.num_microbatches != 1 else ''} of {plan.micro_batch}"
+               f"{sequence_phrase(profile.seq_len, plan.global_batch)}, {plan.dtype}"
                f"{' (block-scaled)' if plan.fp8_scaling == 'block' else ''}, zero={plan.zero}"
                f"{', sp' if plan.sequence_parallel and plan.tp > 1 else ''}, {plan.recompute_label}, "
                f"contention {'off' if no_contention else 'on'}, {_dp_collectives(dp_pattern, plan)}, stack {plan.stack}"
@@ -129,10 +142,9 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in shown_breakdown(f.breakdown, plan).items()]))
-    note = host_wait_note(f, cluster.efficiency, moe=profile.num_experts > 1,
-                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
-    if note:
-        click.echo(note)
+    for note in (capped, host):
+        if note:
+            click.echo(note)
     click.echo("\nper-stage time, % of the step: compute + comm wait + optimizer + idle = 100%\n"
                "(compute includes recompute, host wait and TP collectives; comm wait: the GPU idle inside its passes\n"
                "for ZeRO/FSDP, expert and CP collectives; idle: between passes); send and DP busy are the links' own\n"
@@ -142,8 +154,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         [[r["stage"], r["node"]] + [f"{100 * r[k]:.1f}%" for k in ("compute", "recompute", "comm_wait", "optimizer",
                                                                    "idle", "send", "dp_comm")]
          for r in result.stage_utilisation]))
-    if not result.fits_memory:
-        click.echo("\n" + out_of_memory_warning(f.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan))
+    if oom:
+        click.echo("\n" + oom)
     for path, what in ((trace_path, "trace"), (gantt_path, "Gantt chart")):
         if path:
             click.echo(f"\nwrote {what}: {path}")

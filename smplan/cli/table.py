@@ -41,3 +41,11 @@ def _cell(value: object) -> str:
             return f"{value:.2f}"
         return f"{value:.3g}"
     return str(value)
+
+
+def sequence_phrase(seq_len: int, global_batch: int) -> str:
+    """", 4,096-token sequences (32,768 tokens per step)" for a header; "" for a model whose samples
+    are not token sequences (seq_len 0)."""
+    if not seq_len:
+        return ""
+    return f", {seq_len:,}-token sequences ({seq_len * global_batch:,} tokens per step)"
