@@ -473,6 +473,13 @@ def _sequence_parallel(block, plan: dict) -> dict:
     if len(norms) != 2 or "self_attn" not in children or "mlp" not in children:
         raise TPUnsupported(f"{type(block).__name__} is not a pre-norm self_attn/mlp layer; sequence "
                             "parallelism is not mapped for it; use sp=0")
+    # Sandwich norms (Gemma2/3: pre_/post_feedforward_layernorm around the MLP, and
+    # post_attention_layernorm on the attention's output, not its input) put a norm where this
+    # mapping has a plain tensor: the residual add then meets a DTensor and fails in execute.
+    extra = sorted(n for n in children if n not in norms and "norm" in n.lower())
+    if extra:
+        raise TPUnsupported(f"{type(block).__name__} has norms {', '.join(extra)} beyond a pre-norm layer's two; "
+                            "sequence parallelism is not mapped for it; use sp=0")
     out = {n: SequenceParallel() for n in norms}
     # transformers calls self_attn(hidden_states=..., ...) by keyword and mlp(hidden_states) positionally
     out["self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},

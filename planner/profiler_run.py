@@ -141,7 +141,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         post=tuple(post),
         has_tp_plan=bool(tp_modules),
         supports_sequence_parallel=bool(tp_modules) and profile_seq > 0 and _takes_sp(mf, "tp_plan")
-        and _takes_sp(mf, "tp_plan_outer"),
+        and _takes_sp(mf, "tp_plan_outer") and _maps_sp(mf, model, blocks[0]),
         # the config's, else the blocks' SDPA calls' (a model of one's own states none)
         num_heads=_num_heads(model) or next((p.kv_heads for p in parts.ordered() if p.kind == "block" and p.kv_heads), 0),
         file_sha256=mf.sha256,
@@ -369,6 +369,18 @@ def _takes_sp(mf: ModelFile, hook: str) -> bool:
         return fn is not None and "sequence_parallel" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _maps_sp(mf: ModelFile, model: nn.Module, block: nn.Module) -> bool:
+    """Whether the file's TP hooks map sequence parallelism for this model: they may refuse a
+    layer they cannot split by sequence (TPUnsupported; hf_model: Gemma2's sandwich norms), and
+    then the planner must not offer sp, which `execute` would fail on."""
+    try:
+        _user_call(mf, "tp_plan", mf.hook("tp_plan"), block, sequence_parallel=True)
+        _user_call(mf, "tp_plan_outer", mf.hook("tp_plan_outer"), model, sequence_parallel=True)
+    except TPUnsupported:
+        return False
+    return True
 
 
 def _tp_outer_modules(mf: ModelFile, model: nn.Module, container, run) -> dict[str, tuple[nn.Module, str]]:

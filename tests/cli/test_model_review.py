@@ -115,3 +115,4 @@ def test_readme_hf_rows_say_what_the_profile_finds(tmp_path, family, row, extra)
     assert tp.startswith("yes") == (p.has_tp_plan and "tp" not in p.unsupported) and pp.startswith("no")
     assert ("unfused" in profiled) == (p.blocks[0].saved_bytes_attention_core_per_sample > 0)  # s x s scores kept
     assert "pp" in p.unsupported and dp == "yes"
+    assert sp.startswith("yes") == bool(p.supports_sequence_parallel)  # Gemma2's sandwich norms: sp not offered
