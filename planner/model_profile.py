@@ -76,6 +76,9 @@ class BlockProfile:
     # Of elementwise_bytes_per_sample: what a fusing compiler keeps on chip (intermediates of
     # element-wise chains that are neither saved for backward nor handed on); see profiler_trace.
     elementwise_fusible_bytes_per_sample: float = 0.0
+    # GPU kernels one forward call launches (GEMMs, fused attention, non-view element-wise ops,
+    # as traced; 0: not counted, a profile from before PROFILER_VERSION 25)
+    forward_kernels: float = 0.0
     matmuls: tuple[MatmulShape, ...] = ()
     tp_collectives: tuple[TPCollective, ...] = ()
     # Parameters one token uses (routed experts: top_k / num_experts of them); None in

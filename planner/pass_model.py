@@ -187,12 +187,26 @@ def _userbuffers_reach(tp_span: GroupSpan, cluster: Cluster) -> bool:
     return cluster.intra_node.fabric != "pcie" and not tp_span.crosses_nodes
 
 
+# The fewest kernels a transformer layer's forward launches, as the profiler traces them: q, k
+# and v projections, fused attention, the output projection, two norms, two MLP GEMMs, the
+# activation and two residual adds (a pre-norm GPT-2-style layer written with separate q/k/v
+# Linears: 12). The stacks' host_overhead_us_per_layer was fitted on transformer layers (every
+# validation source's blocks trace 20 or more), so a repeated block that launches fewer
+# kernels, a conv stage or a plain MLP, takes that share of it: the host's cost is per launch
+# (PyTorch eager dispatches each op on the CPU).
+LEAN_LAYER_KERNELS = 12
+
+
 def host_launch_s(cluster: Cluster, part: BlockProfile | None = None) -> float:
     """Seconds the host takes to launch one layer pass's kernels (the stack's keys): a routed-
-    expert part (`part.num_experts > 1`) adds the stack's MoE-layer host time."""
+    expert part (`part.num_experts > 1`) adds the stack's MoE-layer host time, and a repeated
+    block lighter than a transformer layer takes its share (LEAN_LAYER_KERNELS)."""
     e = cluster.efficiency
     moe = e.host_overhead_us_per_moe_layer if part is not None and part.num_experts > 1 else 0.0
-    return (e.host_overhead_us_per_layer + moe) * 1e-6
+    share = 1.0
+    if part is not None and part.kind == "block" and 0 < part.forward_kernels < LEAN_LAYER_KERNELS:
+        share = part.forward_kernels / LEAN_LAYER_KERNELS
+    return (e.host_overhead_us_per_layer * share + moe) * 1e-6
 
 
 def launch_slack_s(block: PassTimes, cluster: Cluster, part: BlockProfile | None = None) -> tuple[float, float]:

@@ -517,6 +517,7 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         elementwise_bytes_per_sample=ew * per,
         elementwise_tp_sharded_fraction=stats.elementwise_sharded_bytes / ew if ew else 0.0,
         elementwise_fusible_bytes_per_sample=stats.fusible_bytes * per,
+        forward_kernels=stats.kernels / max(1, stats.calls),
         matmuls=matmuls,
         tp_collectives=tuple(
             TPCollective(c.kind, c.phase, c.bytes_per_sample * per, c.module) for c in stats.collectives

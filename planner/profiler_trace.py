@@ -92,6 +92,7 @@ class PartStats:
     matmuls: Counter = field(default_factory=Counter)  # (m, n, k, batch, tp_dim, kernel) -> count
     collectives: list[TPCollective] = field(default_factory=list)
     calls: int = 0
+    kernels: int = 0  # GPU kernels its forward calls launch: GEMMs, fused attention, non-view element-wise ops
     # Mixture of experts: the routed expert bank's size and what its GEMMs and dispatch do.
     num_experts: int = 0
     top_k: int = 0
@@ -195,6 +196,8 @@ class Tracer(TorchDispatchMode):
             part.kv_bytes += 2 * tensor_bytes(args[1])
         self._track_core(packet, inputs, out)
         sac_saved = self._sac(part, packet, out, sharded)
+        if packet in _GEMM_LIKE or (not func.is_view and packet not in _NO_TRAFFIC):
+            part.kernels += 1
         if packet in _GEMM_LIKE:
             kernel = _kernel(func, args, kwargs)
             for shape in _gemm_shapes(packet, args, out):

@@ -1,0 +1,66 @@
+"""The host's launch time per layer pass scales with the kernels a block lighter than a
+transformer layer launches (pass_model.LEAN_LAYER_KERNELS); transformer layers keep the
+stack's fitted figure."""
+
+import dataclasses
+import textwrap
+
+import pytest
+from smplan.hwprofiles import load_cluster
+from smplan.planner import profile_model
+from smplan.planner.pass_model import LEAN_LAYER_KERNELS, host_launch_s
+
+H100 = load_cluster("h100x8")
+PER_LAYER_S = H100.efficiency.host_overhead_us_per_layer * 1e-6
+
+CONV_FILE = '''
+import torch
+from torch import nn
+
+
+class Block(nn.Module):  # a 1-D conv token mixer: norm, conv, GELU, linear, residual
+    def __init__(self, d):
+        super().__init__()
+        self.norm, self.conv, self.fc = nn.LayerNorm(d), nn.Conv1d(d, d, 3, padding=1), nn.Linear(d, d)
+
+    def forward(self, x):
+        y = self.conv(self.norm(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.fc(torch.nn.functional.gelu(y))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.blocks, self.out = nn.Embedding(64, 32), nn.Sequential(*[Block(32) for _ in range(3)]), nn.Linear(32, 64)
+
+    def forward(self, tokens):
+        return self.out(self.blocks(self.emb(tokens)))
+
+
+def model():
+    return Net()
+
+
+def batch(micro_batch_size, model=None, seed=0):
+    x = torch.randint(0, 64, (micro_batch_size, 17), generator=torch.Generator().manual_seed(seed))
+    return x[:, :-1], x[:, 1:]
+'''
+
+
+def test_a_transformer_layer_keeps_the_stacks_host_time():
+    block = profile_model("examples/gpt.py:tiny", cache=False).blocks[0]
+    assert block.forward_kernels >= LEAN_LAYER_KERNELS
+    assert host_launch_s(H100, block) == pytest.approx(PER_LAYER_S)
+
+
+def test_a_lighter_block_takes_its_share(tmp_path):
+    path = tmp_path / "conv.py"
+    path.write_text(textwrap.dedent(CONV_FILE))
+    block = profile_model(str(path), cache=False).blocks[0]
+    # norm, conv, GELU, linear, residual add (the transposes are views; the linear's strided
+    # input may add a copy)
+    assert 5 <= block.forward_kernels <= 7
+    assert host_launch_s(H100, block) == pytest.approx(PER_LAYER_S * block.forward_kernels / LEAN_LAYER_KERNELS)
+    # a profile from before the count (forward_kernels 0) and the parts beside the blocks keep it
+    assert host_launch_s(H100, dataclasses.replace(block, forward_kernels=0.0)) == pytest.approx(PER_LAYER_S)
+    assert host_launch_s(H100, dataclasses.replace(block, kind="pre")) == pytest.approx(PER_LAYER_S)
