@@ -65,6 +65,31 @@ OPTIMIZER_BYTES_PER_PARAM = 30.0
 
 
 @dataclass(frozen=True)
+class PassSeconds:
+    """Seconds of one kind inside a chunk's passes, affine in n (blocks) and r (recomputed
+    blocks): forward f0 + f_blk n + rf_blk r, backward b0 + b_blk n + rb_blk r."""
+
+    f0: float = 0.0
+    f_blk: float = 0.0
+    rf_blk: float = 0.0
+    b0: float = 0.0
+    b_blk: float = 0.0
+    rb_blk: float = 0.0
+
+    @classmethod
+    def of(cls, parts: list, block, forward: str, backward: str, rf_blk: float = 0.0, rb_blk: float = 0.0):
+        """From the PassTimes fields `forward` / `backward` of the chunk's other parts and its block."""
+        return cls(sum(getattr(p, forward) for p in parts), getattr(block, forward), rf_blk,
+                   sum(getattr(p, backward) for p in parts), getattr(block, backward), rb_blk)
+
+    def forward(self, n: int, r: int) -> float:
+        return self.f0 + self.f_blk * n + self.rf_blk * r
+
+    def backward(self, n: int, r: int) -> float:
+        return self.b0 + self.b_blk * n + self.rb_blk * r
+
+
+@dataclass(frozen=True)
 class ChunkModel:
     """Costs of one model chunk as affine functions of n (blocks) and r (recomputed)."""
 
@@ -90,31 +115,11 @@ class ChunkModel:
     opt_blk: float
     rec_flops_blk: float  # FLOPs per sample re-run per recomputed block
     memory: ChunkMemory
-    # expert all-to-all and exposed context-parallel seconds (inside f/b), per block and fixed
-    epf0: float = 0.0
-    epf_blk: float = 0.0
-    epb0: float = 0.0
-    epb_blk: float = 0.0
-    epr_blk: float = 0.0  # re-run by a fully recomputed block
-    cpf0: float = 0.0
-    cpf_blk: float = 0.0
-    cpb0: float = 0.0
-    cpb_blk: float = 0.0
-    cpr_blk: float = 0.0
-    # the same collectives' seconds hidden under compute (PassTimes.*_hidden_*): a fully
-    # recomputed block gives up its expert overlap (ephr*_blk: Megatron-Core refuses it under full
-    # recompute, pass_model) and re-runs its K/V gather (cphr_blk)
-    ephf0: float = 0.0
-    ephf_blk: float = 0.0
-    ephb0: float = 0.0
-    ephb_blk: float = 0.0
-    ephrf_blk: float = 0.0
-    ephrb_blk: float = 0.0
-    cphf0: float = 0.0
-    cphf_blk: float = 0.0
-    cphb0: float = 0.0
-    cphb_blk: float = 0.0
-    cphr_blk: float = 0.0
+    # expert all-to-all and context-parallel seconds: exposed (inside f/b) and hidden under compute
+    ep: PassSeconds = PassSeconds()
+    cp: PassSeconds = PassSeconds()
+    ep_hidden: PassSeconds = PassSeconds()
+    cp_hidden: PassSeconds = PassSeconds()
     ep_crosses_node: bool = False
     cp_crosses_node: bool = False
     # ZeRO-2/3 units (ZeroUnit: the passes' time without their collectives, and the collectives):
@@ -155,14 +160,14 @@ class ChunkModel:
             dp_overlappable=self.dp_overlappable,
             optimizer_s=self.opt0 + self.opt_blk * n,
             memory=self.memory.breakdown(n, r),
-            ep_comm_forward_s=self.epf0 + self.epf_blk * n,
-            ep_comm_backward_s=self.epb0 + self.epb_blk * n + self.epr_blk * r,
-            cp_comm_forward_s=self.cpf0 + self.cpf_blk * n,
-            cp_comm_backward_s=self.cpb0 + self.cpb_blk * n + self.cpr_blk * r,
-            ep_hidden_forward_s=self.ephf0 + self.ephf_blk * n - self.ephrf_blk * r,
-            ep_hidden_backward_s=self.ephb0 + self.ephb_blk * n - self.ephrb_blk * r,
-            cp_hidden_forward_s=self.cphf0 + self.cphf_blk * n,
-            cp_hidden_backward_s=self.cphb0 + self.cphb_blk * n + self.cphr_blk * r,
+            ep_comm_forward_s=self.ep.forward(n, r),
+            ep_comm_backward_s=self.ep.backward(n, r),
+            cp_comm_forward_s=self.cp.forward(n, r),
+            cp_comm_backward_s=self.cp.backward(n, r),
+            ep_hidden_forward_s=self.ep_hidden.forward(n, r),
+            ep_hidden_backward_s=self.ep_hidden.backward(n, r),
+            cp_hidden_forward_s=self.cp_hidden.forward(n, r),
+            cp_hidden_backward_s=self.cp_hidden.backward(n, r),
             ep_crosses_node=self.ep_crosses_node,
             cp_crosses_node=self.cp_crosses_node,
             zero_units=self._zero_units(n, r),
@@ -297,6 +302,7 @@ class CostModel:
         bp = self.pass_of(block, key)
         pts = [self.pass_of(p, key) for p in parts]
         b_rec, rec_s, tp_rec = bp.backward_with(recompute)
+        full = recompute == "full"
         send_bytes = 0.0 if last else block.output_bytes_per_sample * key.micro_batch / (key.tp * key.cp)
         crosses = False if last else layout.stage_boundary_crosses_node(device)
         send_s = p2p_time_s(send_bytes, crosses, cl) if send_bytes else 0.0
@@ -399,27 +405,18 @@ class CostModel:
             opt_blk=opt_time(spans["dp"]) * residual[1] + opt_time(spans["edp"]) * eb,
             rec_flops_blk=bp.recompute_flops[recompute],
             memory=mem,
-            epf0=sum(p.ep_forward_s for p in pts),
-            epf_blk=bp.ep_forward_s,
-            epb0=sum(p.ep_backward_s for p in pts),
-            epb_blk=bp.ep_backward_s,
-            epr_blk=bp.ep_forward_s if recompute == "full" else 0.0,
-            cpf0=sum(p.cp_forward_s for p in pts),
-            cpf_blk=bp.cp_forward_s,
-            cpb0=sum(p.cp_backward_s for p in pts),
-            cpb_blk=bp.cp_backward_s,
-            cpr_blk=bp.cp_forward_s if recompute == "full" else 0.0,
-            ephf0=sum(p.ep_hidden_forward_s for p in pts),
-            ephf_blk=bp.ep_hidden_forward_s,
-            ephb0=sum(p.ep_hidden_backward_s for p in pts),
-            ephb_blk=bp.ep_hidden_backward_s,
-            ephrf_blk=bp.ep_hidden_forward_s if recompute == "full" else 0.0,
-            ephrb_blk=bp.ep_hidden_backward_s if recompute == "full" else 0.0,
-            cphf0=sum(p.cp_hidden_forward_s for p in pts),
-            cphf_blk=bp.cp_hidden_forward_s,
-            cphb0=sum(p.cp_hidden_backward_s for p in pts),
-            cphb_blk=bp.cp_hidden_backward_s,
-            cphr_blk=bp.cp_hidden_forward_s if recompute == "full" else 0.0,
+            # Megatron-Core refuses the EP A2A overlap under full recompute: a recomputed block's
+            # hidden all-to-alls (its forward's twice, its backward's) come back exposed in its
+            # backward (PassTimes.ep_full_exposed_s), with the recomputed forward's exposed part;
+            # what stays hidden is what the host's launches cover. It re-runs its K/V gather too.
+            ep=PassSeconds.of(pts, bp, "ep_forward_s", "ep_backward_s",
+                              rb_blk=bp.ep_forward_s + bp.ep_full_exposed_s if full else 0.0),
+            cp=PassSeconds.of(pts, bp, "cp_forward_s", "cp_backward_s", rb_blk=bp.cp_forward_s if full else 0.0),
+            ep_hidden=PassSeconds.of(pts, bp, "ep_hidden_forward_s", "ep_hidden_backward_s",
+                                     rf_blk=-bp.ep_hidden_forward_s if full else 0.0,
+                                     rb_blk=2.0 * bp.ep_hidden_forward_s - bp.ep_full_exposed_s if full else 0.0),
+            cp_hidden=PassSeconds.of(pts, bp, "cp_hidden_forward_s", "cp_hidden_backward_s",
+                                     rb_blk=bp.cp_hidden_forward_s if full else 0.0),
             ep_crosses_node=spans["ep"].crosses_nodes,
             cp_crosses_node=spans["cp"].crosses_nodes,
             hwf0=sum(p.host_wait_forward_s for p in pts),

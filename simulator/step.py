@@ -152,6 +152,8 @@ class StepSimulation:
         self.events: list[SimEvent] = []
         self._ready: dict[tuple[str, int, int], simpy.Event] = {}
         self._sent_at: dict[tuple[str, int, int], float] = {}
+        # (device, "ep" | "cp") -> hidden collective seconds its passes have not yet had room for
+        self._hidden_left: dict[tuple[int, str], float] = {}
         self.devices = [DeviceTimes() for _ in range(self.pp)]
         self.queues = [simpy.Store(self.env) for _ in range(self.pp)]
         extras = costs.extras or {}
@@ -212,16 +214,19 @@ class StepSimulation:
         """Start the share of the pass's expert all-to-alls and CP collectives that the stack
         hides under its compute (StageCosts.*_hidden_*) on their group's links, beside the
         compute: they take no GPU time but share the links with the DP and pipeline traffic.
-        Each is drawn no longer than the compute it hides under (the cost model may hide a
-        forward's all-to-all under a paired backward: Megatron-Core's EP A2A overlap), so with
-        contention off none outlasts its pass. Returns [(kind, event)] of those started."""
+        Each runs no longer than the compute it hides under, so with contention off none
+        outlasts its pass; what is left (the cost model hides a forward's all-to-all under the
+        paired micro-batch's backward: Megatron-Core's EP A2A overlap) goes with the device's
+        next pass. Returns [(kind, event)] of those started."""
         if forward:
             parts = (("ep", st.ep_hidden_forward_s, st.ep_crosses_node), ("cp", st.cp_hidden_forward_s, st.cp_crosses_node))
         else:
             parts = (("ep", st.ep_hidden_backward_s, st.ep_crosses_node), ("cp", st.cp_hidden_backward_s, st.cp_crosses_node))
         started = []
-        for kind, seconds, crosses in parts:
-            seconds = min(seconds, compute_s)
+        for kind, own, crosses in parts:
+            owed = own + self._hidden_left.get((d, kind), 0.0)
+            seconds = min(owed, compute_s)
+            self._hidden_left[(d, kind)] = owed - seconds
             if seconds <= SHARED_TOLERANCE_S:
                 continue
             start, done = self.env.now, self._transfer(self._group_links(d, crosses), seconds)

@@ -90,3 +90,36 @@ def test_hidden_collectives_take_no_gpu_time_but_share_the_links():
     on = simulate_step(across, lay, cl, contention=True)
     assert on.step_time_s > simulate_step(base, lay, cl, contention=True).step_time_s
     assert any(row["shared_s"] > 0 for row in on.links)
+
+
+def test_full_recompute_puts_every_all_to_all_on_the_links():
+    """Each all-to-all of a pass goes on the links, hidden or exposed: without recompute a
+    forward's and a backward's; under full recompute (Megatron-Core refuses the overlap) the
+    recomputed forward's too, so the links carry one more forward's all-to-alls."""
+    prof = profile_model("examples/moe.py:mixtral_8x7b", args={"layers": 4, "experts": 16}, seq_len=1024)
+    cl = load_cluster("h100x8", nodes=4, overrides={"efficiency.ep_a2a_overlap": 0.5})
+    on_links, stages = {}, {}
+    for rc in ("none", "full"):
+        plan = _plan(f"dp=32,ep=16,mbs=1,gbs=64,zero=1,recompute={rc}", prof, 4)
+        stages[rc] = plan_costs(plan, prof, cl).stages[0]
+        events = simulate_plan(plan, prof, cl, contention=False).raw.events
+        on_links[rc] = sum(e.end - e.start for e in events if e.name == "ep-a2a")
+    none = stages["none"]
+    assert none.ep_hidden_forward_s > 0 and none.ep_hidden_backward_s > 0  # the overlap hid part of them
+    per_forward = none.ep_comm_forward_s + none.ep_hidden_forward_s
+    m = 64 // 32
+    assert on_links["none"] == pytest.approx(m * (per_forward + none.ep_comm_backward_s + none.ep_hidden_backward_s))
+    assert on_links["full"] == pytest.approx(on_links["none"] + m * per_forward)
+
+
+def test_a_hidden_all_to_all_longer_than_its_pass_goes_on_with_the_next():
+    """The cost model may hide a forward's all-to-all under the paired backward: what does not
+    fit under the forward's compute runs under the device's next pass, none of it is lost, and
+    with contention off the step is still the closed form's."""
+    base = uniform_costs("1f1b", 2, 8, tf=0.1, tb=0.2, send_s=0.0, dp_s=0.0)
+    stages = tuple(dataclasses.replace(s, ep_hidden_forward_s=0.15, ep_crosses_node=True) for s in base.stages)
+    costs = dataclasses.replace(base, stages=stages)
+    result = simulate_step(costs, layout(2, dp=16, tp=1), cluster(4), contention=False)
+    assert result.step_time_s == pytest.approx(estimate_from_costs(base).step_time_s, rel=1e-9)
+    drawn = sum(e.end - e.start for e in result.events if e.name == "ep-a2a")
+    assert drawn == pytest.approx(2 * 8 * 0.15)  # 2 stages x 8 micro-batches, every second of it
