@@ -318,6 +318,7 @@ def load_model_file(ref: str) -> ModelFile:
     # executor's workers load the file through this function too, executor/train.py), and a sibling
     # named like an installed package (numpy.py) does not replace it
     folder = path.resolve().parent
+    before = set(sys.modules)
     sys.path.append(str(folder))
     try:
         spec.loader.exec_module(module)
@@ -331,6 +332,7 @@ def load_model_file(ref: str) -> ModelFile:
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
     finally:
         del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]  # the entry appended above
+        _forget_siblings(folder, before, keep=name)
     builder = getattr(module, builder_name, None)
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -343,6 +345,20 @@ def load_model_file(ref: str) -> ModelFile:
             f"or name one with {path}:NAME{hint}"
         )
     return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest)
+
+
+def _forget_siblings(folder: Path, before: set[str], keep: str) -> None:
+    """Drop from sys.modules the modules the model file's import loaded from its `folder` (its
+    `lm.py`), so that another model file's own `lm.py` in another folder is not this one; the
+    loaded model keeps its references. A module of a package loaded before (smplan's own, when
+    the file lies in smplan's tree) stays."""
+    for mod_name in set(sys.modules) - before - {keep}:
+        if mod_name.partition(".")[0] in before:
+            continue
+        mod = sys.modules[mod_name]
+        files = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", None) or [])
+        if any(f and Path(f).resolve().is_relative_to(folder) for f in files):
+            del sys.modules[mod_name]
 
 
 def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

@@ -21,13 +21,24 @@ def test_a_model_file_imports_its_neighbour(tmp_path, monkeypatch):
     (tmp_path / "uses_it.py").write_text(f"from {SIBLING} import model, batch  # noqa: F401\n")
     monkeypatch.chdir(EXAMPLES)  # not the file's folder: the import must not depend on the cwd
     before = list(sys.path)
-    try:
-        loaded = load_model_file(str(tmp_path / "uses_it.py"))
-    finally:
-        sys.modules.pop(SIBLING, None)  # sys.modules keeps it for the process
+    loaded = load_model_file(str(tmp_path / "uses_it.py"))
     assert loaded.module.model.__module__ == SIBLING
     assert sys.path == before  # the folder was on sys.path while the file ran, not after
+    assert SIBLING not in sys.modules  # nor is its neighbour left to stand in for another folder's
     assert profile_model(str(tmp_path / "uses_it.py")).num_blocks > 0  # the profiler loads it the same way
+
+
+def test_each_folder_gets_its_own_neighbour(tmp_path):
+    widths = {}
+    for folder, width in (("a", 16), ("b", 64)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "lm.py").write_text(f"WIDTH = {width}\n")
+        (tmp_path / folder / "m.py").write_text("from torch import nn\nfrom lm import WIDTH\n\n\n"
+                                                "def model():\n    return nn.Linear(WIDTH, WIDTH)\n")
+    for folder in ("a", "b"):
+        widths[folder] = load_model_file(str(tmp_path / folder / "m.py")).build().in_features
+    assert widths == {"a": 16, "b": 64}
+    assert "lm" not in sys.modules
 
 
 def test_a_torch_py_neither_beside_nor_as_the_model_replaces_torch(tmp_path):
