@@ -248,3 +248,10 @@ def test_the_out_of_memory_advice_leaves_out_what_the_plan_already_does(cli_runn
                                      "--plan", plan])
     assert result.exit_code == 0, result.output
     assert f"this plan would run out of memory. {advice} (or let `smplan plan` choose)." in result.output
+
+
+@pytest.mark.parametrize("capacity, said", [(1234.5, "1234.5"), (139.8, "139.8"), (80.0, "80")])
+def test_the_out_of_memory_warning_states_the_capacity_as_given(capacity, said):
+    from smplan.cli.notes import out_of_memory_warning
+
+    assert f"H100 has {said} GiB; this plan would run out of memory" in out_of_memory_warning(2000.0, capacity, "H100")
