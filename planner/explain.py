@@ -100,8 +100,9 @@ def _shape(plan: Plan) -> str:
     return f"{plan.degrees} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"
 
 
-def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None) -> str:
-    """The first of: recompute, ZeRO-3, a smaller micro-batch, more nodes, that fits."""
+def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None
+                            ) -> tuple[str, str]:
+    """(what does not fit, the first of: recompute, ZeRO-3, a smaller micro-batch, more nodes, that fits)."""
     cap = capacity_bytes(cluster)
 
     def fits(fx: dict, cl: Cluster, mn) -> bool:
@@ -121,7 +122,7 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
         tries.append(("mbs=1", {**fixed, "micro_batch": 1}))
     for label, fx in tries:
         if fits(fx, cluster, max_nodes):
-            return f"{head}; the smallest change that fits: {label}"
+            return head, f"the smallest change that fits: {label}"
     nodes = max_nodes or cluster.nodes
     fx = {k: v for k, v in fixed.items() if k not in ("dp",)}
     for _ in range(8):
@@ -131,6 +132,6 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
         if gbs % bigger.gpus_per_node and gbs < bigger.num_gpus:
             fx = {**fx, "global_batch": gbs}
         if fits(fx, bigger, None):
-            return f"{head}; the smallest change that fits: --nodes {nodes}"
+            return head, f"the smallest change that fits: --nodes {nodes}"
     del cap
-    return f"{head}; no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"
+    return head, "no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"

@@ -476,6 +476,7 @@ def _sequence_parallel(block, plan: dict) -> dict:
     # Sandwich norms (Gemma2/3: pre_/post_feedforward_layernorm around the MLP, and
     # post_attention_layernorm on the attention's output, not its input) put a norm where this
     # mapping has a plain tensor: the residual add then meets a DTensor and fails in execute.
+    # The rule goes by the children's names: a norm module named without "norm" would pass it.
     extra = sorted(n for n in children if n not in norms and "norm" in n.lower())
     if extra:
         raise TPUnsupported(f"{type(block).__name__} has norms {', '.join(extra)} beyond a pre-norm layer's two; "

@@ -308,14 +308,18 @@ def load_model_file(ref: str) -> ModelFile:
     if is_hf_ref(ref):
         return load_hf(ref)
     path, builder_name, digest = file_digest(ref)
+    import torch  # noqa: F401 - loaded before the user's code runs: a torch.py beside it (or it) cannot stand in
+
     name = f"smplan_model_{digest[:16]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
-    # its folder first on sys.path while it runs, as `python file.py` has it: `from lm import LM` finds
-    # lm.py beside it (the executor's workers load the file through this function too)
-    folder = str(path.resolve().parent)
-    sys.path.insert(0, folder)
+    # its folder last on sys.path while it runs: `from lm import LM` finds lm.py beside it (the
+    # executor's workers load the file through this function too, executor/train.py), and a sibling
+    # named like an installed package (numpy.py) does not replace it
+    folder = path.resolve().parent
+    before = set(sys.modules)
+    sys.path.append(str(folder))
     try:
         spec.loader.exec_module(module)
     except SyntaxError as err:
@@ -327,7 +331,8 @@ def load_model_file(ref: str) -> ModelFile:
         line = f" on line {where[-1].lineno}" if where else ""
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
     finally:
-        sys.path.remove(folder)  # the first entry equal to it: the one inserted above
+        del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]  # the entry appended above
+        _forget_siblings(folder, before, keep=name)
     builder = getattr(module, builder_name, None)
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -340,6 +345,20 @@ def load_model_file(ref: str) -> ModelFile:
             f"or name one with {path}:NAME{hint}"
         )
     return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest)
+
+
+def _forget_siblings(folder: Path, before: set[str], keep: str) -> None:
+    """Drop from sys.modules the modules the model file's import loaded from its `folder` (its
+    `lm.py`), so that another model file's own `lm.py` in another folder is not this one; the
+    loaded model keeps its references. A module of a package loaded before (smplan's own, when
+    the file lies in smplan's tree) stays."""
+    for mod_name in set(sys.modules) - before - {keep}:
+        if mod_name.partition(".")[0] in before:
+            continue
+        mod = sys.modules[mod_name]
+        files = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", None) or [])
+        if any(f and Path(f).resolve().is_relative_to(folder) for f in files):
+            del sys.modules[mod_name]
 
 
 def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

@@ -130,6 +130,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     block_profiles = tuple(
         dataclasses.replace(block, name=f"{prefix}.{n}" if prefix else n) for n in run
     ) if block is not None else ()
+    takes_sp = bool(tp_modules) and profile_seq > 0 and _takes_sp(mf, "tp_plan") and _takes_sp(mf, "tp_plan_outer")
+    sp_problem = _sp_problem(mf, model, blocks[0]) if takes_sp else None
     return ModelProfile(
         model=ref,
         args=args,
@@ -140,13 +142,12 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         blocks=block_profiles,
         post=tuple(post),
         has_tp_plan=bool(tp_modules),
-        supports_sequence_parallel=bool(tp_modules) and profile_seq > 0 and _takes_sp(mf, "tp_plan")
-        and _takes_sp(mf, "tp_plan_outer") and _maps_sp(mf, model, blocks[0]),
+        supports_sequence_parallel=takes_sp and sp_problem is None,
         # the config's, else the blocks' SDPA calls' (a model of one's own states none)
         num_heads=_num_heads(model) or next((p.kv_heads for p in parts.ordered() if p.kind == "block" and p.kv_heads), 0),
         file_sha256=mf.sha256,
         unsupported={dim: why for dim, why in (("tp", tp_problem), ("pp", pp_problem), ("cp", cp_problem),
-                                                ("ep", ep_problem)) if why},
+                                                ("ep", ep_problem), ("sp", sp_problem)) if why},
     )
 
 
@@ -371,16 +372,17 @@ def _takes_sp(mf: ModelFile, hook: str) -> bool:
         return False
 
 
-def _maps_sp(mf: ModelFile, model: nn.Module, block: nn.Module) -> bool:
-    """Whether the file's TP hooks map sequence parallelism for this model: they may refuse a
-    layer they cannot split by sequence (TPUnsupported; hf_model: Gemma2's sandwich norms), and
-    then the planner must not offer sp, which `execute` would fail on."""
+def _sp_problem(mf: ModelFile, model: nn.Module, block: nn.Module) -> str | None:
+    """Why the file's TP hooks do not map sequence parallelism for this model, or None: they may
+    refuse a layer they cannot split by sequence (TPUnsupported; hf_model: Gemma2's sandwich
+    norms) or fail under sequence_parallel=True (a user's hook: ModelFileError), and then the
+    planner must not offer sp, which `execute` would fail on; the rest of the profile stands."""
     try:
         _user_call(mf, "tp_plan", mf.hook("tp_plan"), block, sequence_parallel=True)
         _user_call(mf, "tp_plan_outer", mf.hook("tp_plan_outer"), model, sequence_parallel=True)
-    except TPUnsupported:
-        return False
-    return True
+    except (TPUnsupported, ModelFileError) as err:
+        return str(err)
+    return None
 
 
 def _tp_outer_modules(mf: ModelFile, model: nn.Module, container, run) -> dict[str, tuple[nn.Module, str]]:

@@ -48,7 +48,12 @@ from .search_space import (
 
 
 class NoFeasiblePlan(PlanError):
-    """Nothing fits; the message names the smallest change that would."""
+    """Nothing fits; the message names the smallest change that would. `what` is the message without
+    that change: what does not fit (all of it when no mesh shape met the fixed keys and the batch)."""
+
+    def __init__(self, what: str, change: str = ""):
+        super().__init__(f"{what}; {change}" if change else what)
+        self.what = what
 
 
 @dataclass
@@ -141,7 +146,8 @@ def search(
     if not result.plans and not result.candidates:  # no shape meets the fixed keys and the batch
         raise NoFeasiblePlan(why_no_candidates(profile, cluster, fixed, max_nodes, min_nodes) + why)
     if not result.plans:
-        raise NoFeasiblePlan(nearest_feasible_change(profile, cluster, fixed, result, max_nodes) + why)
+        what, change = nearest_feasible_change(profile, cluster, fixed, result, max_nodes)
+        raise NoFeasiblePlan(what, change + why)
     return result
 
 
@@ -315,6 +321,6 @@ def best_without_cp(profile: ModelProfile, cluster: Cluster, ref: str, constrain
     try:
         return search(profile, cluster, model_ref=ref, **{**constraints, "fix": fix, "top": 1, "progress": None}).plans[0]
     except PlanError as err:
-        # "no plan fits ...; the smallest change that fits: ..." (nearest_feasible_change): the change is one
-        # for a search held at cp=1, which cp itself beats; keep what does not fit
-        return str(err).split("; ")[0] if isinstance(err, NoFeasiblePlan) else str(err)
+        # the smallest change that fits (nearest_feasible_change) is one for a search held at cp=1, which cp
+        # itself beats; keep what does not fit
+        return err.what if isinstance(err, NoFeasiblePlan) else str(err)

@@ -139,5 +139,5 @@ def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name:
     changes.append("more tp/pp")
     # the peak holds efficiency.memory_reserve_gib (CUDA context, allocator slack); the capacity is the GPU's
     return (f"warning: the fullest GPU needs {peak_memory_gib:.1f} GiB (its memory reserve included) but "
-            f"{gpu_name} has {capacity_gib:.3g} GiB; this plan would run out of memory. Add {', '.join(changes[:-1])}"
+            f"{gpu_name} has {capacity_gib:g} GiB; this plan would run out of memory. Add {', '.join(changes[:-1])}"
             f"{' or ' if len(changes) > 1 else ''}{changes[-1]} (or let `smplan plan` choose).")

@@ -82,8 +82,9 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                         f"and whatif tell it from a model; use -o {Path(output).with_suffix('.json')}")
     cluster = cluster_from(hw, max_nodes or nodes, hw_set, stack)
     warn_about_profiles(hw, stack=stack, overrides=dict(parse_override(kv) for kv in hw_set))
-    if gemm_tile_note(cluster):
-        click.echo(gemm_tile_note(cluster), err=True)
+    before = [gemm_tile_note(cluster)]  # the notes said before the table (stderr), in --json's notes first
+    if before[-1]:
+        click.echo(before[-1], err=True)
     result = plan_model(
         model, cluster, model_args=model_args_from(model_args), seq_len=seq_len, dtype=dtype,
         global_batch=global_batch, fix=",".join(fix) or None, objective=objective,
@@ -98,9 +99,10 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         # each as `smplan simulate PLAN.json` will run it: the plan's hardware, nodes and stack
         plans, simulated = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)
         if not simulated:
-            click.echo(f"note: {sum(map(too_long_to_rank, plans))} of the best {len(plans)} plans run too many "
-                       "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
-                       "(`smplan simulate PLAN.json` may differ by a few %)", err=True)
+            before.append(f"note: {sum(map(too_long_to_rank, plans))} of the best {len(plans)} plans run too many "
+                          "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
+                          "(`smplan simulate PLAN.json` may differ by a few %)")
+            click.echo(before[-1], err=True)
     plans = plans[:top]
     without_cp = result.without_cp
     if show_explain and plans[0].cp > 1 and not isinstance(without_cp, str | None):
@@ -115,7 +117,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         record = {"plans": [_plan_json(p) for p in plans],
                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
                              "ranked_by": "simulation" if simulated else "closed form"},
-                  "notes": notes}  # the lines the table's text prints after it
+                  # every note and warning the text prints but warn_about_profiles' (on the profiles)
+                  "notes": [note for note in before if note] + notes}
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
             record["explain"] = explain(plans, result.rejected, objective=objective, without_cp=without_cp)
             record["not_offered"] = dict(result.unsupported)

@@ -73,13 +73,14 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     )
     warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
     overrides = plan.hw_overrides  # the plan file's and --hw-set's, as resolve_target applied them
-    notes = []  # every note the text prints, for --json too
+    notes = []  # every note and warning the text prints but warn_about_profiles' (on the profiles), for --json too
     if hw and overrides and hw != plan.hw:
         notes.append(f"note: hardware overrides ({_fmt_overrides(overrides)}) apply on --hw {hw} as on {plan.hw}; "
                      "--hw-set KEY=VALUE replaces one")
         click.echo(notes[-1], err=True)
     if gemm_tile_note(cluster):
-        click.echo(gemm_tile_note(cluster), err=True)
+        notes.append(gemm_tile_note(cluster))
+        click.echo(notes[-1], err=True)
     result = simulate_plan(plan, profile, cluster, not no_contention, dp_pattern=dp_pattern, ps_servers=ps_servers)
     as_planned = not (hw or stack or nodes or hw_set or no_contention) and dp_pattern == "allreduce"
     stale = (stale_prediction_note(target, plan, result.step_time_s, result.closed_form_step_time_s)

@@ -116,3 +116,5 @@ def test_readme_hf_rows_say_what_the_profile_finds(tmp_path, family, row, extra)
     assert ("unfused" in profiled) == (p.blocks[0].saved_bytes_attention_core_per_sample > 0)  # s x s scores kept
     assert "pp" in p.unsupported and dp == "yes"
     assert sp.startswith("yes") == bool(p.supports_sequence_parallel)  # Gemma2's sandwich norms: sp not offered
+    if "tp" not in p.unsupported:  # sp left out with the reason plan --explain prints (Gemma2)
+        assert ("sp" in p.unsupported) == (not p.supports_sequence_parallel)

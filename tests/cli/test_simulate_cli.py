@@ -166,6 +166,16 @@ def test_wave_quantisation_without_an_sm_count_says_it_does_nothing(cli_runner):
     assert off.exit_code == 0 and "gemm_tile" not in off.stderr
 
 
+def test_json_notes_hold_the_wave_quantisation_warning(cli_runner):
+    """--json "notes" holds every note and warning the text prints, this one (said before the run) too."""
+    hw = ["--hw", "b300x8", "--hw-set", "efficiency.gemm_tile=128"]
+    for args in (["simulate", "examples/gpt.py:tiny", *hw, "--plan", "dp=8"],
+                 ["plan", "examples/gpt.py:tiny", *hw, "--top", "1", "--closed-form"]):
+        result = cli_runner.invoke(cli, [*args, "--json"])
+        assert result.exit_code == 0, result.output
+        assert any("states no gpu.sm_count" in note for note in json.loads(result.stdout)["notes"]), args
+
+
 def test_a_plan_files_bad_hw_override_is_named_as_the_files(cli_runner, tmp_path):
     plan = tmp_path / "p.json"
     assert cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "-o", str(plan)]).exit_code == 0
@@ -238,3 +248,10 @@ def test_the_out_of_memory_advice_leaves_out_what_the_plan_already_does(cli_runn
                                      "--plan", plan])
     assert result.exit_code == 0, result.output
     assert f"this plan would run out of memory. {advice} (or let `smplan plan` choose)." in result.output
+
+
+@pytest.mark.parametrize("capacity, said", [(1234.5, "1234.5"), (139.8, "139.8"), (80.0, "80")])
+def test_the_out_of_memory_warning_states_the_capacity_as_given(capacity, said):
+    from smplan.cli.notes import out_of_memory_warning
+
+    assert f"H100 has {said} GiB; this plan would run out of memory" in out_of_memory_warning(2000.0, capacity, "H100")

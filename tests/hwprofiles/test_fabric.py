@@ -47,6 +47,24 @@ def test_across_nodes_the_mesh_limits_only_the_members_in_a_node():
         "all_reduce", GB, one_per_node, two.with_overrides({"intra_node.fabric": "switch"}))
 
 
+@pytest.mark.parametrize("dispatcher", ["all_to_all", "node_dedup"])
+def test_across_nodes_an_exchange_takes_one_mesh_link_per_node_peer(dispatcher):
+    """4 ranks on 2 nodes, 2 per node: each reaches its one node peer over k-1 = 1 of the 7 links,
+    so the NVLink part takes 7x a switch's (a NIC fast enough that it is the NVLink part)."""
+    from smplan.hwprofiles.perf import expert_dispatch_time_s
+
+    fast_nic = {"inter_node.bandwidth_gbps": 1e5, "efficiency.ep_dispatcher": dispatcher}
+    mesh = MI300X.with_nodes(2).with_overrides(fast_nic)
+    switch = mesh.with_overrides({"intra_node.fabric": "switch"})
+    span = GroupSpan(size=4, ranks_per_node=2)
+    alpha = 3 * mesh.inter_node.latency_us * 1e-6  # n-1 messages
+    mesh_s = expert_dispatch_time_s(GB, span, mesh, top_k=2, num_experts=8) - alpha
+    switch_s = expert_dispatch_time_s(GB, span, switch, top_k=2, num_experts=8) - alpha
+    intra_bytes = GB / 4 if dispatcher == "all_to_all" else GB / 4 + GB / 2 / 2  # on-node share (+ forwarding)
+    assert mesh_s == pytest.approx(intra_bytes / (64.0 * GB * mesh.efficiency.network))
+    assert mesh_s == pytest.approx(7 * switch_s)
+
+
 def _tp_part():
     from smplan.planner.model_profile import BlockProfile, MatmulShape, TPCollective
 

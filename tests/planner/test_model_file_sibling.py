@@ -1,16 +1,19 @@
 """A model file imports a module beside it (`from lm import LM` next to lm.py), as `python
-file.py` would; the folder leaves sys.path afterwards."""
+file.py` would; the folder leaves sys.path afterwards, its modules leave sys.modules, and a
+file beside it named like an installed package does not replace that package."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 from smplan.planner import load_model_file, profile_model
 
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
-# The sibling's name is one no other test uses: sys.modules keeps it for the process.
 SIBLING = "sibling_mlp_smplan_test"
+# A valid model file that needs the real torch (nn, a Linear) when imported.
+USES_TORCH = "import torch\nfrom torch import nn\n\n\ndef model():\n    return nn.Linear(4, 4)\n"
 
 
 def test_a_model_file_imports_its_neighbour(tmp_path, monkeypatch):
@@ -18,10 +21,36 @@ def test_a_model_file_imports_its_neighbour(tmp_path, monkeypatch):
     (tmp_path / "uses_it.py").write_text(f"from {SIBLING} import model, batch  # noqa: F401\n")
     monkeypatch.chdir(EXAMPLES)  # not the file's folder: the import must not depend on the cwd
     before = list(sys.path)
-    try:
-        loaded = load_model_file(str(tmp_path / "uses_it.py"))
-        assert loaded.module.model is sys.modules[SIBLING].model
-        assert sys.path == before  # the folder was on sys.path while the file ran, not after
-        assert profile_model(str(tmp_path / "uses_it.py")).num_blocks > 0  # the profiler loads it the same way
-    finally:
-        sys.modules.pop(SIBLING, None)
+    loaded = load_model_file(str(tmp_path / "uses_it.py"))
+    assert loaded.module.model.__module__ == SIBLING
+    assert sys.path == before  # the folder was on sys.path while the file ran, not after
+    assert SIBLING not in sys.modules  # nor is its neighbour left to stand in for another folder's
+    assert profile_model(str(tmp_path / "uses_it.py")).num_blocks > 0  # the profiler loads it the same way
+
+
+def test_each_folder_gets_its_own_neighbour(tmp_path):
+    widths = {}
+    for folder, width in (("a", 16), ("b", 64)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "lm.py").write_text(f"WIDTH = {width}\n")
+        (tmp_path / folder / "m.py").write_text("from torch import nn\nfrom lm import WIDTH\n\n\n"
+                                                "def model():\n    return nn.Linear(WIDTH, WIDTH)\n")
+    for folder in ("a", "b"):
+        widths[folder] = load_model_file(str(tmp_path / folder / "m.py")).build().in_features
+    assert widths == {"a": 16, "b": 64}
+    assert "lm" not in sys.modules
+
+
+def test_a_torch_py_neither_beside_nor_as_the_model_replaces_torch(tmp_path):
+    """A fresh process, as the CLI is: torch is not imported before the model file."""
+    (tmp_path / "torch.py").write_text(USES_TORCH)
+    (tmp_path / "numpy.py").write_text("raise ImportError('the sibling numpy.py was imported')\n")
+    (tmp_path / "m.py").write_text("import numpy  # noqa: F401\n" + USES_TORCH)
+    code = ("import sys\nfrom smplan.planner import load_model_file\n"
+            f"for name in ('m.py', 'torch.py'):\n"
+            f"    print(load_model_file({str(tmp_path)!r} + '/' + name).build().in_features)\n"
+            "print(sys.modules['torch'].__file__)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split()
+    assert lines[:2] == ["4", "4"] and str(tmp_path) not in lines[2]

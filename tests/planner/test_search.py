@@ -170,6 +170,9 @@ def test_nothing_fits_says_smallest_change():
     with pytest.raises(NoFeasiblePlan, match="--nodes|zero=3|recompute") as err:
         plan_search(big, cluster, global_batch=8)
     assert "\n" not in str(err.value)
+    # what does not fit, without the change (plan --explain's line for the best plan at cp=1)
+    assert err.value.what.startswith("no plan fits in 80 GiB per GPU on 8 GPUs")
+    assert str(err.value).startswith(err.value.what + "; ") and "change" not in err.value.what
 
 
 @settings(max_examples=200, deadline=None)

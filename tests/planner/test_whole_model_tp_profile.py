@@ -141,3 +141,20 @@ def test_top_level_tp_styled_modules_keep_their_collectives_and_sharded_logits(t
     assert out.output_tp_sharded and not emb.output_tp_sharded
     moe = profile_model(str(EXAMPLES / "moe.py:tiny"), {}, cache=False)
     assert [(c.module, c.phase) for c in moe.pre[0].tp_collectives] == [("embed", "forward")]
+
+
+def test_a_tp_hook_that_fails_under_sp_leaves_sp_out_with_the_reason(tmp_path):
+    """A user's tp_plan that raises under sequence_parallel=True: the profile stands, sp is not
+    offered, and the reason reaches plan --explain (the search's unsupported)."""
+    from smplan.planner.search import plan_model
+
+    path = tmp_path / "gpt_no_sp.py"
+    path.write_text((EXAMPLES / "gpt.py").read_text() + (
+        "\n\n_tp_plan = tp_plan\n\n\ndef tp_plan(block, sequence_parallel=False):\n"
+        "    if sequence_parallel:\n        raise RuntimeError('no sequence split here')\n"
+        "    return _tp_plan(block)\n"))
+    p = profile_model(str(path), ARGS, cache=False)
+    assert p.has_tp_plan and "tp" not in p.unsupported and not p.supports_sequence_parallel
+    assert "tp_plan raised RuntimeError: no sequence split here" in p.unsupported["sp"]
+    planned = plan_model(str(path), load_cluster("a100x8"), model_args=ARGS, global_batch=8, top=1)
+    assert "no sequence split here" in planned.unsupported["sp"] and not planned.plans[0].sequence_parallel
