@@ -40,12 +40,12 @@ from . import grad_compress
 from .closed_form import estimate_from_costs
 from .costs import PlanCosts, StageCosts, ZeroUnit
 from .feasibility import (
-    SP_UNSUPPORTED,
     context_parallel_problem,
     effective_zero,
     expert_parallel_problem,
     fp8_problem,
     fp8_scaling_problem,
+    sp_unsupported,
 )
 from .memory_model import (
     ChunkMemory,
@@ -562,7 +562,7 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         if degree > 1 and dim in profile.unsupported:  # ep's reason names its own fix (search_space.py)
             raise PlanError(f"{dim}={degree}: {profile.unsupported[dim]}" + ("" if dim == "ep" else f"; use {dim}=1"))
     if plan.tp > 1 and plan.sequence_parallel and profile.supports_sequence_parallel is False:
-        raise PlanError(SP_UNSUPPORTED)
+        raise PlanError(sp_unsupported(profile.unsupported))
     problem = (expert_parallel_problem(plan.ep, profile.num_experts)
                or context_parallel_problem(plan.cp, profile.seq_len)
                or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name))

@@ -14,6 +14,15 @@ SP_UNSUPPORTED = ("sequence parallelism needs the model file's tp_plan(block, se
                   "tp_plan_outer(model, sequence_parallel) (the sequence split around the blocks); use sp=0")
 
 
+def sp_unsupported(unsupported: dict | None) -> str:
+    """Why sp=1 is refused: the profile's recorded reason (its TP hooks refused or failed under
+    sequence_parallel=True) where it has one, else the hooks it lacks."""
+    why = (unsupported or {}).get("sp")
+    if not why:
+        return SP_UNSUPPORTED
+    return f"sequence parallelism: {why}" + ("" if "sp=0" in why else "; use sp=0")
+
+
 def fp8_scaling_problem(scaling: str, dtype: str, block_scaled_fp8: bool | None = None, hw: str = "") -> str | None:
     """Why `fp8_scaling` does not fit the plan, or None ("block" is a way to run dtype=fp8, on
     GPUs whose tensor cores take block-scaled FP8: `block_scaled_fp8`, None when not known yet)."""

@@ -331,8 +331,12 @@ def load_model_file(ref: str) -> ModelFile:
         line = f" on line {where[-1].lineno}" if where else ""
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
     finally:
-        del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]  # the entry appended above
-        _forget_siblings(folder, before, keep=name)
+        if str(folder) in sys.path:  # the entry appended above (the user's code may have taken it off)
+            del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]
+        shadowed = _forget_siblings(folder, before, keep=name)
+    if shadowed:
+        raise ModelFileError(f"{path}: `import {shadowed[0]}` found the installed {shadowed[0]}, not {shadowed[0]}.py "
+                             f"beside the model file; rename that file (an installed module comes first)")
     builder = getattr(module, builder_name, None)
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -347,18 +351,35 @@ def load_model_file(ref: str) -> ModelFile:
     return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest)
 
 
-def _forget_siblings(folder: Path, before: set[str], keep: str) -> None:
+def _forget_siblings(folder: Path, before: set[str], keep: str) -> set[str]:
     """Drop from sys.modules the modules the model file's import loaded from its `folder` (its
-    `lm.py`), so that another model file's own `lm.py` in another folder is not this one; the
-    loaded model keeps its references. A module of a package loaded before (smplan's own, when
-    the file lies in smplan's tree) stays."""
+    `lm.py`, a package `mylib/` beside it), so that another model file's own `lm.py` in another
+    folder is not this one; the loaded model keeps its references. Only modules whose top-level
+    name is a file or package directly in the folder go: not an installed package that happens to
+    lie under it (a project's .venv), nor a module of a package loaded before (smplan's own, when
+    the file lies in smplan's tree). Returns, sorted, the top-level modules the import took from
+    elsewhere though a file or package of that name lies in the folder (installed modules come
+    first on sys.path)."""
+    shadowed = set()
     for mod_name in set(sys.modules) - before - {keep}:
-        if mod_name.partition(".")[0] in before:
+        top = mod_name.partition(".")[0]
+        if top in before or not _sibling_of(folder, top):
             continue
-        mod = sys.modules[mod_name]
-        files = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", None) or [])
-        if any(f and Path(f).resolve().is_relative_to(folder) for f in files):
+        if _from_folder(sys.modules[mod_name], folder):
             del sys.modules[mod_name]
+        elif mod_name == top:
+            shadowed.add(top)
+    return sorted(shadowed)
+
+
+def _sibling_of(folder: Path, top: str) -> bool:
+    """Whether `top` names a module or package directly in `folder`."""
+    return (folder / f"{top}.py").is_file() or (folder / top).is_dir()
+
+
+def _from_folder(mod, folder: Path) -> bool:
+    files = [getattr(mod, "__file__", None)] + list(getattr(mod, "__path__", None) or [])
+    return any(f and Path(f).resolve().is_relative_to(folder) for f in files)
 
 
 def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

@@ -197,6 +197,15 @@ def _userbuffers_reach(tp_span: GroupSpan, cluster: Cluster) -> bool:
 FITTED_LAYER_KERNELS = 20
 
 
+def _has_attention(part: BlockProfile) -> bool:
+    """Whether the profiler saw attention in `part`: a fused attention kernel, the batched GEMMs
+    of its core (per head: batch > 1; tagged "batch" under a TP plan), K/V it reads or s x s
+    scores it keeps. Attention run through an op it cannot see (a custom extension) is not found:
+    such a block's host time then follows its kernel count."""
+    return (any(mm.kernel != "gemm" or mm.tp_dim == "batch" or mm.batch > 1 for mm in part.matmuls)
+            or part.attention_kv_bytes_per_sample > 0 or part.saved_bytes_attention_core_per_sample > 0)
+
+
 def host_launch_s(cluster: Cluster, part: BlockProfile | None = None) -> float:
     """Seconds the host takes to launch one layer pass's kernels (the stack's keys): a routed-
     expert part (`part.num_experts > 1`) adds the stack's MoE-layer host time, and a repeated
@@ -204,7 +213,7 @@ def host_launch_s(cluster: Cluster, part: BlockProfile | None = None) -> float:
     e = cluster.efficiency
     moe = e.host_overhead_us_per_moe_layer if part is not None and part.num_experts > 1 else 0.0
     share = 1.0
-    attention = part is not None and any(mm.tp_dim == "batch" for mm in part.matmuls)  # its core's batched GEMMs
+    attention = part is not None and _has_attention(part)
     if part is not None and part.kind == "block" and not attention and 0 < part.forward_kernels < FITTED_LAYER_KERNELS:
         share = part.forward_kernels / FITTED_LAYER_KERNELS
     return (e.host_overhead_us_per_layer * share + moe) * 1e-6

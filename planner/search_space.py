@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from smplan.hwprofiles import Cluster
 
 from .feasibility import (
-    SP_UNSUPPORTED,
     capacity_factor_problem,
     context_parallel_problem,
     expert_grid_problem,
@@ -16,6 +15,7 @@ from .feasibility import (
     fp8_problem,
     fp8_scaling_problem,
     pipeline_fill_problem,
+    sp_unsupported,
 )
 from .grad_compress import parse as parse_grad_compress
 from .grad_compress import problem as grad_compress_problem
@@ -232,7 +232,7 @@ def validate_constraints(
         raise PlanError(f"sequence parallelism needs tp > 1, and {cluster.name} has no two GPUs in one NVLink domain "
                         "to split it over; drop sp=1")
     if fixed.get("sequence_parallel") and profile.supports_sequence_parallel is False:
-        raise PlanError(SP_UNSUPPORTED)
+        raise PlanError(sp_unsupported(profile.unsupported))
     return fixed
 
 

@@ -118,3 +118,16 @@ def test_readme_hf_rows_say_what_the_profile_finds(tmp_path, family, row, extra)
     assert sp.startswith("yes") == bool(p.supports_sequence_parallel)  # Gemma2's sandwich norms: sp not offered
     if "tp" not in p.unsupported:  # sp left out with the reason plan --explain prints (Gemma2)
         assert ("sp" in p.unsupported) == (not p.supports_sequence_parallel)
+
+
+def test_sp_on_gemma2_is_refused_with_its_reason(cli_runner, tmp_path):
+    """The profile recorded why sp is left out (sandwich norms); --fix sp=1 says that, in one line."""
+    transformers = pytest.importorskip("transformers")
+    transformers.Gemma2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=16, vocab_size=128, intermediate_size=128,
+                              max_position_embeddings=32).save_pretrained(tmp_path / "g2")
+    result = cli_runner.invoke(cli, ["plan", f"hf:{tmp_path / 'g2'}", "--hw", "h100x8", "--fix", "tp=2,sp=1"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]  # after the profiling line
+    assert len(errors) == 1 and "sequence parallelism: " in errors[0] and "pre_feedforward_layernorm" in errors[0]
+    assert "Traceback" not in result.output

@@ -1,17 +1,21 @@
 """CHECKED_ON_THEIR_GPU names exactly the bundled profiles whose GPU has runs in the validation
 CSVs (their `gpu` column), so a new source's GPU (an H200 row) cannot be left warning as
-uncalibrated. The data is never in the repository: the test reads $SMPLAN_VALIDATION_DIR and
-skips without it."""
+uncalibrated. The data is never in the repository: the test reads the folder the benchmarks
+read ($SMPLAN_VALIDATION_DIR, else shared/validation beside the checkout) and skips without it."""
 
 from __future__ import annotations
 
 import csv
-import os
-from pathlib import Path
+import sys
 
 import pytest
 from smplan.hwprofiles.calibrated import CHECKED_ON_THEIR_GPU
 from smplan.hwprofiles.loader import PROFILE_DIR
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from validation_data import ValidationDirError, resolve_validation_dir  # noqa: E402
 
 # The `gpu` values' first words as the CSVs write them ("A100 40GB", "H100 (DGX-H100)",
 # "GB200 (DGX-GB200 NVL72)") -> the bundled profile of that GPU (hwprofiles/profiles/*.toml).
@@ -38,9 +42,10 @@ def profile_of(gpu: str) -> str:
 
 
 def test_the_checked_profiles_are_the_validation_gpus():
-    folder = Path(os.environ.get("SMPLAN_VALIDATION_DIR") or "/nonexistent")
-    if not folder.is_dir():
-        pytest.skip("SMPLAN_VALIDATION_DIR names no folder of published runs")
+    try:
+        folder = resolve_validation_dir()
+    except ValidationDirError:
+        pytest.skip("no folder of published runs here")
     gpus = set()
     for path in sorted(folder.glob("*.csv")):
         with path.open(newline="") as f:

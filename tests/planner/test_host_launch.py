@@ -56,6 +56,59 @@ def test_a_transformer_layer_keeps_the_stacks_host_time():
     assert host_launch_s(H100, block) == pytest.approx(PER_LAYER_S)  # a transformer layer all the same
 
 
+LEAN_FILE = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):  # a pre-norm transformer layer, fused qkv, torch SDPA, no tp_plan
+    def __init__(self, d=64, h=4):
+        super().__init__()
+        self.h = h
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, s, 3, self.h, d // self.h).unbind(2)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, s, d))
+        return x + self.fc2(F.gelu(self.fc1(self.n2(x))))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.blocks, self.out = nn.Embedding(128, 64), nn.ModuleList([Block() for _ in range(2)]), nn.Linear(64, 128)
+
+    def forward(self, t):
+        x = self.emb(t)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.out(x)
+
+
+def model():
+    return Net()
+
+
+def batch(micro_batch_size, model=None, seed=0):
+    x = torch.randint(0, 128, (micro_batch_size, 17), generator=torch.Generator().manual_seed(seed))
+    return x[:, :-1], x[:, 1:]
+'''
+
+
+def test_a_lean_transformer_layer_without_a_tp_plan_keeps_it(tmp_path):
+    """Attention is found without a TP plan too (the fused kernel, its K/V): 10 kernels, full host time."""
+    path = tmp_path / "lean.py"
+    path.write_text(textwrap.dedent(LEAN_FILE))
+    block = profile_model(str(path), cache=False).blocks[0]
+    assert block.forward_kernels < FITTED_LAYER_KERNELS
+    assert host_launch_s(H100, block) == pytest.approx(PER_LAYER_S)
+
+
 def test_a_lighter_block_takes_its_share(tmp_path):
     path = tmp_path / "conv.py"
     path.write_text(textwrap.dedent(CONV_FILE))

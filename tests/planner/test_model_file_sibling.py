@@ -54,3 +54,44 @@ def test_a_torch_py_neither_beside_nor_as_the_model_replaces_torch(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.split()
     assert lines[:2] == ["4", "4"] and str(tmp_path) not in lines[2]
+
+
+def test_an_installed_package_under_the_folder_stays_loaded(tmp_path, monkeypatch):
+    """A project whose .venv lies beside the model file: its packages are not the model's siblings."""
+    site = tmp_path / ".venv" / "site-packages"
+    (site / "pkgx_smplan_test").mkdir(parents=True)
+    (site / "pkgx_smplan_test" / "__init__.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(site))
+    (tmp_path / "m.py").write_text("from torch import nn\nimport pkgx_smplan_test\n\n\n"
+                                   "def model():\n    return nn.Linear(pkgx_smplan_test.VALUE, 1)\n")
+    try:
+        assert load_model_file(str(tmp_path / "m.py")).build().in_features == 3
+        assert "pkgx_smplan_test" in sys.modules
+    finally:
+        sys.modules.pop("pkgx_smplan_test", None)
+
+
+def test_a_sibling_hidden_by_an_installed_module_is_one_line(tmp_path):
+    """The folder comes after the installed modules: a `wave.py` beside the model loses to the
+    standard library's, and the user hears so instead of a puzzling error later."""
+    import pytest
+    from smplan.planner import ModelFileError
+
+    if "wave" in sys.modules:
+        pytest.skip("the standard library's wave is already imported here")
+    (tmp_path / "wave.py").write_text("SIBLING = True\n")
+    (tmp_path / "m.py").write_text("import wave  # noqa: F401\nfrom torch import nn\n\n\n"
+                                   "def model():\n    return nn.Linear(2, 2)\n")
+    try:
+        with pytest.raises(ModelFileError, match=r"`import wave` found the installed wave, not wave.py beside"):
+            load_model_file(str(tmp_path / "m.py"))
+    finally:
+        sys.modules.pop("wave", None)
+
+
+def test_a_model_file_that_takes_its_folder_off_sys_path_still_loads(tmp_path):
+    (tmp_path / "m.py").write_text("import sys\nsys.path.pop()\nfrom torch import nn\n\n\n"
+                                   "def model():\n    return nn.Linear(2, 2)\n")
+    before = list(sys.path)
+    assert load_model_file(str(tmp_path / "m.py")).build().in_features == 2
+    assert sys.path == before[:-1] or sys.path == before
