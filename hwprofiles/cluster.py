@@ -490,6 +490,10 @@ def _validate(c: Cluster) -> None:
     if c.intra_node.fabric not in FABRICS:
         raise HardwareProfileError(
             f"intra_node.fabric must be one of {', '.join(FABRICS)}, got {c.intra_node.fabric!r}")
+    if c.intra_node.fabric != "switch" and c.nvlink_domain_gpus:
+        raise HardwareProfileError(  # NVL72's 72 GPUs meet on NVLink switch trays: a mesh or PCIe spans one node
+            f"intra_node.fabric={c.intra_node.fabric} spans one node, but nvlink_domain_gpus={c.nvlink_domain_gpus} "
+            "makes a switched NVLink domain across nodes; use fabric=switch or nvlink_domain_gpus=0")
     positive("reliability.gpu_mtbf_hours", c.reliability.gpu_mtbf_hours)
     non_negative("reliability.restart_minutes", c.reliability.restart_minutes)
     non_negative("cost.usd_per_gpu_hour", c.cost.usd_per_gpu_hour)

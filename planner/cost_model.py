@@ -138,18 +138,25 @@ class ChunkModel:
     hwb_blk: float = 0.0
     hwr_blk: float = 0.0
 
+    @property
+    def _rerun_comm_blk(self) -> float:
+        """Of a recomputed block's extra backward seconds, the collectives it re-runs or exposes
+        again (TP, expert all-to-alls, CP), which the breakdown counts as communication, not as
+        recompute."""
+        return self.tpr_blk + self.ep.rb_blk + self.cp.rb_blk
+
     def _zero_units(self, n: int, r: int) -> tuple:
         if self.zero_blk is None:
             return ()
         rec = dataclasses.replace(self.zero_blk, backward_s=self.zero_blk.backward_s + self.zero_rec_s,
-                                  recompute_s=self.zero_rec_s)
+                                  recompute_s=max(0.0, self.zero_rec_s - self._rerun_comm_blk))
         return (*self.zero_pre, *([rec] * r), *([self.zero_blk] * (n - r)), *self.zero_post)
 
     def stage_costs(self, n: int, r: int) -> StageCosts:
         return StageCosts(
             forward_s=self.f0 + self.f_blk * n,
             backward_s=self.b0 + self.b_blk * n + self.r_blk * r,
-            recompute_s=self.r_blk * r,
+            recompute_s=max(0.0, self.r_blk - self._rerun_comm_blk) * r,
             tp_comm_forward_s=self.tpf0 + self.tpf_blk * n,
             tp_comm_backward_s=self.tpb0 + self.tpb_blk * n + self.tpr_blk * r,
             send_bytes=self.send_bytes,

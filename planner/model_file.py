@@ -327,6 +327,9 @@ def load_model_file(ref: str) -> ModelFile:
         raise ModelFileError(f"{path}: syntax error on line {err.lineno}: {err.msg}; fix the file") from None
     except Exception as err:  # noqa: BLE001 - user code
         sys.modules.pop(name, None)
+        top = (getattr(err, "name", None) or "").partition(".")[0] if isinstance(err, ImportError) else ""
+        if top and _sibling_of(folder, top) and not _from_folder(sys.modules.get(top), folder):
+            raise ModelFileError(_hidden_sibling(path, top)) from None
         where = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path.resolve()]
         line = f" on line {where[-1].lineno}" if where else ""
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
@@ -335,8 +338,7 @@ def load_model_file(ref: str) -> ModelFile:
             del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]
         shadowed = _forget_siblings(folder, before, keep=name)
     if shadowed:
-        raise ModelFileError(f"{path}: `import {shadowed[0]}` found the installed {shadowed[0]}, not {shadowed[0]}.py "
-                             f"beside the model file; rename that file (an installed module comes first)")
+        raise ModelFileError(_hidden_sibling(path, shadowed[0]))
     builder = getattr(module, builder_name, None)
     if builder is None or not callable(builder):
         candidates = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
@@ -370,6 +372,11 @@ def _forget_siblings(folder: Path, before: set[str], keep: str) -> set[str]:
         elif mod_name == top:
             shadowed.add(top)
     return sorted(shadowed)
+
+
+def _hidden_sibling(path: Path, top: str) -> str:
+    return (f"{path}: `import {top}` found the installed {top}, not {top}.py beside the model file; rename that "
+            "file (an installed module comes first)")
 
 
 def _sibling_of(folder: Path, top: str) -> bool:

@@ -103,8 +103,8 @@ def evaluate(q: Question, spec: PointSpec, profile: ModelProfile | str) -> dict:
         point.update(figures=figures, memory_capacity_gib=capacity)
         if figures["peak_memory_gib"] > point["memory_capacity_gib"]:
             raise InfeasiblePoint(
-                f"needs {figures['peak_memory_gib']:.1f} GiB on its fullest GPU but {cluster.gpu.name} has "
-                f"{point['memory_capacity_gib']:.1f} GiB usable; add recompute, zero, tp or pp"
+                f"needs {figures['peak_memory_gib']:.1f} GiB on its fullest GPU (its memory reserve included) but "
+                f"{cluster.gpu.name} has {point['memory_capacity_gib']:g} GiB; add recompute, zero, tp or pp"
             )
         if q.timed:
             point["run"] = run_record(q, spec, plan, figures, cluster, profile.params)

@@ -105,3 +105,8 @@ def test_an_unknown_fabric_is_one_line_exit_2():
     assert "Traceback" not in result.output
     with pytest.raises(HardwareProfileError, match="fabric"):
         MI300X.with_overrides({"intra_node.fabric": "torus"})
+
+
+def test_a_mesh_cannot_span_an_nvl72_domain():
+    with pytest.raises(HardwareProfileError, match="use fabric=switch or nvlink_domain_gpus=0"):
+        load_cluster("gb200nvl72").with_overrides({"intra_node.fabric": "mesh"})

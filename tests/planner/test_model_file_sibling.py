@@ -95,3 +95,16 @@ def test_a_model_file_that_takes_its_folder_off_sys_path_still_loads(tmp_path):
     before = list(sys.path)
     assert load_model_file(str(tmp_path / "m.py")).build().in_features == 2
     assert sys.path == before[:-1] or sys.path == before
+
+
+def test_a_failed_import_of_a_hidden_sibling_names_it(tmp_path):
+    """`from wave import WIDTH` with a wave.py beside the model: the installed module has no WIDTH,
+    and the error says why, not only that the import failed."""
+    import pytest
+    from smplan.planner import ModelFileError
+
+    (tmp_path / "wave.py").write_text("WIDTH = 4\n")
+    (tmp_path / "m.py").write_text("from wave import WIDTH\nfrom torch import nn\n\n\n"
+                                   "def model():\n    return nn.Linear(WIDTH, 2)\n")
+    with pytest.raises(ModelFileError, match=r"`import wave` found the installed wave, not wave.py beside"):
+        load_model_file(str(tmp_path / "m.py"))

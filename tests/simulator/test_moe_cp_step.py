@@ -123,3 +123,25 @@ def test_a_hidden_all_to_all_longer_than_its_pass_goes_on_with_the_next():
     assert result.step_time_s == pytest.approx(estimate_from_costs(base).step_time_s, rel=1e-9)
     drawn = sum(e.end - e.start for e in result.events if e.name == "ep-a2a")
     assert drawn == pytest.approx(2 * 8 * 0.15)  # 2 stages x 8 micro-batches, every second of it
+
+
+@pytest.mark.parametrize(("ref", "text", "hw"), [
+    ("examples/moe.py:mixtral_8x7b", "dp=32,ep=16,mbs=1,gbs=64,zero=1", "h100x8"),  # all-to-alls exposed again
+    ("examples/gpt.py:llama3_8b", "tp=4,dp=8,mbs=1,gbs=32,zero=1,sp=1", "l40sx8"),  # TP collectives re-run over PCIe
+])
+def test_full_recompute_leaves_compute_alone_and_counts_its_collectives_once(ref, text, hw):
+    """The breakdown's compute is the same with and without full recompute; what recompute
+    re-runs of the collectives is counted as communication, not also as recompute."""
+    args = {"layers": 4, "experts": 16} if "moe" in ref else {"layers": 4}
+    prof = profile_model(ref, args=args, seq_len=1024)
+    cl = load_cluster(hw, nodes=4, overrides={"efficiency.ep_a2a_overlap": 0.5, "efficiency.host_overhead_us_per_layer": 0.0,
+                                              "efficiency.host_overhead_us_per_moe_layer": 0.0})
+    got = {}
+    for rc in ("none", "full"):
+        plan = plan_from_inline(f"{text},recompute={rc}", model=prof.model, hw=hw, nodes=4, gpus_per_node=cl.gpus_per_node,
+                                num_blocks=prof.num_blocks)
+        got[rc] = simulate_plan(plan, prof, cl, contention=False).figures.breakdown
+    assert got["full"]["compute"] == pytest.approx(got["none"]["compute"], rel=1e-6)
+    assert got["full"]["recompute"] > 0
+    comm = "ep_all_to_all" if "moe" in ref else "tp_comm"
+    assert got["full"][comm] > got["none"][comm]
