@@ -64,7 +64,7 @@ class StageCosts:
 
     forward_s: float
     backward_s: float
-    recompute_s: float = 0.0  # the part of backward_s that recomputes the forward
+    recompute_s: float = 0.0  # of backward_s: the recomputed forward's compute (its collectives count as comm)
     tp_comm_forward_s: float = 0.0  # the part of forward_s that is TP communication
     tp_comm_backward_s: float = 0.0  # the part of backward_s that is TP communication
     send_bytes: float = 0.0  # activation bytes this stage sends downstream per micro-batch, per GPU

@@ -110,3 +110,6 @@ def test_an_unknown_fabric_is_one_line_exit_2():
 def test_a_mesh_cannot_span_an_nvl72_domain():
     with pytest.raises(HardwareProfileError, match="use fabric=switch or nvlink_domain_gpus=0"):
         load_cluster("gb200nvl72").with_overrides({"intra_node.fabric": "mesh"})
+    result = CliRunner().invoke(cli, ["hw", "show", "gb200nvl72", "--hw-set", "intra_node.fabric=pcie"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert [line for line in result.output.splitlines() if line.strip()] == [result.output.strip()]

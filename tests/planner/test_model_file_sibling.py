@@ -108,3 +108,19 @@ def test_a_failed_import_of_a_hidden_sibling_names_it(tmp_path):
                                    "def model():\n    return nn.Linear(WIDTH, 2)\n")
     with pytest.raises(ModelFileError, match=r"`import wave` found the installed wave, not wave.py beside"):
         load_model_file(str(tmp_path / "m.py"))
+
+
+def test_a_hidden_sibling_through_the_cli_is_one_line_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from smplan.cli.main import cli
+
+    (tmp_path / "wave.py").write_text("WIDTH = 4\n")
+    (tmp_path / "m.py").write_text("from wave import WIDTH\nfrom torch import nn\n\n\n"
+                                   "def model():\n    return nn.Linear(WIDTH, 2)\n")
+    result = CliRunner().invoke(cli, ["profile", str(tmp_path / "m.py"), "--no-cache"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "found the installed wave, not wave.py beside" in errors[0]
+    assert (tmp_path / "wave.py").read_text() == "WIDTH = 4\n"  # nothing of the user's touched
