@@ -98,11 +98,6 @@ class ChunkModel:
     b0: float
     b_blk: float
     r_blk: float  # extra backward seconds per recomputed block
-    tpf0: float
-    tpf_blk: float
-    tpb0: float
-    tpb_blk: float
-    tpr_blk: float
     send_bytes: float
     send_s: float
     send_crosses_node: bool
@@ -115,6 +110,8 @@ class ChunkModel:
     opt_blk: float
     rec_flops_blk: float  # FLOPs per sample re-run per recomputed block
     memory: ChunkMemory
+    # of f / b: the TP collectives (rb_blk: what a recomputed block re-runs)
+    tp: PassSeconds = PassSeconds()
     # expert all-to-all and context-parallel seconds: exposed (inside f/b) and hidden under compute
     ep: PassSeconds = PassSeconds()
     cp: PassSeconds = PassSeconds()
@@ -130,20 +127,16 @@ class ChunkModel:
     zero_rec_s: float = 0.0
     zero_post: tuple = ()
     zero_crosses_node: bool = False
-    # of f / b: the GPU waiting for the host's launches (PassTimes.host_wait_*), per block and fixed;
-    # hwr_blk what a recomputed block takes off it (<= 0: its recomputed work fills the wait)
-    hwf0: float = 0.0
-    hwf_blk: float = 0.0
-    hwb0: float = 0.0
-    hwb_blk: float = 0.0
-    hwr_blk: float = 0.0
+    # of f / b: the GPU waiting for the host's launches (PassTimes.host_wait_*); rb_blk what a
+    # recomputed block takes off it (<= 0: its recomputed work fills the wait)
+    host_wait: PassSeconds = PassSeconds()
 
     @property
     def _rerun_comm_blk(self) -> float:
         """Of a recomputed block's extra backward seconds, the collectives it re-runs or exposes
         again (TP, expert all-to-alls, CP), which the breakdown counts as communication, not as
         recompute."""
-        return self.tpr_blk + self.ep.rb_blk + self.cp.rb_blk
+        return self.tp.rb_blk + self.ep.rb_blk + self.cp.rb_blk
 
     def _zero_units(self, n: int, r: int) -> tuple:
         if self.zero_blk is None:
@@ -157,8 +150,8 @@ class ChunkModel:
             forward_s=self.f0 + self.f_blk * n,
             backward_s=self.b0 + self.b_blk * n + self.r_blk * r,
             recompute_s=max(0.0, self.r_blk - self._rerun_comm_blk) * r,
-            tp_comm_forward_s=self.tpf0 + self.tpf_blk * n,
-            tp_comm_backward_s=self.tpb0 + self.tpb_blk * n + self.tpr_blk * r,
+            tp_comm_forward_s=self.tp.forward(n, r),
+            tp_comm_backward_s=self.tp.backward(n, r),
             send_bytes=self.send_bytes,
             send_s=self.send_s,
             send_crosses_node=self.send_crosses_node,
@@ -179,8 +172,8 @@ class ChunkModel:
             cp_crosses_node=self.cp_crosses_node,
             zero_units=self._zero_units(n, r),
             zero_crosses_node=self.zero_crosses_node,
-            host_wait_forward_s=self.hwf0 + self.hwf_blk * n,
-            host_wait_backward_s=max(0.0, self.hwb0 + self.hwb_blk * n + self.hwr_blk * r),
+            host_wait_forward_s=self.host_wait.forward(n, r),
+            host_wait_backward_s=max(0.0, self.host_wait.backward(n, r)),
         )
 
 
@@ -394,11 +387,7 @@ class CostModel:
             b0=sum(p.backward_s for p in pts),
             b_blk=bp.backward_s,
             r_blk=rec_s,
-            tpf0=sum(p.tp_forward_s for p in pts),
-            tpf_blk=bp.tp_forward_s,
-            tpb0=sum(p.tp_backward_s for p in pts),
-            tpb_blk=bp.tp_backward_s,
-            tpr_blk=tp_rec - bp.tp_backward_s,
+            tp=PassSeconds.of(pts, bp, "tp_forward_s", "tp_backward_s", rb_blk=tp_rec - bp.tp_backward_s),
             send_bytes=send_bytes,
             send_s=send_s,
             send_crosses_node=crosses,
@@ -426,11 +415,8 @@ class CostModel:
                                      rb_blk=bp.cp_hidden_forward_s if full else 0.0),
             ep_crosses_node=spans["ep"].crosses_nodes,
             cp_crosses_node=spans["cp"].crosses_nodes,
-            hwf0=sum(p.host_wait_forward_s for p in pts),
-            hwf_blk=bp.host_wait_forward_s,
-            hwb0=sum(p.host_wait_backward_s for p in pts),
-            hwb_blk=bp.host_wait_backward_s,
-            hwr_blk=(bp.host_wait_recompute_s or {}).get(recompute, 0.0),
+            host_wait=PassSeconds.of(pts, bp, "host_wait_forward_s", "host_wait_backward_s",
+                                     rb_blk=(bp.host_wait_recompute_s or {}).get(recompute, 0.0)),
             **_zero_fields(bp, [self.pass_of(p, key) for p in prof.pre] if first else [],
                            [self.pass_of(p, key) for p in prof.post] if last else [],
                            recompute, key.overlap_dp,
