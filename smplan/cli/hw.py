@@ -97,6 +97,8 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
                     value = cluster.gpu.matmul_ceiling.for_dtype("fp8")  # the figure an fp8 GEMM is priced at
                 if f"{section}.{key}" in borrowed and f"{section}.{key}" not in overridden:
                     meaning = "not in this profile: A100's measured figure"
+                if f"{section}.{key}" == "efficiency.tp_comm_overlap" and value and cluster.intra_node.fabric == "pcie":
+                    meaning = "unused here: TE's userbuffers need NVLink, not PCIe"  # planner.pass_model
                 click.echo(f"  {key} = {value}" + (f" ({meaning})" if meaning else ""))
 
 

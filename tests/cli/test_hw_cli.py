@@ -163,3 +163,12 @@ def test_hw_show_says_which_figures_are_a100s(cli_runner):
     assert "A100's measured figure" not in cli_runner.invoke(cli, ["hw", "show", "a100x8"]).output
     given = cli_runner.invoke(cli, ["hw", "show", "l40sx8", "--hw-set", "gpu.attention.cudnn=0.5"]).output
     assert "attention.cudnn = 0.5\n" in given
+
+
+def test_hw_show_says_tp_comm_overlap_is_unused_on_pcie(cli_runner):
+    """TE's userbuffers need NVLink (planner.pass_model._userbuffers_reach): on a PCIe node the
+    stack's tp_comm_overlap is shown but marked unused, so nobody reads it as hiding TP comm."""
+    l40s = cli_runner.invoke(cli, ["hw", "show", "l40sx8"]).output
+    assert "tp_comm_overlap = 1.0 (unused here: TE's userbuffers need NVLink, not PCIe)" in l40s
+    h100 = cli_runner.invoke(cli, ["hw", "show", "h100x8"]).output
+    assert "tp_comm_overlap = 1.0\n" in h100
