@@ -35,7 +35,7 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3, obj
             lines.append(f"without cp: {_cost_line(without_cp, plans[0])}")
         elif abs(ratio - 1) < TIE_SHARE:
             lines.append(f"without cp: ties with the best ({_shape(without_cp)}: {alt.step_time_s:.3f} s, "
-                         f"{alt.peak_memory_gib:.1f} GiB vs {best.peak_memory_gib:.1f} GiB)")
+                         f"{alt.peak_memory_text} GiB vs {best.peak_memory_text} GiB)")
         else:
             lines.append(f"without cp: {100 * (ratio - 1):+.1f}% step time ({_shape(without_cp)}: "
                          f"{alt.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
@@ -48,8 +48,8 @@ def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3, obj
         worst = max(diff, key=diff.get)
         # no kind of time to blame, on as many GPUs (so at the same cost): say it is a tie
         if abs(f.step_time_s / best.step_time_s - 1) < TIE_SHARE and plan.world_size == plans[0].world_size:
-            lines.append(f"{_shape(plan)}: ties with the best ({f.step_time_s:.3f} s, {f.peak_memory_gib:.1f} GiB vs "
-                         f"{best.peak_memory_gib:.1f} GiB): the cost model sees no difference between them")
+            lines.append(f"{_shape(plan)}: ties with the best ({f.step_time_s:.3f} s, {f.peak_memory_text} GiB vs "
+                         f"{best.peak_memory_text} GiB): the cost model sees no difference between them")
             continue
         lines.append(
             f"{_shape(plan)}: {100 * (f.step_time_s / best.step_time_s - 1):+.1f}% step time "

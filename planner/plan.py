@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,16 @@ class Figures:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def peak_memory_text(self) -> str:
+        return memory_gib_text(self.peak_memory_gib)
+
+
+def memory_gib_text(gib: float) -> str:
+    """GiB to 0.1, rounded down: a plan that fits never reads as its GPU's capacity (79.97 of
+    80 GiB printed 80.0/80)."""
+    return f"{math.floor(gib * 10) / 10:.1f}"
 
 
 @dataclass(frozen=True)

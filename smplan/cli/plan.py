@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import click
@@ -132,7 +131,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                "tokens/s" if sequences else "samples/s", "MFU", "mem GiB", "$/1M tok" if sequences else "$/1M samples"]
     rows = [
         [i + 1, p.nodes, p.dp, p.tp, p.pp, p.ep, p.cp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
-         p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{_gib_down(p.predicted.peak_memory_gib)}/{cap:g}",
+         p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{p.predicted.peak_memory_text}/{cap:g}",
          _usd_per_million(p)]
         for i, p in enumerate(plans)
     ]
@@ -186,12 +185,6 @@ def _recompute(p) -> str:
 
 def _schedule(p) -> str:
     return p.schedule + (f" v={p.virtual_stages}" if p.virtual_stages > 1 else "")
-
-
-def _gib_down(gib: float) -> str:
-    """A plan's peak memory to 0.1 GiB, rounded down: a plan that fits never reads as its GPU's
-    capacity (79.97 of 80 GiB printed 80.0/80)."""
-    return f"{math.floor(gib * 10) / 10:.1f}"
 
 
 def _usd_per_million(p) -> float:

@@ -133,7 +133,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         ["model TFLOP/s per GPU", f.model_tflops_per_gpu],
         ["hardware TFLOP/s per GPU", f.hardware_tflops_per_gpu],
         ["MFU" + (" (of the fp8 peak)" if plan.dtype == "fp8" else ""), f"{f.mfu:.1%}"],
-        ["peak memory (GiB)", f.peak_memory_gib],
+        ["peak memory (GiB)", f.peak_memory_text],
         ["bubble", f"{f.bubble_fraction:.1%}"],
         ["$ per step", f.usd_per_step],
     ]

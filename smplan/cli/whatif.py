@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from smplan.hwprofiles import load_stack
+from smplan.planner.plan import memory_gib_text
 
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
@@ -164,7 +165,7 @@ def points_table(record: dict) -> str:
             rows.append(row + (["", "", ""] if timed else []))
             continue
         row = [p["id"], p["label"], p["num_gpus"], p["plan_label"], f["step_time_s"], round(f["tokens_per_s"]),
-               f"{f['mfu']:.1%}", f["peak_memory_gib"]]
+               f"{f['mfu']:.1%}", memory_gib_text(f["peak_memory_gib"])]
         if timed:
             r = p["run"]
             row += [f"{r['tokens']:.3g}" if days_given else r["days"], round(r["usd"]), f"{r['goodput']:.1%}"]

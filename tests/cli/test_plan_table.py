@@ -1,8 +1,8 @@
-"""What `plan`'s table prints for a plan at the memory limit."""
+"""What `plan`, `plan --explain`, `simulate` and `whatif` print for a plan at the memory limit."""
 
-from smplan.cli.plan import _gib_down
+from smplan.planner.plan import memory_gib_text
 
 
 def test_a_plan_that_fits_never_reads_as_the_gpus_capacity():
-    assert _gib_down(79.97) == "79.9"  # printed 80.0/80 with round-to-nearest
-    assert _gib_down(80.0) == "80.0" and _gib_down(41.26) == "41.2"
+    assert memory_gib_text(79.97) == "79.9"  # printed 80.0/80 with round-to-nearest
+    assert memory_gib_text(80.0) == "80.0" and memory_gib_text(41.26) == "41.2"
