@@ -112,11 +112,12 @@ class OneSpelling(click.Option):
 
 
 def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrides: dict | None = None,
-                        varied: dict[str, tuple] | None = None, stacks: tuple[str, ...] = ()) -> None:
+                        varied: dict[str, tuple] | None = None, stacks: tuple[str, ...] = ()) -> list[str]:
     """Say on stderr when a profile (name or path) has never been calibrated, name its values,
     the `--hw-set` `overrides` on it and the `whatif --vary` hardware values in `varied`
     (dotted key -> values) that look like another unit (hwprofiles.plausible), the same of the
-    stack `stack` and the swept `stacks`, and the efficiency values of its own that `stack` replaces."""
+    stack `stack` and the swept `stacks`, and the efficiency values of its own that `stack` replaces.
+    Returns those lines, for --json's notes."""
     from smplan.hwprofiles import implausible_values, replaced_by_stack, uncalibrated_warning
     from smplan.hwprofiles.plausible import implausible_varied
     from smplan.hwprofiles.stack import implausible_stack_values
@@ -128,6 +129,7 @@ def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrid
             notes += implausible_varied(name, overrides or {}, key, values)
     for name in dict.fromkeys((stack, *stacks)):
         notes += implausible_stack_values(name)
-    for note in dict.fromkeys(notes):
-        if note:
-            click.echo(note, err=True)
+    said = [note for note in dict.fromkeys(notes) if note]
+    for note in said:
+        click.echo(note, err=True)
+    return said

@@ -80,8 +80,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         raise UserError(f"-o {output}: a plan file's name ends in .json, which is how simulate, reliability "
                         f"and whatif tell it from a model; use -o {Path(output).with_suffix('.json')}")
     cluster = cluster_from(hw, max_nodes or nodes, hw_set, stack)
-    warn_about_profiles(hw, stack=stack, overrides=dict(parse_override(kv) for kv in hw_set))
-    before = [gemm_tile_note(cluster)]  # the notes said before the table (stderr), in --json's notes first
+    warned = warn_about_profiles(hw, stack=stack, overrides=dict(parse_override(kv) for kv in hw_set))
+    before = [*warned, gemm_tile_note(cluster)]  # the notes said before the table (stderr), in --json's notes first
     if before[-1]:
         click.echo(before[-1], err=True)
     result = plan_model(
@@ -116,7 +116,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         record = {"plans": [_plan_json(p) for p in plans],
                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
                              "ranked_by": "simulation" if simulated else "closed form"},
-                  # every note and warning the text prints but warn_about_profiles' (on the profiles)
+                  # every note and warning the text prints
                   "notes": [note for note in before if note] + notes}
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
             record["explain"] = explain(plans, result.rejected, objective=objective, without_cp=without_cp)

@@ -131,16 +131,17 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,
         stack=stack,
     )
-    warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
+    notes = warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
     result = plan_reliability(
         plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
         restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,
         spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
     )
     if not result.fits_memory:  # on stderr: --json keeps stdout to its one object
-        click.echo(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan), err=True)
+        notes.append(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan))
+        click.echo(notes[-1], err=True)
     if as_json:
-        echo_json(result.to_dict())
+        echo_json({**result.to_dict(), "notes": notes})  # every line said on stderr
     if not result.finishes:  # after --json's object (feasible: false), as whatif prints its record, then exit 2
         raise RunDoesNotFinish(result.reason)
     if as_json:

@@ -71,9 +71,9 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         target, hw=hw, nodes=nodes, hw_set=hw_set, plan_text=plan_text, model_args=model_args_from(model_args), seq_len=seq_len,
         stack=stack,
     )
-    warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
+    # every note and warning the text prints, for --json too
+    notes = warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
     overrides = plan.hw_overrides  # the plan file's and --hw-set's, as resolve_target applied them
-    notes = []  # every note and warning the text prints but warn_about_profiles' (on the profiles), for --json too
     if hw and overrides and hw != plan.hw:
         notes.append(f"note: hardware overrides ({_fmt_overrides(overrides)}) apply on --hw {hw} as on {plan.hw}; "
                      "--hw-set KEY=VALUE replaces one")

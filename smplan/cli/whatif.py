@@ -97,14 +97,20 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
                     load_model_file(model).check_args({v.target: value})
                 except ModelFileError as err:
                     raise UserError(f"--vary {v.key}: {err}") from None
-    warn_about_profiles(hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
-                        overrides=q.hw_overrides, varied={v.target: v.values for v in q.varies if v.kind == "cluster"},
-                        stacks=tuple(value for v in q.varies if v.kind == "stack" for value in v.values))
-    record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=lambda text: click.echo(text, err=True))
+    notes = warn_about_profiles(  # with the notes below: every line said on stderr, for --json too
+        hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
+        overrides=q.hw_overrides, varied={v.target: v.values for v in q.varies if v.kind == "cluster"},
+        stacks=tuple(value for v in q.varies if v.kind == "stack" for value in v.values))
+
+    def note(text: str) -> None:
+        notes.append(text)
+        click.echo(text, err=True)
+
+    record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=note)
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:
-        echo_json({**record, "report": str(index)})  # where the page is, as the text output's last line says
+        echo_json({**record, "notes": notes, "report": str(index)})  # where the page is, as the text's last line says
     else:
         click.echo(record["question"]["text"])  # what every point shares (the global batch among it)
         click.echo(points_table(record))

@@ -1,5 +1,7 @@
 """A profile never calibrated (no [efficiency] table, not bundled) is planned on with a warning."""
 
+import json
+
 from smplan.hwprofiles.loader import PROFILE_DIR
 
 from smplan.cli.main import cli
@@ -18,7 +20,7 @@ def test_plan_on_an_uncalibrated_profile_warns_on_stderr(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", hw, "--top", "1", "--json"])
     assert result.exit_code == 0, result.output
     assert "has never been calibrated" in result.stderr and "smplan calibrate" in result.stderr
-    assert "calibrated" not in result.stdout  # the JSON stays parseable
+    json.loads(result.stdout)  # the JSON stays parseable (the warning is in its notes)
 
 
 def test_simulate_of_a_plan_file_on_an_uncalibrated_profile_warns(cli_runner, tmp_path):
@@ -37,3 +39,24 @@ def test_calibrated_and_bundled_profiles_do_not_warn(cli_runner, tmp_path):
         result = cli_runner.invoke(cli, ["plan", TINY, "--hw", target, "--top", "1"])
         assert result.exit_code == 0, result.output
         assert "calibrated" not in result.stderr
+
+
+def test_json_notes_carry_the_profile_warnings(cli_runner, tmp_path):
+    """A script reading --json sees the warnings stderr printed: plan, simulate, reliability and
+    whatif put them in their object's "notes"."""
+    hw = _copy(tmp_path)
+    plan = tmp_path / "p.json"
+    assert cli_runner.invoke(cli, ["plan", TINY, "--hw", hw, "-o", str(plan)]).exit_code == 0
+    runs = {
+        "plan": ["plan", TINY, "--hw", hw, "--top", "1", "--json"],
+        "simulate": ["simulate", str(plan), "--json"],
+        "reliability": ["reliability", str(plan), "--days", "1", "--seeds", "2", "--json"],
+        "whatif": ["whatif", TINY, "--hw", hw, "--jobs", "1", "--seeds", "2", "--vary", "nodes=1,2",
+                   "-o", str(tmp_path / "w"), "--json"],
+    }
+    for verb, args in runs.items():
+        result = cli_runner.invoke(cli, args)
+        assert result.exit_code == 0, (verb, result.output)
+        notes = json.loads(result.stdout)["notes"]
+        warned = [line for line in result.stderr.splitlines() if "has never been calibrated" in line]
+        assert warned and set(warned) <= set(notes), (verb, notes)
