@@ -252,6 +252,8 @@ class CostModel:
         part = self._parts[part_id]
         spans = self.spans(tp, dp, cp, ep)
         zc = (0.0, 0.0, overlap)
+        expert = split_params(part, tp, ep)[1]
+        zero_nic = spans["dp"].crosses_nodes or (expert > 0 and spans["edp"].crosses_nodes)  # as ChunkModel's
         if zero >= 2:
             # ZeRO-2/3 per micro-batch: reduce-scatter the part's gradients in backward;
             # ZeRO-3 also all-gathers its parameters in forward and again in backward
@@ -282,7 +284,7 @@ class CostModel:
         def passes(zero_comm, cluster=self.cluster) -> PassTimes:
             return pass_times(part, spans["tp"], sp, b, cluster, dtype, zero_comm, cp_span=spans["cp"],
                               ep_span=spans["ep"], capacity_factor=cf, ep_a2a_overlap=self.cluster.efficiency.ep_a2a_overlap * a2a_share,
-                              fp8_scaling=fp8_scaling, host_slack_s=slack)
+                              fp8_scaling=fp8_scaling, host_slack_s=slack, zero_crosses_node=zero_nic)
 
         out = passes(zc).with_host_wait(passes(zc, self._gpu_only))
         if zc[0] or zc[1]:

@@ -181,6 +181,16 @@ def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: 
     return ep_f * exposed / total, ep_b * exposed / total
 
 
+def _link_share(zero_crosses_node: bool, ep_span: GroupSpan | None, cp_span: GroupSpan | None) -> tuple[int, int]:
+    """(ep, cp): 1 where that group's hidden collectives run on the links ZeRO's collectives use,
+    the NIC when both cross nodes, NVLink when neither does (the simulator's link keys). Those
+    links carry both in the same pass, one after the other at full bandwidth or side by side at
+    a share of it: the pass lasts at least their sum (the simulator's processor sharing)."""
+    def same(span: GroupSpan | None) -> int:
+        return int(span is not None and span.size > 1 and span.crosses_nodes == zero_crosses_node)
+    return same(ep_span), same(cp_span)
+
+
 def _userbuffers_reach(tp_span: GroupSpan, cluster: Cluster) -> bool:
     """Whether TE's userbuffers can run the TP group's overlap: they map peer buffers through
     CUDA multicast or IPC handles, which need one NVLink domain (TransformerEngine issue #1071;
@@ -268,7 +278,7 @@ def pass_times(
     part: BlockProfile, tp_span: GroupSpan, sp: bool, b: int, cluster: Cluster, dtype: str,
     zero_comm: tuple = (0.0, 0.0, True), *, cp_span: GroupSpan | None = None, ep_span: GroupSpan | None = None,
     capacity_factor: float = 1.0, ep_a2a_overlap: float | None = None, fp8_scaling: str = "tensor",
-    host_slack_s: tuple[float, float] = (0.0, 0.0),
+    host_slack_s: tuple[float, float] = (0.0, 0.0), zero_crosses_node: bool = False,
 ) -> PassTimes:
     """Seconds of one part's forward and backward passes for a micro-batch of `b`.
 
@@ -278,6 +288,8 @@ def pass_times(
     efficiency.ep_a2a_overlap; the cost model passes it times the share of passes with a partner).
     `host_slack_s` = (forward, backward) seconds the host is already ahead when this part's
     launches start (a GPU-bound block's time beyond its own launches); 0 for the blocks.
+    `zero_crosses_node`: whether the ZeRO collectives run on the NIC (else NVLink); the hidden
+    expert and CP collectives on the same links share them (`_link_share`).
     """
     tp = tp_span.size
     cp = cp_span.size if cp_span is not None else 1
@@ -345,6 +357,13 @@ def pass_times(
     overlap = cluster.efficiency.ep_a2a_overlap if ep_a2a_overlap is None else ep_a2a_overlap
     ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem - tp_hidden_f,
                                       2.0 * (gemm + elem) + flash_b + cast_b - tp_hidden_b, overlap)
+    hid_f, hid_b = raw_f - ep_f, raw_b - ep_b  # what the overlap hid
+    cp_hid_f, cp_hid_b = cp_raw_f - cp_f, cp_raw_b - cp_b
+    # (without overlap ZeRO's collectives wait for the compute, and the hidden ones run under it)
+    shared = _link_share(zero_crosses_node, ep_span, cp_span) if overlapped else (0, 0)
+    # the links' work in each pass: ZeRO's collectives and the hidden collectives beside them
+    z_f, z_b = z_f + (shared[0] * hid_f + shared[1] * cp_hid_f if z_f else 0.0), z_b + (
+        shared[0] * hid_b + shared[1] * cp_hid_b if z_b else 0.0)
     fwd_gpu = gemm + flash_f + cast_f + elem + tp_f + ep_f + cp_f
     fwd = max(busy(fwd_gpu, z_f), host_f)
     bwd_gpu = 2.0 * (gemm + elem) + flash_b + cast_b + tp_b + ep_b + cp_b
@@ -355,11 +374,12 @@ def pass_times(
     # Megatron-Core refuses the EP A2A overlap with full recompute: those blocks wait for all
     # their all-to-alls, the forward's, the recomputed forward's and the backward's (what the
     # overlap hid comes back here, in the backward pass; nothing where the host set the pass).
-    hid_f, hid_b = raw_f - ep_f, raw_b - ep_b  # what the overlap hid
+    # (The all-to-alls it exposes leave the links' shared work: they run on the GPU's path.)
+    zx_f, zx_b = z_f - (shared[0] * hid_f if z_f else 0.0), z_b - (shared[0] * hid_b if z_b else 0.0)
     back = (max(fwd_gpu + hid_f, host_f) - max(fwd_gpu, host_f)  # the recomputed forward's
             + max(bwd_gpu + hid_b, host_b) - max(bwd_gpu, host_b)  # the backward's
-            + max(busy(fwd_gpu + hid_f, z_f), host_f) - fwd)  # the first forward's
-    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), z_b) - bwd + back
+            + max(busy(fwd_gpu + hid_f, zx_f), host_f) - fwd)  # the first forward's
+    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), zx_b) - bwd + back
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share
@@ -384,5 +404,5 @@ def pass_times(
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
     return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b,
                      ep_hidden_forward_s=hid_f, ep_hidden_backward_s=hid_b, ep_full_exposed_s=back,
-                     cp_hidden_forward_s=cp_raw_f - cp_f,
-                     cp_hidden_backward_s=cp_raw_b - cp_b, sac_extra_s=sac_extra, sac_tp_s=sac_tp)
+                     cp_hidden_forward_s=cp_hid_f,
+                     cp_hidden_backward_s=cp_hid_b, sac_extra_s=sac_extra, sac_tp_s=sac_tp)
