@@ -118,7 +118,9 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
         k = (first, last, dev_first)
         if k not in kinds:
             mem = chunk_memory(prof, cl, flight=1.0, first=first, last=last, device_first_chunk=dev_first, **common)
-            states = mem.weights0 + mem.grads0 + mem.optimizer0 + mem.buffers + mem.reserve
+            # the recompute buffer only where every block recomputes: a device may recompute none
+            rec_buffer = 0.0 if cand.recompute_all else mem.recompute_buffer
+            states = mem.weights0 + mem.grads0 + mem.optimizer0 + mem.buffers - rec_buffer + mem.reserve
             kinds[k] = (states, mem.act0, mem.weights_blk + mem.grads_blk + mem.optimizer_blk, mem.act_blk, mem.act_rec_blk)
         return kinds[k]
 

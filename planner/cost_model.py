@@ -431,7 +431,7 @@ class CostModel:
         stages = plan.stages or _default_stages(plan, self.profile)
         out, rec_flops = [], 0.0
         for i, st in enumerate(stages):
-            cm = self.chunk(key, i, st.recompute)
+            cm = self.chunk(key, i, _costed_kind(stages, i, plan.pp))
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
             rec_flops += cm.rec_flops_blk * st.num_recomputed
         return self._assemble(plan, tuple(out), rec_flops)
@@ -460,6 +460,18 @@ class CostModel:
             capacity_bytes=capacity_bytes(cl),
             expert_or_context_parallel=plan.ep > 1 or plan.cp > 1,
         )
+
+
+def _costed_kind(stages, i: int, pp: int) -> str:
+    """The recompute kind chunk i is costed with: its own where it recomputes a block, else none
+    (as its plan file records it), but a device's first chunk, which holds the device's one
+    re-materialisation buffer (memory_model.chunk_memory), takes the kind of any chunk of the
+    device that recomputes. With no recomputed block the kind changes nothing else."""
+    if stages[i].num_recomputed:
+        return stages[i].recompute
+    if i >= pp:
+        return "none"
+    return next((s.recompute for s in stages[i::pp] if s.num_recomputed), "none")
 
 
 def _zero_unit(p: PassTimes, overlapped: bool) -> ZeroUnit:

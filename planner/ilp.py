@@ -139,6 +139,13 @@ def solve_partition(
             - chunks[groups[g][0]].memory.saved_by_recompute() * r[g]
             for g in gs
         )
+        rec_buffer = sum(chunks[c].memory.recompute_buffer for g in gs for c in groups[g])
+        if allow_recompute and rec_buffer:
+            # the re-materialisation buffer only on a device that recomputes a block (y = 1 if r > 0)
+            y = var(f"y{gs[0]}", cat="Binary")
+            for g in gs:
+                prob += r[g] <= num_blocks * y
+            mem = mem + rec_buffer * y
         prob += mem <= capacity_bytes
     prob += t_pipe + Z
     if cutoff is not None:

@@ -155,6 +155,9 @@ class ChunkMemory:
     act_rec_blk: float  # per recomputed block
     buffers: float
     reserve: float
+    # of the buffers: the one block full / sac recomputation re-materialises during its backward,
+    # held on a device's first chunk; the ILP counts it only where the device recomputes a block
+    recompute_buffer: float = 0.0
 
     def breakdown(self, n: int, r: int) -> MemoryBreakdown:
         return MemoryBreakdown(
@@ -167,7 +170,8 @@ class ChunkMemory:
         )
 
     def const(self) -> float:
-        return self.weights0 + self.grads0 + self.optimizer0 + self.act0 + self.buffers + self.reserve
+        """The bytes that do not grow with n or r (the recompute buffer, which comes with r > 0, aside)."""
+        return self.weights0 + self.grads0 + self.optimizer0 + self.act0 + self.buffers - self.recompute_buffer + self.reserve
 
     def per_block(self) -> float:
         return self.weights_blk + self.grads_blk + self.optimizer_blk + self.act_blk
@@ -210,19 +214,20 @@ def chunk_memory(
     act0 = flight * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
     act_blk = flight * b * part_saved_bytes(block, tp, sp, **moe)
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
-    buffers = 0.0
+    buffers = rec_buffer = 0.0
     if last:
         # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel, / cp)
         buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
     if device_first_chunk:
         if recompute in ("full", "sac"):
-            buffers += b * part_saved_bytes(block, tp, sp, **moe)
+            rec_buffer = b * part_saved_bytes(block, tp, sp, **moe)
+            buffers += rec_buffer
         if zero >= 3:
             gathered = 2.0 * sum(split_params(block, tp, ep))
             cap = cluster.efficiency.zero3_max_live_params
             buffers += (min(gathered, cap) if cap > 0 else gathered) * state_bytes_per_param(dtype)[0]
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
-    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve)
+    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer)
 
 
 def capacity_bytes(cluster: Cluster) -> float:
