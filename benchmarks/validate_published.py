@@ -66,24 +66,27 @@ def _recomputing(plan, kind: str, counts):
 
 def _least_recompute(plan, profile, cluster, kind: str):
     """`plan` (its stated block split kept) with, on every GPU, the fewest blocks recomputed
-    with `kind` that make it fit: memory is affine in the recomputed count (planner.memory_model),
-    so two evaluations give each GPU's count; None when recomputing all of them does not fit."""
+    with `kind` that make it fit: memory is affine in the recomputed count from one block on
+    (planner.memory_model; the first recomputed block also brings the re-materialisation
+    buffer), so three evaluations give each GPU's count; None when recomputing all of them
+    does not fit."""
     def with_counts(counts):
         return _recomputing(plan, kind, counts)
 
     cap = capacity_bytes(cluster)
     none = plan_costs(with_counts([0] * len(plan.stages)), profile, cluster)
+    one = plan_costs(with_counts([int(c < plan.pp) for c in range(len(plan.stages))]), profile, cluster)
     every = plan_costs(with_counts([st.num_blocks for st in plan.stages]), profile, cluster)
     counts = [0] * len(plan.stages)
     for device in range(plan.pp):
         chunks = list(range(device, len(plan.stages), plan.pp))
         blocks = sum(plan.stages[c].num_blocks for c in chunks)
-        low, high = _device_bytes(none, device), _device_bytes(every, device)
+        low, first, high = _device_bytes(none, device), _device_bytes(one, device), _device_bytes(every, device)
         if low <= cap:
             continue
         if high > cap or not blocks:
             return None
-        need = min(blocks, math.ceil((low - cap) / ((low - high) / blocks) - 1e-9))
+        need = 1 if first <= cap else min(blocks, 1 + math.ceil((first - cap) / ((first - high) / (blocks - 1)) - 1e-9))
         for c in chunks:  # the device's chunks hold the same micro-batches: any of its blocks frees as much
             counts[c] = min(need, plan.stages[c].num_blocks)
             need -= counts[c]

@@ -126,12 +126,48 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
     nodes = max_nodes or cluster.nodes
     fx = {k: v for k, v in fixed.items() if k not in ("dp",)}
     for _ in range(8):
+        if fits(fx, cluster.with_nodes(2 * nodes), None):
+            fewest = _fewest_nodes(profile, cluster, fx, nodes + 1, 2 * nodes, fits)
+            return head, f"the smallest change that fits: --nodes {fewest}"
         nodes *= 2
-        bigger = cluster.with_nodes(nodes)
-        gbs = fx["global_batch"]
-        if gbs % bigger.gpus_per_node and gbs < bigger.num_gpus:
-            fx = {**fx, "global_batch": gbs}
-        if fits(fx, bigger, None):
-            return head, f"the smallest change that fits: --nodes {nodes}"
     del cap
     return head, "no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"
+
+
+# Node counts `_fewest_nodes` tries one by one; a wider range is first bisected on the bounds.
+NODE_SCAN = 16
+# ILP partitions one node count may try before it counts as not fitting (each takes ~10-50 ms).
+MAX_FIT_SOLVES = 60
+
+
+def _fewest_nodes(profile: ModelProfile, cluster: Cluster, fx: dict, lo: int, hi: int, fits) -> int:
+    """The fewest nodes in lo..hi on which a plan fits, by the search's own test (a candidate's
+    ILP partition fits), `hi` (which the bounds let through) where none of them is shown to.
+    The bounds are optimistic (Llama-3-1-405B on h100x8: 11 nodes pass them, 12 fit), and
+    memory is not monotone in the node count (divisors of the layers and the batch)."""
+    if hi - lo >= NODE_SCAN:  # bisect the bounds' test: the fewest nodes it lets through
+        low, high = lo, hi
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if fits(fx, cluster.with_nodes(mid), None) else (mid + 1, high)
+        lo = low
+    for nodes in range(lo, min(hi, lo + NODE_SCAN)):
+        bigger = cluster.with_nodes(nodes)
+        if fits(fx, bigger, None) and _partition_fits(profile, bigger, fx):
+            return nodes
+    return hi
+
+
+def _partition_fits(profile: ModelProfile, cluster: Cluster, fx: dict) -> bool:
+    from .ilp import partition_for
+
+    cm, cap, tries = CostModel(profile, cluster), capacity_bytes(cluster), 0
+    for cand in enumerate_candidates(profile, cluster, fx, None):
+        if lower_bound(cm, cand, cap)[1]:
+            continue
+        if partition_for(cm, cand, cap) is not None:
+            return True
+        tries += 1
+        if tries >= MAX_FIT_SOLVES:
+            return False
+    return False

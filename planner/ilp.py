@@ -164,6 +164,17 @@ def solve_partition(
     return Partition(tuple(blocks), tuple(rec), float(pulp.value(prob.objective)))
 
 
+def partition_for(cm, cand, cap: float, cutoff: float | None = None) -> Partition | None:
+    """`solve_partition` for one search candidate (smplan.planner.search_space.Candidate) with
+    the CostModel `cm`'s chunk coefficients: None when nothing fits (or nothing beats `cutoff`)."""
+    from .bounds import mesh_key_of
+
+    key = mesh_key_of(cand)
+    chunks = [cm.chunk(key, c, cand.kind) for c in range(cand.pp * cand.v)]
+    return solve_partition(chunks, cm.profile.num_blocks, cand.m, cand.pp, cand.v, cand.schedule, cap,
+                           allow_recompute=cand.kind != "none", recompute_all=cand.recompute_all, cutoff=cutoff)
+
+
 def spread(sizes: list[int], recomputed: int) -> list[tuple[int, int]]:
     """(blocks, recomputed blocks) per chunk of one device: `recomputed` as evenly as the
     chunks of `sizes` hold them (never more on one chunk than it has, none left over)."""

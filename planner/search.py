@@ -29,11 +29,11 @@ from dataclasses import dataclass, field, replace
 
 from smplan.hwprofiles import Cluster
 
-from .bounds import compute_lower_bound, lower_bound, mesh_key_of
+from .bounds import compute_lower_bound, lower_bound
 from .cost_model import CostModel
 from .explain import nearest_feasible_change
 from .feasibility import default_dtype
-from .ilp import solve_partition, spread
+from .ilp import partition_for, spread
 from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
 from .plan import Plan, PlanError, Stage
@@ -156,21 +156,7 @@ def _kth(best: dict, k: int) -> float:
 
 
 def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str, cutoff: float | None = None) -> Plan | None:
-    key = mesh_key_of(cand)
-    C = cand.pp * cand.v
-    chunks = [cm.chunk(key, c, cand.kind if cand.kind != "none" else "none") for c in range(C)]
-    part = solve_partition(
-        chunks,
-        cm.profile.num_blocks,
-        cand.m,
-        cand.pp,
-        cand.v,
-        cand.schedule,
-        cap,
-        allow_recompute=cand.kind != "none",
-        recompute_all=cand.recompute_all,
-        cutoff=cutoff,
-    )
+    part = partition_for(cm, cand, cap, cutoff)
     if part is None:
         return None
     plan = _plan_of(cm, cand, part.blocks, part.recompute, gbs, model_ref)

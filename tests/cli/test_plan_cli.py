@@ -92,6 +92,16 @@ def test_model_too_big_names_nearest_change(cli_runner):
     assert len(lines) == 1 and "smallest change" in lines[0] and "--nodes" in lines[0]
 
 
+def test_the_nodes_named_are_the_fewest_that_fit(cli_runner):
+    """Not only doublings: 6 nodes fit here and 5 do not (before, the hint said --nodes 8)."""
+    base = ["plan", "examples/gpt.py:llama3_8b", "--arg", "layers=12", "--hw", "a100x8", "--global-batch", "96",
+            "--hw-set", "gpu.memory_gib=4", "--top", "1", "--closed-form"]
+    said = cli_runner.invoke(cli, [*base, "--nodes", "1"])
+    assert said.exit_code == 2 and said.output.rstrip().endswith("the smallest change that fits: --nodes 6"), said.output
+    assert cli_runner.invoke(cli, [*base, "--nodes", "6"]).exit_code == 0
+    assert cli_runner.invoke(cli, [*base, "--nodes", "5"]).exit_code == 2
+
+
 # --- every plan the CLI writes loads back and simulates --------------------------------
 
 def _simulates(cli_runner, path):
