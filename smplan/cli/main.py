@@ -81,6 +81,9 @@ def cli() -> None:
       smplan profile examples/gpt.py:gpt3_175b         # what the model costs
       smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 -o plan.json
       smplan simulate plan.json --gantt step.png       # step time, timeline
+      smplan reliability plan.json --tokens 1.5e12     # the whole run under failures
+      smplan whatif examples/gpt.py:gpt3_175b --hw a100x8 --vary nodes=64,128 --tokens 3e11
+                                                       # sweep, chart, recommend (-o REPORT_DIR)
       smplan execute plan.json --steps 20              # run it for real
     """
 

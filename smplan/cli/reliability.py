@@ -11,6 +11,7 @@ from smplan.simulator.failures import (
     ReliabilityError,
     RunDoesNotFinish,
     RunReport,
+    weibull_shape_problem,
 )
 from smplan.simulator.inputs import resolve_target
 from smplan.simulator.reliability import RunTarget, checkpoint_write_gbps, plan_reliability
@@ -41,6 +42,36 @@ def _interval(value: str) -> float | None:
     return minutes
 
 
+def _weibull_shape(ctx, param, value: float | None) -> float | None:
+    """--weibull-shape in the simulation's range: one message for 0, negatives, NaN and the rest."""
+    problem = weibull_shape_problem(value)
+    if problem:
+        raise ReliabilityError(problem)
+    return value
+
+
+def days_text(days: float) -> str:
+    """Days as the tables print them, one decimal from 100 days up: 113.2 and 113.9, not 113 and 113."""
+    if days >= 100:
+        return f"{days:,.1f}"
+    return f"{days:.2f}" if days >= 1 else f"{days:.3g}"
+
+
+def _wait_text(wait_s: float) -> str:
+    return f"{wait_s / 86400:.2f} days" if wait_s >= 86400 else f"{wait_s / 3600:.2f} h"
+
+
+def daly_line(r: RunReport) -> str:
+    """Daly's closed-form wall-clock beside the simulated one; Daly's has no spare pool, so with
+    --spares it leaves out the wait for a spare node that the simulation counts."""
+    day = 86400.0
+    line = (f"Daly's expected wall-clock at the used interval: {r.daly_expected_wall_s / day:.2f} days "
+            f"(simulated mean {r.wall_mean_s / day:.2f}")
+    if r.spares is not None and r.spare_wait_mean_s > 0:
+        line += f"; Daly's formula leaves out the {_wait_text(r.spare_wait_mean_s)} waiting for a spare node"
+    return line + ")"
+
+
 def failure_model_line(r: RunReport) -> str:
     """The settings that drive the failures: GPU lifetimes and the spare-node pool."""
     if r.weibull_shape is None or r.weibull_shape == 1.0:
@@ -60,8 +91,7 @@ def spare_wait_line(r: RunReport) -> str:
     wait_s = r.spare_wait_mean_s
     if wait_s <= 0:
         return f"waiting for a spare node: none (the {r.spares} spares cover every repair)"
-    wait = f"{wait_s / 86400:.2f} days" if wait_s >= 86400 else f"{wait_s / 3600:.2f} h"
-    return (f"waiting for a spare node: {wait} per run on average, {wait_s / r.wall_mean_s:.1%} of the "
+    return (f"waiting for a spare node: {_wait_text(wait_s)} per run on average, {wait_s / r.wall_mean_s:.1%} of the "
             f"wall-clock lost from goodput (more --spares win it back)")
 
 
@@ -95,7 +125,7 @@ def skewed_mean_note(r: RunReport) -> str | None:
               help="Minutes of training between checkpoints; auto takes the sweep's best.")
 @click.option("--mtbf-hours", type=FiniteFloat(), default=None, help="Per-GPU MTBF (default: the hardware profile's).")
 @click.option("--restart-minutes", type=FiniteFloat(allow_zero=True), default=None, help="Detection + restart (default: the profile's).")
-@click.option("--checkpoint-minutes", type=FiniteFloat(allow_zero=True), default=None,
+@click.option("--checkpoint-minutes", type=FiniteFloat(), default=None,
               help="Checkpoint write time (default: weights + optimizer state over nodes x "
                    "storage.checkpoint_write_gbps, at most the file system's storage.filesystem_write_gbps).")
 @click.option("--async-checkpoint", is_flag=True,
@@ -106,7 +136,7 @@ def skewed_mean_note(r: RunReport) -> str | None:
 @click.option("--repair-hours", type=FiniteFloat(), default=24.0, show_default=True,
               help="Hours a failed node is out for repair (with --spares N, 0 included).")
 # Weibull lifetimes from new hardware: see simulator/failures.py (Schroeder & Gibson, DSN 2006, for k < 1).
-@click.option("--weibull-shape", type=FiniteFloat(), default=None, metavar="K",
+@click.option("--weibull-shape", type=click.FLOAT, callback=_weibull_shape, default=None, metavar="K",
               help="Weibull GPU lifetimes of shape K (0.1-10, mean --mtbf-hours), every GPU new at t=0 and "
                    "when replaced: K < 1 is infant mortality (more failures early, so more in a short run), "
                    "K > 1 wear-out (fewer until GPUs age). Default: exponential (K = 1, no ageing).")
@@ -167,7 +197,7 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     rows = [
         # as percentages to 0.01: a run that rarely fails sits at 0.99x, which 3 digits show as "1"
         ["goodput", *(f"{100 * g:.2f}%" for g in (r.goodput_mean, r.goodput_p10, r.goodput_p50, r.goodput_p90))],
-        ["wall-clock (days)", r.wall_mean_s / day, r.wall_p10_s / day, r.wall_p50_s / day, r.wall_p90_s / day],
+        ["wall-clock (days)", *(days_text(s / day) for s in (r.wall_mean_s, r.wall_p10_s, r.wall_p50_s, r.wall_p90_s))],
         ["failures", r.failures_mean, "", "", ""],
     ]
     click.echo(format_table(["over " + str(r.seeds) + " seeds", "mean", "p10", "p50", "p90"], rows, align="lrrrr"))
@@ -181,8 +211,7 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         ["Young sqrt(2 delta M)", r.young_interval_s / 60],
         ["Daly (2006)", r.daly_interval_s / 60],
     ]))
-    click.echo(f"\nDaly's expected wall-clock at the used interval: {r.daly_expected_wall_s / day:.2f} days "
-               f"(simulated mean {r.wall_mean_s / day:.2f})")
+    click.echo("\n" + daly_line(r))
     if r.interval_source == "daly":
         click.echo(f"note: the {r.seeds} seeds drew {r.sweep_failures} failure(s) at the sweep's best interval, under "
                    f"the {MIN_SWEEP_FAILURES} that tell intervals apart, so the interval used is Daly's; more --seeds "

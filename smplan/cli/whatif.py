@@ -14,6 +14,7 @@ from smplan.planner.plan import memory_gib_text
 
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
+from .notes import sac_stack_note
 from .options import (
     echo_json,
     hw_options,
@@ -22,6 +23,7 @@ from .options import (
     model_args_option,
     warn_about_profiles,
 )
+from .reliability import days_text
 from .table import format_table
 
 
@@ -29,12 +31,18 @@ from .table import format_table
 @click.argument("model", metavar="MODEL")
 @hw_options(required=False, default="a100x8")
 @click.option("--vary", "varies", multiple=True, metavar="KEY=V1,V2,...",
-              help="Sweep KEY over values: nodes, hw, stack (software stacks: smplan stack list), global_batch, "
+              help="Sweep KEY over values: nodes (of each hw profile: a GB200 NVL72 node holds 4 GPUs, an "
+                   "h100x8 node 8), hw, stack (software stacks: smplan stack list), global_batch, "
                    "seq_len, checkpoint_interval_min, a plan "
                    "key (tp, pp, mbs, recompute...), a hardware key (inter_node.bandwidth_gbps...), or "
-                   "arg.NAME. Repeatable: the points are every combination.")
-@click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None, help="Train this many tokens (e.g. 1e12): time, cost, goodput.")
-@click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None, help="Train for this many days: tokens, cost, goodput.")
+                   "arg.NAME. Reliability questions are hardware keys too, with --tokens or --days: "
+                   "reliability.gpu_mtbf_hours, reliability.restart_minutes, storage.checkpoint_write_gbps. "
+                   "Repeatable: the points are every combination.")
+@click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None,
+              help="Train this many tokens (e.g. 1e12; samples for a model without sequences): time, cost, goodput.")
+@click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None,
+              help="Train for this many wall-clock days (failures, restarts and checkpoints included): tokens, "
+                   "cost, goodput. Not `smplan reliability --days`, which is failure-free days.")
 @model_args_option
 @click.option("--plan", "plan", default=None, metavar="INLINE",
               help='Use this plan at every point instead of re-planning, as inline keys (not a plan file), e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help).')
@@ -107,19 +115,19 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         click.echo(text, err=True)
 
     record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=note)
+    record["notes"] = table_notes(record)  # under the table, on the page and in points.json
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
-    if as_json:
-        echo_json({**record, "notes": notes, "report": str(index)})  # where the page is, as the text's last line says
+    if as_json:  # every line said on stderr, then those under the table; where the page is, as the text's last line says
+        echo_json({**record, "notes": notes + record["notes"], "report": str(index)})
     else:
         click.echo(record["question"]["text"])  # what every point shares (the global batch among it)
         click.echo(points_table(record))
         cut = [p for p in record["points"] if not p["feasible"] and _short(p["reason"] or "") != (p["reason"] or "")]
         for p in cut:  # the table shortens a long reason; here it is whole
             click.echo(f"  #{p['id']} {p['label']}: {p['reason']}")
-        for note in (moe_host_time_note(record), network_price_note(record)):
-            if note:
-                click.echo(note)
+        for line in record["notes"]:
+            click.echo(line)
         if record["recommended"] is not None:
             rec = record["points"][record["recommended"]]
             click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")
@@ -127,6 +135,60 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     click.echo(f"report: {index}", err=as_json)
     if record["recommended"] is None:  # the report says why each point failed; a script must see it failed
         raise UserError(f"no feasible point: {record['recommendation']}; the report {index} says why each one failed")
+
+
+def table_notes(record: dict) -> list[str]:
+    """The lines under the table: what its figures mean where the points differ in kind."""
+    notes = [moe_host_time_note(record), network_price_note(record), fp8_mfu_note(record), gpu_count_note(record),
+             *sac_notes(record)]
+    return [note for note in notes if note]
+
+
+def fp8_mfu_note(record: dict) -> str | None:
+    """One line when a point trains in fp8: its MFU is of the GPU's fp8 peak, as `smplan plan` gives it,
+    so it reads lower than a bf16 point's at the same speed."""
+    ids = [f"#{p['id']}" for p in record["points"] if p["feasible"] and p["plan"]["dtype"] == "fp8"]
+    if not ids:
+        return None
+    return (f"note: the MFU of fp8 point{'s' if len(ids) > 1 else ''} {', '.join(ids)} is of the GPU's fp8 peak "
+            "(as `smplan plan` gives it), a higher peak than bf16's: beside a bf16 point, compare step s or "
+            f"{record['question'].get('unit', 'token')}s/s")
+
+
+def gpu_count_note(record: dict) -> str | None:
+    """One line when a sweep over hw profiles runs points that differ only in hw on different GPU
+    counts: nodes are each profile's (a GB200 NVL72 tray holds 4 GPUs, an h100x8 node 8)."""
+    if "hw" not in record["question"]["vary"]:
+        return None
+    counts: dict[str, set] = {}  # the other settings -> the GPU counts of their hw points
+    for p in record["points"]:
+        if p["num_gpus"]:
+            rest = " ".join(f"{k}={v}" for k, v in p["settings"].items() if k != "hw")
+            counts.setdefault(rest, set()).add(p["num_gpus"])
+    if all(len(c) < 2 for c in counts.values()):
+        return None
+    per_node = {p["hw"]: p["num_gpus"] // p["nodes"] for p in record["points"] if p["num_gpus"] and p["nodes"]}
+    nodes = ", ".join(f"{hw} {n}" for hw, n in per_node.items())
+    return (f"note: nodes are each profile's own (GPUs per node: {nodes}), so the hw points run on different "
+            "GPU counts (the GPUs column) and their time and cost compare clusters of different sizes; "
+            "--vary nodes as well to compare equal GPU counts")
+
+
+def sac_notes(record: dict) -> list[str]:
+    """`smplan plan`'s note on a plan that recomputes with sac under a stack without that policy, once
+    per stack, naming the points."""
+    from smplan.whatif.point import plan_from_record
+
+    said: dict[str, list[str]] = {}
+    for p in record["points"]:
+        if p["feasible"]:
+            plan = plan_from_record(p)
+            note = sac_stack_note(plan, load_stack(plan.stack).name)
+            if note:
+                said.setdefault(note, []).append(f"#{p['id']}")
+    # plan's --fix is whatif's --vary (or --plan)
+    return [f"note ({', '.join(ids)}): {note.removeprefix('note: ')} (here: --vary recompute=full,selective)"
+            for note, ids in said.items()]
 
 
 def moe_host_time_note(record: dict) -> str | None:
@@ -160,23 +222,29 @@ def network_price_note(record: dict) -> str | None:
 def points_table(record: dict) -> str:
     timed = any(p.get("run") for p in record["points"])
     days_given = bool(record["question"].get("days"))  # every point trains that long: show what it trains
-    headers = ["#", "point", "GPUs", "plan", "step s", "tokens/s", "MFU", "mem GiB"]
+    unit = record["question"].get("unit", "token")  # samples for a model without sequences, as plan counts them
+    headers = ["#", "point", "GPUs", "plan", "step s", f"{unit}s/s", "MFU", "mem GiB"]
     if timed:
-        headers += ["tokens" if days_given else "days", "cost $", "goodput"]
+        headers += [f"{unit}s" if days_given else "days", "cost $", "goodput", "ckpt min"]
     rows = []
     for p in record["points"]:
         f = p.get("figures") or {}
         if not p["feasible"]:
             row = [p["id"], p["label"], p["num_gpus"], "infeasible: " + _short(p["reason"] or ""), "", "", "", ""]
-            rows.append(row + (["", "", ""] if timed else []))
+            rows.append(row + (["", "", "", ""] if timed else []))
             continue
         row = [p["id"], p["label"], p["num_gpus"], p["plan_label"], f["step_time_s"], round(f["tokens_per_s"]),
                f"{f['mfu']:.1%}", memory_gib_text(f["peak_memory_gib"])]
-        if timed:
+        if timed:  # the checkpoint interval the run was simulated at: the failure simulation's best, or the given
             r = p["run"]
-            row += [f"{r['tokens']:.3g}" if days_given else r["days"], round(r["usd"]), f"{r['goodput']:.1%}"]
+            row += [f"{r['tokens']:.3g}" if days_given else days_text(r["days"]), round(r["usd"]),
+                    f"{r['goodput']:.1%}", _minutes(r["checkpoint_interval_min"])]
         rows.append(row)
-    return format_table(headers, rows, align="llrlrrrr" + ("rrr" if timed else ""))
+    return format_table(headers, rows, align="llrlrrrr" + ("rrrr" if timed else ""))
+
+
+def _minutes(minutes: float) -> str:
+    return f"{minutes:.1f}" if minutes >= 1 else f"{minutes:.2g}"
 
 
 def _short(text: str, width: int = 90) -> str:

@@ -12,18 +12,22 @@ import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
 from .points import BREAKDOWN_ORDER, MEMORY_PARTS, feasible, frontier_xy, versus_metric
-from .style import color, finish, label_log_axis, new_figure, pretty, tick_label
+from .style import color, finish, label_log_axis, log_scale_label, new_figure, pretty, tick_label
+
+# A unit's short form on axis ticks ("100 ktok/s"); a sample is what a model without sequences counts.
+UNIT_TICKS = {"token": "tok", "sample": "sample"}
 
 
-def scaling_chart(points: list[dict], path=None):
-    """Tokens/s and scaling efficiency vs GPU count, one line per group (GPU type...)."""
+def scaling_chart(points: list[dict], path=None, unit: str = "token"):
+    """Tokens/s (samples/s for a model without sequences) and scaling efficiency vs GPU count, one
+    line per group (GPU type...), the groups in the points' order (the --vary values' order)."""
     fig, (ax_rate, ax_eff) = new_figure("Scaling: throughput and efficiency vs GPUs", ncols=2, width=12)
     groups: dict[str, list[dict]] = {}
     for p in feasible(points):
         groups.setdefault(p["group"], []).append(p)
     all_gpus: set[int] = set()
     effs: list[float] = [1.0]
-    for i, (name, members) in enumerate(sorted(groups.items())):
+    for i, (name, members) in enumerate(groups.items()):
         members.sort(key=lambda p: p["num_gpus"])
         gpus = [p["num_gpus"] for p in members]
         all_gpus.update(gpus)
@@ -42,12 +46,12 @@ def scaling_chart(points: list[dict], path=None):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_gpus))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_xlabel("GPUs")
+        ax.set_xlabel(log_scale_label("GPUs"))
         ax.legend(title="dotted: linear scaling" if ax is ax_rate else None, fontsize=9)
     ax_rate.set_title("training throughput (log-log: linear scaling is a straight line)")
     ax_rate.set_yscale("log")  # with the log GPU axis, as scaling plots are read: equal ratios, equal steps
-    ax_rate.set_ylabel("tokens per second")
-    label_log_axis(ax_rate.yaxis, EngFormatter(unit="tok/s"))
+    ax_rate.set_ylabel(log_scale_label(f"{unit}s per second"))
+    label_log_axis(ax_rate.yaxis, EngFormatter(unit=f"{UNIT_TICKS[unit]}/s"))
     ax_eff.set_title("per-GPU throughput vs the fewest-GPU point")
     ax_eff.set_ylabel("scaling efficiency")
     ax_eff.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -87,11 +91,12 @@ def setting_label(key: str) -> str:
     return f"{text}  [{key}]" if text and text != key else key
 
 
-def versus_chart(points: list[dict], key: str, path=None):
+def versus_chart(points: list[dict], key: str, path=None, unit: str = "token"):
     """Step time vs one numeric varied setting (`key`), one line per the other settings (say
-    grad_compress against inter_node.bandwidth_gbps); throughput for a setting that changes a
-    step's work (the batch, the sequence); goodput over the run for a setting that only a whole
-    run reads (failures, checkpoints), whose step time would be a flat line."""
+    grad_compress against inter_node.bandwidth_gbps) in the points' order, the legend beside the
+    axes; throughput for a setting that changes a step's work (the batch, the sequence); goodput
+    over the run for a setting that only a whole run reads (failures, checkpoints), whose step
+    time would be a flat line."""
     metric = versus_metric(key, points)
     what = {"goodput": "Goodput", "tokens_per_s": "Throughput"}.get(metric, "Step time")
     fig, ax = new_figure(f"{what} vs {key}", width=9, height=5)
@@ -100,7 +105,7 @@ def versus_chart(points: list[dict], key: str, path=None):
         rest = " ".join(f"{k}={v}" for k, v in p["settings"].items() if k != key) or "all"
         lines.setdefault(rest, []).append(p)
     ys_all: list[float] = []
-    for i, (name, members) in enumerate(sorted(lines.items())):
+    for i, (name, members) in enumerate(lines.items()):
         members.sort(key=lambda p: p["settings"][key])
         ys = [p["run"]["goodput"] if metric == "goodput" else p["figures"][metric] for p in members]
         ax.plot([p["settings"][key] for p in members], ys, marker="o", color=color("", i), label=name)
@@ -112,21 +117,21 @@ def versus_chart(points: list[dict], key: str, path=None):
     ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.margins(x=DATA_MARGIN / 2)
-    ax.set_xlabel(setting_label(key))
+    ax.set_xlabel(log_scale_label(setting_label(key)) if ax.get_xscale() == "log" else setting_label(key))
     if metric == "goodput":
         ax.set_ylabel("goodput over the run (useful time / wall time)")
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.margins(y=DATA_MARGIN)  # around the data: 99.5% against 99.9% is the answer, not a flat line
         ax.set_ylim(padded_range(ys_all, ax.get_ylim()))
     elif metric == "tokens_per_s":
-        ax.set_ylabel("tokens/s, all GPUs")
-        ax.yaxis.set_major_formatter(EngFormatter(unit="tok/s"))
+        ax.set_ylabel(f"{unit}s/s, all GPUs")
+        ax.yaxis.set_major_formatter(EngFormatter(unit=f"{UNIT_TICKS[unit]}/s"))
         ax.set_ylim(0, max(ys_all) * (1 + DATA_MARGIN) or 1.0)
     else:
         ax.set_ylabel("step time")
         ax.yaxis.set_major_formatter(EngFormatter(unit="s"))
         ax.set_ylim(0, max(ys_all) * (1 + DATA_MARGIN) or 1.0)  # room above the highest marker
-    ax.legend(fontsize=9, loc="best")
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the axes: it covers no point
     _note_infeasible(fig, points)
     return finish(fig, path)
 
@@ -136,12 +141,12 @@ def versus_chart(points: list[dict], key: str, path=None):
 FRONTIER_LOG_X_RATIO = 10.0
 
 
-def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
+def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None, unit: str = "token"):
     """Time to train (or tokens trained) vs cost. Every point is marked with its number (#id, as
     the whatif table numbers them), placed where it covers no other number or marker; the Pareto
     points are joined, and a key beside the chart gives their settings and plans. The axes span
     the data with a margin (from 0 only when the data comes near it), the legend sits in the key."""
-    title = "Time to train vs cost" if mode == "tokens" else "Tokens trained vs cost"
+    title = "Time to train vs cost" if mode == "tokens" else f"{unit.capitalize()}s trained vs cost"
     fig, (ax, key) = new_figure(title, ncols=2, width=13, height=6, width_ratios=[3.0, 1.25])
     by_id = {p["id"]: p for p in points}
     front = [by_id[i] for i in pareto]
@@ -157,15 +162,17 @@ def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None):
     entries = [f"#{p['id']}  {p['label']}\n{' ' * (len(str(p['id'])) + 3)}{p['plan_label']}" for p in front]
     key.text(0.0, 1.0, "\n\n".join(entries), transform=key.transAxes, va="top", ha="left", fontsize=8,
              family="monospace", wrap=True, gid="pareto_key")
-    ax.set_xlabel("time to train (days, with failures)" if mode == "tokens" else "tokens trained")
+    ax.set_xlabel("time to train (days, with failures)" if mode == "tokens" else f"{unit}s trained")
     shown = front + rest
     xs = [frontier_xy(p, mode)[0] for p in shown]
     positive = [x for x in xs if x > 0]
     if positive and max(positive) / min(positive) > FRONTIER_LOG_X_RATIO:
         ax.set_xscale("log")
-        label_log_axis(ax.xaxis, EngFormatter(unit="tok") if mode == "days" else FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(log_scale_label(ax.get_xlabel()))
+        label_log_axis(ax.xaxis, EngFormatter(unit=UNIT_TICKS[unit]) if mode == "days"
+                       else FuncFormatter(lambda v, _: f"{v:g}"))
     elif mode == "days":
-        ax.xaxis.set_major_formatter(EngFormatter(unit="tok"))
+        ax.xaxis.set_major_formatter(EngFormatter(unit=UNIT_TICKS[unit]))
     ax.margins(x=DATA_MARGIN, y=DATA_MARGIN)
     if ax.get_xscale() == "linear":
         padded = padded_range(xs, ax.get_xlim())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
-from .style import color, finish, label_log_axis, new_figure
+from .style import color, finish, label_log_axis, log_scale_label, new_figure
 
 GANTT_ORDER = ("forward", "backward", "recompute", "send", "ep_comm", "cp_comm", "dp_comm", "optimizer")
 # Within a stage's row (offset from its centre, height): compute on top, then the pipeline, expert
@@ -108,9 +108,9 @@ def goodput_chart(goodput: dict, path=None, title_suffix: str = ""):
         ax.set_ylabel("goodput (useful time / wall time)")
     ax_i.axvline(goodput["young_daly_min"], color="#ee6677", linestyle="--", gid="young_daly",
                  label=f"Young/Daly optimum ({goodput['young_daly_min']:.3g} min)")
-    ax_i.set_xlabel("checkpoint interval (minutes)")
+    ax_i.set_xlabel(log_scale_label("checkpoint interval (minutes)"))
     ax_i.set_title("vs checkpoint interval")
-    ax_m.set_xlabel("GPU mean time between failures (hours)")
+    ax_m.set_xlabel(log_scale_label("GPU mean time between failures (hours)"))
     ax_m.set_title(f"vs MTBF (checkpoint every {goodput['chosen_interval_min']:.3g} min)")
     for ax in (ax_i, ax_m):
         ax.legend(fontsize=8, loc="lower right")

@@ -14,8 +14,9 @@ CAPTIONS = {
     "versus": "Simulated step time against a varied hardware figure (or other numeric setting), "
               "one line per the other varied settings (e.g. gradient compression vs network bandwidth); "
               "goodput over the run instead when the setting only changes a whole run (failures, checkpoints).",
-    "frontier": "Each feasible point's time to train against its cost; the red points are not "
-                "beaten on both by any other and are labelled with their plan.",
+    "frontier": "Each feasible point's time to train against its cost, numbered #N as in the table; the red "
+                "points are not beaten on both by any other, and the key beside the chart gives their "
+                "settings and plans.",
     "memory": "Memory on the fullest GPU of each point's plan, stacked by what holds it; the black "
               "bar is the GPU's capacity. Hatched bars do not fit.",
     "breakdown": "Where one training step's time goes (exposed communication only); the black "
@@ -69,6 +70,8 @@ def render_html(record: dict) -> str:
     if q.get("command"):
         parts.append(f"<p>Asked with <code>{escape(q['command'])}</code></p>")
     parts.append(_recommendation(record))
+    if record.get("notes"):  # what `smplan whatif` prints under its table
+        parts.append("<ul>" + "".join(f"<li>{escape(note)}</li>" for note in record["notes"]) + "</ul>")
     charts = record.get("charts") or {}
     if charts:
         parts.append("<h2>Charts</h2>")
@@ -98,8 +101,8 @@ def _recommendation(record: dict) -> str:
         ("plan", p["plan_label"]),
         ("as --plan", p.get("plan_inline") or ""),
         ("step time", f"{f['step_time_s']:.3g} s"),
-        ("throughput", f"{f['tokens_per_s']:,.0f} tokens/s"),
-        ("MFU", f"{f['mfu']:.1%}"),
+        ("throughput", f"{f['tokens_per_s']:,.0f} {_unit(record)}s/s"),
+        ("MFU", mfu_text(p)),
         ("peak memory", f"{f['peak_memory_gib']:.1f} of {p['memory_capacity_gib']:.0f} GiB"),
     ]
     run = p.get("run")
@@ -107,11 +110,22 @@ def _recommendation(record: dict) -> str:
         rows += [
             ("time to train", f"{run['days']:.1f} days ({run['ideal_days']:.1f} without failures)"),
             ("cost", f"${run['usd']:,.0f}"),
-            ("goodput", f"{run['goodput']:.1%} with a checkpoint every {run['checkpoint_interval_min']:.0f} min"),
+            ("goodput", f"{run['goodput']:.1%} with a checkpoint every {run['checkpoint_interval_min']:.1f} min"),
         ]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{_code(v) if k == 'as --plan' else escape(v)}</dd>" for k, v in rows)
     why = escape(record.get("recommendation", ""))
     return f'<h2>Recommended plan</h2><div class="recommend"><p>{why}</p><dl>{items}</dl></div>'
+
+
+def _unit(record: dict) -> str:
+    """"token", or "sample" for a model without sequences (question.unit)."""
+    return record["question"].get("unit", "token")
+
+
+def mfu_text(point: dict) -> str:
+    """A point's MFU, saying of which peak for an fp8 plan (as `smplan plan` does): fp8's is higher."""
+    fp8 = (point.get("plan") or {}).get("dtype") == "fp8"
+    return f"{point['figures']['mfu']:.1%}" + (" of the fp8 peak" if fp8 else "")
 
 
 def _code(text: str) -> str:
@@ -121,9 +135,10 @@ def _code(text: str) -> str:
 def _table(record: dict) -> str:
     timed = any(p.get("run") for p in record["points"])
     days_given = bool(record["question"].get("days"))  # every point trains that long: show what it trains
-    head = ["#", "point", "GPUs", "fits", "plan", "step (s)", "tokens/s", "MFU", "peak GiB / cap"]
+    unit = _unit(record)
+    head = ["#", "point", "GPUs", "fits", "plan", "step (s)", f"{unit}s/s", "MFU", "peak GiB / cap"]
     if timed:
-        head += ["tokens" if days_given else "days", "cost ($)", "goodput"]
+        head += [f"{unit}s" if days_given else "days", "cost ($)", "goodput", "checkpoint every (min)"]
     head.append("note")
     out = ["<table><thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for p in record["points"]:
@@ -135,13 +150,14 @@ def _table(record: dict) -> str:
             _text(p.get("plan_label") or "—"),
             _num(f.get("step_time_s"), "{:.3g}") if p["feasible"] else "—",
             _num(f.get("tokens_per_s"), "{:,.0f}") if p["feasible"] else "—",
-            _num(f.get("mfu"), "{:.1%}") if p["feasible"] else "—",
+            escape(mfu_text(p)) if p["feasible"] else "—",
             (f"{peak:.1f} / {p['memory_capacity_gib']:.0f}" if peak is not None else "—"),
         ]
         if timed:
             run = p.get("run") or {}
             trained = _num(run.get("tokens"), "{:.3g}") if days_given else _num(run.get("days"), "{:.1f}")
-            cells += [trained, _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}")]
+            cells += [trained, _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}"),
+                      _num(run.get("checkpoint_interval_min"), "{:.1f}")]
         note = p.get("reason") or ("recommended" if p["id"] == record.get("recommended") else "")
         if p["id"] in set(record.get("pareto") or []):
             note = (note + "; " if note else "") + "Pareto"

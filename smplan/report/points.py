@@ -16,7 +16,9 @@ Schema (version 1; all times in seconds unless the key names another unit)::
         "tokens": float | null,      # --tokens: train this many tokens
         "days": float | null,        # --days: train for this long
         "plan": str | null,          # --plan: the fixed plan (inline form); null = re-plan
-        "checkpoint_interval_min": float | null
+        "checkpoint_interval_min": float | null,
+        "unit": str                  # "token", or "sample" for a model without sequences (an MLP, a
+                                     #   CNN): what tokens, tokens_per_s and --tokens count
       },
       "points": [{
         "id": int,                   # index into this list
@@ -66,6 +68,7 @@ Schema (version 1; all times in seconds unless the key names another unit)::
                                "items": [{"key": str, "low_step_time_s": float,
                                           "high_step_time_s": float}]}
       },
+      "notes": [str],                # what `smplan whatif` prints under its table (fp8 MFU, GPU counts...)
       "charts": {NAME: FILE}         # the chart files written beside points.json
     }
 """

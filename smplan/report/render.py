@@ -31,12 +31,13 @@ def draw_chart(name: str, record: dict, path=None):
     """The Figure of chart `name` (one of CHART_NAMES) for a derived points record."""
     points = record["points"]
     details = record.get("details") or {}
+    unit = record["question"].get("unit", "token")  # samples for a model without sequences
     if name == "scaling":
-        return scaling_chart(points, path)
+        return scaling_chart(points, path, unit)
     if name == "versus":
-        return versus_chart(points, versus_key(record), path)
+        return versus_chart(points, versus_key(record), path, unit)
     if name == "frontier":
-        return frontier_chart(points, record["pareto"], frontier_mode(record["question"]), path)
+        return frontier_chart(points, record["pareto"], frontier_mode(record["question"]), path, unit)
     if name == "memory":
         return memory_chart(points, path)
     if name == "breakdown":

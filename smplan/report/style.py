@@ -119,6 +119,11 @@ def tick_label(label: str) -> str:
     return "\n".join(lines)
 
 
+def log_scale_label(text: str) -> str:
+    """An axis label that says its axis is logarithmic: "time to train (days; log scale)"."""
+    return f"{text[:-1]}; log scale)" if text.endswith(")") else f"{text} (log scale)"
+
+
 def label_log_axis(axis, formatter: Formatter) -> None:
     """Label a log `axis`'s major and minor ticks alike with `formatter`: matplotlib labels the minor
     ticks it shows in its own style ("6x10^4" beside "100 ktok/s", "3x10^0" beside "10" days)."""

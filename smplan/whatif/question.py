@@ -35,6 +35,9 @@ class Question:
     seeds: int = 30  # failure-simulation seeds per point
     sensitivity_delta: float = 0.2  # the tornado's ±X
     command: str | None = None
+    # what --tokens counts: "sample" for a model whose samples are not token sequences (an MLP, a CNN:
+    # its profile's seq_len is 0), as `smplan plan` counts samples/s there; set from the profile
+    unit: str = "token"
 
     def __post_init__(self) -> None:
         if self.tokens is not None and self.days is not None:
@@ -154,15 +157,18 @@ class Question:
         """The question in one sentence, for the top of the page."""
         name = self.model.rsplit(":", 1)[-1]
         varied = "; ".join(f"{v.key} in {{{', '.join(fmt_value(x) for x in v.values)}}}" for v in self.varies)
-        where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
+        if any(v.kind == "hw" for v in self.varies):  # a node of each profile holds its own GPU count
+            where = f"on {self.nodes} nodes of each hw profile (its own GPUs per node)" if self.nodes else "on each hw profile"
+        else:
+            where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
         how = f"with the plan {self.plan}" if self.plan else "re-planned at every point"
         if self.global_batch:  # (a --plan's own gbs is in the plan shown)
             how += f", global batch {self.global_batch}" + (
                 " (one per GPU of the largest point; --global-batch sets another)" if self.global_batch_is_default else "")
         if self.tokens:
-            goal = f"How long does training {name} on {self.tokens:.3g} tokens take, and what does it cost"
+            goal = f"How long does training {name} on {self.tokens:.3g} {self.unit}s take, and what does it cost"
         elif self.days:
-            goal = f"How many tokens does {name} train in {self.days:g} days, and at what cost"
+            goal = f"How many {self.unit}s does {name} train in {self.days:g} days, and at what cost"
         else:
             goal = f"How fast does {name} train"
         return f"{goal}, {where}, {how}, as {varied or 'nothing'} varies?"
@@ -186,4 +192,5 @@ class Question:
             "seq_len": self.seq_len,
             "checkpoint_interval_min": self.checkpoint_interval_min,
             "seeds": self.seeds,
+            "unit": self.unit,
         }

@@ -40,6 +40,8 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
     profiles = _profiles(q, specs, note)
     tasks = [(spec, _profile_key(q, spec)) for spec in specs]
     points = _map(q, tasks, profiles, jobs, progress)
+    if not any(getattr(profile, "seq_len", 0) for profile in profiles.values()):  # a failed profile is a str
+        q = dataclasses.replace(q, unit="sample")
     if all((p["reason"] or "").startswith("internal error") for p in points):
         raise RuntimeError(f"every point failed: {points[0]['reason']}")
     record = {"version": POINTS_VERSION, "question": q.to_dict(), "points": points}
@@ -154,8 +156,9 @@ def _evaluate(spec: PointSpec, key) -> dict:
 def recommend(record: dict) -> tuple[int | None, str]:
     """(id, why): the cheapest point among those near the best time to train / throughput."""
     ok = [p for p in record["points"] if p["feasible"]]
-    if not ok:
-        reasons = sorted({p["reason"] for p in record["points"] if p.get("reason")})
+    unit = record["question"].get("unit", "token")
+    if not ok:  # each reason once, in the points' order (the table's)
+        reasons = list(dict.fromkeys(p["reason"] for p in record["points"] if p.get("reason")))
         return None, "; ".join(reasons[:3]) or "no point could be evaluated"
     timed = [p for p in ok if p.get("run")]
     if timed and record["question"].get("tokens"):
@@ -168,13 +171,15 @@ def recommend(record: dict) -> tuple[int | None, str]:
         best = max(p["run"]["tokens"] for p in timed)
         near = [p for p in timed if p["run"]["tokens"] * NEAR_BEST >= best]
         pick = min(near, key=lambda p: (p["run"]["usd"] / p["run"]["tokens"], -p["run"]["tokens"]))
-        why = (f"The lowest cost per token among the points that train within {NEAR_BEST:g}x of the most "
-               f"tokens ({best:.3g}) in {record['question']['days']:g} days.")
+        why = (f"The lowest cost per {unit} among the points that train within {NEAR_BEST:g}x of the most "
+               f"{unit}s ({best:.3g}) in {record['question']['days']:g} days.")
     else:
         best = max(p["figures"]["tokens_per_s"] for p in ok)
         near = [p for p in ok if p["figures"]["tokens_per_s"] * NEAR_BEST >= best]
         pick = min(near, key=lambda p: p["figures"]["usd_per_step"] / max(p["figures"]["tokens_per_s"], 1e-30)
                    / max(p["figures"]["step_time_s"], 1e-30))
-        why = (f"The lowest cost per token among the points within {NEAR_BEST:g}x of the best throughput "
-               f"({best:,.0f} tokens/s).")
+        # no run: the cost of a step (its time x the GPUs x the price per GPU-hour) over its tokens
+        why = (f"The lowest cost per {unit} of a step (step time x GPUs x price per GPU-hour; --tokens or --days "
+               f"adds failures and checkpoints) among the points within {NEAR_BEST:g}x of the best throughput "
+               f"({best:,.0f} {unit}s/s).")
     return pick["id"], why

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -45,6 +46,10 @@ def test_reliability_table_tokens_and_options(cli_runner):
         ["--days", "1", "--checkpoint-interval-min", "0"],
         ["--days", "1", "--mtbf-hours", "0"],
         ["--days", "1", "--weibull-shape", "100"],
+        ["--days", "1", "--weibull-shape", "0"],
+        ["--days", "1", "--weibull-shape", "nan"],
+        # a free checkpoint has no best interval: Young's and Daly's would be 0
+        ["--days", "1", "--checkpoint-minutes", "0"],
         # an asynchronous write must end before the next one starts
         ["--days", "1", "--async-checkpoint", "--checkpoint-minutes", "60", "--checkpoint-interval-min", "5"],
     ],
@@ -83,6 +88,8 @@ def test_zero_spares_take_repair_hours_and_are_echoed(cli_runner):
     assert text.exit_code == 0, text.output
     assert "0 spare nodes, a failed node back after 48 h" in text.output
     assert "waiting for a spare node: " in text.output and "of the wall-clock lost from goodput" in text.output
+    # Daly's closed form has no spare pool: its wall-clock is short of the simulated one by the wait
+    assert "Daly's formula leaves out the " in text.output and " waiting for a spare node)" in text.output
     data = json.loads(cli_runner.invoke(cli, [*args, "--json"]).stdout)
     assert (data["spares"], data["repair_hours"], data["weibull_shape"]) == (0, 48.0, None)
     assert 0 < data["spare_wait_mean_s"] <= data["failures_mean"] * 48 * 3600  # a failure can cut a wait short
@@ -124,3 +131,25 @@ def test_a_mean_outside_p10_p90_is_explained(cli_runner):
                      f"{100 * data['goodput_mean']:.2f}% below p10"]
     common = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20"])
     assert "see no failure" not in common.output
+
+
+@pytest.mark.parametrize("shape", ["0", "-1", "0.05", "11"])
+def test_every_weibull_shape_out_of_range_gets_the_range(cli_runner, shape):
+    """0 once said "must be greater than 0" while 0.05 got the range: one message for all."""
+    result = cli_runner.invoke(cli, BASE + ["--days", "1", "--weibull-shape", shape])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: --weibull-shape must be between 0.1 and 10, got "), result.output
+
+
+def test_wall_clock_days_past_100_keep_a_decimal(cli_runner):
+    """113.0 113.1 113.3 once printed as "113 113 113": the spread the seeds draw must show."""
+    result = cli_runner.invoke(cli, BASE + ["--days", "120", "--checkpoint-minutes", "1", "--seeds", "5"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("wall-clock (days)"))
+    values = row.split()[2:]
+    assert len(values) == 4 and all(float(v) >= 120 and re.fullmatch(r"[\d,]+\.\d", v) for v in values), row
+
+
+def test_without_spares_daly_needs_no_excuse(cli_runner):
+    result = cli_runner.invoke(cli, BASE + ["--days", "1", "--checkpoint-minutes", "5", "--seeds", "5"])
+    assert "Daly's expected wall-clock" in result.output and "leaves out" not in result.output
