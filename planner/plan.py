@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from smplan.display import memory_gib_text
 
 from .feasibility import (
     capacity_factor_problem,
@@ -90,12 +91,6 @@ class Figures:
     @property
     def peak_memory_text(self) -> str:
         return memory_gib_text(self.peak_memory_gib)
-
-
-def memory_gib_text(gib: float) -> str:
-    """GiB to 0.1, rounded down: a plan that fits never reads as its GPU's capacity (79.97 of
-    80 GiB printed 80.0/80)."""
-    return f"{math.floor(gib * 10) / 10:.1f}"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import math
 
 import click
 
+from smplan.display import days_text
 from smplan.simulator.failures import (
     MIN_SWEEP_FAILURES,
     ReliabilityError,
@@ -48,13 +49,6 @@ def _weibull_shape(ctx, param, value: float | None) -> float | None:
     if problem:
         raise ReliabilityError(problem)
     return value
-
-
-def days_text(days: float) -> str:
-    """Days as the tables print them, one decimal from 100 days up: 113.2 and 113.9, not 113 and 113."""
-    if days >= 100:
-        return f"{days:,.1f}"
-    return f"{days:.2f}" if days >= 1 else f"{days:.3g}"
 
 
 def _wait_text(wait_s: float) -> str:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
+from smplan.display import days_text, memory_gib_text
 from smplan.hwprofiles import load_stack
-from smplan.planner.plan import memory_gib_text
+from smplan.report.points import unit_of
 
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
@@ -23,7 +24,6 @@ from .options import (
     model_args_option,
     warn_about_profiles,
 )
-from .reliability import days_text
 from .table import format_table
 
 
@@ -105,21 +105,17 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
                     load_model_file(model).check_args({v.target: value})
                 except ModelFileError as err:
                     raise UserError(f"--vary {v.key}: {err}") from None
-    notes = warn_about_profiles(  # with the notes below: every line said on stderr, for --json too
+    warned = warn_about_profiles(  # for --json's notes, with those under the table
         hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
         overrides=q.hw_overrides, varied={v.target: v.values for v in q.varies if v.kind == "cluster"},
         stacks=tuple(value for v in q.varies if v.kind == "stack" for value in v.values))
 
-    def note(text: str) -> None:
-        notes.append(text)
-        click.echo(text, err=True)
-
-    record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=note)
+    record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=lambda text: click.echo(text, err=True))
     record["notes"] = table_notes(record)  # under the table, on the page and in points.json
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
-    if as_json:  # every line said on stderr, then those under the table; where the page is, as the text's last line says
-        echo_json({**record, "notes": notes + record["notes"], "report": str(index)})
+    if as_json:  # the warnings said on stderr, then the notes under the table; where the page is, as the text's last line says
+        echo_json({**record, "notes": warned + record["notes"], "report": str(index)})
     else:
         click.echo(record["question"]["text"])  # what every point shares (the global batch among it)
         click.echo(points_table(record))
@@ -152,7 +148,7 @@ def fp8_mfu_note(record: dict) -> str | None:
         return None
     return (f"note: the MFU of fp8 point{'s' if len(ids) > 1 else ''} {', '.join(ids)} is of the GPU's fp8 peak "
             "(as `smplan plan` gives it), a higher peak than bf16's: beside a bf16 point, compare step s or "
-            f"{record['question'].get('unit', 'token')}s/s")
+            f"{unit_of(record)}s/s")
 
 
 def gpu_count_note(record: dict) -> str | None:
@@ -222,7 +218,7 @@ def network_price_note(record: dict) -> str | None:
 def points_table(record: dict) -> str:
     timed = any(p.get("run") for p in record["points"])
     days_given = bool(record["question"].get("days"))  # every point trains that long: show what it trains
-    unit = record["question"].get("unit", "token")  # samples for a model without sequences, as plan counts them
+    unit = unit_of(record)  # samples for a model without sequences, as plan counts them
     headers = ["#", "point", "GPUs", "plan", "step s", f"{unit}s/s", "MFU", "mem GiB"]
     if timed:
         headers += [f"{unit}s" if days_given else "days", "cost $", "goodput", "ckpt min"]

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from html import escape
 
+from smplan.display import days_text, memory_gib_text
+
+from .points import unit_of
+
 CAPTIONS = {
     "scaling": "Throughput and scaling efficiency as GPUs are added, one line per GPU type "
                "(or other varied setting). Dotted: perfectly linear scaling.",
@@ -101,25 +105,20 @@ def _recommendation(record: dict) -> str:
         ("plan", p["plan_label"]),
         ("as --plan", p.get("plan_inline") or ""),
         ("step time", f"{f['step_time_s']:.3g} s"),
-        ("throughput", f"{f['tokens_per_s']:,.0f} {_unit(record)}s/s"),
+        ("throughput", f"{f['tokens_per_s']:,.0f} {unit_of(record)}s/s"),
         ("MFU", mfu_text(p)),
-        ("peak memory", f"{f['peak_memory_gib']:.1f} of {p['memory_capacity_gib']:.0f} GiB"),
+        ("peak memory", f"{memory_gib_text(f['peak_memory_gib'])} of {p['memory_capacity_gib']:.0f} GiB"),
     ]
     run = p.get("run")
     if run:
         rows += [
-            ("time to train", f"{run['days']:.1f} days ({run['ideal_days']:.1f} without failures)"),
+            ("time to train", f"{days_text(run['days'])} days ({days_text(run['ideal_days'])} without failures)"),
             ("cost", f"${run['usd']:,.0f}"),
             ("goodput", f"{run['goodput']:.1%} with a checkpoint every {run['checkpoint_interval_min']:.1f} min"),
         ]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{_code(v) if k == 'as --plan' else escape(v)}</dd>" for k, v in rows)
     why = escape(record.get("recommendation", ""))
     return f'<h2>Recommended plan</h2><div class="recommend"><p>{why}</p><dl>{items}</dl></div>'
-
-
-def _unit(record: dict) -> str:
-    """"token", or "sample" for a model without sequences (question.unit)."""
-    return record["question"].get("unit", "token")
 
 
 def mfu_text(point: dict) -> str:
@@ -135,7 +134,7 @@ def _code(text: str) -> str:
 def _table(record: dict) -> str:
     timed = any(p.get("run") for p in record["points"])
     days_given = bool(record["question"].get("days"))  # every point trains that long: show what it trains
-    unit = _unit(record)
+    unit = unit_of(record)
     head = ["#", "point", "GPUs", "fits", "plan", "step (s)", f"{unit}s/s", "MFU", "peak GiB / cap"]
     if timed:
         head += [f"{unit}s" if days_given else "days", "cost ($)", "goodput", "checkpoint every (min)"]
@@ -151,11 +150,11 @@ def _table(record: dict) -> str:
             _num(f.get("step_time_s"), "{:.3g}") if p["feasible"] else "—",
             _num(f.get("tokens_per_s"), "{:,.0f}") if p["feasible"] else "—",
             escape(mfu_text(p)) if p["feasible"] else "—",
-            (f"{peak:.1f} / {p['memory_capacity_gib']:.0f}" if peak is not None else "—"),
+            (f"{memory_gib_text(peak)} / {p['memory_capacity_gib']:.0f}" if peak is not None else "—"),
         ]
         if timed:
             run = p.get("run") or {}
-            trained = _num(run.get("tokens"), "{:.3g}") if days_given else _num(run.get("days"), "{:.1f}")
+            trained = _num(run.get("tokens"), "{:.3g}") if days_given else (escape(days_text(run["days"])) if run.get("days") is not None else "—")
             cells += [trained, _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}"),
                       _num(run.get("checkpoint_interval_min"), "{:.1f}")]
         note = p.get("reason") or ("recommended" if p["id"] == record.get("recommended") else "")

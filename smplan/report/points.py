@@ -242,3 +242,9 @@ def _clean(obj):
     if isinstance(obj, list | tuple):
         return [_clean(v) for v in obj]
     return obj
+
+
+def unit_of(record: dict) -> str:
+    """What a step counts: "token", or "sample" for a model without sequences (question.unit;
+    records before it counted tokens)."""
+    return record["question"].get("unit", "token")

@@ -8,7 +8,7 @@ from pathlib import Path
 from .charts import breakdown_chart, frontier_chart, memory_chart, scaling_chart, versus_chart
 from .detail import gantt_chart, goodput_chart, sensitivity_chart
 from .html import render_html
-from .points import CHART_NAMES, charts_that_apply, frontier_mode, save, versus_key
+from .points import CHART_NAMES, charts_that_apply, frontier_mode, save, unit_of, versus_key
 
 FORMATS = ("png", "svg")
 
@@ -31,7 +31,7 @@ def draw_chart(name: str, record: dict, path=None):
     """The Figure of chart `name` (one of CHART_NAMES) for a derived points record."""
     points = record["points"]
     details = record.get("details") or {}
-    unit = record["question"].get("unit", "token")  # samples for a model without sequences
+    unit = unit_of(record)  # samples for a model without sequences
     if name == "scaling":
         return scaling_chart(points, path, unit)
     if name == "versus":

@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from smplan.hwprofiles import load_stack
 from smplan.planner import parse_inline
-from smplan.report.points import POINTS_VERSION, derive
+from smplan.report.points import POINTS_VERSION, derive, unit_of
 
 from .details import details
 from .grid import PointSpec, grid
@@ -156,7 +156,7 @@ def _evaluate(spec: PointSpec, key) -> dict:
 def recommend(record: dict) -> tuple[int | None, str]:
     """(id, why): the cheapest point among those near the best time to train / throughput."""
     ok = [p for p in record["points"] if p["feasible"]]
-    unit = record["question"].get("unit", "token")
+    unit = unit_of(record)
     if not ok:  # each reason once, in the points' order (the table's)
         reasons = list(dict.fromkeys(p["reason"] for p in record["points"] if p.get("reason")))
         return None, "; ".join(reasons[:3]) or "no point could be evaluated"

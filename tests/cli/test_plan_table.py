@@ -1,6 +1,6 @@
 """What `plan`, `plan --explain`, `simulate` and `whatif` print for a plan at the memory limit."""
 
-from smplan.planner.plan import memory_gib_text
+from smplan.display import memory_gib_text
 
 
 def test_a_plan_that_fits_never_reads_as_the_gpus_capacity():

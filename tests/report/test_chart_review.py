@@ -94,3 +94,15 @@ def test_a_model_without_sequences_is_charted_in_samples():
     assert frontier._suptitle.get_text() == "Samples trained vs cost" and "samples trained" in frontier.axes[0].get_xlabel()
     assert "tokens/s" not in report.render_html(record) and "samples/s" in report.render_html(record)
     assert scaling_chart(record["points"]).axes[0].get_ylabel().startswith("tokens per second")  # the default
+
+
+def test_the_page_rounds_as_the_tables_do():
+    """Peak memory rounded down (79.97 of 80 GiB reads 79.9, as `plan` and whatif's table print it)
+    and days with the tables' digits (113.24 reads 113.2), in the table and the recommended plan."""
+    record = copy.deepcopy(_nodes_by_bandwidth())
+    point = record["points"][record["recommended"]]
+    point["figures"]["peak_memory_gib"], point["memory_capacity_gib"] = 79.97, 80
+    point["run"].update(days=113.24, ideal_days=110.0)
+    page = report.render_html(record)
+    assert "79.9 of 80 GiB" in page and "79.9 / 80" in page and "80.0" not in page
+    assert "113.2 days (110.0 without failures)" in page

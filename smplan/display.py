@@ -1,0 +1,19 @@
+"""Figures as every output prints them (tables, --explain, the what-if page): one rounding each."""
+
+from __future__ import annotations
+
+import math
+
+
+def memory_gib_text(gib: float) -> str:
+    """GiB to 0.1, rounded down: a plan that fits never reads as its GPU's capacity (79.97 of
+    80 GiB printed 80.0/80)."""
+    return f"{math.floor(gib * 10) / 10:.1f}"
+
+
+def days_text(days: float) -> str:
+    """Days with about four significant digits: wall-clock days of long runs differ by tenths
+    (113.2 and 113.9 printed 113 and 113 with three)."""
+    if days >= 100:
+        return f"{days:,.1f}"
+    return f"{days:.2f}" if days >= 1 else f"{days:.3g}"
