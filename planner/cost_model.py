@@ -48,6 +48,7 @@ from .feasibility import (
     sp_unsupported,
 )
 from .memory_model import (
+    RECOMPUTE_BUFFER_KINDS,
     ChunkMemory,
     capacity_bytes,
     chunk_memory,
@@ -292,8 +293,9 @@ class CostModel:
                                       without_zero=passes((0.0, 0.0, overlap)))
         return out
 
-    def chunk(self, key: MeshKey, chunk: int, recompute: str) -> ChunkModel:
-        """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`."""
+    def chunk(self, key: MeshKey, chunk: int, recompute: str, holds_recompute_buffer: bool | None = None) -> ChunkModel:
+        """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`
+        (`holds_recompute_buffer`: memory_model.chunk_memory's)."""
         prof, cl = self.profile, self.cluster
         chunks = key.pp * key.v
         first, last = chunk == 0, chunk == chunks - 1
@@ -377,6 +379,7 @@ class CostModel:
             ep=key.ep,
             capacity_factor=key.capacity_factor,
             fp8_scaling=key.fp8_scaling,
+            holds_recompute_buffer=holds_recompute_buffer,
         )
         if spec.kind == "powersgd" and spans["dp"].size > 1:
             # torch's hook keeps an error-feedback residual of every bucket (Vogels et al. 2019,
@@ -431,7 +434,10 @@ class CostModel:
         stages = plan.stages or _default_stages(plan, self.profile)
         out, rec_flops = [], 0.0
         for i, st in enumerate(stages):
-            cm = self.chunk(key, i, _costed_kind(stages, i, plan.pp))
+            # A stage recomputing no block is costed as its plan file records it, `none`; a device's
+            # first chunk holds the device's re-materialisation buffer if any of its chunks needs one.
+            holds = any(s.num_recomputed and s.recompute in RECOMPUTE_BUFFER_KINDS for s in stages[i::key.pp])
+            cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none", holds if i < key.pp else None)
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
             rec_flops += cm.rec_flops_blk * st.num_recomputed
         return self._assemble(plan, tuple(out), rec_flops)
@@ -460,18 +466,6 @@ class CostModel:
             capacity_bytes=capacity_bytes(cl),
             expert_or_context_parallel=plan.ep > 1 or plan.cp > 1,
         )
-
-
-def _costed_kind(stages, i: int, pp: int) -> str:
-    """The recompute kind chunk i is costed with: its own where it recomputes a block, else none
-    (as its plan file records it), but a device's first chunk, which holds the device's one
-    re-materialisation buffer (memory_model.chunk_memory), takes the kind of any chunk of the
-    device that recomputes. With no recomputed block the kind changes nothing else."""
-    if stages[i].num_recomputed:
-        return stages[i].recompute
-    if i >= pp:
-        return "none"
-    return next((s.recompute for s in stages[i::pp] if s.num_recomputed), "none")
 
 
 def _zero_unit(p: PassTimes, overlapped: bool) -> ZeroUnit:

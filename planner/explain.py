@@ -100,9 +100,10 @@ def _shape(plan: Plan) -> str:
     return f"{plan.degrees} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"
 
 
-def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None
-                            ) -> tuple[str, str]:
-    """(what does not fit, the first of: recompute, ZeRO-3, a smaller micro-batch, more nodes, that fits)."""
+def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None,
+                            batch_given: bool = True) -> tuple[str, str]:
+    """(what does not fit, the first of: recompute, ZeRO-3, a smaller micro-batch, more nodes, that fits).
+    Without `batch_given` the global batch is the default, one sample per GPU, on any node count."""
     cap = capacity_bytes(cluster)
 
     def fits(fx: dict, cl: Cluster, mn) -> bool:
@@ -125,18 +126,29 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
             return head, f"the smallest change that fits: {label}"
     nodes = max_nodes or cluster.nodes
     fx = {k: v for k, v in fixed.items() if k not in ("dp",)}
+    if not batch_given:  # a rerun with more nodes defaults to their GPUs' count
+        fx["global_batch"] = None
+
+    def fits_on(fx: dict, cl: Cluster, mn) -> bool:
+        return fits({**fx, "global_batch": fx["global_batch"] or cl.num_gpus}, cl, mn)
+
+    flag = "--max-nodes" if max_nodes else "--nodes"  # the option the user searched with
     for _ in range(8):
-        if fits(fx, cluster.with_nodes(2 * nodes), None):
-            fewest = _fewest_nodes(profile, cluster, fx, nodes + 1, 2 * nodes, fits)
-            return head, f"the smallest change that fits: --nodes {fewest}"
+        if fits_on(fx, cluster.with_nodes(2 * nodes), None):
+            fewest = _fewest_nodes(profile, cluster, fx, nodes + 1, 2 * nodes, fits_on)
+            return head, f"the smallest change that fits: {flag} {fewest}"
         nodes *= 2
     del cap
     return head, "no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"
 
 
 # Node counts `_fewest_nodes` tries one by one; a wider range is first bisected on the bounds.
+# A budget, not a physical figure: 16 counts of bounds take 0.1-1.2 s (a review's runs, 405B to
+# DeepSeek-V3), which keeps a failed `plan` near the time of a successful one.
 NODE_SCAN = 16
-# ILP partitions one node count may try before it counts as not fitting (each takes ~10-50 ms).
+# ILP partitions one node count may try before it counts as not fitting: a budget too (each takes
+# ~10-50 ms); candidates come in enumeration order, so past it a count that fits can be skipped
+# and the hint names a larger one, never one that does not fit.
 MAX_FIT_SOLVES = 60
 
 
@@ -153,7 +165,7 @@ def _fewest_nodes(profile: ModelProfile, cluster: Cluster, fx: dict, lo: int, hi
         lo = low
     for nodes in range(lo, min(hi, lo + NODE_SCAN)):
         bigger = cluster.with_nodes(nodes)
-        if fits(fx, bigger, None) and _partition_fits(profile, bigger, fx):
+        if fits(fx, bigger, None) and _partition_fits(profile, bigger, {**fx, "global_batch": fx["global_batch"] or bigger.num_gpus}):
             return nodes
     return hi
 

@@ -51,6 +51,8 @@ from .costs import MemoryBreakdown
 from .model_profile import BlockProfile, ModelProfile
 
 GIB = 2.0**30
+# The kinds that re-materialise a whole block's activations inside its backward (see Buffers above).
+RECOMPUTE_BUFFER_KINDS = ("full", "sac")
 
 
 # FP8 training's extra weight bytes: the cached FP8 copy (see the module docstring). TE 1.x's
@@ -200,8 +202,11 @@ def chunk_memory(
     ep: int = 1,
     capacity_factor: float = 1.0,
     fp8_scaling: str = "tensor",
+    holds_recompute_buffer: bool | None = None,
 ) -> ChunkMemory:
-    """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only."""
+    """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only.
+    `holds_recompute_buffer`: whether the device holds the full / sac re-materialisation buffer
+    (it recomputes a block of such a kind in any of its chunks); None: as `recompute` says."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
     block = profile.blocks[0]
     # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
@@ -220,7 +225,8 @@ def chunk_memory(
         # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel, / cp)
         buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
     if device_first_chunk:
-        if recompute in ("full", "sac"):
+        holds = recompute in RECOMPUTE_BUFFER_KINDS if holds_recompute_buffer is None else holds_recompute_buffer
+        if holds:
             rec_buffer = b * part_saved_bytes(block, tp, sp, **moe)
             buffers += rec_buffer
         if zero >= 3:

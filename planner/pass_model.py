@@ -182,7 +182,7 @@ def _exposed_all_to_alls(ep_f: float, ep_b: float, compute_f: float, compute_b: 
 
 
 def _link_share(zero_crosses_node: bool, ep_span: GroupSpan | None, cp_span: GroupSpan | None) -> tuple[int, int]:
-    """(ep, cp): 1 where that group's hidden collectives run on the links ZeRO's collectives use,
+    """(ep, cp): 1 where that group's collectives run on the links ZeRO's collectives use,
     the NIC when both cross nodes, NVLink when neither does (the simulator's link keys). Those
     links carry both in the same pass, one after the other at full bandwidth or side by side at
     a share of it: the pass lasts at least their sum (the simulator's processor sharing)."""
@@ -358,34 +358,34 @@ def pass_times(
     ep_f, ep_b = _exposed_all_to_alls(ep_f, ep_b, gemm + flash_f + cast_f + elem - tp_hidden_f,
                                       2.0 * (gemm + elem) + flash_b + cast_b - tp_hidden_b, overlap)
     hid_f, hid_b = raw_f - ep_f, raw_b - ep_b  # what the overlap hid
-    cp_hid_f, cp_hid_b = cp_raw_f - cp_f, cp_raw_b - cp_b
-    # (without overlap ZeRO's collectives wait for the compute, and the hidden ones run under it)
+    # The links' work in each pass (`_link_share`): ZeRO's collectives and, where they run on the
+    # same links, the expert and CP collectives, exposed or hidden; the pass lasts at least that.
+    # (Without overlap ZeRO's collectives wait for the compute: they add to it, as before.)
     shared = _link_share(zero_crosses_node, ep_span, cp_span) if overlapped else (0, 0)
-    # the links' work in each pass: ZeRO's collectives and the hidden collectives beside them
-    z_f, z_b = z_f + (shared[0] * hid_f + shared[1] * cp_hid_f if z_f else 0.0), z_b + (
-        shared[0] * hid_b + shared[1] * cp_hid_b if z_b else 0.0)
+    link_f = z_f + (shared[0] * raw_f + shared[1] * cp_raw_f if z_f else 0.0)
+    link_b = z_b + (shared[0] * raw_b + shared[1] * cp_raw_b if z_b else 0.0)
     fwd_gpu = gemm + flash_f + cast_f + elem + tp_f + ep_f + cp_f
-    fwd = max(busy(fwd_gpu, z_f), host_f)
+    fwd = max(busy(fwd_gpu, link_f), host_f)
     bwd_gpu = 2.0 * (gemm + elem) + flash_b + cast_b + tp_b + ep_b + cp_b
-    bwd = max(busy(bwd_gpu, z_b), host_b)
+    bwd = max(busy(bwd_gpu, link_b), host_b)
     # Full recompute re-runs the forward inside the backward pass, on the parameters that
     # pass already gathered (FSDP and DeepSpeed ZeRO-3 gather a block once for both); each
     # of the two sub-passes is still bounded by its own kernel launches on the host.
     # Megatron-Core refuses the EP A2A overlap with full recompute: those blocks wait for all
     # their all-to-alls, the forward's, the recomputed forward's and the backward's (what the
     # overlap hid comes back here, in the backward pass; nothing where the host set the pass).
-    # (The all-to-alls it exposes leave the links' shared work: they run on the GPU's path.)
-    zx_f, zx_b = z_f - (shared[0] * hid_f if z_f else 0.0), z_b - (shared[0] * hid_b if z_b else 0.0)
+    # The recomputed forward's collectives also go on the backward's shared links.
+    rerun_link = shared[0] * raw_f + shared[1] * cp_raw_f if z_b else 0.0
     back = (max(fwd_gpu + hid_f, host_f) - max(fwd_gpu, host_f)  # the recomputed forward's
             + max(bwd_gpu + hid_b, host_b) - max(bwd_gpu, host_b)  # the backward's
-            + max(busy(fwd_gpu + hid_f, zx_f), host_f) - fwd)  # the first forward's
-    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), zx_b) - bwd + back
+            + max(busy(fwd_gpu + hid_f, link_f), host_f) - fwd)  # the first forward's
+    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), link_b + rerun_link) - bwd + back
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share
     # Selective recompute runs inside the backward pass: its extra time is what it adds to
     # that pass once the pass is longer than the host's launch time.
-    sel_extra = max(busy(bwd_gpu + sel_extra, z_b), host_b) - bwd
+    sel_extra = max(busy(bwd_gpu + sel_extra, link_b), host_b) - bwd
     # Op-level selective recompute (torchtitan's policy, see BlockProfile): the GEMMs it does
     # not save and all the element-wise work re-run inside backward; of the TP collectives,
     # the reduce-scatters under SP are saved (half of each all-reduce point), the rest re-run.
@@ -396,7 +396,7 @@ def pass_times(
         sac_gemm += matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch,
                                   launches=mm.count)
     sac_tp = tp_f * (0.5 if sp else 1.0)
-    sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, z_b), host_b) - bwd
+    sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, link_b), host_b) - bwd
     core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")
     # the FLOPs a re-run forward executes: a causal flash kernel skips its masked half
     masked = part.causal_masked_flops_per_sample if dtype in FLASH_DTYPES else 0.0
@@ -404,5 +404,5 @@ def pass_times(
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
     return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b,
                      ep_hidden_forward_s=hid_f, ep_hidden_backward_s=hid_b, ep_full_exposed_s=back,
-                     cp_hidden_forward_s=cp_hid_f,
-                     cp_hidden_backward_s=cp_hid_b, sac_extra_s=sac_extra, sac_tp_s=sac_tp)
+                     cp_hidden_forward_s=cp_raw_f - cp_f,
+                     cp_hidden_backward_s=cp_raw_b - cp_b, sac_extra_s=sac_extra, sac_tp_s=sac_tp)

@@ -36,7 +36,7 @@ from .feasibility import default_dtype
 from .ilp import partition_for, spread
 from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
-from .plan import Plan, PlanError, Stage
+from .plan import Plan, PlanError, Stage, parse_inline
 from .search_space import (
     CP_MIN_SEQ_LEN,
     Candidate,
@@ -146,7 +146,9 @@ def search(
     if not result.plans and not result.candidates:  # no shape meets the fixed keys and the batch
         raise NoFeasiblePlan(why_no_candidates(profile, cluster, fixed, max_nodes, min_nodes) + why)
     if not result.plans:
-        what, change = nearest_feasible_change(profile, cluster, fixed, result, max_nodes)
+        given = dict(parse_inline(fix) if isinstance(fix, str) else (fix or {}))
+        batch_given = global_batch is not None or "global_batch" in given  # else one sample per GPU
+        what, change = nearest_feasible_change(profile, cluster, fixed, result, max_nodes, batch_given)
         raise NoFeasiblePlan(what, change + why)
     return result
 

@@ -158,7 +158,8 @@ class Question:
         name = self.model.rsplit(":", 1)[-1]
         varied = "; ".join(f"{v.key} in {{{', '.join(fmt_value(x) for x in v.values)}}}" for v in self.varies)
         if any(v.kind == "hw" for v in self.varies):  # a node of each profile holds its own GPU count
-            where = f"on {self.nodes} nodes of each hw profile (its own GPUs per node)" if self.nodes else "on each hw profile"
+            where = (f"on {self.nodes} node{'s' if self.nodes != 1 else ''} of each hw profile (its own GPUs per node)"
+                     if self.nodes else "on each hw profile")
         else:
             where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
         how = f"with the plan {self.plan}" if self.plan else "re-planned at every point"

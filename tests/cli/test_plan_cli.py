@@ -100,6 +100,8 @@ def test_the_nodes_named_are_the_fewest_that_fit(cli_runner):
     assert said.exit_code == 2 and said.output.rstrip().endswith("the smallest change that fits: --nodes 6"), said.output
     assert cli_runner.invoke(cli, [*base, "--nodes", "6"]).exit_code == 0
     assert cli_runner.invoke(cli, [*base, "--nodes", "5"]).exit_code == 2
+    capped = cli_runner.invoke(cli, [*base, "--max-nodes", "2"])  # named as the user searched
+    assert capped.output.rstrip().endswith("the smallest change that fits: --max-nodes 6"), capped.output
 
 
 # --- every plan the CLI writes loads back and simulates --------------------------------

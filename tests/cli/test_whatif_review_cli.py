@@ -47,7 +47,7 @@ def test_a_gpu_comparison_says_the_points_run_on_different_gpu_counts(cli_runner
                                   "--vary", "hw=h100x8,gb200nvl72", "--plan", "mbs=1")
     assert [p["num_gpus"] for p in record["points"]] == [8, 4]
     heading = record["question"]["text"]
-    assert "on 1 nodes of each hw profile (its own GPUs per node)" in heading and "on h100x8 x 1" not in heading
+    assert "on 1 node of each hw profile (its own GPUs per node)" in heading and "on h100x8 x 1" not in heading
     assert heading in result.output and heading in page
     note = next(line for line in result.output.splitlines() if line.startswith("note: nodes are each profile's own"))
     assert "h100x8 8, gb200nvl72 4" in note and "different GPU counts" in note

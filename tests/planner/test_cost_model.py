@@ -302,3 +302,11 @@ def test_a_stage_recomputing_no_block_costs_as_none():
         buffers = [plan_costs(_plan(stages=st, **kw), PROF, cl).stages[0].memory.buffers_bytes
                    for st in (tuple(split), tuple(Stage(i, i + 1) for i in range(8)))]
         assert buffers[0] > buffers[1]  # device 0 holds the buffer on its first chunk
+    # mixed kinds on one device (a hand-written plan): selective on its first chunk, full on its second
+    mixed = [Stage(i, i + 1) for i in range(8)]
+    mixed[0], mixed[4] = Stage(0, 1, "selective", 1), Stage(4, 5, "full", 1)
+    swapped = list(mixed)
+    swapped[0], swapped[4] = Stage(0, 1, "full", 1), Stage(4, 5, "selective", 1)
+    kw = dict(virtual_stages=2, schedule="interleaved")
+    held = [plan_costs(_plan(stages=tuple(st), **kw), PROF, cl).stages[0].memory.buffers_bytes for st in (mixed, swapped)]
+    assert held[0] == pytest.approx(held[1]) and held[0] > 0

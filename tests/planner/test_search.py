@@ -113,6 +113,14 @@ def test_ilp_equals_brute_force_on_an_uneven_interleaved_split():
                                                       squeeze=1.0, overlap=False, every_block=False)
 
 
+def test_the_bounds_leave_out_the_buffer_of_a_device_that_may_recompute_nothing():
+    """Found by a review's grid: the full/sac re-materialisation buffer comes with a device's first
+    recomputed block, so a memory bound that counts it where a device may recompute none is no
+    bound (it passed the ILP's optimum)."""
+    test_ilp_equals_brute_force.hypothesis.inner_test(layers=4, pp=2, v=1, tp=1, mbs=2, zero=0, kind="full",
+                                                      squeeze=1.0, overlap=False, every_block=False)
+
+
 def test_uneven_split_when_head_is_heavy():
     # A big vocabulary makes the last stage heavy: the ILP moves blocks off it.
     prof = gpt_profile(layers=8, hidden=1024, heads=16, seq=1024, vocab=200_000)
@@ -195,3 +203,24 @@ def test_busiest_device_is_the_best_whole_block_split(base, step, extra, least, 
         if sum(n) == blocks
     )
     assert _busiest_device(base, step, blocks, caps, least) == pytest.approx(best)
+
+
+def test_the_nodes_hint_plans_each_node_counts_default_batch(monkeypatch):
+    """Without a global batch, `--nodes N` reruns with one sample per GPU of N nodes: the hint
+    counts each node count so (it held the first count's batch: Llama-3-1-405B named 14 nodes, 11 fit)."""
+    from smplan.planner import explain, profile_model
+    from smplan.planner.search import NoFeasiblePlan, search
+
+    seen = []
+    real = explain.enumerate_candidates
+
+    def spy(profile, cluster, fixed, max_nodes):
+        seen.append((cluster.num_gpus, fixed["global_batch"]))
+        return real(profile, cluster, fixed, max_nodes)
+
+    monkeypatch.setattr(explain, "enumerate_candidates", spy)
+    prof = profile_model("examples/gpt.py:llama3_8b", args={"layers": 12})
+    with pytest.raises(NoFeasiblePlan, match="fits: --nodes 6"):
+        search(prof, load_cluster("a100x8", nodes=1, overrides={"gpu.memory_gib": 4}), top=1)
+    assert len(seen) > 3 and all(batch == gpus for gpus, batch in seen), seen
+

@@ -158,9 +158,48 @@ def test_the_closed_form_prices_links_shared_by_zero_and_hidden_all_to_alls():
     plan = _plan("dp=32,ep=16,mbs=4,gbs=1024,zero=3", prof, 4)
     block = CostModel(prof, cl).pass_of(prof.blocks[0], mesh_key(plan))
     assert block.ep_hidden_forward_s > 0 and block.zero_forward_s > block.without_zero.forward_s  # link-bound
-    assert block.forward_s == pytest.approx(block.zero_forward_s + block.ep_hidden_forward_s)
-    assert block.backward_s == pytest.approx(block.zero_backward_s + block.ep_hidden_backward_s)
+    # the all-to-alls on the links, hidden and exposed
+    assert block.forward_s == pytest.approx(block.zero_forward_s + block.ep_hidden_forward_s + block.ep_forward_s)
+    assert block.backward_s == pytest.approx(block.zero_backward_s + block.ep_hidden_backward_s + block.ep_backward_s)
     closed = estimate_from_costs(plan_costs(plan, prof, cl)).step_time_s
     shared = simulate_plan(plan, prof, cl, contention=True).figures.step_time_s
     assert closed <= shared < 1.1 * closed
     assert simulate_plan(plan, prof, cl, contention=False).figures.step_time_s == pytest.approx(closed, rel=1e-6)
+
+
+@pytest.mark.parametrize("overlap", [0.0, 1.0])
+def test_link_shared_passes_stay_exact_and_recompute_never_pays(overlap):
+    """ep, cp and ZeRO-3 all on the NIC, passes both link- and host-bound (a review's case): full
+    recompute never comes out cheaper than none (its exposed all-to-alls once made its extra time
+    negative), the closed form equals the simulation without contention at pp=1, and more
+    all-to-all overlap never makes the closed form slower."""
+    from smplan.planner.cost_model import CostModel, mesh_key
+
+    prof = profile_model("examples/moe.py:mixtral_8x7b", args={"layers": 4, "experts": 16}, seq_len=1024)
+    cl = load_cluster("h100x8", nodes=4, overrides={"inter_node.bandwidth_gbps": 50, "efficiency.ep_a2a_overlap": overlap})
+    step = {}
+    for rc in ("none", "full"):
+        plan = _plan(f"dp=16,cp=2,ep=16,mbs=2,gbs=64,zero=3,recompute={rc}", prof, 4)
+        block = CostModel(prof, cl).pass_of(prof.blocks[0], mesh_key(plan))
+        assert block.full_extra_s >= 0 and block.ep_full_exposed_s >= 0
+        step[rc] = estimate_from_costs(plan_costs(plan, prof, cl)).step_time_s
+        off = simulate_plan(plan, prof, cl, contention=False).figures.step_time_s
+        assert off == pytest.approx(step[rc], rel=1e-6), rc
+    assert step["full"] > step["none"]
+    hidden = load_cluster("h100x8", nodes=4, overrides={"inter_node.bandwidth_gbps": 50, "efficiency.ep_a2a_overlap": 1.0})
+    plan = _plan("dp=16,cp=2,ep=16,mbs=2,gbs=64,zero=3", prof, 4)
+    assert estimate_from_costs(plan_costs(plan, prof, hidden)).step_time_s <= step["none"] * (1 + 1e-9)
+
+
+def test_cp_collectives_share_the_links_with_zero():
+    """A CP group across nodes puts its K/V collectives on the NIC ZeRO-3 gathers on: a link-bound
+    pass lasts at least both (the CP half of pass_model._link_share)."""
+    from smplan.planner.cost_model import CostModel, mesh_key
+
+    prof = profile_model("examples/gpt.py:llama3_8b", args={"layers": 2}, seq_len=8192)
+    cl = load_cluster("h100x8", nodes=4, overrides={"inter_node.bandwidth_gbps": 5})
+    plan = _plan("dp=2,cp=16,mbs=1,gbs=2,zero=3", prof, 4)
+    block = CostModel(prof, cl).pass_of(prof.blocks[0], mesh_key(plan))
+    cp_forward = block.cp_forward_s + block.cp_hidden_forward_s
+    assert cp_forward > 0 and block.zero_forward_s > block.without_zero.forward_s  # link-bound
+    assert block.forward_s == pytest.approx(block.zero_forward_s + cp_forward)
