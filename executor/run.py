@@ -7,7 +7,6 @@ ValueError line (exit code 2 on the CLI).
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,20 +35,17 @@ from .launch import (
 )
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
-from .metrics import (
-    CHECKPOINTS_DIR,
-    METRICS_FILE,
-    RUN_CONFIG_FILE,
-    SBATCH_FILE,
-    STOPPED_FILE,
-    SUMMARY_FILE,
-    clear_stopped,
-    present_run_entries,
-    rank_files,
-    read_metrics,
-)
+from .metrics import CHECKPOINTS_DIR, SUMMARY_FILE
 from .nodes import check_even_split, names_plan_file
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
+from .run_dir import (
+    claim_run_dir,
+    earlier_checkpoint_every,
+    earlier_config,
+    keep_a_slurm_script,
+    recorded_checkpoint_dir,
+    start_afresh,
+)
 from .run_lock import holding_run_dir
 from .token_data import Sequences, TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, meta_profile, validate_plan
@@ -228,11 +224,11 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
     own = out / CHECKPOINTS_DIR
     given = opts.checkpoint_every
-    ckpt_dir = (opts.checkpoint_dir or _recorded_checkpoint_dir(out)
+    ckpt_dir = (opts.checkpoint_dir or recorded_checkpoint_dir(out)
                 or (str(own) if given or checkpoint.latest(own) else None))
     if given is not None and given < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
-    every = given if given is not None else _earlier_checkpoint_every(out, ckpt_dir)
+    every = given if given is not None else earlier_checkpoint_every(out, ckpt_dir)
     if opts.grad_norms_every < 0:
         raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
     if opts.tensorboard:
@@ -243,7 +239,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     found = None
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
-        start = _start_afresh(out, opts.checkpoint_dir)
+        start = start_afresh(out, opts.checkpoint_dir)
         newest = checkpoint.latest(ckpt_dir)
         if newest and checkpoint.read_meta(newest[1]).get("fingerprint") != fp:  # another model's cannot be resumed
             checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"),
@@ -255,7 +251,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
     if found:  # a resume loads its own checkpoint: --init-from weights are not what it continues from
-        earlier = _earlier_config(out)
+        earlier = earlier_config(out)
         init_from = earlier.init_from if earlier is not None else None
     ref = model_file.absolute_ref
     factor = lr_scale(plan.global_batch, opts.reference_batch, opts.lr_scaling)
@@ -297,18 +293,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     )
     if found and not opts.force_resume:
         _refuse_a_changed_recipe(found, cfg, out)
-    _keep_a_slurm_script(out, opts.launcher)
+    keep_a_slurm_script(out, opts.launcher)
     return cfg
-
-
-def _start_afresh(out: Path, checkpoint_dir: str | None) -> str:
-    """What starts a plan afresh instead of resuming the checkpoint it would find: a new run
-    directory, as `out` continues the run it holds, unless only --checkpoint-dir names that checkpoint."""
-    if checkpoint_dir is None:
-        return "pass another -o/--output to start afresh in a new run directory"
-    if out.is_dir() and read_metrics(out):
-        return "pass another -o/--output and --checkpoint-dir to start afresh"
-    return "pass another --checkpoint-dir to start afresh"
 
 
 def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = False) -> None:
@@ -329,7 +315,7 @@ def _stretched_schedule_note(cfg: RunConfig) -> str | None:
     """A resume with another --steps re-spans a decaying schedule (cosine, wsd run to the last
     step): say how the lr moves where the run continues, or None."""
     found = checkpoint.latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    earlier = _earlier_config(Path(cfg.out_dir)) if found else None
+    earlier = earlier_config(Path(cfg.out_dir)) if found else None
     if earlier is None or earlier.steps == cfg.steps or cfg.lr_schedule == "constant":
         return None
     from .recipe import lr_at
@@ -365,7 +351,7 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
     ours = cfg.recipe().to_dict()
     changed = [f"{k}={theirs[k]!r} (now {ours[k]!r})" for k in ours
                if k != "total_steps" and k in theirs and theirs[k] != ours[k]]
-    earlier = _earlier_config(out)
+    earlier = earlier_config(out)
     seed = earlier.seed if earlier is not None else cfg.seed
     if seed != cfg.seed:
         changed.append(f"seed={seed} (now {cfg.seed})")
@@ -392,127 +378,6 @@ def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
     return source.path
 
 
-def _earlier_config(out: Path) -> RunConfig | None:
-    """The run_config.json of the run already in `out`, or None when there is none to read."""
-    try:
-        return RunConfig.load(out / RUN_CONFIG_FILE)
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
-def _is_run_config(path: Path) -> bool:
-    """Whether `path` is a run_config.json that `execute` wrote (a JSON object naming a plan and
-    its fingerprint), not a user's file of that name; fields of other versions are fine."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and {"plan", "fingerprint"} <= data.keys()
-
-
-def _recorded_checkpoint_dir(out: Path) -> str | None:
-    """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
-    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints.
-    A run folder copied or moved elsewhere keeps the old path to its own checkpoints: those are
-    the copy's RUN_DIR/checkpoints now, not the original's to write into."""
-    earlier = _earlier_config(out)
-    recorded = earlier.checkpoint_dir if earlier is not None else None
-    if recorded and earlier.out_dir and Path(recorded) == Path(earlier.out_dir) / CHECKPOINTS_DIR:
-        return None
-    return recorded if recorded and checkpoint.latest(recorded) else None
-
-
-def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
-    """The --checkpoint-every of the run this one continues (its run_config.json), so that a
-    resumed run keeps checkpointing as it did and a later resume does not redo its steps; 0
-    when there is nothing to continue or it cannot be read."""
-    earlier = _earlier_config(out) if ckpt_dir and checkpoint.latest(ckpt_dir) else None
-    try:
-        return max(0, int(earlier.checkpoint_every)) if earlier is not None else 0
-    except (ValueError, TypeError):  # a hand-edited value
-        return 0
-
-
-def _keep_a_slurm_script(out: Path, launcher: str) -> None:
-    """A folder holding a Slurm script that has not run yet (no steps) is that job's: writing
-    another script, or launching here, would rewrite its run_config.json (and a user's edits of
-    the script) under it."""
-    script = out / SBATCH_FILE
-    if not script.is_file() or read_metrics(out):
-        return
-    if launcher == "slurm":
-        raise PlanMismatchError(f"{out} already holds a Slurm script ({SBATCH_FILE}); submit it (sbatch "
-                                f"{shlex.quote(str(script))}), or pass another -o/--output (delete the script to "
-                                "write it anew)")
-    raise PlanMismatchError(f"{out} holds a Slurm script not yet run ({SBATCH_FILE}); submit it (sbatch "
-                            f"{shlex.quote(str(script))}), or pass another -o/--output to run here")
-
-
-def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> _EarlierRecords | None:
-    """A run directory holds one run: a new run may only continue the steps already there
-    from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
-    this run does not have would otherwise pass for this run's. Returns what it set aside of
-    the earlier run, to put back should the launch end before its first step (None: no steps there)."""
-    own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / CHECKPOINTS_DIR  # resumed from, not replaced
-    if out.is_dir() and not _is_run_config(out / RUN_CONFIG_FILE):
-        theirs = [name for name in present_run_entries(out) if not (name == CHECKPOINTS_DIR and own_checkpoints)]
-        if theirs:
-            raise PlanMismatchError(
-                f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "
-                "writes; pass a new or empty folder to -o/--output (and --checkpoint-dir DIR to resume from a "
-                "checkpoint folder)")
-    steps = read_metrics(out) if out.is_dir() else []
-    if steps and not (ckpt_dir and checkpoint.latest(ckpt_dir)):
-        raise PlanMismatchError(
-            f"{out} already holds a run ({len(steps)} steps) and no checkpoint to resume it from; "
-            "pass another -o/--output, or delete that folder to start over")
-    earlier = _EarlierRecords.take(out, world) if steps else None
-    clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
-    if not steps:
-        return None
-    (out / SUMMARY_FILE).unlink(missing_ok=True)
-    for rank, file in rank_files(out).items():
-        if rank >= world:
-            file.unlink()
-    return earlier
-
-
-@dataclass
-class _EarlierRecords:
-    """The files of the run in a folder that a launch rewrites or removes before its workers start
-    (run_config.json, summary.json, stopped.json, records of ranks it lacks), with metrics.jsonl's
-    stamp: the workers rewrite that once they have resumed. A launch that fails or is stopped
-    before that changed nothing of the run, so its records go back as they were."""
-
-    files: dict[Path, bytes | None]  # None: was not there
-    metrics_stamp: tuple | None
-
-    @classmethod
-    def take(cls, out: Path, world: int) -> _EarlierRecords:
-        paths = [out / RUN_CONFIG_FILE, out / SUMMARY_FILE, out / STOPPED_FILE,
-                 *(file for rank, file in rank_files(out).items() if rank >= world)]
-        return cls({path: path.read_bytes() if path.is_file() else None for path in paths}, _stamp(out / METRICS_FILE))
-
-    def started(self, out: Path) -> bool:
-        return _stamp(out / METRICS_FILE) != self.metrics_stamp
-
-    def put_back(self) -> None:
-        for path, data in self.files.items():
-            if data is None:
-                path.unlink(missing_ok=True)
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-
-
-def _stamp(path: Path) -> tuple | None:
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_size, info.st_mtime_ns
-
-
 def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     """Validate, then launch; `progress(line)` hears what happens during the silent start-up.
 
@@ -532,7 +397,7 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
 def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
-    earlier = _claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
+    earlier = claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
     try:
         return _launch(cfg, plan, opts, nproc, progress)
     except BaseException:  # Ctrl-C too: a launch that ends before the workers resumed changed nothing of the run
@@ -566,7 +431,5 @@ def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progre
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
                            max_restarts=opts.max_restarts)
     summary_path = run_dir / SUMMARY_FILE
-    import json
-
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     return ExecuteResult(run_dir=run_dir, plan=plan, summary=summary)
