@@ -27,6 +27,8 @@ from .config import RunConfig, fingerprint_inputs, hash_key, parse_slow_rank
 from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
 from .launch import (
+    LaunchError,
+    LaunchInterrupted,
     check_slurm_time,
     launch_local,
     sbatch_path_problem,
@@ -400,7 +402,11 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
     earlier = claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
     try:
         return _launch(cfg, plan, opts, nproc, progress)
-    except BaseException:  # Ctrl-C too: a launch that ends before the workers resumed changed nothing of the run
+    except (LaunchError, LaunchInterrupted):
+        # The workers ran and failed or were stopped (loading the checkpoint, too): launch_local
+        # recorded how in stopped.json, and the earlier run's summary would call the folder finished.
+        raise
+    except BaseException:  # before any worker started (Ctrl-C too): nothing of the run changed
         if earlier is not None and not earlier.started(Path(cfg.out_dir)):
             earlier.put_back()
         raise

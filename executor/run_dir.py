@@ -99,7 +99,7 @@ def claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> EarlierRecords
     """A run directory holds one run: a new run may only continue the steps already there
     from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
     this run does not have would otherwise pass for this run's. Returns what it set aside of
-    the earlier run, to put back should the launch end before its first step (None: no steps there)."""
+    the earlier run, to put back should the launch end before any worker starts (None: no steps there)."""
     own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / CHECKPOINTS_DIR  # resumed from, not replaced
     if out.is_dir() and not is_run_config(out / RUN_CONFIG_FILE):
         theirs = [name for name in present_run_entries(out) if not (name == CHECKPOINTS_DIR and own_checkpoints)]
@@ -128,8 +128,9 @@ def claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> EarlierRecords
 class EarlierRecords:
     """The files of the run in a folder that a launch rewrites or removes before its workers start
     (run_config.json, summary.json, stopped.json, records of ranks it lacks), with metrics.jsonl's
-    stamp: the workers rewrite that once they have resumed. A launch that fails or is stopped
-    before that changed nothing of the run, so its records go back as they were."""
+    stamp: the workers rewrite that once they have resumed. A launch that ends before its workers
+    start changed nothing of the run, so its records go back as they were; once they ran (and failed
+    or were stopped, even while loading the checkpoint), stopped.json says how, as for any run."""
 
     files: dict[Path, bytes | None]  # None: was not there
     metrics_stamp: tuple | None
