@@ -243,9 +243,12 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         start = start_afresh(out, opts.checkpoint_dir)
         newest = checkpoint.latest(ckpt_dir)
-        if newest and checkpoint.read_meta(newest[1]).get("fingerprint") != fp:  # another model's cannot be resumed
-            checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"),
-                                   f"{start} (--force-resume continues only a run of this same model)")
+        if newest:  # another model's cannot be resumed: DCP would fail on every rank, in a traceback
+            fix = f"{start} (--force-resume continues only a run of this same model)"
+            if checkpoint.read_meta(newest[1]).get("fingerprint") == fp:  # the same file bytes, arguments, layout
+                fix = ("the model changed since it was written though its file did not (a module the file imports, "
+                       f"such as one beside it, did): restore that code to continue the run, or {start}")
+            checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"), fix)
         found = checkpoint.check_resumable(  # refuse another plan's folder now
             ckpt_dir, fp, opts.force_resume, f"{start}, or --force-resume to continue it with this plan (DCP "
             "reshards its checkpoint)", inputs=inputs)

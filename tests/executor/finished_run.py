@@ -16,12 +16,12 @@ PLAN = "mbs=1,gbs=2"
 
 
 def write_checkpoint(root: Path, step: int, cfg, model_args: dict | None = None, run_dir: str | None = None) -> Path:
-    """root/step-N as `checkpoint.save` leaves it, with the weights of GPT_TINY built with `model_args`
+    """root/step-N as `checkpoint.save` leaves it, with the weights of cfg's model built with `model_args`
     (the run's own by default) under `cfg`'s fingerprint, written by the run in `run_dir` (cfg's)."""
     import torch.distributed.checkpoint as dcp
     from smplan.planner.model_file import load_model_file
 
-    model = load_model_file(GPT_TINY).build({**cfg.plan["model_args"], **(model_args or {})}, device="cpu")
+    model = load_model_file(cfg.model_ref).build({**cfg.plan["model_args"], **(model_args or {})}, device="cpu")
     path = root / f"step-{step}"
     dcp.save({"model": model.state_dict()}, checkpoint_id=str(path))  # train_state's "model" part, as DCP keys it
     meta = {"fingerprint": cfg.fingerprint, checkpoint.FINGERPRINT_INPUTS: cfg.fingerprint_inputs, "plan": cfg.plan,
@@ -31,10 +31,10 @@ def write_checkpoint(root: Path, step: int, cfg, model_args: dict | None = None,
     return path
 
 
-def finished_run(out: Path, steps: int = 2, **opts) -> Path:
-    """OUT as `smplan execute PLAN --model GPT_TINY -o OUT --steps S --checkpoint-every S` leaves it:
+def finished_run(out: Path, steps: int = 2, model: str = GPT_TINY, **opts) -> Path:
+    """OUT as `smplan execute PLAN --model MODEL -o OUT --steps S --checkpoint-every S` leaves it:
     run_config.json, metrics.jsonl, summary.json and checkpoints/step-S."""
-    plan, model_file = resolve_plan(PLAN, model=GPT_TINY)
+    plan, model_file = resolve_plan(PLAN, model=model)
     cfg = prepare(plan, model_file, ExecuteOptions(steps=steps, out=str(out), checkpoint_every=steps, **opts))
     out.mkdir(parents=True, exist_ok=True)
     cfg.save(out / RUN_CONFIG_FILE)
