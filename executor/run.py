@@ -46,6 +46,7 @@ from .run_dir import (
     earlier_config,
     keep_a_slurm_script,
     recorded_checkpoint_dir,
+    refuse_checkpoints_not_ours,
     start_afresh,
 )
 from .run_lock import holding_run_dir
@@ -255,6 +256,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
+        if every:  # it saves there: not over another run's checkpoints, nor a folder of the user's
+            refuse_checkpoints_not_ours(Path(ckpt_dir), out, opts.keep_checkpoints)
     if found:  # a resume loads its own checkpoint: --init-from weights are not what it continues from
         earlier = earlier_config(out)
         init_from = earlier.init_from if earlier is not None else None

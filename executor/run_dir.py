@@ -57,16 +57,62 @@ def is_run_config(path: Path) -> bool:
     return isinstance(data, dict) and {"plan", "fingerprint"} <= data.keys()
 
 
-def recorded_checkpoint_dir(out: Path) -> str | None:
-    """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
-    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints.
-    A run folder copied or moved elsewhere keeps the old path to its own checkpoints: those are
-    the copy's RUN_DIR/checkpoints now, not the original's to write into."""
-    earlier = earlier_config(out)
+def _explicit_checkpoint_dir(earlier: RunConfig | None) -> str | None:
+    """The --checkpoint-dir the run of `earlier` (a run_config.json) wrote to, None for its own
+    RUN_DIR/checkpoints. A run folder copied or moved elsewhere keeps the old path to its own
+    checkpoints: those are the copy's RUN_DIR/checkpoints now, not the original's to write into."""
     recorded = earlier.checkpoint_dir if earlier is not None else None
     if recorded and earlier.out_dir and Path(recorded) == Path(earlier.out_dir) / CHECKPOINTS_DIR:
         return None
+    return recorded
+
+
+def recorded_checkpoint_dir(out: Path) -> str | None:
+    """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
+    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints."""
+    recorded = _explicit_checkpoint_dir(earlier_config(out))
     return recorded if recorded and checkpoint.latest(recorded) else None
+
+
+def refuse_checkpoints_not_ours(ckpt_dir: Path, out: Path, keep: int) -> None:
+    """Refuse a run that saves into `ckpt_dir` while it holds step-N entries the run did not write:
+    its saves would replace them, --keep-checkpoints prune them, and their own run would resume from
+    this one's steps. Another run's checkpoints (a --checkpoint-dir shared with it), or a folder of
+    the user's with a checkpoint's name. The run's own are the complete checkpoints its folder `out`
+    wrote (their meta's run_dir); in RUN_DIR/checkpoints every complete one (copied there to be
+    continued); in the --checkpoint-dir its run_config.json records also those that name no writer
+    (written before the key) or the folder the run was moved from."""
+    earlier = earlier_config(out)
+    recorded = _explicit_checkpoint_dir(earlier)
+    ours = {str(out)} | ({None, earlier.out_dir} if recorded and Path(recorded).resolve() == ckpt_dir else set())
+    complete = {path for _, path in checkpoint.complete_steps(ckpt_dir)}
+    theirs = {}  # step-N -> the run folder that wrote it (None: not a checkpoint, or it does not say)
+    for _, path in checkpoint.step_entries(ckpt_dir):
+        if path not in complete:
+            theirs[path] = None
+        elif ckpt_dir != out / CHECKPOINTS_DIR and (writer := _writer(path)) not in ours:
+            theirs[path] = writer
+    if not theirs:
+        return
+    names = ", ".join(path.name for path in list(theirs)[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+    runs = sorted({writer for writer in theirs.values() if writer})
+    fixes = [f"start from their weights with --init-from {ckpt_dir}" if complete & theirs.keys() else "move them aside"]
+    if len(runs) == 1:
+        fixes.append(f"continue that run with -o {runs[0]}")
+    fixes.append("pass another -o/--output" if ckpt_dir == out / CHECKPOINTS_DIR
+                 else "give this run a --checkpoint-dir of its own (or none: RUN_DIR/checkpoints)")
+    raise PlanMismatchError(
+        f"{ckpt_dir} holds {names}, which this run did not write{f' (the run in {runs[0]} did)' if len(runs) == 1 else ''}"
+        f": its checkpoints would replace {'or prune ' if keep else ''}them there; {', '.join(fixes[:-1])}, or {fixes[-1]}")
+
+
+def _writer(path: Path) -> str | None:
+    """The run folder that wrote checkpoint `path` (its meta's run_dir; None when it does not say,
+    "" when its meta does not read)."""
+    try:
+        return checkpoint.read_meta(path).get(checkpoint.RUN_DIR)
+    except checkpoint.CheckpointMismatchError:  # torn: not known to be this run's
+        return ""
 
 
 def earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:

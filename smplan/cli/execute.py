@@ -39,7 +39,8 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
                    "needs --rdzv-endpoint), the plan file's nodes with --launcher slurm.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
-              help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set).")
+              help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set); "
+                   "a folder holding another run's is only resumed from, never saved into.")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Save every S steps (and at the end); 0: never. Default: 0, or on a run that resumes "
                    "from RUN_DIR the interval it was started with.")

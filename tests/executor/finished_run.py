@@ -25,7 +25,8 @@ def write_checkpoint(root: Path, step: int, cfg, model_args: dict | None = None,
     path = root / f"step-{step}"
     dcp.save({"model": model.state_dict()}, checkpoint_id=str(path))  # train_state's "model" part, as DCP keys it
     meta = {"fingerprint": cfg.fingerprint, checkpoint.FINGERPRINT_INPUTS: cfg.fingerprint_inputs, "plan": cfg.plan,
-            "model": cfg.model_ref, "recipe": cfg.recipe().to_dict(), "step": step}
+            "model": cfg.model_ref, "recipe": cfg.recipe().to_dict(), checkpoint.RUN_DIR: run_dir or cfg.out_dir,
+            "step": step}
     (path / checkpoint.META).write_text(json.dumps(meta))
     (path / checkpoint.MARKER).write_text("ok\n")
     return path

@@ -72,11 +72,12 @@ def test_a_checkpoint_that_does_not_read_back_is_skipped(tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_a_finished_run(tmp_path, reference):
-    """pp=2 x dp=2 (replicate per stage): 4 steps, then the same command to 6 resumes at step-4."""
+    """pp=2 x dp=2 (replicate per stage): 4 steps, then a run in another folder resumes step-4 of that
+    --checkpoint-dir to 6 (saving none there: those are the first run's)."""
     plan, ckpt = "pp=2,dp=2,mbs=1,gbs=4", str(tmp_path / "ckpt")
     first = run_execute(plan, tmp_path / "a", "--steps", "4", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
     assert first.returncode == 0, first.stdout
-    second = run_execute(plan, tmp_path / "b", "--steps", "6", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
+    second = run_execute(plan, tmp_path / "b", "--steps", "6", "--checkpoint-dir", ckpt)
     assert second.returncode == 0, second.stdout
     assert "step-4 (step 4)" in second.stdout
     got = metrics(tmp_path / "b")
