@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from .config import RunConfig
+from .console import agent_console
 from .failure import failure_line, failure_report, root_failure, stderr_log
 from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
 
@@ -167,7 +168,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     }
     try:
-        with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL):
+        with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL), agent_console():
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except KeyboardInterrupt:
         how = _how_to_continue(cfg)
