@@ -14,15 +14,17 @@ from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
 from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
+from smplan.executor.launch import LaunchInterrupted
 from smplan.executor.nodes import slurm_nnodes
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 from smplan.hwprofiles import bundled_profiles
+from smplan.monitor.rundir import read_stopped
 from smplan.planner import Plan
 from smplan.simulator.prediction import model_changed, repriced
 
 from .checks import check_can_write
-from .main import RunFailed, UserError
+from .main import Interrupted, RunFailed, UserError
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 
 
@@ -105,7 +107,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Test hook: SIGKILL the last rank at the start of this step (first attempt only).")
 @click.option("--slow-rank", default=None, envvar=SLOW_ENV, hidden=True, metavar="RANK:SECONDS",
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
-@json_option
+@json_option(help="Print one JSON object instead of the text output (for scripts): status (finished, failed or "
+                  "interrupted), run_dir and summary; a run that does not finish also gives its reason and exit_code "
+                  "(the command's, as without --json).")
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
             checkpoint_every, keep_checkpoints, force_resume, max_restarts, launcher, time_limit, out, seed, lr, reference_batch, lr_scaling,
             lr_schedule, warmup_steps, min_lr,
@@ -175,7 +179,13 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             result = run_plan(plan, model_file, opts, progress=lambda line: click.echo(line, err=True))
     except LaunchError as err:
+        if as_json:
+            echo_json(_stopped_json(err.run_dir, str(err), err.exit_code))
         raise RunFailed(str(err), exit_code=err.exit_code) from None
+    except LaunchInterrupted as err:
+        if as_json:
+            echo_json(_stopped_json(err.run_dir, str(err), Interrupted.exit_code))
+        raise
     if result.sbatch is not None:
         if as_json:
             echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir),
@@ -188,11 +198,20 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         click.echo(f"submit it with:  sbatch {shlex.quote(str(result.sbatch))}")
         return
     if as_json:
-        echo_json({"run_dir": str(result.run_dir), "summary": result.summary})
+        echo_json({"status": "finished", "run_dir": str(result.run_dir), "summary": result.summary})
         return
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
         _echo_summary(result.summary, plan)
+
+
+def _stopped_json(run_dir, message: str, exit_code: int) -> dict:
+    """--json's object for a run that started and did not finish: what its stopped.json records
+    (as `smplan monitor` reads it), else the launcher's first line."""
+    stopped = read_stopped(run_dir) if run_dir else None
+    return {"status": stopped["reason"] if stopped else "failed", "run_dir": str(run_dir) if run_dir else None,
+            "reason": stopped.get("detail") if stopped else message.splitlines()[0], "exit_code": exit_code,
+            "summary": None}
 
 
 def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict, model_file):

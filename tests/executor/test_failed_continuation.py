@@ -23,7 +23,7 @@ def _failing_launch(cfg, *args, **kwargs):
     """launch_local when every rank fails to load the checkpoint: its config written, its stop recorded."""
     cfg.save(Path(cfg.out_dir) / RUN_CONFIG_FILE)
     mark_stopped(cfg.out_dir, "failed", "rank 0 exited with code 1: error: no checkpoint of this run could be read")
-    raise LaunchError("training failed after 0 restart(s): rank 0 exited with code 1")
+    raise LaunchError("training failed after 0 restart(s): rank 0 exited with code 1", run_dir=Path(cfg.out_dir))
 
 
 def test_a_continuation_that_fails_to_resume_is_recorded_as_stopped(cli_runner, tmp_path, monkeypatch):
@@ -48,3 +48,14 @@ def test_a_launch_that_ends_before_any_worker_starts_changes_nothing(cli_runner,
     result = cli_runner.invoke(cli, ["execute", PLAN, "--model", GPT_TINY, "--steps", "4", "-o", str(out)])
     assert isinstance(result.exception, RuntimeError)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_json_carries_the_failure(cli_runner, tmp_path, monkeypatch):
+    out = finished_run(tmp_path / "run", steps=2)
+    monkeypatch.setattr("smplan.executor.run.launch_local", _failing_launch)
+    result = cli_runner.invoke(cli, ["execute", PLAN, "--model", GPT_TINY, "--steps", "4", "-o", str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    said = json.loads(result.stdout)
+    assert said == {"status": "failed", "run_dir": str(out), "exit_code": 1, "summary": None,
+                    "reason": "rank 0 exited with code 1: error: no checkpoint of this run could be read"}
+    assert result.stderr.splitlines()[-1].startswith("error: training failed")  # the line as without --json
