@@ -245,8 +245,10 @@ def _echo_summary(summary: dict, plan) -> None:
     measured, predicted = summary["measured"], summary.get("predicted")
     ratio = summary.get("ratio_measured_over_predicted") or {}
     steps = summary.get("steps") or 0
+    warm = summary.get("warm_up_steps") or [1]  # the first step after each start (executor.metrics.steady)
     if steps > 1:  # a resumed run's summary covers the steps of every invocation
-        click.echo(f"  over the run's {steps} steps (medians leave out step 1, which warms up)")
+        which = f"step {warm[0]}, which warms" if len(warm) == 1 else f"steps {', '.join(map(str, warm))}, which warm"
+        click.echo(f"  over the run's {steps} steps (medians leave out {which} up)")
     elif steps == 1:
         click.echo("  over the run's 1 step, which warms up (allocations, first kernels): the steps after it are faster")
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
