@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from smplan.planner.feasibility import effective_zero
+
 MEASURED = ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gib")
 # A step record's flag: the first step after the workers started (a resume's, a restart's; the run's
 # own step 1 is one without it in older files), which warms up (allocations, gloo's connections,
@@ -212,6 +214,9 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "predicted": None,
         "ratio_measured_over_predicted": None,
     }
+    ran = summary["plan"]
+    if "zero" in ran and effective_zero(ran["zero"], ran.get("pp", 1)) != ran["zero"]:  # what ran, as it was priced
+        ran["zero_planned"], ran["zero"] = ran["zero"], effective_zero(ran["zero"], ran.get("pp", 1))
     if predicted:
         summary["predicted"] = {k: predicted.get(k) for k in MEASURED}
         summary["predicted"]["peak_memory_gib"] = allocated_prediction_gib(predicted, device)

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from smplan.planner.feasibility import effective_zero
 from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import (
     Plan,
@@ -347,6 +348,16 @@ def _data_epochs_note(cfg: RunConfig) -> str | None:
             f"{cfg.steps} steps read {needed:,}: the stream wraps around, {needed / seqs.count:.2f} epochs")
 
 
+def _zero_note(plan: Plan) -> str | None:
+    """A ZeRO stage the pipeline turns into another (planner feasibility.effective_zero): what runs."""
+    ran = effective_zero(plan.zero, plan.pp)
+    if ran == plan.zero:
+        return None
+    return (f"note: zero={plan.zero} with pp={plan.pp} runs as ZeRO-{ran}: pipelining keeps the gradients whole until "
+            "the last micro-batch's backward and the parameters gathered from the first forward (as torchtitan does); "
+            f"the prediction prices it so, and summary.json records zero: {ran}")
+
+
 def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:
     """A resumed run trains on with the recipe and seed it started with: an option left at its
     default (or given anew) would silently change the learning rate or the data order mid-run.
@@ -419,7 +430,7 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
 
 
 def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
-    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg)):
+    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan)):
         if progress and note:
             progress(note)
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
