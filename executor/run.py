@@ -108,6 +108,7 @@ class ExecuteResult:
     sbatch: Path | None = None
     time_limit: str | None = None  # the sbatch script's --time
     time_limit_reason: str | None = None  # where it came from, for the CLI's line
+    gpus_per_node: int | None = None  # the Slurm job's GPUs per node (0: a CPU profile's plan)
 
 
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
@@ -306,6 +307,18 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     return cfg
 
 
+def slurm_gpus_per_node(plan: Plan, nproc: int) -> int:
+    """The GPUs a Slurm job asks of each node: one per process, none for a plan made for a CPU
+    profile of `smplan hw probe` (its gpu named PROBED_CPU_NAME, as the planner reads it)."""
+    from smplan.hwprofiles import PROBED_CPU_NAME, load_cluster
+
+    try:
+        on_cpu = load_cluster(plan.hw, stack=plan.stack).gpu.name == PROBED_CPU_NAME
+    except ValueError:  # an inline plan's "local", a profile moved away: GPUs, as a cluster's job wants
+        on_cpu = False
+    return 0 if on_cpu else nproc
+
+
 def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = False) -> None:
     """Raise PlanMismatchError when this machine cannot start `nproc` processes of the run
     (executor/host_fit.py): its GPUs, or on CPU its free host memory; under `fp8`, GPUs
@@ -346,6 +359,14 @@ def _data_epochs_note(cfg: RunConfig) -> str | None:
         return None
     return (f"note: {cfg.data} holds {seqs.count:,} sequences of seq_len+1={cfg.data_seq_len + 1} tokens and "
             f"{cfg.steps} steps read {needed:,}: the stream wraps around, {needed / seqs.count:.2f} epochs")
+
+
+def _keep_note(cfg: RunConfig) -> str | None:
+    """--keep-checkpoints on a run that saves none (no --checkpoint-every, given or continued)."""
+    if not cfg.keep_checkpoints or cfg.checkpoint_every:
+        return None
+    return (f"note: --keep-checkpoints {cfg.keep_checkpoints} does nothing here: this run saves no checkpoint "
+            "(add --checkpoint-every N)")
 
 
 def _zero_note(plan: Plan) -> str | None:
@@ -430,7 +451,7 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
 
 
 def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
-    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan)):
+    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan), _keep_note(cfg)):
         if progress and note:
             progress(note)
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
@@ -447,10 +468,11 @@ def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progre
             predicted_s = plan.predicted.step_time_s if plan.predicted else None
             time_limit, why = slurm_time_limit(predicted_s, opts.steps - done, opts.max_restarts)
             why += (f" (the steps after {found[1].name})" if found else "") + "; --time-limit sets it"
-        script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,
+        gpus = slurm_gpus_per_node(plan, nproc)
+        script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=gpus,
                               max_restarts=opts.max_restarts, time_limit=time_limit)
         return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script, time_limit=time_limit,
-                             time_limit_reason=why)
+                             time_limit_reason=why, gpus_per_node=gpus)
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
                            max_restarts=opts.max_restarts)
     summary_path = run_dir / SUMMARY_FILE

@@ -192,8 +192,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                        "time_limit": result.time_limit})
             return
         per_node = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
-        click.echo(f"wrote {result.sbatch}: {opts.nnodes} node{'s' if opts.nnodes != 1 else ''} x {per_node} "
-                   f"GPU{'s' if per_node != 1 else ''} (--nnodes / --nproc-per-node set them)")
+        count = (f"{per_node} GPU{'s' if per_node != 1 else ''}" if result.gpus_per_node else
+                 f"{per_node} process{'es' if per_node != 1 else ''} (no GPU: the plan's hardware is a CPU profile)")
+        click.echo(f"wrote {result.sbatch}: {opts.nnodes} node{'s' if opts.nnodes != 1 else ''} x {count} "
+                   "(--nnodes / --nproc-per-node set them)")
         click.echo(f"its --time is {result.time_limit}: {result.time_limit_reason}")
         click.echo(f"submit it with:  sbatch {shlex.quote(str(result.sbatch))}")
         return
