@@ -39,16 +39,16 @@ class CheckpointLoadError(RuntimeError):
 ONE_LINE_ERRORS = (CheckpointMismatchError, CheckpointUnreadableError, CheckpointLoadError)
 
 
-def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
+def step_entries(root: str | Path) -> list[tuple[int, Path]]:
+    """Everything in `root` named as a checkpoint is (step-N), complete or not, by step."""
     root = Path(root)
     if not root.is_dir():
         return []
-    found = []
-    for path in root.iterdir():
-        match = _STEP_DIR.match(path.name)
-        if match and (path / MARKER).is_file() and (path / META).is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    return sorted((int(match.group(1)), path) for path in root.iterdir() if (match := _STEP_DIR.match(path.name)))
+
+
+def complete_steps(root: str | Path) -> list[tuple[int, Path]]:
+    return [(step, path) for step, path in step_entries(root) if (path / MARKER).is_file() and (path / META).is_file()]
 
 
 def prune(root: str | Path, keep: int, step: int, fingerprint: str) -> list[Path]:
@@ -129,6 +129,7 @@ def _what_differs(meta: dict, fingerprint: str, ours: dict | None) -> str:
 
 
 FINGERPRINT_INPUTS = "fingerprint_inputs"  # the meta key of what the fingerprint hashes
+RUN_DIR = "run_dir"  # the meta key of the run folder (-o/--output) whose run wrote the checkpoint
 
 
 def check_model(path: Path, model, fix: str) -> None:

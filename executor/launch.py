@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from .config import RunConfig
+from .console import agent_console
 from .failure import failure_line, failure_report, root_failure, stderr_log
 from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
 
@@ -20,11 +21,12 @@ from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
 class LaunchError(RuntimeError):
     """The workers failed (after the allowed restarts); the message says where the logs are.
     `exit_code` is what the command exits with: 1, or 128 + the signal that stopped the launcher
-    (143 for SIGTERM), as a shell reports a process a signal ended."""
+    (143 for SIGTERM), as a shell reports a process a signal ended. `run_dir` holds the run, and
+    its stopped.json the one-line record of the stop."""
 
-    def __init__(self, message: str, exit_code: int = 1):
+    def __init__(self, message: str, exit_code: int = 1, run_dir: Path | None = None):
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code, self.run_dir = exit_code, run_dir
 
 
 class LaunchInterrupted(KeyboardInterrupt):
@@ -167,7 +169,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
     }
     try:
-        with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL):
+        with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL), agent_console():
             elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
     except KeyboardInterrupt:
         how = _how_to_continue(cfg)
@@ -176,7 +178,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     except SignalException as err:  # SIGTERM / SIGHUP / SIGQUIT to this process: a closed terminal, a scheduler
         name, how = getattr(err.sigval, "name", str(err.sigval)), _how_to_continue(cfg)
         mark_stopped(out, "interrupted", f"stopped by {name}; {how}")
-        raise LaunchError(f"stopped by {name}; run directory kept at {out}; {how}", 128 + int(err.sigval)) from None
+        raise LaunchError(f"stopped by {name}; run directory kept at {out}; {how}", 128 + int(err.sigval), out) from None
     except ChildFailedError as err:
         def log_of(failure):
             return stderr_log(out / ELASTIC_DIR, launch.run_id, failure.local_rank, failure.error_file)
@@ -185,7 +187,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         log = log_of(first)
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
         mark_stopped(out, "failed", failure_line(rank, first.exitcode, log))
-        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}") from None
+        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}", run_dir=out) from None
     return out
 
 

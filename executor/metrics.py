@@ -9,7 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from smplan.planner.feasibility import effective_zero
+
 MEASURED = ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gib")
+# A step record's flag: the first step after the workers started (a resume's, a restart's; the run's
+# own step 1 is one without it in older files), which warms up (allocations, gloo's connections,
+# lazy initialisation) and is left out of the medians.
+WARM_UP = "warm_up"
 
 
 def peak_memory_gib(device) -> float:
@@ -177,13 +183,19 @@ def allocated_prediction_gib(predicted: dict, device: str) -> float | None:
     return predicted["peak_memory_gib"] - reserve
 
 
+def steady(records: list[dict]) -> list[dict]:
+    """The step records medians are taken over: all but the first and those flagged WARM_UP (the
+    first after a resume or restart); all of them when that leaves none."""
+    return [r for i, r in enumerate(records) if i and not r.get(WARM_UP)] or records
+
+
 def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,
               dtype: str = "fp32") -> dict:
-    """Medians over the steps after the first (warm-up), next to the plan's prediction; memory
-    is the run's peak (the fullest rank's, over every step), what must fit."""
+    """Medians over the steps that did not warm up (`steady`), next to the plan's prediction;
+    memory is the run's peak (the fullest rank's, over every step), what must fit."""
     records = read_metrics(run_dir)
-    steady = records[1:] if len(records) > 1 else records
-    measured = {k: statistics.median(r[k] for r in steady) for k in MEASURED} if steady else {}
+    kept = steady(records)
+    measured = {k: statistics.median(r[k] for r in kept) for k in MEASURED} if kept else {}
     if records:
         measured["peak_memory_gib"] = max(r["peak_memory_gib"] for r in records)
         measured["final_loss"] = records[-1]["loss"]
@@ -192,6 +204,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
             measured["final_val_loss"] = val[-1]
     summary = {
         "steps": len(records),
+        "warm_up_steps": [r["step"] for r in records if r not in kept],  # left out of the medians
         "device": device,
         "compute_dtype": dtype,  # CPU runs compute in the parameters' dtype (fp32 unless built in bf16)
         "plan": {k: plan[k] for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
@@ -201,6 +214,9 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "predicted": None,
         "ratio_measured_over_predicted": None,
     }
+    ran = summary["plan"]
+    if "zero" in ran and effective_zero(ran["zero"], ran.get("pp", 1)) != ran["zero"]:  # what ran, as it was priced
+        ran["zero_planned"], ran["zero"] = ran["zero"], effective_zero(ran["zero"], ran.get("pp", 1))
     if predicted:
         summary["predicted"] = {k: predicted.get(k) for k in MEASURED}
         summary["predicted"]["peak_memory_gib"] = allocated_prediction_gib(predicted, device)

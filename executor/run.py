@@ -7,11 +7,11 @@ ValueError line (exit code 2 on the CLI).
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from smplan.planner.feasibility import effective_zero
 from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import (
     Plan,
@@ -28,6 +28,8 @@ from .config import RunConfig, fingerprint_inputs, hash_key, parse_slow_rank
 from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
 from .launch import (
+    LaunchError,
+    LaunchInterrupted,
     check_slurm_time,
     launch_local,
     sbatch_path_problem,
@@ -36,20 +38,18 @@ from .launch import (
 )
 from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
-from .metrics import (
-    CHECKPOINTS_DIR,
-    METRICS_FILE,
-    RUN_CONFIG_FILE,
-    SBATCH_FILE,
-    STOPPED_FILE,
-    SUMMARY_FILE,
-    clear_stopped,
-    present_run_entries,
-    rank_files,
-    read_metrics,
-)
+from .metrics import CHECKPOINTS_DIR, SUMMARY_FILE
 from .nodes import check_even_split, names_plan_file
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
+from .run_dir import (
+    claim_run_dir,
+    earlier_checkpoint_every,
+    earlier_config,
+    keep_a_slurm_script,
+    recorded_checkpoint_dir,
+    refuse_checkpoints_not_ours,
+    start_afresh,
+)
 from .run_lock import holding_run_dir
 from .token_data import Sequences, TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, meta_profile, validate_plan
@@ -108,6 +108,7 @@ class ExecuteResult:
     sbatch: Path | None = None
     time_limit: str | None = None  # the sbatch script's --time
     time_limit_reason: str | None = None  # where it came from, for the CLI's line
+    gpus_per_node: int | None = None  # the Slurm job's GPUs per node (0: a CPU profile's plan)
 
 
 def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | None = None,
@@ -228,11 +229,11 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     # whenever they exist, so a second `execute -o RUN_DIR` continues the run it finds there.
     own = out / CHECKPOINTS_DIR
     given = opts.checkpoint_every
-    ckpt_dir = (opts.checkpoint_dir or _recorded_checkpoint_dir(out)
+    ckpt_dir = (opts.checkpoint_dir or recorded_checkpoint_dir(out)
                 or (str(own) if given or checkpoint.latest(own) else None))
     if given is not None and given < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
-    every = given if given is not None else _earlier_checkpoint_every(out, ckpt_dir)
+    every = given if given is not None else earlier_checkpoint_every(out, ckpt_dir)
     if opts.grad_norms_every < 0:
         raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
     if opts.tensorboard:
@@ -243,19 +244,24 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     found = None
     if ckpt_dir:
         ckpt_dir = str(Path(ckpt_dir).resolve())
-        start = _start_afresh(out, opts.checkpoint_dir)
+        start = start_afresh(out, opts.checkpoint_dir)
         newest = checkpoint.latest(ckpt_dir)
-        if newest and checkpoint.read_meta(newest[1]).get("fingerprint") != fp:  # another model's cannot be resumed
-            checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"),
-                                   f"{start} (--force-resume continues only a run of this same model)")
+        if newest:  # another model's cannot be resumed: DCP would fail on every rank, in a traceback
+            fix = f"{start} (--force-resume continues only a run of this same model)"
+            if checkpoint.read_meta(newest[1]).get("fingerprint") == fp:  # the same file bytes, arguments, layout
+                fix = ("the model changed since it was written though its file did not (a module the file imports, "
+                       f"such as one beside it, did): restore that code to continue the run, or {start}")
+            checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"), fix)
         found = checkpoint.check_resumable(  # refuse another plan's folder now
             ckpt_dir, fp, opts.force_resume, f"{start}, or --force-resume to continue it with this plan (DCP "
             "reshards its checkpoint)", inputs=inputs)
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
+        if every:  # it saves there: not over another run's checkpoints, nor a folder of the user's
+            refuse_checkpoints_not_ours(Path(ckpt_dir), out, opts.keep_checkpoints)
     if found:  # a resume loads its own checkpoint: --init-from weights are not what it continues from
-        earlier = _earlier_config(out)
+        earlier = earlier_config(out)
         init_from = earlier.init_from if earlier is not None else None
     ref = model_file.absolute_ref
     factor = lr_scale(plan.global_batch, opts.reference_batch, opts.lr_scaling)
@@ -297,18 +303,20 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     )
     if found and not opts.force_resume:
         _refuse_a_changed_recipe(found, cfg, out)
-    _keep_a_slurm_script(out, opts.launcher)
+    keep_a_slurm_script(out, opts.launcher)
     return cfg
 
 
-def _start_afresh(out: Path, checkpoint_dir: str | None) -> str:
-    """What starts a plan afresh instead of resuming the checkpoint it would find: a new run
-    directory, as `out` continues the run it holds, unless only --checkpoint-dir names that checkpoint."""
-    if checkpoint_dir is None:
-        return "pass another -o/--output to start afresh in a new run directory"
-    if out.is_dir() and read_metrics(out):
-        return "pass another -o/--output and --checkpoint-dir to start afresh"
-    return "pass another --checkpoint-dir to start afresh"
+def slurm_gpus_per_node(plan: Plan, nproc: int) -> int:
+    """The GPUs a Slurm job asks of each node: one per process, none for a plan made for a CPU
+    profile of `smplan hw probe` (its gpu named PROBED_CPU_NAME, as the planner reads it)."""
+    from smplan.hwprofiles import PROBED_CPU_NAME, load_cluster
+
+    try:
+        on_cpu = load_cluster(plan.hw, stack=plan.stack).gpu.name == PROBED_CPU_NAME
+    except ValueError:  # an inline plan's "local", a profile moved away: GPUs, as a cluster's job wants
+        on_cpu = False
+    return 0 if on_cpu else nproc
 
 
 def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = False) -> None:
@@ -329,7 +337,7 @@ def _stretched_schedule_note(cfg: RunConfig) -> str | None:
     """A resume with another --steps re-spans a decaying schedule (cosine, wsd run to the last
     step): say how the lr moves where the run continues, or None."""
     found = checkpoint.latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    earlier = _earlier_config(Path(cfg.out_dir)) if found else None
+    earlier = earlier_config(Path(cfg.out_dir)) if found else None
     if earlier is None or earlier.steps == cfg.steps or cfg.lr_schedule == "constant":
         return None
     from .recipe import lr_at
@@ -353,6 +361,24 @@ def _data_epochs_note(cfg: RunConfig) -> str | None:
             f"{cfg.steps} steps read {needed:,}: the stream wraps around, {needed / seqs.count:.2f} epochs")
 
 
+def _keep_note(cfg: RunConfig) -> str | None:
+    """--keep-checkpoints on a run that saves none (no --checkpoint-every, given or continued)."""
+    if not cfg.keep_checkpoints or cfg.checkpoint_every:
+        return None
+    return (f"note: --keep-checkpoints {cfg.keep_checkpoints} does nothing here: this run saves no checkpoint "
+            "(add --checkpoint-every N)")
+
+
+def _zero_note(plan: Plan) -> str | None:
+    """A ZeRO stage the pipeline turns into another (planner feasibility.effective_zero): what runs."""
+    ran = effective_zero(plan.zero, plan.pp)
+    if ran == plan.zero:
+        return None
+    return (f"note: zero={plan.zero} with pp={plan.pp} runs as ZeRO-{ran}: pipelining keeps the gradients whole until "
+            "the last micro-batch's backward and the parameters gathered from the first forward (as torchtitan does); "
+            f"the prediction prices it so, and summary.json records zero: {ran}")
+
+
 def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:
     """A resumed run trains on with the recipe and seed it started with: an option left at its
     default (or given anew) would silently change the learning rate or the data order mid-run.
@@ -365,7 +391,7 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
     ours = cfg.recipe().to_dict()
     changed = [f"{k}={theirs[k]!r} (now {ours[k]!r})" for k in ours
                if k != "total_steps" and k in theirs and theirs[k] != ours[k]]
-    earlier = _earlier_config(out)
+    earlier = earlier_config(out)
     seed = earlier.seed if earlier is not None else cfg.seed
     if seed != cfg.seed:
         changed.append(f"seed={seed} (now {cfg.seed})")
@@ -392,127 +418,6 @@ def _check_init_from(path: str | None, plan: Plan, model_file) -> str | None:
     return source.path
 
 
-def _earlier_config(out: Path) -> RunConfig | None:
-    """The run_config.json of the run already in `out`, or None when there is none to read."""
-    try:
-        return RunConfig.load(out / RUN_CONFIG_FILE)
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
-def _is_run_config(path: Path) -> bool:
-    """Whether `path` is a run_config.json that `execute` wrote (a JSON object naming a plan and
-    its fingerprint), not a user's file of that name; fields of other versions are fine."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and {"plan", "fingerprint"} <= data.keys()
-
-
-def _recorded_checkpoint_dir(out: Path) -> str | None:
-    """The --checkpoint-dir the run in `out` wrote to (its run_config.json), when it holds a
-    checkpoint: `execute -o RUN_DIR` continues that run as it continues one in RUN_DIR/checkpoints.
-    A run folder copied or moved elsewhere keeps the old path to its own checkpoints: those are
-    the copy's RUN_DIR/checkpoints now, not the original's to write into."""
-    earlier = _earlier_config(out)
-    recorded = earlier.checkpoint_dir if earlier is not None else None
-    if recorded and earlier.out_dir and Path(recorded) == Path(earlier.out_dir) / CHECKPOINTS_DIR:
-        return None
-    return recorded if recorded and checkpoint.latest(recorded) else None
-
-
-def _earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
-    """The --checkpoint-every of the run this one continues (its run_config.json), so that a
-    resumed run keeps checkpointing as it did and a later resume does not redo its steps; 0
-    when there is nothing to continue or it cannot be read."""
-    earlier = _earlier_config(out) if ckpt_dir and checkpoint.latest(ckpt_dir) else None
-    try:
-        return max(0, int(earlier.checkpoint_every)) if earlier is not None else 0
-    except (ValueError, TypeError):  # a hand-edited value
-        return 0
-
-
-def _keep_a_slurm_script(out: Path, launcher: str) -> None:
-    """A folder holding a Slurm script that has not run yet (no steps) is that job's: writing
-    another script, or launching here, would rewrite its run_config.json (and a user's edits of
-    the script) under it."""
-    script = out / SBATCH_FILE
-    if not script.is_file() or read_metrics(out):
-        return
-    if launcher == "slurm":
-        raise PlanMismatchError(f"{out} already holds a Slurm script ({SBATCH_FILE}); submit it (sbatch "
-                                f"{shlex.quote(str(script))}), or pass another -o/--output (delete the script to "
-                                "write it anew)")
-    raise PlanMismatchError(f"{out} holds a Slurm script not yet run ({SBATCH_FILE}); submit it (sbatch "
-                            f"{shlex.quote(str(script))}), or pass another -o/--output to run here")
-
-
-def _claim_run_dir(out: Path, ckpt_dir: str | None, world: int) -> _EarlierRecords | None:
-    """A run directory holds one run: a new run may only continue the steps already there
-    from a checkpoint. Its summary (of the earlier, finished part) and the records of ranks
-    this run does not have would otherwise pass for this run's. Returns what it set aside of
-    the earlier run, to put back should the launch end before its first step (None: no steps there)."""
-    own_checkpoints = ckpt_dir is not None and Path(ckpt_dir) == out / CHECKPOINTS_DIR  # resumed from, not replaced
-    if out.is_dir() and not _is_run_config(out / RUN_CONFIG_FILE):
-        theirs = [name for name in present_run_entries(out) if not (name == CHECKPOINTS_DIR and own_checkpoints)]
-        if theirs:
-            raise PlanMismatchError(
-                f"{out} is not a run directory of `smplan execute` but holds {', '.join(theirs)}, which a run "
-                "writes; pass a new or empty folder to -o/--output (and --checkpoint-dir DIR to resume from a "
-                "checkpoint folder)")
-    steps = read_metrics(out) if out.is_dir() else []
-    if steps and not (ckpt_dir and checkpoint.latest(ckpt_dir)):
-        raise PlanMismatchError(
-            f"{out} already holds a run ({len(steps)} steps) and no checkpoint to resume it from; "
-            "pass another -o/--output, or delete that folder to start over")
-    earlier = _EarlierRecords.take(out, world) if steps else None
-    clear_stopped(out)  # a stopped run continues (either launcher): `monitor --follow` waits for it again
-    if not steps:
-        return None
-    (out / SUMMARY_FILE).unlink(missing_ok=True)
-    for rank, file in rank_files(out).items():
-        if rank >= world:
-            file.unlink()
-    return earlier
-
-
-@dataclass
-class _EarlierRecords:
-    """The files of the run in a folder that a launch rewrites or removes before its workers start
-    (run_config.json, summary.json, stopped.json, records of ranks it lacks), with metrics.jsonl's
-    stamp: the workers rewrite that once they have resumed. A launch that fails or is stopped
-    before that changed nothing of the run, so its records go back as they were."""
-
-    files: dict[Path, bytes | None]  # None: was not there
-    metrics_stamp: tuple | None
-
-    @classmethod
-    def take(cls, out: Path, world: int) -> _EarlierRecords:
-        paths = [out / RUN_CONFIG_FILE, out / SUMMARY_FILE, out / STOPPED_FILE,
-                 *(file for rank, file in rank_files(out).items() if rank >= world)]
-        return cls({path: path.read_bytes() if path.is_file() else None for path in paths}, _stamp(out / METRICS_FILE))
-
-    def started(self, out: Path) -> bool:
-        return _stamp(out / METRICS_FILE) != self.metrics_stamp
-
-    def put_back(self) -> None:
-        for path, data in self.files.items():
-            if data is None:
-                path.unlink(missing_ok=True)
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-
-
-def _stamp(path: Path) -> tuple | None:
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        return None
-    return info.st_ino, info.st_size, info.st_mtime_ns
-
-
 def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     """Validate, then launch; `progress(line)` hears what happens during the silent start-up.
 
@@ -532,17 +437,21 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
 def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
-    earlier = _claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
+    earlier = claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
     try:
         return _launch(cfg, plan, opts, nproc, progress)
-    except BaseException:  # Ctrl-C too: a launch that ends before the workers resumed changed nothing of the run
+    except (LaunchError, LaunchInterrupted):
+        # The workers ran and failed or were stopped (loading the checkpoint, too): launch_local
+        # recorded how in stopped.json, and the earlier run's summary would call the folder finished.
+        raise
+    except BaseException:  # before any worker started (Ctrl-C too): nothing of the run changed
         if earlier is not None and not earlier.started(Path(cfg.out_dir)):
             earlier.put_back()
         raise
 
 
 def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
-    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg)):
+    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan), _keep_note(cfg)):
         if progress and note:
             progress(note)
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:
@@ -559,14 +468,13 @@ def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progre
             predicted_s = plan.predicted.step_time_s if plan.predicted else None
             time_limit, why = slurm_time_limit(predicted_s, opts.steps - done, opts.max_restarts)
             why += (f" (the steps after {found[1].name})" if found else "") + "; --time-limit sets it"
-        script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=nproc,
+        gpus = slurm_gpus_per_node(plan, nproc)
+        script = write_sbatch(cfg, opts.nnodes, nproc, gpus_per_node=gpus,
                               max_restarts=opts.max_restarts, time_limit=time_limit)
         return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script, time_limit=time_limit,
-                             time_limit_reason=why)
+                             time_limit_reason=why, gpus_per_node=gpus)
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
                            max_restarts=opts.max_restarts)
     summary_path = run_dir / SUMMARY_FILE
-    import json
-
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     return ExecuteResult(run_dir=run_dir, plan=plan, summary=summary)

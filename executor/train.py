@@ -29,6 +29,7 @@ from .metrics import (
     ELASTIC_DIR,
     NON_FINITE_FILE,
     TENSORBOARD_DIR,
+    WARM_UP,
     MetricsWriter,
     peak_memory_gib,
     peak_memory_source,
@@ -371,7 +372,8 @@ class Trainer:
     def _save(self, step: int) -> None:
         # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
         meta = {"fingerprint": self.cfg.fingerprint, checkpoint.FINGERPRINT_INPUTS: self.cfg.fingerprint_inputs,
-                "plan": self.cfg.plan, "model": self.cfg.model_ref, "recipe": self.recipe.to_dict()}
+                "plan": self.cfg.plan, "model": self.cfg.model_ref, "recipe": self.recipe.to_dict(),
+                checkpoint.RUN_DIR: self.cfg.out_dir}
         if self.cfg.data:
             meta["data"] = self.data.position(step)
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,
@@ -415,18 +417,19 @@ class Trainer:
                 dist.all_reduce(mem, op=dist.ReduceOp.MAX)
                 if tokens_per_step is None:
                     tokens_per_step = self.plan.global_batch * (self.plan.seq_len or self.tokens_per_sample)
+                warm_up = {WARM_UP: True} if step == start + 1 else {}  # the first since the workers started
                 rank_writer.write({
                     "step": step, "rank": self.rank, "step_time_s": dt, "sync_wait_s": result["sync_wait_s"],
                     "phases_s": result["phases_s"], "tokens_per_s": tokens_per_step / dt,
                     "peak_memory_gib": own_mem, "peak_memory_source": peak_memory_source(self.device),
-                    "loss": result["loss"], "grad_norm": result["grad_norm"], "lr": result["lr"]})
+                    "loss": result["loss"], "grad_norm": result["grad_norm"], "lr": result["lr"], **warm_up})
                 val_every = self.cfg.eval_every
                 val_loss = self.evaluate() if val_every and (step % val_every == 0 or step == steps) else None
                 if writer is not None:
                     record = {"step": step, "loss": result["loss"], "step_time_s": dt,
                               "tokens_per_s": tokens_per_step / dt, "samples_per_s": self.plan.global_batch / dt,
                               "peak_memory_gib": mem.item(), "grad_norm": result["grad_norm"],
-                              "lr": result["lr"], "phases_s": result["phases_s"]}  # rank 0's; every rank's in ranks/
+                              "lr": result["lr"], "phases_s": result["phases_s"], **warm_up}  # rank 0's; all in ranks/
                     if val_loss is not None:
                         record["val_loss"] = val_loss
                     if "block_grad_norms" in result:

@@ -10,6 +10,7 @@ import time
 
 from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
+from .console import WORKER_ERROR, Console
 from .failure import LOST_PEER_LINE
 from .token_data import TokenDataError
 from .train import NonFiniteLossError, Trainer
@@ -78,12 +79,13 @@ def main(argv: list[str] | None = None) -> None:
     if len(argv) != 1:
         raise SystemExit("usage: python -m smplan.executor.worker RUN_CONFIG.json")
     _exit_with_parent()
+    sys.stdout = Console(sys.stdout)  # local rank 0's is the console: one closed (`| head`) does not stop the run
     trainer = Trainer(RunConfig.load(argv[0]))
     try:
         trainer.run()
     except (*ONE_LINE_ERRORS, TokenDataError, NonFiniteLossError) as err:  # the launcher shows a failed worker's last lines: this one
         trainer.close()
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        print(f"{WORKER_ERROR}{err}", file=sys.stderr, flush=True)
         leave_at_once(1)
     except RuntimeError as err:
         if not lost_peer(err):
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         # another rank stopped first (the agent reports that one); this rank's traceback says nothing
         rank = os.environ.get("RANK", "?")
-        print(f"error: rank {rank} stopped: {LOST_PEER_LINE} ({first_line(err)})",
+        print(f"{WORKER_ERROR}rank {rank} stopped: {LOST_PEER_LINE} ({first_line(err)})",
               file=sys.stderr, flush=True)
         # the failed rank may still be unwinding its exception: exiting first would make the agent
         # stop it (SIGTERM) and report this rank; it stops this one as soon as that one has exited

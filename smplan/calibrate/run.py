@@ -99,6 +99,7 @@ class CalibrationReport:
     output: str | None = None
     stack_output: str | None = None
     kept_input: str | None = None  # one line when the fit was not kept (see `fit_is_worse`)
+    coverage: str | None = None  # one line when the fitted plans share one layout (see `coverage_note`)
 
     @property
     def median_ape_before(self) -> float:
@@ -134,6 +135,7 @@ class CalibrationReport:
             "warning": self.warning,
             "fit_kept": None if self.fit is None else self.kept_input is None,
             "kept_input": self.kept_input,
+            "coverage_note": self.coverage,
             "spearman": spearman([r.predicted_s for r in rows], [r.measured_s for r in rows]),
             "efficiency_before": self.efficiency_before,
             "efficiency_after": dataclasses.asdict(self.fit.efficiency) if self.fit else None,
@@ -148,6 +150,21 @@ def fit_is_worse(report: CalibrationReport) -> bool:
     the report prints) than the input's own factors: the log-space least squares can trade the
     typical plan for the worst one (one plan 20x off), and such a fit is no calibration."""
     return bool(report.after) and report.median_ape_after > report.median_ape_before
+
+
+def coverage_note(plans: Sequence[Plan], nproc: int, profile) -> str | None:
+    """When every plan the fit saw runs one layout (dp, tp, pp), what it did not measure: the other
+    layouts of `nproc` processes this model allows (plans.meshes), and ZeRO/FSDP, which calibration
+    never runs (plans.to_plan: ZeRO-0). The global factors then fit that layout's costs alone, and
+    a small error on it says nothing of the predictions of the rest."""
+    layouts = {(p.dp, p.tp, p.pp) for p in plans}
+    if len(layouts) != 1:
+        return None
+    (dp, tp, pp), = layouts
+    others = [f"dp={d},tp={t},pp={q}" for d, t, q in plan_choice.meshes(nproc, profile) if (d, t, q) not in layouts]
+    missed = (f"{', '.join(others)} (add them with --plan, or use more --plans) nor " if others else "")
+    return (f"every plan fitted runs dp={dp},tp={tp},pp={pp}, so the fit is checked on that layout alone: it measured "
+            f"no {missed}ZeRO/FSDP (calibration runs ZeRO-0), whose predictions it leaves unchecked")
 
 
 def kept_input_line(report: CalibrationReport, opts: CalibrateOptions) -> str:
@@ -314,6 +331,7 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     report.fit = fit_efficiency(cluster, lambda c: predict(plans, profile, c), times, keys=opts.keys)
     fitted = dataclasses.replace(cluster, efficiency=report.fit.efficiency)
     report.after = rows(labels, plans, times, profile, fitted)
+    report.coverage = coverage_note(plans, opts.nproc, profile)
     if fit_is_worse(report):
         report.kept_input = kept_input_line(report, opts)
         return report

@@ -60,7 +60,8 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     matmul_half_dim, memory_bound, network, host_overhead_us_per_layer; never one per
     plan) and writes the profile with them to -o; factors that miss these plans by more than
     HW's own are not kept, and nothing is written. Without -o nothing is written either.
-    --check stops before the fit.
+    --check stops before the fit. A fit to plans of one dp/tp/pp layout says which layouts (and
+    ZeRO/FSDP, never run here) it did not measure.
 
     \b
     Example:
@@ -104,6 +105,8 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
         click.echo(f"  efficiency.{key}: {before:.4g} -> {after:.4g}")
     if report.warning:
         click.echo(f"warning: {report.warning}")
+    if report.coverage:
+        click.echo(f"note: {report.coverage}")
     if report.kept_input:
         click.echo(f"note: {report.kept_input}")
         return

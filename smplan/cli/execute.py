@@ -14,15 +14,17 @@ from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
 from smplan.executor import execute as run_plan
 from smplan.executor.checkpoint import latest as latest_checkpoint
 from smplan.executor.config import FAIL_ENV, SLOW_ENV
+from smplan.executor.launch import LaunchInterrupted
 from smplan.executor.nodes import slurm_nnodes
 from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
 from smplan.executor.run import check_options
 from smplan.hwprofiles import bundled_profiles
+from smplan.monitor.rundir import read_stopped
 from smplan.planner import Plan
 from smplan.simulator.prediction import model_changed, repriced
 
 from .checks import check_can_write
-from .main import RunFailed, UserError
+from .main import Interrupted, RunFailed, UserError
 from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
 
 
@@ -39,7 +41,8 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
                    "needs --rdzv-endpoint), the plan file's nodes with --launcher slurm.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
 @click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
-              help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set).")
+              help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set); "
+                   "a folder holding another run's is only resumed from, never saved into.")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Save every S steps (and at the end); 0: never. Default: 0, or on a run that resumes "
                    "from RUN_DIR the interval it was started with.")
@@ -104,7 +107,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
               help="Test hook: SIGKILL the last rank at the start of this step (first attempt only).")
 @click.option("--slow-rank", default=None, envvar=SLOW_ENV, hidden=True, metavar="RANK:SECONDS",
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
-@json_option
+@json_option(help="Print one JSON object instead of the text output (for scripts): status (finished, failed or "
+                  "interrupted), run_dir and summary; a run that does not finish also gives its reason and exit_code "
+                  "(the command's, as without --json).")
 def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_endpoint, checkpoint_dir,
             checkpoint_every, keep_checkpoints, force_resume, max_restarts, launcher, time_limit, out, seed, lr, reference_batch, lr_scaling,
             lr_schedule, warmup_steps, min_lr,
@@ -174,24 +179,41 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
         with _stdout_to_stderr() if as_json else contextlib.nullcontext():
             result = run_plan(plan, model_file, opts, progress=lambda line: click.echo(line, err=True))
     except LaunchError as err:
+        if as_json:
+            echo_json(_stopped_json(err.run_dir, str(err), err.exit_code))
         raise RunFailed(str(err), exit_code=err.exit_code) from None
+    except LaunchInterrupted as err:
+        if as_json:
+            echo_json(_stopped_json(err.run_dir, str(err), Interrupted.exit_code))
+        raise
     if result.sbatch is not None:
         if as_json:
             echo_json({"sbatch": str(result.sbatch), "run_dir": str(result.run_dir),
                        "time_limit": result.time_limit})
             return
         per_node = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
-        click.echo(f"wrote {result.sbatch}: {opts.nnodes} node{'s' if opts.nnodes != 1 else ''} x {per_node} "
-                   f"GPU{'s' if per_node != 1 else ''} (--nnodes / --nproc-per-node set them)")
+        count = (f"{per_node} GPU{'s' if per_node != 1 else ''}" if result.gpus_per_node else
+                 f"{per_node} process{'es' if per_node != 1 else ''} (no GPU: the plan's hardware is a CPU profile)")
+        click.echo(f"wrote {result.sbatch}: {opts.nnodes} node{'s' if opts.nnodes != 1 else ''} x {count} "
+                   "(--nnodes / --nproc-per-node set them)")
         click.echo(f"its --time is {result.time_limit}: {result.time_limit_reason}")
         click.echo(f"submit it with:  sbatch {shlex.quote(str(result.sbatch))}")
         return
     if as_json:
-        echo_json({"run_dir": str(result.run_dir), "summary": result.summary})
+        echo_json({"status": "finished", "run_dir": str(result.run_dir), "summary": result.summary})
         return
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
         _echo_summary(result.summary, plan)
+
+
+def _stopped_json(run_dir, message: str, exit_code: int) -> dict:
+    """--json's object for a run that started and did not finish: what its stopped.json records
+    (as `smplan monitor` reads it), else the launcher's first line."""
+    stopped = read_stopped(run_dir) if run_dir else None
+    return {"status": stopped["reason"] if stopped else "failed", "run_dir": str(run_dir) if run_dir else None,
+            "reason": stopped.get("detail") if stopped else message.splitlines()[0], "exit_code": exit_code,
+            "summary": None}
 
 
 def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict, model_file):
@@ -225,8 +247,10 @@ def _echo_summary(summary: dict, plan) -> None:
     measured, predicted = summary["measured"], summary.get("predicted")
     ratio = summary.get("ratio_measured_over_predicted") or {}
     steps = summary.get("steps") or 0
+    warm = summary.get("warm_up_steps") or [1]  # the first step after each start (executor.metrics.steady)
     if steps > 1:  # a resumed run's summary covers the steps of every invocation
-        click.echo(f"  over the run's {steps} steps (medians leave out step 1, which warms up)")
+        which = f"step {warm[0]}, which warms" if len(warm) == 1 else f"steps {', '.join(map(str, warm))}, which warm"
+        click.echo(f"  over the run's {steps} steps (medians leave out {which} up)")
     elif steps == 1:
         click.echo("  over the run's 1 step, which warms up (allocations, first kernels): the steps after it are faster")
     for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):

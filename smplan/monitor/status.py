@@ -30,13 +30,16 @@ Schema (all times in seconds; null where the run or the plan does not say)::
      "warnings": [str], "skipped_lines": [str],
      "thresholds": {"straggler_pct": float, "straggler_steps": int, "memory_pct": float}}
 
-Medians leave out the first step (warm-up: allocation, lazy initialisation).
+Medians leave out the first step and the first after each resume (warm-up: allocation, lazy
+initialisation; executor.metrics.steady).
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+
+from smplan.executor.metrics import steady as steady_steps
 
 from .rundir import RunData
 from .sparkline import sparkline
@@ -54,8 +57,6 @@ class Thresholds:
             raise ValueError("thresholds: percentages must be >= 0 and --straggler-steps >= 1")
 
 
-def _steady(records: list[dict]) -> list[dict]:
-    return records[1:] if len(records) > 1 else records
 
 
 def _median(values) -> float | None:
@@ -95,7 +96,7 @@ def _rank_rows(run: RunData, steps: list[int], order: list[int], rows: list[list
     split = step_split(run.ranks, steps, order)
     out = []
     for col, rank in enumerate(order):
-        recs = _steady(run.ranks[rank])
+        recs = steady_steps(run.ranks[rank])
         step_s, wait_s, own_s = split.get(rank, (None, None, None))
         out.append({
             "rank": rank,
@@ -151,7 +152,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
                 "steps_total": run.steps_total, "progress": 0.0 if run.steps_total else None,
                 "skipped_lines": run.skipped}
     records, predicted = run.records, run.predicted
-    steady = _steady(records)
+    steady = steady_steps(records)
     step_median = _median(r["step_time_s"] for r in steady)
     step_pred = predicted.get("step_time_s")
     steps, order, rows = own_time_matrix(run.ranks)

@@ -295,3 +295,20 @@ def test_a_calibrated_host_time_is_not_called_the_stacks(cli_runner, probed, tmp
     assert "1075 us per layer pass, the stack's figure" in replaced
     overridden = note("--hw", str(probed), "--hw-set", "efficiency.host_overhead_us_per_layer=2000")
     assert "2000 us per layer pass" in overridden and "stack's" not in overridden
+
+
+def test_a_fit_to_plans_of_one_layout_says_what_it_did_not_cover(cli_runner, probed, tmp_path, monkeypatch):
+    """Plans of dp=2 alone fit the factors to that layout: the small error says nothing of tp or pp."""
+    from smplan.calibrate import local_cluster
+
+    _runs_off_by(monkeypatch, local_cluster(str(probed), 2), [1.3, 1.5])
+    args = ["calibrate", GPT_TINY, "--hw", str(probed), "--plan", "dp=2,mbs=4", "--plan", "dp=2,mbs=2,recompute=full"]
+    result = cli_runner.invoke(cli, [*args, "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if line.startswith("note: every plan fitted")]
+    assert len(notes) == 1 and "runs dp=2,tp=1,pp=1, so the fit is checked on that layout alone" in notes[0], \
+        result.output
+    assert "no dp=1,tp=1,pp=2, dp=1,tp=2,pp=1 (add them with --plan" in notes[0] and "nor ZeRO/FSDP" in notes[0]
+    mixed = cli_runner.invoke(cli, [*args[:-2], "--plan", "tp=2,mbs=2", "--runs-dir", str(tmp_path / "runs2"),
+                                    "--json"])
+    assert mixed.exit_code == 0 and json.loads(mixed.stdout)["coverage_note"] is None, mixed.output

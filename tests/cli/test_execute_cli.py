@@ -584,3 +584,17 @@ def test_a_forward_only_the_meta_device_cannot_run_is_left_to_the_run(tmp_path):
     with pytest.raises(ModelFileError, match="must be Tensor, not tuple"):
         meta_profile(Plan(model=str(tmp_path / "tuple.py"), hw="local", nodes=1),
                      load_model_file(str(tmp_path / "tuple.py")))
+
+
+def test_a_cpu_profiles_plan_asks_slurm_for_no_gpu(cli_runner, tmp_path, probed):
+    plan = tmp_path / "plan.json"
+    made = cli_runner.invoke(cli, ["plan", GPT, "--hw", str(probed), "--fix", "dp=2", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    result = _invoke(cli_runner, str(plan), "--launcher", "slurm", "--out", str(tmp_path / "run"),
+                     "--keep-checkpoints", "2")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "run" / "smplan.sbatch").read_text()
+    assert "--gpus-per-node" not in text and "--nproc-per-node=2" in text
+    assert "x 2 processes (no GPU: the plan's hardware is a CPU profile)" in result.output
+    # --keep-checkpoints without checkpoints to keep: said, not silently dropped
+    assert "note: --keep-checkpoints 2 does nothing here: this run saves no checkpoint" in result.output

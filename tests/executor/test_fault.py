@@ -38,9 +38,10 @@ def test_failure_without_restarts_exits_cleanly(tmp_path):
     assert "error: training failed after 0 restart(s): rank 1 killed by signal 9; full log of rank 1:" in result.stdout
     # rank 0 lost its peer: one line, not the traceback of a collective; the agent's own records stay quiet
     assert "Traceback" not in result.stdout and "closing signal" not in result.stdout, result.stdout
-    # rank 0 says so in one line when it sees the lost peer before the agent stops it (a race)
-    said = [line for line in result.stdout.splitlines() if "error: rank 0" in line]
-    assert all("rank 0 stopped: another rank left the process group" in line for line in said), said
+    # rank 0's line that it lost its peer (when it sees that before the agent stops it) stays in its
+    # log: the report names rank 1, once, and nothing carries the agent's "[default_role0]:" prefix
+    assert "another rank left" not in result.stdout and "[default_role" not in result.stdout, result.stdout
+    assert result.stdout.count("rank 1 killed by signal 9") == 1, result.stdout
     stopped = json.loads((tmp_path / "stopped.json").read_text())  # what `monitor --follow` stops on
     assert stopped["reason"] == "failed" and stopped["detail"].startswith("rank 1 killed by signal 9")
 
@@ -72,11 +73,12 @@ def test_a_checkpoint_that_does_not_read_back_is_skipped(tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_a_finished_run(tmp_path, reference):
-    """pp=2 x dp=2 (replicate per stage): 4 steps, then the same command to 6 resumes at step-4."""
+    """pp=2 x dp=2 (replicate per stage): 4 steps, then a run in another folder resumes step-4 of that
+    --checkpoint-dir to 6 (saving none there: those are the first run's)."""
     plan, ckpt = "pp=2,dp=2,mbs=1,gbs=4", str(tmp_path / "ckpt")
     first = run_execute(plan, tmp_path / "a", "--steps", "4", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
     assert first.returncode == 0, first.stdout
-    second = run_execute(plan, tmp_path / "b", "--steps", "6", "--checkpoint-every", "2", "--checkpoint-dir", ckpt)
+    second = run_execute(plan, tmp_path / "b", "--steps", "6", "--checkpoint-dir", ckpt)
     assert second.returncode == 0, second.stdout
     assert "step-4 (step 4)" in second.stdout
     got = metrics(tmp_path / "b")

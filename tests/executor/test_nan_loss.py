@@ -46,11 +46,15 @@ NAN_MODEL = textwrap.dedent(f'''
 def test_a_nan_loss_on_one_rank_stops_every_rank_before_the_step(tmp_path):
     (tmp_path / "nan_model.py").write_text(NAN_MODEL)
     out = tmp_path / "run"
-    result = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "4", "--checkpoint-every", "2",
+    result = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "4", "--checkpoint-every", "2", "--json",
                          model=str(tmp_path / "nan_model.py"))
     assert result.returncode == 1, result.stdout
     lines = [line for line in result.stdout.splitlines() if "NaN or infinite" in line]
-    assert lines and all(f"step {NAN_AT_STEP}: the loss is NaN or infinite" in line for line in lines), result.stdout
+    # said once (the launcher's report), not also by rank 0's own stderr under the agent's "[default_role0]:"
+    assert len(lines) == 2 and f"step {NAN_AT_STEP}: the loss is NaN or infinite" in lines[1], result.stdout
+    said = json.loads(result.stdout[result.stdout.index("\n{\n"):result.stdout.index("\n}\n") + 2])  # --json's object
+    assert said["status"] == "failed" and said["run_dir"] == str(out) and said["exit_code"] == 1
+    assert lines[0] == f'  "reason": {json.dumps(said["reason"])},' and "[default_role" not in result.stdout
     assert "--lr" in lines[0] and "the checkpoint of step 2 is kept" in lines[0], lines[0]
     assert "Traceback" not in result.stdout, result.stdout
     assert [r["step"] for r in metrics(out)] == [1, 2]

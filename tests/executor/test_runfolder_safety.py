@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from smplan.executor import checkpoint, run
+from smplan.executor import checkpoint, run_dir
 from smplan.executor.checkpoint import CheckpointMismatchError
 from smplan.executor.metrics import STOPPED_FILE, SUMMARY_FILE, mark_stopped
 from smplan.planner.model_file import load_model_file
@@ -47,9 +47,9 @@ def test_another_models_checkpoint_is_refused_in_one_line(tiny_checkpoint, args,
 
 def test_the_advice_names_what_starts_afresh(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
-    assert "another -o/--output" in run._start_afresh(tmp_path, None)  # RUN/checkpoints: a new run folder
-    assert "-o/--output and --checkpoint-dir" in run._start_afresh(tmp_path, "ck")  # RUN holds steps
-    assert run._start_afresh(tmp_path / "new", "ck") == "pass another --checkpoint-dir to start afresh"
+    assert "another -o/--output" in run_dir.start_afresh(tmp_path, None)  # RUN/checkpoints: a new run folder
+    assert "-o/--output and --checkpoint-dir" in run_dir.start_afresh(tmp_path, "ck")  # RUN holds steps
+    assert run_dir.start_afresh(tmp_path / "new", "ck") == "pass another --checkpoint-dir to start afresh"
 
 
 def _finished_run(folder: Path) -> dict[str, bytes]:
@@ -69,7 +69,7 @@ def _finished_run(folder: Path) -> dict[str, bytes]:
 def test_records_of_a_launch_that_never_started_go_back(tmp_path):
     out = tmp_path / "run"
     before = _finished_run(out)
-    earlier = run._claim_run_dir(out, str(out / "checkpoints"), world=2)
+    earlier = run_dir.claim_run_dir(out, str(out / "checkpoints"), world=2)
     assert not (out / SUMMARY_FILE).exists() and not (out / "ranks" / "rank-00003.jsonl").exists()
     (out / "run_config.json").write_text('{"plan": {"other": 1}, "fingerprint": "b"}')  # launch_local's
     mark_stopped(out, "failed", "rank 0 exited with code 1")
@@ -81,7 +81,7 @@ def test_records_of_a_launch_that_never_started_go_back(tmp_path):
 def test_a_launch_that_started_is_not_undone(tmp_path):
     out = tmp_path / "run"
     _finished_run(out)
-    earlier = run._claim_run_dir(out, str(out / "checkpoints"), world=2)
+    earlier = run_dir.claim_run_dir(out, str(out / "checkpoints"), world=2)
     (out / "metrics.jsonl").unlink()  # a new inode: the stamp differs even within the clock's tick
     (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')  # the workers' rewrite (later: a new mtime)
     assert earlier.started(out)

@@ -250,17 +250,17 @@ def test_a_resumed_run_keeps_the_checkpoint_interval_it_ran_with(tmp_path, monke
     # checkpoints every 2 steps too, so a third resume starts from step 8, not from step 4.
     import dataclasses
 
-    from smplan.executor import checkpoint, run
+    from smplan.executor import checkpoint, run_dir
     from smplan.executor.config import RunConfig
 
     fields = {f.name: None for f in dataclasses.fields(RunConfig)}
     (tmp_path / "run_config.json").write_text(json.dumps({**fields, "checkpoint_every": 2}))
     ckpt = tmp_path / "checkpoints"
-    assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 0  # nothing to continue: nothing inherited
+    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 0  # nothing to continue: nothing inherited
     monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4"))
-    assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 2
+    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 2
     (tmp_path / "run_config.json").write_text("{not json")
-    assert run._earlier_checkpoint_every(tmp_path, str(ckpt)) == 0
+    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 0
 
 
 def test_a_resume_refuses_a_changed_recipe_or_seed(tmp_path):
@@ -332,12 +332,12 @@ def test_unreadable_checkpoint_metadata_is_one_line(tmp_path):
 
 
 def test_a_new_launch_clears_the_stopped_record(tmp_path):
-    from smplan.executor import run
+    from smplan.executor import run_dir
     from smplan.executor.metrics import STOPPED_FILE, mark_stopped
 
     (tmp_path / "run_config.json").write_text('{"plan": {}, "fingerprint": "0"}')
     mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")
-    run._claim_run_dir(tmp_path, None, world=2)  # what _execute does before either launcher starts
+    run_dir.claim_run_dir(tmp_path, None, world=2)  # what _execute does before either launcher starts
     assert not (tmp_path / STOPPED_FILE).exists()
 
 
@@ -346,24 +346,24 @@ def test_a_run_that_checkpointed_elsewhere_continues_from_there(tmp_path, monkey
     # names CK, so the second run resumes from it rather than refusing RUN as a finished run
     import dataclasses
 
-    from smplan.executor import checkpoint, run
+    from smplan.executor import checkpoint, run_dir
     from smplan.executor.config import RunConfig
 
     ck = tmp_path / "ck"
     fields = {f.name: None for f in dataclasses.fields(RunConfig)}
     (tmp_path / "run_config.json").write_text(json.dumps({**fields, "checkpoint_dir": str(ck)}))
-    assert run._recorded_checkpoint_dir(tmp_path) is None  # nothing written there yet
+    assert run_dir.recorded_checkpoint_dir(tmp_path) is None  # nothing written there yet
     monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4") if Path(root) == ck else None)
-    assert run._recorded_checkpoint_dir(tmp_path) == str(ck)
+    assert run_dir.recorded_checkpoint_dir(tmp_path) == str(ck)
     # a run folder copied from elsewhere: its recorded checkpoints are the original folder's own,
     # and the copy resumes from (and writes to) its own RUN/checkpoints instead
     elsewhere = tmp_path / "original"
     (tmp_path / "run_config.json").write_text(json.dumps({**fields, "out_dir": str(elsewhere),
                                                           "checkpoint_dir": str(elsewhere / "checkpoints")}))
     monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4"))
-    assert run._recorded_checkpoint_dir(tmp_path) is None
+    assert run_dir.recorded_checkpoint_dir(tmp_path) is None
     (tmp_path / "run_config.json").write_text("{not json")
-    assert run._recorded_checkpoint_dir(tmp_path) is None
+    assert run_dir.recorded_checkpoint_dir(tmp_path) is None
 
 
 def test_slurm_time_limit_rounds_up_and_counts_every_attempt():
