@@ -1,8 +1,9 @@
-"""`smplan execute -o RUN` into a folder holding a finished run: what is refused, and that the
-run there is left as it was (its summary, config and records) when the new launch cannot start."""
+"""`smplan execute -o RUN` into a folder holding a finished run: what is refused (the run there is
+left as it was), and a continuation that fails to load its checkpoint is recorded as stopped."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_another_run_is_refused_in_one_line_and_the_folder_kept(finished, args, 
     assert _records(finished) == before
 
 
-def test_a_resume_that_fails_to_start_leaves_the_run_as_it_was(finished, tmp_path):
+def test_a_resume_that_fails_to_load_is_recorded_as_stopped(finished, tmp_path):
     import shutil
 
     out = tmp_path / "run"
@@ -56,4 +57,7 @@ def test_a_resume_that_fails_to_start_leaves_the_run_as_it_was(finished, tmp_pat
     before = _records(out)
     result = run_execute("mbs=1,gbs=2", out, "--steps", "4")
     assert result.returncode == 1 and "could not be read" in result.stdout, result.stdout[-3000:]
-    assert _records(out) == before  # summary.json, run_config.json (model A's), no stopped.json
+    after = _records(out)  # the continuation's stop, not the 2-step part's summary (monitor: "stopped (failed)")
+    assert "summary.json" not in after and json.loads(after["stopped.json"])["reason"] == "failed"
+    kept = {name for name in before if name.startswith("checkpoints/") or name == "metrics.jsonl"}
+    assert {name: after[name] for name in kept} == {name: before[name] for name in kept}  # steps, checkpoints
