@@ -20,7 +20,7 @@ Sources:
 - Buffers: the logits and their gradient on the last stage (/ tp only when the head is
   vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward (on a device that recomputes
-  at least one block: the ILP's one binary per device); under ZeRO-3 two blocks'
+  at least one block with full or sac: the ILP's one binary per device); under ZeRO-3 two blocks'
   gathered parameters (the one in use and the prefetched next; FSDP), at most
   `efficiency.zero3_max_live_params` of them (DeepSpeed gathers module by module).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).

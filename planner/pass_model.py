@@ -376,10 +376,12 @@ def pass_times(
     # overlap hid comes back here, in the backward pass; nothing where the host set the pass).
     # The recomputed forward's collectives also go on the backward's shared links.
     rerun_link = shared[0] * raw_f + shared[1] * cp_raw_f if z_b else 0.0
-    back = (max(fwd_gpu + hid_f, host_f) - max(fwd_gpu, host_f)  # the recomputed forward's
-            + max(bwd_gpu + hid_b, host_b) - max(bwd_gpu, host_b)  # the backward's
-            + max(busy(fwd_gpu + hid_f, link_f), host_f) - fwd)  # the first forward's
-    full_extra = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), link_b + rerun_link) - bwd + back
+    # The all-to-alls it exposes again sit inside the backward's busy(): where the links bound the
+    # pass they already carried them, and the overlap setting must not change the block's time.
+    hidden = busy(max(fwd_gpu, host_f) + max(bwd_gpu, host_b), link_b + rerun_link)
+    exposed = busy(max(fwd_gpu + hid_f, host_f) + max(bwd_gpu + hid_b, host_b), link_b + rerun_link)
+    back = exposed - hidden + max(busy(fwd_gpu + hid_f, link_f), host_f) - fwd  # + the first forward's
+    full_extra = hidden - bwd + back
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
     sel_extra = core_gemm + elem * core_share
