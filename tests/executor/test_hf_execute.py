@@ -57,6 +57,7 @@ def test_dp2_matches_one_process(llama, reference, tmp_path):
     assert [r["loss"] for r in metrics(out)] == pytest.approx(reference, rel=1e-4)
 
 
+@pytest.mark.slow  # CI time: tp2 with sp below, and a model file returning Llama at tp2, run by default
 def test_tp2_matches_one_process(llama, reference, tmp_path):
     out = tmp_path / "run"
     result = run_execute("tp=2,mbs=1,gbs=4", out, "--steps", str(STEPS), model=llama, timeout=180)
@@ -125,6 +126,7 @@ def test_tp_must_divide_the_kv_heads(llama, tmp_path):
     assert result.returncode == 2 and "tp=3 does not divide the model's 4 heads; use tp in {1, 2}" in result.stdout
 
 
+@pytest.mark.slow  # CI time: Qwen3-MoE at tp2 (matching one process) runs by default
 def test_mixtral_runs_dp2(tmp_path):
     """grouped_mm experts train on CPU processes; tp follows the installed transformers' plan."""
     folder = tmp_path / "mixtral"

@@ -26,8 +26,9 @@ PLANS = {
 }
 
 
-# The rest of the layouts run in every suite; these two only with -m slow (CI time on 2 cores).
-SLOW = {"pp2-tp2-full", "pp2-dp2-interleaved-selective-zero2"}
+# The rest of the layouts run in every suite; these only with -m slow (CI time on 2 cores): tp2
+# and dp2-tp2 run inside dp2-tp2-zero1-sp's layout, and tp without sp in test_expert_parallel's tp2-ep2.
+SLOW = {"pp2-tp2-full", "pp2-dp2-interleaved-selective-zero2", "tp2", "dp2-tp2"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in PLANS])
