@@ -155,8 +155,8 @@ MAX_FIT_SOLVES = 60
 def _fewest_nodes(profile: ModelProfile, cluster: Cluster, fx: dict, lo: int, hi: int, fits) -> int:
     """The fewest nodes in lo..hi on which a plan fits, by the search's own test (a candidate's
     ILP partition fits), `hi` (which the bounds let through) where none of them is shown to.
-    The bounds are optimistic (Llama-3-1-405B on h100x8: 11 nodes pass them, 12 fit), and
-    memory is not monotone in the node count (divisors of the layers and the batch)."""
+    The bounds are optimistic (a count they pass may not fit), and memory is not monotone in the
+    node count (divisors of the layers and the batch)."""
     if hi - lo >= NODE_SCAN:  # bisect the bounds' test: the fewest nodes it lets through
         low, high = lo, hi
         while low < high:

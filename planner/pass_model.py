@@ -288,8 +288,8 @@ def pass_times(
     efficiency.ep_a2a_overlap; the cost model passes it times the share of passes with a partner).
     `host_slack_s` = (forward, backward) seconds the host is already ahead when this part's
     launches start (a GPU-bound block's time beyond its own launches); 0 for the blocks.
-    `zero_crosses_node`: whether the ZeRO collectives run on the NIC (else NVLink); the hidden
-    expert and CP collectives on the same links share them (`_link_share`).
+    `zero_crosses_node`: whether the ZeRO collectives run on the NIC (else NVLink); the expert and
+    CP collectives on the same links share them (`_link_share`).
     """
     tp = tp_span.size
     cp = cp_span.size if cp_span is not None else 1
