@@ -10,6 +10,8 @@ ModelFileError line naming the file, the problem and the fix.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -132,7 +134,7 @@ class ModelFile:
         try:
             if dtype is not None:
                 torch.set_default_dtype(dtype)
-            with torch.device(device) if device else _nullcontext(), warnings.catch_warnings():
+            with torch.device(device) if device else _nullcontext(), _meta_init_skipped(), warnings.catch_warnings():
                 # torch.nn.init's notice for a size-0 weight (e.g. vocab=0): noise before the one-line result
                 warnings.filterwarnings("ignore", message="Initializing zero-element tensors is a no-op")
                 built = self.builder(**args)
@@ -180,6 +182,37 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message: torch's C++ errors append a stack trace."""
     lines = str(err).strip().splitlines()
     return lines[0] if lines else type(err).__name__
+
+
+# torch.nn.init's fills that a constructor calls; on a meta tensor they have nothing to fill, yet
+# normal_ there runs torch._refs.normal_, whose first call imports torch._dynamo: about 0.9 s of
+# each process's start-up (measured: cProfile of `smplan execute`, 2 cores). transformers'
+# no_init_weights skips the same functions (modeling_utils.TORCH_INIT_FUNCTIONS).
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "zeros_", "ones_", "eye_", "dirac_",
+                   "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+                   "sparse_")
+
+
+@contextlib.contextmanager
+def _meta_init_skipped():
+    """torch.nn.init's functions return a meta tensor untouched (any other tensor is filled)."""
+    from torch.nn import init
+
+    originals = {name: getattr(init, name) for name in _INIT_FUNCTIONS if hasattr(init, name)}
+
+    def skipping(fill):
+        @functools.wraps(fill)
+        def call(tensor, *args, **kwargs):
+            return tensor if getattr(tensor, "is_meta", False) else fill(tensor, *args, **kwargs)
+        return call
+
+    for name, fill in originals.items():
+        setattr(init, name, skipping(fill))
+    try:
+        yield
+    finally:
+        for name, fill in originals.items():
+            setattr(init, name, fill)
 
 
 class _nullcontext:

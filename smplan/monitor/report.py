@@ -16,7 +16,6 @@ from smplan.executor.metrics import METRICS_FILE, RUN_CONFIG_FILE, RUN_ENTRIES
 from smplan.executor.run_lock import LOCK_FILE
 from smplan.report.html import CSS
 
-from .charts import CHARTS
 from .rundir import RunData, RunDirError, no_step_line
 from .status import Thresholds, describe_lr, run_status
 
@@ -80,6 +79,8 @@ def layout_label(plan: dict) -> str:
 
 
 def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
+    from .charts import CHARTS  # matplotlib: imported when a page is drawn, not by `smplan execute`
+
     status = run_status(run, thresholds)
     figures = {name: make(run) for name, make in CHARTS.items()}
     st = status["step_time_s"]
