@@ -13,7 +13,7 @@ H100 = (PROFILE_DIR / "h100x8.toml").read_text()
 @pytest.mark.parametrize("old, new, key", [
     ("bf16 = 989.0", "bf16 = 989e12", "gpu.peak_tflops.bf16"),
     ("bf16 = 989.0", "bf16 = 0.989", "gpu.peak_tflops.bf16"),
-    ("memory_gib = 80.0", "memory_gib = 81920.0", "gpu.memory_gib"),
+    ("memory_gib = 79.65", "memory_gib = 81920.0", "gpu.memory_gib"),
     ("memory_bandwidth_gbps = 3350.0", "memory_bandwidth_gbps = 3.35", "gpu.memory_bandwidth_gbps"),
     ("bandwidth_gbps = 50.0", "bandwidth_gbps = 400e9", "inter_node.bandwidth_gbps"),
 ])
@@ -42,8 +42,8 @@ def test_an_override_in_another_unit_is_named_and_the_file_value_it_replaces_is_
     (warning,) = implausible_values("h100x8", {"gpu.peak_tflops.bf16": 989e12, "nodes": 4})
     assert warning.startswith("warning: --hw-set: gpu.peak_tflops.bf16 = 9.89e+14 looks like another unit")
     path = tmp_path / "mine.toml"
-    path.write_text(H100.replace("memory_gib = 80.0", "memory_gib = 81920.0"))
-    assert implausible_values(str(path), {"gpu.memory_gib": 80.0}) == []  # the override is what is used
+    path.write_text(H100.replace("memory_gib = 79.65", "memory_gib = 81920.0"))
+    assert implausible_values(str(path), {"gpu.memory_gib": 79.65}) == []  # the override is what is used
 
 
 def test_simulate_warns_about_an_override_in_another_unit(cli_runner):

@@ -34,7 +34,7 @@ DATASHEET = [
     ("h100x8", "gpu.memory_bandwidth_gbps", 3350.0),
     ("h100x8", "intra_node.bandwidth_gbps", 450.0),
     ("h100x8", "inter_node.bandwidth_gbps", 50.0),
-    ("h200x8", "gpu.memory_gib", 141.0),
+    ("h200x8", "gpu.memory_gib", 140.4),  # as CUDA reports it: 143,771 MiB
     ("h200x8", "gpu.memory_bandwidth_gbps", 4800.0),
     ("b200x8", "gpu.memory_gib", 180.0),
     ("b200x8", "gpu.peak_tflops.bf16", 2250.0),
