@@ -29,6 +29,12 @@ _ALPHA_BETA = {
 MAX_LINK_GBPS = 3600.0
 # What a worker records for a collective that added no time to the GEMM before it (noise won).
 MEASURED_FLOOR_S = 1e-7
+# Relative margin of the floor test: a float32 round trip moves the floor by 1.2e-8 relative (bfloat16 by
+# at most 0.4%); a real timing within 1 ns of 0.1 us is noise anyway, far below any link's step.
+FLOOR_RTOL = 0.01
+# The least per-step latency a fit writes: NCCL's cost model gives a ring step over NVLink, the fastest
+# local link, 0.47 us with its LL protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat); less is noise.
+MIN_STEP_LATENCY_US = 0.5
 
 
 class ProbeError(ValueError):
@@ -66,30 +72,45 @@ def robust_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_re
                       max_gbps: float = MAX_LINK_GBPS) -> AlphaBetaFit:
     """The alpha-beta fit of `kind`, or where the timings cannot carry one the robust estimate,
     flagged `noisy`: bandwidth from the largest message's time, latency from the smallest's
-    less its bandwidth term. They cannot where a fit makes no physical sense (a slope or
-    latency of zero or less, a bandwidth above `max_gbps`: timings on a loaded machine once
-    fitted 5.2 PB/s and 0 us) or a time sits at the worker's floor (lost in the GEMM's noise).
+    less its bandwidth term (`fallback_latency_us`). They cannot where a fit makes no physical
+    sense (a slope of zero or less, a latency below MIN_STEP_LATENCY_US, a bandwidth above
+    `max_gbps`: timings on a loaded machine once fitted 5.2 PB/s and 0 us) or a time sits at
+    the worker's floor (lost in the GEMM's noise; `is_measured`).
 
     Weighted by 1/t (relative error): an unweighted fit lets the 16 MiB point set the
     intercept, and a few hundred microseconds of its noise then read as latency.
     """
     beta_mult, alpha_mult = (f(nproc) for f in _ALPHA_BETA[kind])
     sizes = np.array(sorted(times_s), dtype=float)
-    t = np.array([times_s[int(b)] for b in sizes])
-    measured = t > MEASURED_FLOOR_S
+    t = np.array([times_s[int(b)] for b in sizes], dtype=float)
+    measured = is_measured(t)
     if measured.all():
         x, w = beta_mult * sizes, 1.0 / t
         slope, intercept = np.linalg.lstsq(np.stack([x * w, w], axis=1), np.ones_like(t), rcond=None)[0]
-        if slope > 0 and intercept > 0 and 1.0 / slope / 1e9 <= max_gbps:
-            return AlphaBetaFit(float(1.0 / slope / 1e9), float(intercept / alpha_mult * 1e6), noisy=False)
+        latency_us = float(intercept / alpha_mult * 1e6)
+        if slope > 0 and latency_us >= MIN_STEP_LATENCY_US and 1.0 / slope / 1e9 <= max_gbps:
+            return AlphaBetaFit(float(1.0 / slope / 1e9), latency_us, noisy=False)
     if measured.any():
         sizes, t = sizes[measured], t[measured]
     x = beta_mult * sizes
     bandwidth_gbps = min(float(x[-1] / t[-1]) / 1e9, max_gbps)
-    latency_s = t[0] - x[0] / (bandwidth_gbps * 1e9)
-    if latency_s <= 0:  # the smallest message is all bandwidth term at that rate: take its whole time
-        latency_s = t[0]
-    return AlphaBetaFit(bandwidth_gbps, float(latency_s / alpha_mult * 1e6), noisy=True)
+    latency_us = fallback_latency_us(float(t[0]), float(x[0]) / (bandwidth_gbps * 1e9), alpha_mult)
+    return AlphaBetaFit(bandwidth_gbps, latency_us, noisy=True)
+
+
+def is_measured(times_s: np.ndarray) -> np.ndarray:
+    """Which timings were measured, not the worker's floor (send_recv's half floor included); the
+    floor is matched with a margin (FLOOR_RTOL), as a float32 round trip reads it 1.0000000116860974e-07."""
+    return times_s > MEASURED_FLOOR_S * (1.0 + FLOOR_RTOL)
+
+
+def fallback_latency_us(smallest_time_s: float, bandwidth_term_s: float, alpha_mult: float) -> float:
+    """Per-step latency from the smallest measured message: its time less its bandwidth term, at
+    least MIN_STEP_LATENCY_US. Where the bandwidth term takes all of its time (a message too large
+    to show the latency, timed faster per byte than the largest), the timings bound the latency only
+    by that message's whole time (a 4 MiB send once gave 3601 us), while the smaller messages, lost
+    in the noise, show it is far less: the fastest link's step is the estimate that they allow."""
+    return max((smallest_time_s - bandwidth_term_s) / alpha_mult * 1e6, MIN_STEP_LATENCY_US)
 
 
 def noisy_fit_warning(kinds) -> str:
@@ -196,7 +217,8 @@ def _collective_worker(rank: int, world: int, port: int, sizes: tuple[int, ...],
                 dist.all_reduce(once, op=dist.ReduceOp.MAX)
                 count = max(2, min(300, int(min_time_s / max(once.item(), 1e-6))))
                 both_s = _best_per_call(step, sync, count, repeats, dist.barrier)
-                one = torch.tensor([max(both_s - compute_s, MEASURED_FLOOR_S)])
+                # float64: a float32 tensor reads the floor back as 1.0000000116860974e-07, above MEASURED_FLOOR_S
+                one = torch.tensor([max(both_s - compute_s, MEASURED_FLOOR_S)], dtype=torch.float64)
                 dist.all_reduce(one, op=dist.ReduceOp.MAX)  # a collective is as slow as its slowest rank
                 results[kind][size] = one.item()
                 if kind == "send_recv":

@@ -2,9 +2,11 @@
 machine once probed 5229133.60 GB/s and 0.0 us); the probe falls back to a robust
 estimate and says, in one line, that the timings were noisy."""
 
+import numpy as np
 import pytest
 from smplan.hwprofiles import load_cluster
 from smplan.hwprofiles.probe import fit_alpha_beta, fit_collectives, robust_alpha_beta
+from smplan.hwprofiles.probe_collectives import MEASURED_FLOOR_S, MIN_STEP_LATENCY_US, is_measured
 
 from smplan.cli.main import cli
 
@@ -12,6 +14,8 @@ SIZES = (1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
 # Loaded machine: three collectives were lost in the GEMM's noise (the worker's 1e-7 s floor);
 # the old weighted least squares read them as 1.3 PB/s and no latency.
 LOST_IN_NOISE = dict(zip(SIZES, (1e-7, 1e-7, 1e-7, 2e-3, 4e-3, 9.8e-3), strict=True))
+# The floor as the worker once sent it, through a float32 tensor: 1.0000000116860974e-07, just above it.
+FLOOR_VIA_FLOAT32_S = float(np.float32(MEASURED_FLOOR_S))
 
 
 def _ring_all_reduce(n, bw, alpha):
@@ -22,15 +26,53 @@ def test_times_lost_in_noise_give_the_largest_messages_rate_not_petabytes():
     fit = robust_alpha_beta(LOST_IN_NOISE, 2, "all_reduce")
     assert fit.noisy
     assert fit.bandwidth_gbps == pytest.approx((1 << 24) / 9.8e-3 / 1e9)  # 1.71 GB/s
-    assert fit.latency_us > 100  # from the smallest message really measured (256 KiB at 2 ms)
+    assert fit.latency_us > 100  # from the smallest message really measured (1 MiB at 2 ms)
     assert fit_alpha_beta(LOST_IN_NOISE, 2, "all_reduce") == (fit.bandwidth_gbps, fit.latency_us)
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather"])
+def test_a_floor_read_back_through_float32_is_dropped_not_taken_as_the_latency(kind):
+    # a reviewer's probe wrote intra_node latency_us = 0.050: this floor over the 2 steps of a 2-process all-reduce
+    times = {b: FLOOR_VIA_FLOAT32_S if t == MEASURED_FLOOR_S else t for b, t in LOST_IN_NOISE.items()}
+    fit = robust_alpha_beta(times, 2, kind)
+    assert fit == robust_alpha_beta(LOST_IN_NOISE, 2, kind)  # however the floor round-trips
+    assert fit.noisy and fit.latency_us > 100  # from 1 MiB at 2 ms, not 0.1 us
+
+
+def test_a_large_messages_whole_time_is_not_the_latency():
+    # send_recv on a loaded machine: 1 KiB to 1 MiB lost in the noise (half the floor: a round trip is two
+    # messages), and 4 MiB timed faster per byte than 16 MiB (it fits in cache), so at the 16 MiB rate its
+    # bandwidth term exceeds its whole time; the probe once wrote that whole time, 3601 us, as the latency
+    floor = FLOOR_VIA_FLOAT32_S / 2
+    times = dict(zip(SIZES, (floor, floor, floor, floor, 3.601e-3, 16e-3), strict=True))
+    fit = robust_alpha_beta(times, 2, "send_recv")
+    assert fit.noisy and fit.bandwidth_gbps == pytest.approx((1 << 24) / 16e-3 / 1e9)
+    assert fit.latency_us == MIN_STEP_LATENCY_US  # the timings resolve no latency: the fastest link's step
+
+
+def test_the_floor_is_not_measured_however_it_was_sent():
+    floors = np.array([MEASURED_FLOOR_S, FLOOR_VIA_FLOAT32_S, FLOOR_VIA_FLOAT32_S / 2, MEASURED_FLOOR_S / 2])
+    assert not is_measured(floors).any() and is_measured(np.array([1e-6, 2e-3])).all()
+
+
+def test_the_robust_latency_is_the_smallest_messages_time_less_its_bandwidth_term():
+    fit = robust_alpha_beta(LOST_IN_NOISE, 4, "all_gather")
+    bandwidth_term_s = 3 / 4 * (1 << 20) / (fit.bandwidth_gbps * 1e9)
+    assert fit.latency_us == pytest.approx((2e-3 - bandwidth_term_s) / 3 * 1e6)  # 3 steps of a 4-process all-gather
+
+
+def test_a_fitted_latency_below_the_fastest_links_step_is_noisy():
+    times = _ring_all_reduce(2, 2e9, 1e-9)  # 1 ns a step: no link is that fast, it is the fit's noise
+    fit = robust_alpha_beta(times, 2)
+    assert fit.noisy and fit.latency_us == MIN_STEP_LATENCY_US
+    assert fit.bandwidth_gbps == pytest.approx(2.0, rel=1e-3)
 
 
 def test_a_negative_intercept_is_not_written_as_zero_latency():
     # slower per byte the bigger the message (contention): the line through them crosses zero below 0
     times = {b: 1e-2 * (b / SIZES[-1]) ** 1.1 for b in SIZES}
     fit = robust_alpha_beta(times, 2, "all_reduce")
-    assert fit.noisy and fit.latency_us > 0
+    assert fit.noisy and fit.latency_us >= MIN_STEP_LATENCY_US
     assert fit.bandwidth_gbps == pytest.approx((1 << 24) / 1e-2 / 1e9)
 
 
