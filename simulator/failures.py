@@ -131,7 +131,7 @@ class SweepResult:
         i = int(np.argmin(mean))
         lo, hi = max(0, i - 3), min(len(mean), i + 4)
         x = np.log(self.intervals_s[lo:hi])
-        if hi - lo >= 3:
+        if len(np.unique(x)) >= 3:  # a parabola needs 3 distinct intervals (a sweep may repeat one: numpy's RankWarning)
             a, b, _ = np.polyfit(x, mean[lo:hi], 2)
             if a > 0:
                 xs = -b / (2 * a)
