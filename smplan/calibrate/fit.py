@@ -35,6 +35,12 @@ FRACTIONS = ("matmul_max", "memory_bound", "network")  # must stay in (0, 1]
 # Floors keep log() finite; a half-dim of 0.01 or a host time of 0.01 us is "none" in effect.
 FLOOR = {"matmul_half_dim": 1e-2, "host_overhead_us_per_layer": 1e-2}
 MIN_FRACTION = 1e-3
+# A factor is determined by the runs when changing it by INFORM_STEP (log space, ~10%, either way
+# within its bounds) moves some plan's predicted step by more than INFORM_TOLERANCE (log, ~0.1%).
+# Host time overlaps GPU work (a max, not a sum): plans whose GPU work hides it say nothing of it,
+# and the prior alone keeps its start value, which must not then be called fitted.
+INFORM_STEP = 0.1
+INFORM_TOLERANCE = 1e-3
 
 
 class CalibrationError(ValueError):
@@ -48,6 +54,12 @@ class FitResult:
     loss_before: float
     loss_after: float
     evaluations: int
+    undetermined: tuple[str, ...] = ()  # keys no plan's prediction depends on (see `undetermined_keys`)
+
+    @property
+    def determined(self) -> tuple[str, ...]:
+        """The keys the runs set (the rest kept their start values)."""
+        return tuple(k for k in self.keys if k not in self.undetermined)
 
     def changes(self, before: Efficiency) -> dict[str, tuple[float, float]]:
         """key -> (before, after) for the fitted keys."""
@@ -96,8 +108,42 @@ def fit_efficiency(
 
     x = _levenberg_marquardt(residuals, _clip(keys, x0), keys, max_evaluations // 2)
     x, best = _pattern_search(loss, x, keys, tolerance, max_evaluations - evaluations)
-    fitted = _with(cluster, keys, x).efficiency
-    return FitResult(fitted, keys, loss(x0), best, evaluations)
+    undetermined = undetermined_keys(_with(cluster, keys, x), predict, keys, start)
+    if undetermined:  # kept exactly as given: the search may have nudged them, within the tolerance
+        x = [a if k in undetermined else b for k, a, b in zip(keys, x0, x, strict=True)]
+        best = loss(x)
+    fitted = dataclasses.replace(_with(cluster, keys, x).efficiency, **{k: getattr(start, k) for k in undetermined})
+    return FitResult(fitted, keys, loss(x0), best, evaluations, undetermined)
+
+
+def undetermined_keys(cluster: Cluster, predict: Callable[[Cluster], Sequence[float]], keys: Sequence[str],
+                      start: Efficiency | None = None, step: float = INFORM_STEP,
+                      tolerance: float = INFORM_TOLERANCE) -> tuple[str, ...]:
+    """The keys whose change by `step` (log space, up and down within the bounds, one key at a
+    time) moves no prediction of `predict` on `cluster` by more than `tolerance` (log ratio), nor
+    does putting back their value in `start`, where the fit began: runs that moved a key to where
+    it no longer matters (matmul_half_dim far below every GEMM's size, say) did determine it."""
+    base = list(predict(cluster))
+
+    def tried(key: str) -> list[float]:
+        return _neighbours(key, getattr(cluster.efficiency, key), step) + ([getattr(start, key)] if start else [])
+
+    return tuple(k for k in keys if not any(_moves(predict, base, _with_one(cluster, k, v), tolerance) for v in tried(k)))
+
+
+def _neighbours(key: str, value: float, step: float) -> list[float]:
+    """`value` moved by `step` either way in log space, clipped to the key's bounds (unmoved ones dropped)."""
+    x = _to_x(key, value)
+    moved = (_clip((key,), [x + sign * step])[0] for sign in (1.0, -1.0))
+    return [math.exp(m) for m in moved if m != x]
+
+
+def _moves(predict, base: list[float], cluster: Cluster, tolerance: float) -> bool:
+    return any(abs(_log_ratio(p, b)) > tolerance for p, b in zip(predict(cluster), base, strict=True))
+
+
+def _with_one(cluster: Cluster, key: str, value: float) -> Cluster:
+    return dataclasses.replace(cluster, efficiency=dataclasses.replace(cluster.efficiency, **{key: value}))
 
 
 def _levenberg_marquardt(residuals, x0: list[float], keys, budget: int, h: float = 1e-4) -> list[float]:

@@ -135,6 +135,21 @@ def parse_choice(text: str) -> PlanChoice:
                       keys.get("recompute", "none"))
 
 
+def batch_problem(choice: PlanChoice, global_batch: int) -> str | None:
+    """Why `choice` cannot run a global batch of `global_batch`, naming calibrate's --global-batch:
+    the planner's own line (plan.validate, feasibility) names gbs, which --plan does not take."""
+    per_step = choice.dp * choice.micro_batch  # samples per micro-batch step of all replicas
+    if global_batch % per_step:
+        lower = max(per_step, global_batch // per_step * per_step)
+        return (f"--plan {choice.label}: dp*mbs={per_step} does not divide the global batch {global_batch}; "
+                f"use --global-batch {lower} or {lower + per_step}, or another mbs")
+    if pipeline_fill_problem(choice.pp, "1f1b", global_batch // per_step, choice.dp, choice.micro_batch):
+        return (f"--plan {choice.label}: {global_batch // per_step} micro-batches cannot fill {choice.pp} pipeline "
+                f"stages; use --global-batch {choice.pp * per_step} or more (a multiple of dp*mbs={per_step}), "
+                "a smaller mbs or a smaller pp")
+    return None
+
+
 def _distance(a: PlanChoice, b: PlanChoice) -> int:
     return sum(getattr(a, f) != getattr(b, f) for f in ("dp", "tp", "pp", "micro_batch", "recompute"))
 

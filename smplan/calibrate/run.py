@@ -18,6 +18,7 @@ from pathlib import Path
 
 from smplan.calibrate.fit import (
     FIT_KEYS,
+    FRACTIONS,
     CalibrationError,
     FitResult,
     ape,
@@ -48,6 +49,10 @@ from .measure import Measured, device_dtype, run_plan
 
 # Median |error| on the fitted plans above which the calibrated profile gets a warning.
 POOR_FIT_APE = 0.15
+# The profile figure each fraction scales (hwprofiles.perf): a fraction fitted to its cap of 1 with
+# the plans still predicted too slow means the runs went faster than that figure allows.
+PEAK_FIGURES = {"matmul_max": "gpu.peak_tflops (GEMM FLOP/s)", "memory_bound": "gpu.memory_bandwidth_gbps",
+                "network": "intra_node.bandwidth_gbps"}
 
 
 @dataclass
@@ -115,8 +120,14 @@ class CalibrationReport:
         if not self.after or self.kept_input or self.median_ape_after <= POOR_FIT_APE:
             return None
         worst = max(self.after, key=lambda r: r.ape)
-        return (f"the calibrated profile still misses its own plans by {self.median_ape_after:.0%} (median; "
-                f"{worst.label} is predicted at {worst.ratio:.2f}x its measured time): these runs show a cost "
+        missed = (f"the calibrated profile still misses its own plans by {self.median_ape_after:.0%} (median; "
+                  f"{worst.label} is predicted at {worst.ratio:.2f}x its measured time)")
+        capped = capped_fractions(self.fit) if self.fit else []
+        if capped and worst.ratio > 1 and median([r.ratio for r in self.after]) > 1:  # too slow, and no faster allowed
+            return (f"{missed}, too slow, with {', '.join(capped)} at the upper bound 1: the runs went faster than "
+                    f"the profile's {', '.join(PEAK_FIGURES[k] for k in capped)} allow, so those figures are too "
+                    "low; re-probe this machine (smplan hw probe -o FILE) or raise them (--hw-set)")
+        return (f"{missed}: these runs show a cost "
                 "the model does not price. Use more plans (--plans), a model whose step is tens of "
                 "milliseconds or more (tiny models are dominated by per-op Python overhead), or check "
                 "that nothing else loaded the machine.")
@@ -139,10 +150,39 @@ class CalibrationReport:
             "spearman": spearman([r.predicted_s for r in rows], [r.measured_s for r in rows]),
             "efficiency_before": self.efficiency_before,
             "efficiency_after": dataclasses.asdict(self.fit.efficiency) if self.fit else None,
+            "factors": factor_states(self.fit, self.efficiency_before) if self.fit else None,
+            "undetermined_note": undetermined_note(self.fit) if self.fit else None,
             # what the fit minimises: sum of squared log(predicted / measured), plus its prior
             "fit_loss_before": self.fit.loss_before if self.fit else None,
             "fit_loss_after": self.fit.loss_after if self.fit else None,
         }
+
+
+def capped_fractions(fit: FitResult) -> list[str]:
+    """The fractions the runs determined that the fit left at their upper bound 1 (fit._clip)."""
+    return [k for k in fit.determined if k in FRACTIONS and getattr(fit.efficiency, k) >= 1.0]
+
+
+def factor_state(value: float, determined: bool) -> str:
+    """How a fitted key came by its value, as the report, the JSON and the written files say it."""
+    return "fitted" if determined else f"not determined by these plans (kept {value:.4g})"
+
+
+def factor_states(fit: FitResult, before: dict) -> dict:
+    """key -> before, after and how (`factor_state`), for every key the fit was given."""
+    return {k: {"before": before[k], "after": getattr(fit.efficiency, k), "determined": k not in fit.undetermined,
+                "state": factor_state(getattr(fit.efficiency, k), k not in fit.undetermined)} for k in fit.keys}
+
+
+def undetermined_note(fit: FitResult) -> str | None:
+    """One line when some keys were not determined: why, and which plans would determine them."""
+    if not fit.undetermined:
+        return None
+    them, values = ("it", "value") if len(fit.undetermined) == 1 else ("them", "values")
+    host = ("; the host time overlaps GPU work, so only plans with less GPU work per layer pass show it "
+            "(a smaller micro-batch: --plan ...,mbs=1)" if "host_overhead_us_per_layer" in fit.undetermined else "")
+    return (f"not determined by these plans: {', '.join(fit.undetermined)} (no plan's predicted step changes "
+            f"with {them}, so the fit kept the input's {values}){host}")
 
 
 def fit_is_worse(report: CalibrationReport) -> bool:
@@ -246,6 +286,9 @@ def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, p
         if c.dp * c.tp * c.pp != opts.nproc:
             raise PlanError(f"--plan {c.label} needs dp*tp*pp={c.dp * c.tp * c.pp} processes but --nproc-per-node is "
                             f"{opts.nproc}; change the plan or --nproc-per-node")
+        problem = plan_choice.batch_problem(c, opts.global_batch)  # before to_plan, whose line names gbs
+        if problem:
+            raise PlanError(problem)
         plan = plan_choice.to_plan(c, profile, model=model, model_args=model_args, hw=hw,
                                    global_batch=opts.global_batch, gpus_per_node=opts.nproc, dtype=dtype)
         out.append((c.label, plan))
@@ -339,7 +382,8 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
         notes = [
             f"Calibrated by `smplan calibrate {model}` on {time.strftime('%Y-%m-%d')}: {len(ok)} plans x "
             f"{opts.steps} steps on {opts.nproc} processes;",
-            f"fitted {', '.join(opts.keys)} (log-space least squares, smplan/calibrate/fit.py);",
+            f"fitted {', '.join(report.fit.determined) or 'nothing'} (log-space least squares, smplan/calibrate/fit.py);",
+            *([f"{undetermined_note(report.fit)};"] if report.fit.undetermined else []),
             f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after.",
         ]
         if opts.hw_set:
@@ -368,7 +412,8 @@ def write_calibrated_stack(model: str, opts: CalibrateOptions, report: Calibrati
     notes = [f"Calibrated by `smplan calibrate {model}` on {when}: {num_plans} plans x {opts.steps} steps on "
              f"{opts.nproc} processes, from {base.source};",
              f"median |error| of step time {report.median_ape_before:.1%} before, {report.median_ape_after:.1%} after."]
-    comments = {k: (f"fitted by smplan calibrate, {when}" if k in fitted
+    comments = {k: (f"fitted by smplan calibrate, {when}" if k in fitted and k not in report.fit.undetermined
+                    else f"smplan calibrate, {when}: {factor_state(values[k], False)}" if k in fitted
                     else "as the fit ran: set by --hw-set" if k in overridden
                     else "as the fit ran: the hardware profile's own value" if k in kept else f"from {base.source}")
                 for k in (*STACK_KEYS, "overlap_grad_reduce")}

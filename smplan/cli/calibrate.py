@@ -8,6 +8,7 @@ import click
 
 from smplan.calibrate import CalibrateOptions
 from smplan.calibrate import calibrate as run_calibration
+from smplan.calibrate.run import factor_state, undetermined_note
 
 from .checks import UserError, check_can_write
 from .options import (
@@ -102,9 +103,12 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     click.echo(table(report.after))
     click.echo(f"median |error| {report.median_ape_after:.1%} on the plans it was fitted to")
     for key, (before, after) in report.fit.changes(_efficiency(report)).items():
-        click.echo(f"  efficiency.{key}: {before:.4g} -> {after:.4g}")
+        undetermined = key in report.fit.undetermined  # the prior kept it: no "->" as if the runs set it
+        click.echo(f"  efficiency.{key}: " + (factor_state(after, False) if undetermined else f"{before:.4g} -> {after:.4g}"))
     if report.warning:
         click.echo(f"warning: {report.warning}")
+    if undetermined_note(report.fit):
+        click.echo(f"note: {undetermined_note(report.fit)}")
     if report.coverage:
         click.echo(f"note: {report.coverage}")
     if report.kept_input:

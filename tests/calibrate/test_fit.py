@@ -8,7 +8,14 @@ from smplan.hwprofiles import GroupSpan, load_cluster
 from smplan.hwprofiles.perf import collective_time_s, matmul_time_s, memory_bound_time_s
 from smplan.hwprofiles.profile_file import profile_path, with_efficiency, write_profile
 
-from smplan.calibrate.fit import CalibrationError, ape, fit_efficiency, median, spearman
+from smplan.calibrate.fit import (
+    CalibrationError,
+    ape,
+    fit_efficiency,
+    median,
+    spearman,
+    undetermined_keys,
+)
 
 # Synthetic "runs": smallest GEMM dimension (fp32, compute-bound), GEMM count, element-wise bytes, all-reduce bytes, layer passes.
 # They mix the terms differently (small and large GEMMs, comm-heavy, host-heavy), as the
@@ -59,6 +66,34 @@ def test_fit_only_moves_the_keys_it_is_given():
     assert math.isclose(result.efficiency.matmul_max, 0.5, rel_tol=0.01)
     assert result.efficiency.network == base.efficiency.network
     assert result.changes(base.efficiency) == {"matmul_max": (base.efficiency.matmul_max, result.efficiency.matmul_max)}
+
+
+def overlapped(cluster):
+    """The runs with host time overlapping GPU work, as the cost model has it: max(GPU, host)."""
+    host_s = cluster.efficiency.host_overhead_us_per_layer * 1e-6
+    return [max(t - passes * host_s, passes * host_s) for t, (*_, passes) in zip(synthetic(cluster), RUNS, strict=True)]
+
+
+def test_a_factor_no_run_depends_on_is_kept_and_said_so():
+    """Host time that every run's GPU work hides: the fit must not call its start value fitted."""
+    base = with_eff(load_cluster("a100x8"), host_overhead_us_per_layer=1.0)  # hidden in every run
+    truth = with_eff(base, matmul_max=0.5)
+    result = fit_efficiency(base, overlapped, overlapped(truth))
+    assert result.undetermined == ("host_overhead_us_per_layer",)
+    assert "host_overhead_us_per_layer" not in result.determined and "matmul_max" in result.determined
+    assert result.efficiency.host_overhead_us_per_layer == 1.0  # kept exactly
+    exposed = with_eff(base, host_overhead_us_per_layer=1e6)  # a second per pass: every run waits for the host
+    assert "host_overhead_us_per_layer" not in fit_efficiency(exposed, overlapped, overlapped(exposed)).undetermined
+
+
+def test_a_factor_the_fit_moved_counts_as_determined_where_it_no_longer_matters():
+    def predict(cluster):  # host time shows only above 1 s a step
+        return [max(1.0, cluster.efficiency.host_overhead_us_per_layer * 1e-6)]
+
+    fitted = with_eff(load_cluster("a100x8"), host_overhead_us_per_layer=1e5)
+    assert undetermined_keys(fitted, predict, ("host_overhead_us_per_layer",)) == ("host_overhead_us_per_layer",)
+    moved_from = with_eff(fitted, host_overhead_us_per_layer=5e6).efficiency  # the runs pulled it down from 5 s
+    assert undetermined_keys(fitted, predict, ("host_overhead_us_per_layer",), moved_from) == ()
 
 
 def test_fractions_stay_at_most_one():

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from smplan.planner import PlanError, profile_model
 
-from smplan.calibrate.plans import candidates, choose, meshes, parse_choice, to_plan
+from smplan.calibrate.plans import batch_problem, candidates, choose, meshes, parse_choice, to_plan
 
 GPT = "examples/gpt.py:tiny"
 
@@ -70,6 +70,14 @@ def test_plan_keys_a_calibration_cannot_honour_are_refused(text, named):
         parse_choice(text)
     message = str(err.value)
     assert f"does not take {named};" in message and "dp, tp, pp, mbs, recompute" in message
+
+
+def test_a_batch_a_plan_cannot_take_names_global_batch_not_gbs():
+    assert batch_problem(parse_choice("dp=2,mbs=4"), 8) is None
+    odd = batch_problem(parse_choice("dp=2,mbs=3"), 8)
+    assert odd.endswith("dp*mbs=6 does not divide the global batch 8; use --global-batch 6 or 12, or another mbs")
+    assert "use --global-batch 4 or more" in batch_problem(parse_choice("pp=2,mbs=2"), 2)  # 1 micro-batch, 2 stages
+    assert batch_problem(parse_choice("pp=2,mbs=2"), 4) is None
 
 
 def test_supported_plan_keys_are_kept():

@@ -1,5 +1,8 @@
 """The calibration report warns when the fitted profile still misses its own plans."""
 
+from smplan.hwprofiles import Efficiency
+
+from smplan.calibrate.fit import FIT_KEYS, FitResult
 from smplan.calibrate.run import (
     POOR_FIT_APE,
     CalibrateOptions,
@@ -10,9 +13,13 @@ from smplan.calibrate.run import (
 )
 
 
-def _report(after_ratios):
+def _report(after_ratios, fit=None):
     rows = [Row(f"plan{i}", 0.1, 0.1 * r, 0.1 * r) for i, r in enumerate(after_ratios)]
-    return CalibrationReport(hw="my.toml", before=rows, after=rows)
+    return CalibrationReport(hw="my.toml", before=rows, after=rows, fit=fit)
+
+
+def _fit(undetermined=(), **values):
+    return FitResult(Efficiency(**values), FIT_KEYS, 1.0, 0.5, 10, undetermined)
 
 
 def test_good_fit_has_no_warning():
@@ -42,3 +49,18 @@ def test_a_fit_that_misses_more_than_the_input_is_worse():
     assert report.warning is None  # no calibrated profile to warn about
     assert not fit_is_worse(CalibrationReport(hw="my.toml", before=after, after=before))
     assert not fit_is_worse(CalibrationReport(hw="my.toml", before=before))  # --check: nothing fitted
+
+
+def test_plans_predicted_too_slow_at_capped_fractions_blame_the_peak_figures():
+    """Every plan slower in the model than measured, the fractions at 1: no unpriced cost, the
+    runs beat the probed peaks (a new user's probed profile: pred/meas 1.29, 1.24, 1.03)."""
+    capped = _fit(("host_overhead_us_per_layer",), matmul_max=1.0, memory_bound=1.0, network=1.0)
+    warning = _report([1.29, 1.24, 1.03], capped).warning
+    assert "too slow" in warning and "matmul_max, memory_bound, network at the upper bound 1" in warning
+    assert "gpu.peak_tflops" in warning and "gpu.memory_bandwidth_gbps" in warning and "smplan hw probe" in warning
+    assert "does not price" not in warning and "Python overhead" not in warning
+    assert "network at" not in _report([1.29, 1.24, 1.03], _fit(("network",), network=1.0)).warning  # not fitted
+    free = _fit(matmul_max=0.7, memory_bound=0.8, network=0.9)  # room left: something else is off
+    assert "does not price" in _report([1.29, 1.24, 1.03], free).warning
+    mixed = _report([1.39, 1.06, 0.52], capped).warning  # some plans too fast: not a peak too low
+    assert "does not price" in mixed and "smplan hw probe" not in mixed

@@ -146,6 +146,20 @@ def test_explicit_plan_of_the_wrong_size_is_refused_before_any_run(cli_runner, p
     assert "--plan dp=4" in line and "--nproc-per-node is 2" in line
 
 
+def test_a_plan_that_does_not_divide_the_global_batch_names_calibrates_option(cli_runner, probed, tmp_path, monkeypatch):
+    """The planner's line said "use gbs=6 or 12", a key --plan refuses: the option is --global-batch."""
+    from smplan.calibrate import local_cluster
+
+    args = ["calibrate", GPT_TINY, "--hw", str(probed), "--plan", "dp=2,mbs=3", "--check"]
+    line = _one_line_exit_2(cli_runner.invoke(cli, args))
+    assert "dp*mbs=6 does not divide the global batch 8; use --global-batch 6 or 12" in line and "gbs" not in line
+    line = _one_line_exit_2(cli_runner.invoke(cli, [*args[:-3], "--plan", "pp=2,mbs=8", "--check"]))
+    assert "cannot fill 2 pipeline stages; use --global-batch 16 or more" in line and "gbs" not in line
+    _runs_off_by(monkeypatch, local_cluster(str(probed), 2), [1.0])
+    followed = cli_runner.invoke(cli, [*args, "--global-batch", "6", "--runs-dir", str(tmp_path / "runs")])
+    assert followed.exit_code == 0, followed.output
+
+
 def test_plan_keys_calibration_cannot_honour_are_one_line(cli_runner, probed):
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed),
                                                     "--plan", "dp=2,zero=1,sp=1"]))
@@ -230,7 +244,7 @@ def _runs_off_by(monkeypatch, cluster, factors):
 
     def run(plan, label, model_file, steps, nproc, run_dir):
         ran.append(label)
-        profile = profile_model(GPT_TINY, dtype=plan.dtype)
+        profile = profile_model(plan.model, plan.model_args, dtype=plan.dtype)
         return Measured(plan, label, factors[(len(ran) - 1) % len(factors)] * estimate(plan, profile, cluster).step_time_s, str(run_dir))
 
     monkeypatch.setattr("smplan.calibrate.run.run_plan", run)
@@ -312,3 +326,26 @@ def test_a_fit_to_plans_of_one_layout_says_what_it_did_not_cover(cli_runner, pro
     mixed = cli_runner.invoke(cli, [*args[:-2], "--plan", "tp=2,mbs=2", "--runs-dir", str(tmp_path / "runs2"),
                                     "--json"])
     assert mixed.exit_code == 0 and json.loads(mixed.stdout)["coverage_note"] is None, mixed.output
+
+
+def test_a_host_time_the_plans_hide_is_not_called_fitted(cli_runner, probed, tmp_path, monkeypatch):
+    """hidden=256's GPU work hides the host time (a max, not a sum): the fit kept 1075 from its prior,
+    yet printed `1075 -> 1075` and wrote it to the stack file as 'fitted by smplan calibrate'."""
+    from smplan.calibrate import local_cluster
+
+    _runs_off_by(monkeypatch, local_cluster(str(probed), 2), [0.78, 0.8, 0.97])
+    out, stack = tmp_path / "cal.toml", tmp_path / "calstack.toml"
+    args = ["calibrate", "examples/gpt.py", "--arg", "hidden=256", "--arg", "seq_len=128", "--hw", str(probed),
+            "-o", str(out), "--stack-output", str(stack)]
+    result = cli_runner.invoke(cli, [*args, "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    assert "efficiency.host_overhead_us_per_layer: not determined by these plans (kept 1075)" in result.output
+    assert "efficiency.matmul_half_dim: 40 -> " in result.output  # the runs did set this one
+    assert "note: not determined by these plans: host_overhead_us_per_layer" in result.output
+    line = next(x for x in stack.read_text().splitlines() if x.startswith("host_overhead_us_per_layer ="))
+    assert line.endswith(": not determined by these plans (kept 1075)") and "fitted" not in line
+    assert "# not determined by these plans: host_overhead_us_per_layer" in out.read_text()
+    report = json.loads(cli_runner.invoke(cli, [*args, "--force", "--runs-dir", str(tmp_path / "runs2"), "--json"]).stdout)
+    host = report["factors"]["host_overhead_us_per_layer"]
+    assert host["determined"] is False and host["state"] == "not determined by these plans (kept 1075)"
+    assert report["factors"]["matmul_half_dim"]["state"] == "fitted"
