@@ -16,23 +16,26 @@ def host_time_from_stack(efficiency: Efficiency, stack: str | None = None) -> bo
     (`smplan calibrate` fits it there) or --hw-set gives. Under the default stack a file's own
     value stands, any other stack replaces it (hwprofiles/stack.py), so the figure is the stack's
     exactly when it equals that stack's. `stack`: the --stack in effect; None: any bundled one."""
+    if stack and stack not in bundled_stacks():  # a --stack file's own figure (`smplan calibrate --stack-output` writes one)
+        return False
     names = [stack] if stack else bundled_stacks()
     value = efficiency.host_overhead_us_per_layer
     return any(load_stack(name).host_overhead_us_per_layer == value for name in names)
 
 
 def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False, on_cpu: bool = False,
-                   stack_figure: bool | None = None) -> str | None:
+                   stack_figure: bool | None = None, stack: str | None = None) -> str | None:
     """One line when the GPU waits for the host's kernel launches for a tenth of the step or more
     (the breakdown's `host_wait`): what sets that time and what shortens it. `on_cpu`: a profile
     from `smplan hw probe` on a CPU, where no GPU waits and no CUDA graph helps, and the host
     time is a GPU stack's until `smplan calibrate` fits it. `stack_figure`: whether the host time
-    is the stack's (`host_time_from_stack`; None: worked out from its value)."""
+    is the stack's (`host_time_from_stack`; None: worked out from its value and `stack`, the
+    --stack in effect)."""
     wait = figures.breakdown.get("host_wait", 0.0)
     if not figures.step_time_s or wait < HOST_WAIT_NOTE_SHARE * figures.step_time_s:
         return None
     if stack_figure is None:
-        stack_figure = host_time_from_stack(efficiency)
+        stack_figure = host_time_from_stack(efficiency, stack)
     per_layer = f"{efficiency.host_overhead_us_per_layer:g} us per layer pass"
     if moe and efficiency.host_overhead_us_per_moe_layer:
         per_layer += f", {efficiency.host_overhead_us_per_moe_layer:g} us more per MoE layer"

@@ -92,7 +92,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     capped = None if is_plan_file_name(target) else capped_context_note(
         plan.model, profile.seq_len, model_args_from(model_args), seq_len)
     host = host_wait_note(result.figures, cluster.efficiency, moe=profile.num_experts > 1,
-                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME)
+                          on_cpu=cluster.gpu.name == PROBED_CPU_NAME, stack=plan.stack)
     oom = None if result.fits_memory else out_of_memory_warning(
         result.figures.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan)
     notes += [note for note in (capped, host, oom) if note]

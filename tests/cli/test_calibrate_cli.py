@@ -5,6 +5,7 @@ import time
 
 import pytest
 from smplan.hwprofiles import load_cluster
+from smplan.hwprofiles.stack import STACK_DIR as STACKS
 
 from smplan.calibrate.measure import Measured
 from smplan.cli.main import cli
@@ -309,6 +310,13 @@ def test_a_calibrated_host_time_is_not_called_the_stacks(cli_runner, probed, tmp
     assert "1075 us per layer pass, the stack's figure" in replaced
     overridden = note("--hw", str(probed), "--hw-set", "efficiency.host_overhead_us_per_layer=2000")
     assert "2000 us per layer pass" in overridden and "stack's" not in overridden
+    # a --stack file (calibrate's --stack-output) states its own host time, even one equal to a bundled
+    # stack's: the note sent the user back to `smplan calibrate`, which had just written it
+    stack_file = tmp_path / "calstack.toml"
+    stack_file.write_text((STACKS / "megatron-core.toml").read_text())
+    from_file = note("--hw", str(probed), "--stack", str(stack_file))
+    assert "1075 us per layer pass" in from_file and "stack's" not in from_file
+    assert "smplan calibrate` fits it" not in from_file and "a --stack file or --hw-set sets it" in from_file
 
 
 def test_a_fit_to_plans_of_one_layout_says_what_it_did_not_cover(cli_runner, probed, tmp_path, monkeypatch):
