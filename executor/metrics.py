@@ -12,6 +12,9 @@ from pathlib import Path
 from smplan.planner.feasibility import effective_zero
 
 MEASURED = ("step_time_s", "tokens_per_s", "samples_per_s", "peak_memory_gib")
+# The throughput the progress line and the summary's text report, and its unit: both keys stay in
+# every record (scripts read tokens_per_s), only the one shown follows the model's samples.
+RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s"}
 # A step record's flag: the first step after the workers started (a resume's, a restart's; the run's
 # own step 1 is one without it in older files), which warms up (allocations, gloo's connections,
 # lazy initialisation) and is left out of the medians.
@@ -155,10 +158,17 @@ class MetricsWriter:
             fh.write(json.dumps(record) + "\n")
 
 
-def progress(record: dict, steps: int) -> None:
+def rate_key(seq_len: int | None, tokens_per_sample: int | None) -> str:
+    """"samples_per_s" for a model whose samples are not token sequences (an image or feature
+    model: no seq_len in the plan, one token per sample), as `smplan plan` then labels its column
+    samples/s (its plans' seq_len is 0 for them); "tokens_per_s" otherwise."""
+    return "tokens_per_s" if seq_len or (tokens_per_sample or 1) > 1 else "samples_per_s"
+
+
+def progress(record: dict, steps: int, rate: str = "tokens_per_s") -> None:
     print(
         f"step {record['step']}/{steps}  loss {record['loss']:.4f}  "
-        f"{record['step_time_s'] * 1e3:.1f} ms/step  {record['tokens_per_s']:,.0f} tok/s  "
+        f"{record['step_time_s'] * 1e3:.1f} ms/step  {record[rate]:,.0f} {RATE_UNITS[rate]}  "
         f"grad-norm {record['grad_norm']:.3f}  mem {record['peak_memory_gib']:.2f} GiB"
         + (f"  lr {record['lr']:.3g}" if "lr" in record else "")
         + (f"  val-loss {record['val_loss']:.4f}" if "val_loss" in record else ""),
@@ -190,9 +200,10 @@ def steady(records: list[dict]) -> list[dict]:
 
 
 def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,
-              dtype: str = "fp32") -> dict:
+              dtype: str = "fp32", rate: str = "tokens_per_s") -> dict:
     """Medians over the steps that did not warm up (`steady`), next to the plan's prediction;
-    memory is the run's peak (the fullest rank's, over every step), what must fit."""
+    memory is the run's peak (the fullest rank's, over every step), what must fit. `rate`
+    (`rate_key`) is the throughput key the text reports, recorded as "throughput_key"."""
     records = read_metrics(run_dir)
     kept = steady(records)
     measured = {k: statistics.median(r[k] for r in kept) for k in MEASURED} if kept else {}
@@ -207,6 +218,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "warm_up_steps": [r["step"] for r in records if r not in kept],  # left out of the medians
         "device": device,
         "compute_dtype": dtype,  # CPU runs compute in the parameters' dtype (fp32 unless built in bf16)
+        "throughput_key": rate,  # added beside tokens_per_s and samples_per_s, which both stay
         "plan": {k: plan[k] for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
                                       "virtual_stages", "zero", "sequence_parallel", "recompute", "dtype",
                                       "fp8_scaling", "capacity_factor", "grad_compress") if k in plan},

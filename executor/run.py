@@ -16,12 +16,13 @@ from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import (
     Plan,
     PlanError,
+    TooFewBlocksError,
     model_not_found,
     parse_inline,
     plan_from_inline,
 )
 
-from smplan.model.structure import find_layout
+from smplan.model.structure import find_layout, unlike_blocks
 
 from . import checkpoint
 from .config import RunConfig, fingerprint_inputs, hash_key, parse_slow_rank
@@ -129,13 +130,17 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     if not model:
         raise PlanMismatchError(f"an inline plan ({plan_arg!r}) needs --model FILE.py[:builder]")
     model_file = load_model_file(model)
-    layout = find_layout(model_file.build(model_args or {}, device="meta"))
+    meta = model_file.build(model_args or {}, device="meta")
+    layout = find_layout(meta)
     keys = parse_inline(plan_arg)
     world = keys.get("dp", 1) * keys.get("tp", 1) * keys.get("pp", 1) * keys.get("cp", 1)
     per_node = nproc_per_node or -(-world // nnodes)
     try:
         plan = plan_from_inline(keys, model=model, hw="local", nodes=nnodes, gpus_per_node=per_node,
                                 num_blocks=layout.num_blocks, model_args=model_args)
+    except TooFewBlocksError as err:  # a pyramid of one class: say why its run of blocks is short
+        unlike = unlike_blocks(meta, layout)
+        raise (err.because(unlike) if unlike else err) from None
     except PlanError as err:  # execute's processes are --nproc-per-node x --nnodes, not --nodes
         raise PlanError(str(err).replace("add --nodes", "give --nproc-per-node / --nnodes for them")) from None
     return plan, model_file

@@ -35,6 +35,7 @@ from .metrics import (
     peak_memory_source,
     progress,
     rank_file,
+    rate_key,
     summarize,
 )
 from .timing import PhaseTimer
@@ -437,7 +438,7 @@ class Trainer:
                     writer.write(record)
                     if board is not None:
                         board.write(record)
-                    progress(record, steps)
+                    progress(record, steps, rate_key(self.plan.seq_len, self.tokens_per_sample))
                 if self.cfg.checkpoint_dir and every and (step % every == 0 or step == steps):
                     self._save(step)
         finally:
@@ -445,7 +446,8 @@ class Trainer:
                 board.close()
         if self.rank == 0:
             predicted = self.plan.predicted.to_dict() if self.plan.predicted else None
-            summarize(self.cfg.out_dir, predicted, self.plan.to_dict(), self.device.type, self.compute_dtype)
+            summarize(self.cfg.out_dir, predicted, self.plan.to_dict(), self.device.type, self.compute_dtype,
+                      rate_key(self.plan.seq_len, self.tokens_per_sample))
         # Tear gloo down together: a rank that destroys its groups while a peer is still
         # busy (rank 0 writing the summary) can abort ("terminate called without an active
         # exception", 1 run in ~8 with tp=2 on CPU). Only after success: a failed run must not hang.

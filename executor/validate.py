@@ -16,7 +16,7 @@ from smplan.planner.feasibility import (
     pipeline_fill_problem,
 )
 from smplan.planner.model_file import ModelFileError, first_line
-from smplan.planner.plan import Plan
+from smplan.planner.plan import BLOCKS_RULE, Plan
 from torch import nn
 from torch.utils._pytree import tree_map
 
@@ -36,7 +36,7 @@ from smplan.model import (
     tensor_parallel_problem,
     tokens_per_sample,
 )
-from smplan.model.structure import Layout, find_layout, owned_blocks
+from smplan.model.structure import Layout, find_layout, owned_blocks, unlike_blocks
 
 from .float8 import Float8Unavailable, fp8_plan_problem, torchao_float8
 from .parallelize import call_tp_plan
@@ -104,8 +104,8 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
     layout = find_layout(meta)
     n = layout.num_blocks
     if n == 0 and (plan.pp > 1 or plan.virtual_stages > 1):
-        raise PlanMismatchError(f"{ref} has no repeated blocks (an nn.ModuleList/nn.Sequential of identical "
-                                "modules), so it cannot be cut into pipeline stages; use pp=1")
+        raise PlanMismatchError(f"{ref} has no repeated blocks ({BLOCKS_RULE}), so it cannot be cut into "
+                                "pipeline stages; use pp=1")
     chunks = plan.num_model_chunks
     if plan.stages:
         end = plan.stages[-1].last_block
@@ -115,9 +115,10 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
                 "regenerate the plan for this model (smplan plan) or fix the stage ranges"
             )
     elif chunks > n:
+        unlike = unlike_blocks(meta, layout)  # a pyramid of one class: say why its run of blocks is short
         raise PlanMismatchError(
-            f"pp*v={chunks} pipeline stages need at least {chunks} blocks but {ref} has {n}; "
-            f"use pp*v <= {n}"
+            f"pp*v={chunks} pipeline stages need at least {chunks} blocks but {ref} has {n}"
+            f"{f': {unlike}' if unlike else ''}; use pp*v <= {n}"
         )
     if world_size is not None and world_size != plan.world_size:
         degrees = (f"dp*tp*pp={plan.dp}*{plan.tp}*{plan.pp}" if plan.cp == 1

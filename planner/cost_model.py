@@ -58,7 +58,7 @@ from .memory_model import (
 )
 from .model_profile import BlockProfile, ModelProfile
 from .pass_model import FLASH_DTYPES, PassTimes, launch_slack_s, pass_times
-from .plan import Figures, Plan, PlanError
+from .plan import Figures, Plan, PlanError, no_blocks_reason
 
 # Adam step per parameter: read+write fp32 master, m, v (24 B), read the grad twice (norm
 # clipping + update, 4 B), write the bf16 weight (2 B) -> ~30 B of HBM traffic.
@@ -204,8 +204,7 @@ def blocks_problem(profile: ModelProfile) -> str | None:
     """Why no plan can place `profile`'s model (it has no repeated blocks), or None."""
     if profile.blocks:
         return None
-    return (f"model {profile.model!r} has no repeated blocks (an nn.ModuleList or nn.Sequential of modules of one "
-            "class), which smplan places and prices one by one; build it around such a stack (README: The model file)")
+    return no_blocks_reason(f"model {profile.model!r}")
 
 
 class CostModel:

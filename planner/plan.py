@@ -44,6 +44,19 @@ class PlanError(ValueError):
     """A plan the user gave is inconsistent; the message names the value and the fix."""
 
 
+class TooFewBlocksError(PlanError):
+    """More pipeline stages than the model has blocks. `because(why)` says it again with why the
+    blocks are few (smplan.model.structure.unlike_blocks), which only a caller holding the model knows."""
+
+    def __init__(self, num_chunks: int, num_blocks: int, why: str | None = None):
+        self.num_chunks, self.num_blocks = num_chunks, num_blocks
+        super().__init__(f"{num_chunks} pipeline stages need at least {num_chunks} blocks but the model has "
+                         f"{num_blocks}{f': {why}' if why else ''}; lower pp (or v)")
+
+    def because(self, why: str) -> TooFewBlocksError:
+        return TooFewBlocksError(self.num_chunks, self.num_blocks, why)
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage (one virtual stage under the interleaved schedule).
@@ -265,16 +278,25 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
     return seen
 
 
+# What the repeated blocks are (smplan.model.structure's rule, `_signature`), in the words of the
+# refusals: same-class blocks of other widths (a pyramid) are not one run.
+BLOCKS_RULE = ("an nn.ModuleList or nn.Sequential of structurally identical modules: one class, with the same "
+               "submodules and parameter shapes")
+
+
+def no_blocks_reason(name: str) -> str:
+    """Why `name` (a model without repeated blocks) cannot be planned or run: the one line plan
+    and execute refuse it with and profile warns with."""
+    return (f"{name} has no repeated blocks ({BLOCKS_RULE}), which smplan places and prices one by one; "
+            "build it around such a stack (README: The model file)")
+
+
 def even_stages(num_blocks: int, num_chunks: int, recompute: str = "none") -> tuple[Stage, ...]:
     """Split blocks into contiguous chunks as evenly as possible (earlier chunks get the extra)."""
     if num_blocks == 0:
-        raise PlanError("the model has no repeated blocks (an nn.ModuleList or nn.Sequential of modules of one "
-                        "class), which smplan places and prices one by one; build it around such a stack")
+        raise PlanError(no_blocks_reason("the model"))
     if num_chunks > num_blocks:
-        raise PlanError(
-            f"{num_chunks} pipeline stages need at least {num_chunks} blocks but the model has "
-            f"{num_blocks}; lower pp (or v)"
-        )
+        raise TooFewBlocksError(num_chunks, num_blocks)
     base, extra = divmod(num_blocks, num_chunks)
     stages, start = [], 0
     for i in range(num_chunks):

@@ -253,7 +253,8 @@ def _echo_summary(summary: dict, plan) -> None:
         click.echo(f"  over the run's {steps} steps (medians leave out {which} up)")
     elif steps == 1:
         click.echo("  over the run's 1 step, which warms up (allocations, first kernels): the steps after it are faster")
-    for key in ("step_time_s", "tokens_per_s", "peak_memory_gib"):
+    # the throughput in the plan's unit (samples/s for a model without sequences); older summaries: tokens
+    for key in ("step_time_s", summary.get("throughput_key", "tokens_per_s"), "peak_memory_gib"):
         line = f"  {key:16s} measured {_figure(measured.get(key, float('nan')))}"
         if predicted and predicted.get(key) is not None:
             r = ratio.get(key)

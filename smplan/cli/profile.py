@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from smplan.planner import profile_model
+from smplan.planner import blocks_problem, profile_model
 from smplan.planner.profiler import DTYPES
 
 from .options import echo_json, json_option, model_args_from, model_args_option
@@ -38,9 +38,11 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
       smplan profile examples/mlp.py --dtype fp32
     """
     result = profile_model(model, model_args_from(model_args), seq_len=seq_len, dtype=dtype, cache=not no_cache)
+    notes = _warnings(result)
     if as_json:
         data = result.to_dict()
         data["train_flops_per_token"] = result.train_flops_per_sample / result.tokens_per_sample
+        data["notes"] = notes  # every warning the text prints on stderr, as plan's --json notes
         echo_json(data)
         return
     rows = [_row(p.name, 1, p) for p in result.pre]
@@ -81,6 +83,8 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
     click.echo(f"train FLOPs per sample:    {result.train_flops_per_sample:.4g} (3x forward, no recompute)")
     if result.seq_len:
         click.echo(f"train FLOPs per token:     {per_token:.4g}")
+    for note in notes:
+        click.echo(note, err=True)
     for dim, why in result.unsupported.items():
         click.echo(f"{dim} will not be offered: {why}")
     if "tp" in result.unsupported:
@@ -89,6 +93,13 @@ def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype:
         click.echo("no tp_plan in the model file: tensor parallelism will not be offered")
     elif result.num_heads:
         click.echo(f"tp (tensor parallelism) must divide {result.num_heads}, a block's key/value heads")
+
+
+def _warnings(result) -> list[str]:
+    """What `plan` and `execute` will make of the model beyond the profile: a model they refuse
+    (no repeated blocks) profiles fine, so say it here, with the line they refuse it with."""
+    refusal = blocks_problem(result)
+    return [f"warning: plan and execute will refuse this model: {refusal}"] if refusal else []
 
 
 def _row(name: str, count: int, p) -> list:

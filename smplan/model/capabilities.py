@@ -7,14 +7,17 @@ records the reason here (`ModelProfile.unsupported`), the search leaves the dime
 
 from __future__ import annotations
 
+import linecache
+import re
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from .inputs import inputs_kind, is_one_tensor
-from .structure import Layout, cut_chunk, tied_groups
+from .structure import Layout, cut_chunk, tied_groups, unlike_blocks
 
 # What a model file changes to allow each dimension (the tail of each reason below); a caller
 # whose model is not the user's own code (a Hugging Face config) passes its own.
@@ -34,7 +37,9 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
     """
     name = type(model).__name__
     if layout.num_blocks < 2:
-        return f"{name} has {layout.num_blocks} repeated block(s); pipeline stages need at least 2"
+        unlike = unlike_blocks(model, layout)  # a pyramid of one class: say why it is not one run
+        return (f"{name} has {layout.num_blocks} repeated block(s); pipeline stages need at least 2"
+                + (f": {unlike}" if unlike else ""))
     if not is_one_tensor(inputs):  # forward(*inputs) / forward(**inputs): stages pass one tensor on
         return f"batch() gives {name}'s inputs as {inputs_kind(inputs)}; pipeline stages pass one tensor on"
     n = layout.num_blocks
@@ -56,8 +61,12 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
             return (f"{name}'s blocks are called by torch's {caller}.forward, which does not skip the layers "
                     f"another stage holds ({type(err).__name__}: {first_line}); call them from a forward of your "
                     "own that skips None layers, as examples/gpt.py does, to allow pp")
-        return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
-                f"{first_line}); {fix}")
+        if fix != PIPELINE_FIX:  # transformers' code: neither its line nor its layers are the user's to edit
+            return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
+                    f"{first_line}); {fix}")
+        where = _user_line(model, err)  # the user's own line: what to edit, and what was None there
+        return (f"{name}.forward does not skip the layers another stage holds{': ' + where + ' ' if where else ' '}"
+                f"({type(err).__name__}: {first_line}); {_none_on_a_stage(layout)}; {fix}")
     tied = _tied_apart(model, layout)  # after the forward: a forward that cannot be cut says so first
     if tied:
         return (f"{name} ties {tied[0]} to {tied[1]} (one Parameter), which pipeline stages would hold apart; "
@@ -76,6 +85,37 @@ def _torch_caller(err: BaseException) -> str | None:
             innermost = me
     forward = type(innermost).forward if innermost is not None else None
     return type(innermost).__name__ if forward is not None and forward.__module__.startswith("torch.nn") else None
+
+
+def _user_line(model: nn.Module, err: BaseException) -> str | None:
+    """"line 37 of tied.py, `return self.out(self.ln(x))`, where self.ln, self.out are None": the
+    last line of the file defining the model's forward that the error passed through (the call
+    that met a missing layer) and the layers of that frame's `self` it names that are None, or
+    None when the traceback never reached that file."""
+    code = getattr(type(model).forward, "__code__", None)
+    frames = [(frame, line) for frame, line in traceback.walk_tb(err.__traceback__)
+              if code is not None and frame.f_code.co_filename == code.co_filename]
+    if not frames:
+        return None
+    frame, lineno = frames[-1]
+    source = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    out = f"line {lineno} of {Path(frame.f_code.co_filename).name}" + (f", `{source}`" if source else "")
+    me = frame.f_locals.get("self")
+    missing = [f"self.{n}" for n, m in getattr(me, "_modules", {}).items()
+               if m is None and re.search(rf"\bself\.{re.escape(n)}\b", source)]
+    return out + (f", where {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} None" if missing else "")
+
+
+def _none_on_a_stage(layout: Layout) -> str:
+    """What the pipeline probe (`cut_chunk`, as the executor's stages) sets to None: the blocks a
+    stage does not hold, and the parts before and after them on the stages that do not run them."""
+    def names(fqns: tuple[str, ...]) -> str:
+        return ", ".join(fqns[:4]) + (", ..." if len(fqns) > 4 else "")
+
+    parts = ([f"{names(layout.before)} (before the blocks) on every stage but the first"] if layout.before else []) \
+        + ([f"{names(layout.after)} (after the blocks) on every stage but the last"] if layout.after else [])
+    return ("on a pipeline stage the blocks it does not hold are None"
+            + (f", and so are {' and '.join(parts)}" if parts else ""))
 
 
 def _part_of(layout: Layout, fqn: str) -> str:

@@ -9,6 +9,7 @@ same way by the profiler (`find_blocks`, `siblings`) and the executor (`Layout`)
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass
 
 from torch import nn
@@ -72,6 +73,64 @@ def siblings(model: nn.Module, container: nn.Module | None, run: list[str]) -> d
     return out
 
 
+def _parts_of(module: nn.Module) -> tuple[dict, dict, dict]:
+    """A block's parameters, submodules and buffers by name, as `_signature` compares them."""
+    return ({n: (tuple(p.shape), p.dtype) for n, p in module.named_parameters()},
+            {n: type(m).__qualname__ for n, m in module.named_modules() if n},
+            {n: (tuple(b.shape), b.dtype) for n, b in module.named_buffers()})
+
+
+def _shown(value) -> str:
+    return str(value) if isinstance(value, str) else str(value[0])
+
+
+def _difference(a: str, block_a: nn.Module, b: str, block_b: nn.Module) -> str:
+    """The first way `block_b` (named `b`) is not alike `block_a`: a parameter's shape first (the
+    usual cause: a pyramid of widths), then a submodule's class (a shortcut that is a Conv2d in one
+    block, an Identity in the next), then a parameter, submodule or buffer only one has, or a dtype."""
+    (pa, ma, ba), (pb, mb, bb) = _parts_of(block_a), _parts_of(block_b)
+    for name, (shape, _) in pa.items():
+        if name in pb and pb[name][0] != shape:
+            return f"{b}.{name} is {pb[name][0]}, {a}.{name} {shape}"
+    for mine, theirs in ((ma, mb), (pa, pb), (ba, bb)):
+        for name in [*mine, *(n for n in theirs if n not in mine)]:
+            va, vb = mine.get(name), theirs.get(name)
+            if va == vb:
+                continue
+            if va is None or vb is None:
+                has, lacks = (b, a) if va is None else (a, b)
+                return f"{has}.{name} is {_shown(vb if va is None else va)}, {lacks} has none"
+            if isinstance(va, str):
+                return f"{b}.{name} is {vb}, {a}.{name} {va}"
+            return f"{b}.{name} is {vb[0]} {vb[1]}, {a}.{name} {va[0]} {va[1]}"  # a buffer's shape, or a dtype
+    return "alike"  # not reached: the signatures differ
+
+
+def unlike_blocks(model: nn.Module, layout: Layout) -> str | None:
+    """Why the container of the blocks holds more modules of the blocks' class than the run:
+    a run is structurally identical modules (`_signature`: one class, the same submodules and
+    parameter shapes), so same-class blocks of other widths (a pyramid) are runs of their own
+    and only the one with the most parameters counts. None when every such module is in the run."""
+    if layout.container is None:
+        return None
+    container = model.get_submodule(layout.container)  # "" is the model itself
+    kind = type(container.get_submodule(layout.block_names[0]))
+    kin = [(n, m) for n, m in container.named_children() if type(m) is kind]
+    if len(kin) <= layout.num_blocks:
+        return None
+    prefix = f"{layout.container}." if layout.container else ""
+    runs, first_gap = [[kin[0][0]]], None
+    for (a, block_a), (b, block_b) in itertools.pairwise(kin):
+        if _signature(block_a) == _signature(block_b):
+            runs[-1].append(b)
+            continue
+        runs.append([b])
+        first_gap = first_gap or _difference(prefix + a, block_a, prefix + b, block_b)
+    if first_gap is None:  # alike, only not side by side: another class sits between them
+        return None
+    alike = " | ".join(prefix + (r[0] if len(r) == 1 else f"{r[0]}..{r[-1]}") for r in runs)
+    return (f"{prefix}{kin[0][0]}..{kin[-1][0]} are all {kind.__name__}, but repeated blocks also share their "
+            f"submodules and parameter shapes, and these differ between {alike}, e.g. {first_gap}")
 
 
 @dataclass(frozen=True)
