@@ -91,7 +91,7 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
         ("steps", f"{status['steps_done']} of {status['steps_total'] or '?'}{state}"),
         ("median step time", f"{st['median'] * 1e3:,.1f} ms" + (
             f" (predicted {st['predicted'] * 1e3:,.1f} ms, ratio {st['ratio']:.2f})" if st["predicted"] else "")),
-        ("median tokens/s", f"{status['tokens_per_s']['median']:,.0f}"),
+        (f"median {status['throughput']['unit']}", f"{status['throughput']['median']:,.0f}"),
         ("loss", f"{status['loss']['first']:.4f} → {status['loss']['last']:.4f}"),
     ]
     val, lr = status["val_loss"], status["lr"]

@@ -13,10 +13,12 @@ from pathlib import Path
 from smplan.executor.metrics import METRICS_FILE as METRICS
 from smplan.executor.metrics import (
     RANKS_DIR,
+    RATE_UNITS,
     RUN_CONFIG_FILE,
     STOPPED_FILE,
     SUMMARY_FILE,
     rank_files,
+    rate_key,
     read_jsonl,
 )
 from smplan.executor.run_lock import LOCK_FILE, running_launch
@@ -61,6 +63,18 @@ class RunData:
     @property
     def plan(self) -> dict:
         return (self.config or {}).get("plan") or {}
+
+    @property
+    def throughput_key(self) -> str:
+        """"tokens_per_s", or "samples_per_s" for a model whose samples are not token sequences:
+        the summary's record of what execute reported, else the same rule (executor.metrics.rate_key)
+        on the plan's seq_len and the tokens a sample counted (older runs: tokens)."""
+        if self.summary and self.summary.get("throughput_key") in RATE_UNITS:
+            return self.summary["throughput_key"]
+        first = self.records[0] if self.records else {}
+        if not first.get("samples_per_s"):
+            return "tokens_per_s"
+        return rate_key(self.plan.get("seq_len"), round(first.get("tokens_per_s", 0.0) / first["samples_per_s"]))
 
     @property
     def predicted(self) -> dict:

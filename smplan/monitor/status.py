@@ -8,6 +8,8 @@ Schema (all times in seconds; null where the run or the plan does not say)::
      "progress": float | null,                       # steps_done / steps_total
      "step_time_s": {"median": float, "predicted": float | null, "ratio": float | null},
      "tokens_per_s": {"median": float, "predicted": float | null},
+     "throughput": {"key": "tokens_per_s" | "samples_per_s", "unit": "tok/s" | "samples/s",  # what the
+                    "median": float, "predicted": float | null},   # text shows: samples for a model without sequences
      "loss": {"first": float, "last": float, "sparkline": str},
      "grad_norm": {"last": float, "sparkline": str},
      "val_loss": {"first": float, "first_step": int, "last": float, "last_step": int,
@@ -39,6 +41,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from smplan.executor.metrics import RATE_UNITS
 from smplan.executor.metrics import steady as steady_steps
 
 from .rundir import RunData
@@ -151,7 +154,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
                 "steps_done": 0,
                 "steps_total": run.steps_total, "progress": 0.0 if run.steps_total else None,
                 "skipped_lines": run.skipped}
-    records, predicted = run.records, run.predicted
+    records, predicted, rate = run.records, run.predicted, run.throughput_key
     steady = steady_steps(records)
     step_median = _median(r["step_time_s"] for r in steady)
     step_pred = predicted.get("step_time_s")
@@ -184,6 +187,8 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
                         "ratio": step_median / step_pred if step_pred and step_median else None},
         "tokens_per_s": {"median": _median(r["tokens_per_s"] for r in steady),
                          "predicted": predicted.get("tokens_per_s")},
+        "throughput": {"key": rate, "unit": RATE_UNITS[rate], "median": _median(r.get(rate, 0.0) for r in steady),
+                       "predicted": predicted.get(rate)},
         "loss": {"first": records[0]["loss"], "last": records[-1]["loss"],
                  "sparkline": sparkline([r["loss"] for r in records], spark_width)},
         "grad_norm": {"last": records[-1]["grad_norm"],

@@ -60,8 +60,8 @@ def render_status(status: dict) -> str:
     if st["predicted"]:
         line += f"   predicted {_ms(st['predicted'])}   measured/predicted {st['ratio']:.2f}"
     lines.append(line)
-    tok = status["tokens_per_s"]
-    line = f"  tokens/s    median {tok['median']:,.0f}"
+    tok = status["throughput"]
+    line = f"  {tok['unit']:<11} median {tok['median']:,.0f}"
     if tok["predicted"]:
         line += f"   predicted {tok['predicted']:,.0f}"
     lines.append(line)

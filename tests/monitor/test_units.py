@@ -24,7 +24,7 @@ from smplan.monitor import (
     sparkline,
 )
 from smplan.monitor.sparkline import BARS
-from tests.monitor.fake_runs import write_run
+from tests.monitor.fake_runs import PREDICTED, write_run
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
@@ -252,3 +252,21 @@ def test_view_of_many_ranks_and_of_a_run_without_per_rank_records(tmp_path):
     status = run_status(load_run(old))
     assert status["ranks"] == [] and status["stragglers"] == []
     assert "max over ranks 0.50" in render_status(status) and "predates" in render_status(status)
+
+
+def test_a_model_without_sequences_is_watched_in_samples_per_second(tmp_path):
+    """An image model counts one token per sample: execute prints samples/s (executor.metrics.rate_key),
+    and monitor said tokens/s beside the plan's samples/s."""
+    run_dir = write_run(tmp_path / "images", steps=4, finished=False)
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({**r, "tokens_per_s": r["samples_per_s"]}) + "\n"
+                                                   for r in lines))
+    status = run_status(load_run(run_dir))
+    assert status["throughput"]["key"] == "samples_per_s" and status["throughput"]["unit"] == "samples/s"
+    assert status["throughput"]["predicted"] == PREDICTED["samples_per_s"]
+    assert "samples/s   median 100   predicted 80" in render_status(status)
+    tokens = run_status(load_run(write_run(tmp_path / "tokens", steps=4)))  # 16 tokens a sample
+    assert tokens["throughput"]["unit"] == "tok/s" and "tok/s       median 1,600" in render_status(tokens)
+    # the summary's record of what execute reported wins
+    (run_dir / "summary.json").write_text(json.dumps({"steps": 4, "throughput_key": "tokens_per_s"}))
+    assert run_status(load_run(run_dir))["throughput"]["key"] == "tokens_per_s"
