@@ -169,8 +169,10 @@ def fit_collectives(collectives_s: dict[str, dict[int, float]], nproc: int,
     ceiling = min(MAX_LINK_GBPS, memory_bandwidth_gbps) if memory_bandwidth_gbps > 0 else MAX_LINK_GBPS
     fits = {kind: robust_alpha_beta(t, nproc, kind, ceiling) for kind, t in collectives_s.items()}
     noisy = [kind for kind, fit in fits.items() if fit.noisy]
+    latency = [kind for kind, fit in fits.items() if fit.latency_assumed]
+    bandwidth = [kind for kind, fit in fits.items() if fit.bandwidth_assumed]
     return ({kind: (fit.bandwidth_gbps, fit.latency_us) for kind, fit in fits.items()},
-            [noisy_fit_warning(noisy)] if noisy else [])
+            [noisy_fit_warning(noisy, latency, bandwidth)] if noisy else [])
 
 
 def probe(nproc: int = 2, sizes=DEFAULT_SIZES, message_bytes=DEFAULT_MESSAGE_BYTES, progress=None,

@@ -33,8 +33,9 @@ MEASURED_FLOOR_S = 1e-7
 # at most 0.4%); a real timing within 1 ns of 0.1 us is noise anyway, far below any link's step.
 FLOOR_RTOL = 0.01
 # The least per-step latency a fit writes: NCCL's cost model gives a ring step over NVLink, the fastest
-# local link, 0.47 us with its LL protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat); less is noise.
-MIN_STEP_LATENCY_US = 0.5
+# local link, 0.47 us with its LL protocol (NVIDIA/nccl src/graph/tuning.cc, hwLat[NVLINK][RING][LL]
+# of the 2.x tables; later releases give 0.6); less is noise.
+MIN_STEP_LATENCY_US = 0.47
 
 
 class ProbeError(ValueError):
@@ -66,6 +67,8 @@ class AlphaBetaFit:
     bandwidth_gbps: float
     latency_us: float
     noisy: bool  # the least-squares fit made no physical sense: these come from the extreme messages
+    latency_assumed: bool = False  # no timing resolved it: MIN_STEP_LATENCY_US stands in
+    bandwidth_assumed: bool = False  # every timing at the floor: the ceiling (max_gbps) stands in
 
 
 def robust_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_reduce",
@@ -90,12 +93,13 @@ def robust_alpha_beta(times_s: dict[int, float], nproc: int, kind: str = "all_re
         latency_us = float(intercept / alpha_mult * 1e6)
         if slope > 0 and latency_us >= MIN_STEP_LATENCY_US and 1.0 / slope / 1e9 <= max_gbps:
             return AlphaBetaFit(float(1.0 / slope / 1e9), latency_us, noisy=False)
-    if measured.any():
-        sizes, t = sizes[measured], t[measured]
+    if not measured.any():  # nothing measured: the ceiling and the fastest link's step, said as such
+        return AlphaBetaFit(max_gbps, MIN_STEP_LATENCY_US, noisy=True, latency_assumed=True, bandwidth_assumed=True)
+    sizes, t = sizes[measured], t[measured]
     x = beta_mult * sizes
     bandwidth_gbps = min(float(x[-1] / t[-1]) / 1e9, max_gbps)
     latency_us = fallback_latency_us(float(t[0]), float(x[0]) / (bandwidth_gbps * 1e9), alpha_mult)
-    return AlphaBetaFit(bandwidth_gbps, latency_us, noisy=True)
+    return AlphaBetaFit(bandwidth_gbps, latency_us, noisy=True, latency_assumed=latency_us <= MIN_STEP_LATENCY_US)
 
 
 def is_measured(times_s: np.ndarray) -> np.ndarray:
@@ -113,11 +117,19 @@ def fallback_latency_us(smallest_time_s: float, bandwidth_term_s: float, alpha_m
     return max((smallest_time_s - bandwidth_term_s) / alpha_mult * 1e6, MIN_STEP_LATENCY_US)
 
 
-def noisy_fit_warning(kinds) -> str:
-    """The one line `hw probe` prints when some collective's timings were too noisy to fit."""
+def noisy_fit_warning(kinds, latency_assumed=(), bandwidth_assumed=()) -> str:
+    """The one line `hw probe` prints when some collective's timings were too noisy to fit; it
+    names the figures no timing resolved, which the profile then assumes."""
+    assumed = ""
+    if bandwidth_assumed:
+        assumed += (f"; no {', '.join(bandwidth_assumed)} timing rose above the noise, so its bandwidth is this "
+                    "machine's memory-copy ceiling")
+    if latency_assumed:
+        assumed += (f"; the {', '.join(latency_assumed)} latency was not resolved, so it is NVLink's "
+                    f"{MIN_STEP_LATENCY_US:g} us a step (set the link's latency_us with --hw-set if you know it)")
     return (f"warning: the {', '.join(kinds)} timings were noisy (no alpha-beta fit of them makes physical sense), "
-            "so the profile takes the bandwidth from the largest message and the latency from the smallest; "
-            "re-probe on an idle machine for a proper fit")
+            "so the profile takes the bandwidth from the largest message and the latency from the smallest"
+            f"{assumed}; re-probe on an idle machine for a proper fit")
 
 
 def _free_port() -> int:

@@ -49,9 +49,12 @@ class TooFewBlocksError(PlanError):
     blocks are few (smplan.model.structure.unlike_blocks), which only a caller holding the model knows."""
 
     def __init__(self, num_chunks: int, num_blocks: int, why: str | None = None):
-        self.num_chunks, self.num_blocks = num_chunks, num_blocks
+        self.num_chunks, self.num_blocks, self.why = num_chunks, num_blocks, why
         super().__init__(f"{num_chunks} pipeline stages need at least {num_chunks} blocks but the model has "
                          f"{num_blocks}{f': {why}' if why else ''}; lower pp (or v)")
+
+    def __reduce__(self):  # pickled with its own arguments (a process pool's error), not the message alone
+        return TooFewBlocksError, (self.num_chunks, self.num_blocks, self.why)
 
     def because(self, why: str) -> TooFewBlocksError:
         return TooFewBlocksError(self.num_chunks, self.num_blocks, why)

@@ -24,6 +24,7 @@ from smplan.model import (
     find_layout,
     hf_config_fix,
     pipeline_problem,
+    sequence_length,
     tensor_parallel_problem,
 )
 from smplan.model.structure import find_blocks, qualname, siblings
@@ -58,8 +59,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     inputs, targets = _example_batch(mf, model, torch_dtype)
     first = next((t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)), None)
     samples = max(int(first.shape[0]), 1) if first is not None and first.dim() else 1
-    profile_seq = int(first.shape[1]) if first is not None and first.dim() >= 2 and not first.is_floating_point() \
-        and not first.is_complex() else 0
+    profile_seq = sequence_length(inputs)  # execute counts its tokens by the same rule
     if batch_must_have is not None and profile_seq != batch_must_have:
         raise ModelFileError(f"{mf.path}: --seq-len {batch_must_have} given but {mf.builder_name}() takes no seq_len "
                              f"argument and its batch() has {profile_seq or 'no'} tokens per sample; drop --seq-len or "

@@ -34,8 +34,8 @@ def threshold_options(fn):
 @threshold_options
 @json_option
 def monitor(run_dir, follow, interval, straggler_pct, straggler_steps, memory_pct, as_json):
-    """How a run of `smplan execute` is going: progress, step time and tokens/s against
-    the plan's prediction, memory per rank, loss and gradient-norm sparklines (validation loss
+    """How a run of `smplan execute` is going: progress, step time and tokens/s (samples/s for a
+    model without sequences) against the plan's prediction, memory per rank, loss and gradient-norm sparklines (validation loss
     and lr too, when recorded), and warnings for stragglers and memory above the prediction. Works on a finished run too.
 
     \b

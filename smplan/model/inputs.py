@@ -29,13 +29,20 @@ def inputs_kind(inputs) -> str:
     return "a tensor" if isinstance(inputs, torch.Tensor) else f"a {type(inputs).__name__}"
 
 
+def sequence_length(inputs) -> int:
+    """The sequence a sample is: dim 1 of the first input tensor when that holds token ids (an
+    integer tensor of two or more dims, (batch, seq)); 0 otherwise (images, features). The one rule
+    for the profile's seq_len, which labels a plan's throughput tokens or samples, and for the
+    tokens execute counts, so that measured and predicted rates are of the same unit."""
+    first = first_tensor(inputs)
+    if first is None or first.dim() < 2 or first.is_floating_point() or first.is_complex():
+        return 0
+    return int(first.shape[1])
+
+
 def tokens_per_sample(inputs) -> int:
-    """Tokens in one sample: the length of the first integer tensor of two or more dims
-    (token ids, (batch, seq)) among the inputs; 1 for inputs without one (images, features)."""
-    for t in tree_leaves(inputs):
-        if isinstance(t, torch.Tensor) and not t.is_floating_point() and t.dim() >= 2:
-            return t[0].numel()
-    return 1
+    """Tokens in one sample: `sequence_length`, or 1 for inputs without token ids (a sample)."""
+    return sequence_length(inputs) or 1
 
 
 def first_tensor(inputs) -> torch.Tensor | None:

@@ -8,7 +8,7 @@ Schema (all times in seconds; null where the run or the plan does not say)::
      "progress": float | null,                       # steps_done / steps_total
      "step_time_s": {"median": float, "predicted": float | null, "ratio": float | null},
      "tokens_per_s": {"median": float, "predicted": float | null},
-     "throughput": {"key": "tokens_per_s" | "samples_per_s", "unit": "tok/s" | "samples/s",  # what the
+     "throughput": {"key": "tokens_per_s" | "samples_per_s", "unit": "tokens/s" | "samples/s",  # what the
                     "median": float, "predicted": float | null},   # text shows: samples for a model without sequences
      "loss": {"first": float, "last": float, "sparkline": str},
      "grad_norm": {"last": float, "sparkline": str},
@@ -41,13 +41,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from smplan.executor.metrics import RATE_UNITS
 from smplan.executor.metrics import steady as steady_steps
 
 from .rundir import RunData
 from .sparkline import sparkline
 from .stragglers import find_stragglers, memory_over_prediction, own_step_times
 
+# The throughput's label in monitor's text and page: samples for a model without sequences
+# (RunData.throughput_key), tokens, as monitor always said, otherwise.
+THROUGHPUT_UNITS = {"tokens_per_s": "tokens/s", "samples_per_s": "samples/s"}
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -187,7 +189,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
                         "ratio": step_median / step_pred if step_pred and step_median else None},
         "tokens_per_s": {"median": _median(r["tokens_per_s"] for r in steady),
                          "predicted": predicted.get("tokens_per_s")},
-        "throughput": {"key": rate, "unit": RATE_UNITS[rate], "median": _median(r.get(rate, 0.0) for r in steady),
+        "throughput": {"key": rate, "unit": THROUGHPUT_UNITS[rate], "median": _median(r.get(rate, 0.0) for r in steady),
                        "predicted": predicted.get(rate)},
         "loss": {"first": records[0]["loss"], "last": records[-1]["loss"],
                  "sparkline": sparkline([r["loss"] for r in records], spark_width)},

@@ -119,3 +119,16 @@ def test_probe_cli_warns_once_and_writes_the_robust_estimate(cli_runner, tmp_pat
     cluster = load_cluster(str(out))
     assert cluster.intra_node.bandwidth_gbps == pytest.approx(1.712, rel=1e-3) and cluster.intra_node.latency_us > 0
     assert "# warning: the all_reduce, all_gather, send_recv timings were noisy" in out.read_text()
+
+
+def test_figures_no_timing_resolved_are_said_to_be_assumed():
+    """Every all_reduce at the floor: the ceiling and NVLink's step stand in, and the warning says so
+    (it said the bandwidth came from the largest message and the latency from the smallest)."""
+    floors = dict.fromkeys(SIZES, MEASURED_FLOOR_S)
+    fits, (warning,) = fit_collectives({"all_reduce": floors, "all_gather": LOST_IN_NOISE}, 2, 20.0)
+    assert fits["all_reduce"] == (20.0, MIN_STEP_LATENCY_US)
+    assert "no all_reduce timing rose above the noise, so its bandwidth is this machine's memory-copy ceiling" in warning
+    assert f"the all_reduce latency was not resolved, so it is NVLink's {MIN_STEP_LATENCY_US:g} us a step" in warning
+    assert "all_gather latency" not in warning and "no all_gather" not in warning  # 1 MiB resolved its latency
+    big_only = robust_alpha_beta({**floors, SIZES[-1]: 9.8e-3}, 2)  # only 16 MiB measured: latency unresolved
+    assert big_only.latency_assumed and not big_only.bandwidth_assumed

@@ -11,7 +11,7 @@ import torch
 from smplan.planner import profile_model
 
 from smplan.cli.main import cli
-from smplan.model import call_model, tokens_per_sample
+from smplan.model import call_model, sequence_length, tokens_per_sample
 from tests.executor.runs import metrics, run_execute
 
 MODELS = str(Path(__file__).with_name("inputs_models.py"))
@@ -30,6 +30,11 @@ def test_call_model_and_tokens_follow_the_inputs_shape():
         assert tokens_per_sample(inputs) == 7
     assert seen == [(1, []), (2, []), (0, ["input_ids", "mask"])]
     assert tokens_per_sample(torch.randn(2, 3, 8, 8)) == 1  # images: one sample, not tokens
+    # the profile's rule (its seq_len labels the plan's rate): the first input decides, so an image
+    # before its caption's ids is counted in samples by execute as by plan (it counted 16 tokens)
+    captioned = (torch.randn(2, 3, 8, 8), torch.zeros(2, 16, dtype=torch.long))
+    assert sequence_length(captioned) == 0 and tokens_per_sample(captioned) == 1
+    assert sequence_length(ids) == 7 and sequence_length(torch.zeros(2, 7, 3, dtype=torch.long)) == 7
 
 
 def test_tuple_and_dict_inputs_train_as_the_tensor_does(tmp_path):

@@ -266,7 +266,7 @@ def test_a_model_without_sequences_is_watched_in_samples_per_second(tmp_path):
     assert status["throughput"]["predicted"] == PREDICTED["samples_per_s"]
     assert "samples/s   median 100   predicted 80" in render_status(status)
     tokens = run_status(load_run(write_run(tmp_path / "tokens", steps=4)))  # 16 tokens a sample
-    assert tokens["throughput"]["unit"] == "tok/s" and "tok/s       median 1,600" in render_status(tokens)
+    assert tokens["throughput"]["unit"] == "tokens/s" and "tokens/s    median 1,600" in render_status(tokens)
     # the summary's record of what execute reported wins
     (run_dir / "summary.json").write_text(json.dumps({"steps": 4, "throughput_key": "tokens_per_s"}))
     assert run_status(load_run(run_dir))["throughput"]["key"] == "tokens_per_s"
