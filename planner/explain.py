@@ -124,20 +124,30 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
     for label, fx in tries:
         if fits(fx, cluster, max_nodes):
             return head, f"the smallest change that fits: {label}"
-    nodes = max_nodes or cluster.nodes
-    fx = {k: v for k, v in fixed.items() if k not in ("dp",)}
+    fx = dict(fixed)
     if not batch_given:  # a rerun with more nodes defaults to their GPUs' count
         fx["global_batch"] = None
 
     def fits_on(fx: dict, cl: Cluster, mn) -> bool:
         return fits({**fx, "global_batch": fx["global_batch"] or cl.num_gpus}, cl, mn)
 
+    def fewest_nodes(fx: dict) -> int | None:
+        nodes = max_nodes or cluster.nodes
+        for _ in range(8):
+            if fits_on(fx, cluster.with_nodes(2 * nodes), None):
+                return _fewest_nodes(profile, cluster, fx, nodes + 1, 2 * nodes, fits_on)
+            nodes *= 2
+        return None
+
     flag = "--max-nodes" if max_nodes else "--nodes"  # the option the user searched with
-    for _ in range(8):
-        if fits_on(fx, cluster.with_nodes(2 * nodes), None):
-            fewest = _fewest_nodes(profile, cluster, fx, nodes + 1, 2 * nodes, fits_on)
-            return head, f"the smallest change that fits: {flag} {fewest}"
-        nodes *= 2
+    # the user's --fix dp first (a hint that drops it named 5 nodes for --fix dp=8, which then did not fit)
+    fewest = fewest_nodes(fx)
+    if fewest:
+        return head, f"the smallest change that fits: {flag} {fewest}"
+    if "dp" in fx:  # more nodes at a fixed dp only grow tp x pp: without it they can add replicas
+        fewest = fewest_nodes({k: v for k, v in fx.items() if k != "dp"})
+        if fewest:
+            return head, f"the smallest change that fits: {flag} {fewest} without --fix dp={fx['dp']}"
     del cap
     return head, "no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"
 

@@ -104,6 +104,19 @@ def test_the_nodes_named_are_the_fewest_that_fit(cli_runner):
     assert capped.output.rstrip().endswith("the smallest change that fits: --max-nodes 6"), capped.output
 
 
+def test_the_nodes_named_keep_the_users_fixed_dp_or_say_they_drop_it(cli_runner):
+    """--fix dp=8: the hint named 5 nodes, found with dp free; at dp=8 those did not fit (nor 6, 7)."""
+    base = ["plan", "examples/gpt.py:gpt3_175b", "--hw", "a100x8", "--top", "1", "--closed-form"]
+    said = cli_runner.invoke(cli, [*base, "--nodes", "1", "--fix", "dp=8"])
+    assert said.exit_code == 2 and said.output.rstrip().endswith("the smallest change that fits: --nodes 8"), said.output
+    assert cli_runner.invoke(cli, [*base, "--nodes", "8", "--fix", "dp=8"]).exit_code == 0
+    assert cli_runner.invoke(cli, [*base, "--nodes", "7", "--fix", "dp=8"]).exit_code == 2
+    # dp, tp and pp all fixed: no node count helps at dp=8, so the hint says it drops the fix
+    pinned = cli_runner.invoke(cli, [*base, "--nodes", "1", "--fix", "dp=8,tp=1,pp=1"])
+    assert pinned.output.rstrip().endswith("the smallest change that fits: --nodes 6 without --fix dp=8"), pinned.output
+    assert cli_runner.invoke(cli, [*base, "--nodes", "6", "--fix", "tp=1,pp=1"]).exit_code == 0
+
+
 # --- every plan the CLI writes loads back and simulates --------------------------------
 
 def _simulates(cli_runner, path):
