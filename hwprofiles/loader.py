@@ -22,8 +22,9 @@ def read_profile(name_or_path: str) -> dict:
     if path is None and looks_like_folder(name_or_path):
         raise HardwareProfileError(f"hardware file {name_or_path!r} is a folder; give the .toml file in it")
     if path is None:
+        missing = " (no such file here either)" if Path(name_or_path).suffix else ""  # `cpu.tml`: a path meant
         raise HardwareProfileError(
-            f"unknown hardware profile {name_or_path!r}{did_you_mean(name_or_path, bundled_profiles())}; use one of "
+            f"unknown hardware profile {name_or_path!r}{missing}{did_you_mean(name_or_path, bundled_profiles())}; use one of "
             f"{', '.join(bundled_profiles())} or a path to a .toml file (smplan hw list)"
         )
     if path.is_dir():

@@ -122,8 +122,8 @@ def noisy_fit_warning(kinds, latency_assumed=(), bandwidth_assumed=()) -> str:
     names the figures no timing resolved, which the profile then assumes."""
     assumed = ""
     if bandwidth_assumed:
-        assumed += (f"; no {', '.join(bandwidth_assumed)} timing rose above the noise, so its bandwidth is this "
-                    "machine's memory-copy ceiling")
+        assumed += (f"; no {', '.join(bandwidth_assumed)} timing rose above the noise, so its bandwidth is the "
+                    f"ceiling: this machine's memory-copy rate, at most {MAX_LINK_GBPS:,.0f} GB/s")
     if latency_assumed:
         assumed += (f"; the {', '.join(latency_assumed)} latency was not resolved, so it is NVLink's "
                     f"{MIN_STEP_LATENCY_US:g} us a step (set the link's latency_us with --hw-set if you know it)")

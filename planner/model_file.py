@@ -209,7 +209,17 @@ def _eye_checked(tensor, *args, **kwargs):
         raise ValueError("Only tensors with 2 dimensions are supported")  # eye_'s own message
 
 
-_META_CHECKS = {"normal_": lambda *args, **kwargs: None, "xavier_normal_": _fan_checked,
+def _std_checked(tensor, mean=0.0, std=1.0, *args, **kwargs):
+    if std < 0:  # torch's own check, in the fill that the skip leaves out
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+
+
+def _xavier_checked(tensor, gain=1.0, *args, **kwargs):
+    _fan_checked(tensor)
+    _std_checked(tensor, std=gain)  # its std is gain x a positive factor
+
+
+_META_CHECKS = {"normal_": _std_checked, "xavier_normal_": _xavier_checked,
                 "kaiming_normal_": _kaiming_checked, "eye_": _eye_checked}
 
 

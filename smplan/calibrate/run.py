@@ -51,7 +51,7 @@ from .measure import Measured, device_dtype, run_plan
 POOR_FIT_APE = 0.15
 # The profile figure each fraction scales (hwprofiles.perf): a fraction fitted to its cap of 1 with
 # the plans still predicted too slow means the runs went faster than that figure allows.
-PEAK_FIGURES = {"matmul_max": "gpu.peak_tflops (GEMM FLOP/s)", "memory_bound": "gpu.memory_bandwidth_gbps",
+PEAK_FIGURES = {"matmul_max": "gpu.peak_tflops.<dtype> (GEMM FLOP/s)", "memory_bound": "gpu.memory_bandwidth_gbps",
                 "network": "intra_node.bandwidth_gbps"}
 
 

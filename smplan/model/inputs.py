@@ -30,14 +30,16 @@ def inputs_kind(inputs) -> str:
 
 
 def sequence_length(inputs) -> int:
-    """The sequence a sample is: dim 1 of the first input tensor when that holds token ids (an
-    integer tensor of two or more dims, (batch, seq)); 0 otherwise (images, features). The one rule
-    for the profile's seq_len, which labels a plan's throughput tokens or samples, and for the
-    tokens execute counts, so that measured and predicted rates are of the same unit."""
-    first = first_tensor(inputs)
-    if first is None or first.dim() < 2 or first.is_floating_point() or first.is_complex():
-        return 0
-    return int(first.shape[1])
+    """The sequence a sample is: dim 1 of the token ids, a dict's "input_ids" (a Hugging Face
+    batch, whichever key comes first) or else the first integer tensor of two or more dims,
+    (batch, seq); 0 without one (images, features). The one rule for the profile's seq_len, which
+    labels a plan's throughput tokens or samples, and for the tokens execute counts, so that
+    measured and predicted rates are of the same unit."""
+    ids = inputs.get("input_ids") if isinstance(inputs, dict) else None
+    for t in [ids] if isinstance(ids, torch.Tensor) else tree_leaves(inputs):
+        if isinstance(t, torch.Tensor) and t.dim() >= 2 and not (t.is_floating_point() or t.is_complex()):
+            return int(t.shape[1])
+    return 0
 
 
 def tokens_per_sample(inputs) -> int:

@@ -24,7 +24,9 @@ def test_a_name_off_by_case_names_the_bundled_profile_and_stack(cli_runner):
     for args, line in ((["hw", "show", "H100x8"], "unknown hardware profile 'H100x8' (did you mean 'h100x8'?)"),
                        (["stack", "show", "TorchTitan"], "unknown stack 'TorchTitan' (did you mean 'torchtitan'?)"),
                        (["hw", "show", "a100x8", "--hw-set", "inter_node.bandwith_gbps=50"],
-                        "did you mean 'inter_node.bandwidth_gbps'?")):
+                        "did you mean 'inter_node.bandwidth_gbps'?"),
+                       # a path's typo (.tml): not only "unknown profile" (a new user's review)
+                       (["hw", "show", "cpu.tml"], "unknown hardware profile 'cpu.tml' (no such file here either)")):
         result = cli_runner.invoke(cli, args)
         lines = [text for text in result.output.splitlines() if text.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and line in lines[0], (args, result.output)

@@ -127,7 +127,7 @@ def test_figures_no_timing_resolved_are_said_to_be_assumed():
     floors = dict.fromkeys(SIZES, MEASURED_FLOOR_S)
     fits, (warning,) = fit_collectives({"all_reduce": floors, "all_gather": LOST_IN_NOISE}, 2, 20.0)
     assert fits["all_reduce"] == (20.0, MIN_STEP_LATENCY_US)
-    assert "no all_reduce timing rose above the noise, so its bandwidth is this machine's memory-copy ceiling" in warning
+    assert "no all_reduce timing rose above the noise, so its bandwidth is the ceiling: this machine's memory-copy" in warning
     assert f"the all_reduce latency was not resolved, so it is NVLink's {MIN_STEP_LATENCY_US:g} us a step" in warning
     assert "all_gather latency" not in warning and "no all_gather" not in warning  # 1 MiB resolved its latency
     big_only = robust_alpha_beta({**floors, SIZES[-1]: 9.8e-3}, 2)  # only 16 MiB measured: latency unresolved

@@ -30,11 +30,15 @@ def test_call_model_and_tokens_follow_the_inputs_shape():
         assert tokens_per_sample(inputs) == 7
     assert seen == [(1, []), (2, []), (0, ["input_ids", "mask"])]
     assert tokens_per_sample(torch.randn(2, 3, 8, 8)) == 1  # images: one sample, not tokens
-    # the profile's rule (its seq_len labels the plan's rate): the first input decides, so an image
-    # before its caption's ids is counted in samples by execute as by plan (it counted 16 tokens)
+    # one rule for the profile's seq_len (the plan's rate) and execute's tokens: the token ids decide,
+    # after an image (the profile read the first tensor: samples, while execute counted 16 tokens)
+    # and after a dict's float mask (a Hugging Face batch keyed in another order)
     captioned = (torch.randn(2, 3, 8, 8), torch.zeros(2, 16, dtype=torch.long))
-    assert sequence_length(captioned) == 0 and tokens_per_sample(captioned) == 1
+    assert sequence_length(captioned) == 16 and tokens_per_sample(captioned) == 16
+    masked = {"attention_mask": torch.ones(2, 1, 7, 7), "labels": torch.zeros(2, 9, dtype=torch.long), "input_ids": ids}
+    assert sequence_length(masked) == 7
     assert sequence_length(ids) == 7 and sequence_length(torch.zeros(2, 7, 3, dtype=torch.long)) == 7
+    assert sequence_length(torch.randn(2, 7)) == 0 and tokens_per_sample(torch.randn(2, 7)) == 1
 
 
 def test_tuple_and_dict_inputs_train_as_the_tensor_does(tmp_path):

@@ -50,6 +50,8 @@ def batch(micro_batch_size: int):
     ("xavier_normal_(self.fc.bias)", "Fan in and fan out can not be computed"),
     ("kaiming_normal_(self.fc.weight, mode='fan_inn')", "Mode fan_inn not supported"),
     ("eye_(self.fc.bias)", "Only tensors with 2 dimensions are supported"),
+    ("normal_(self.fc.weight, std=-1.0)", "normal expects std >= 0.0"),
+    ("xavier_normal_(self.fc.weight, gain=-1.0)", "normal expects std >= 0.0"),
 ])
 def test_a_wrong_init_call_still_fails_on_meta_and_the_fills_come_back(tmp_path, call, says):
     path = tmp_path / "badinit.py"
