@@ -9,7 +9,6 @@ same way by the profiler (`find_blocks`, `siblings`) and the executor (`Layout`)
 from __future__ import annotations
 
 import copy
-import itertools
 from dataclasses import dataclass
 
 from torch import nn
@@ -115,22 +114,26 @@ def unlike_blocks(model: nn.Module, layout: Layout) -> str | None:
         return None
     container = model.get_submodule(layout.container)  # "" is the model itself
     kind = type(container.get_submodule(layout.block_names[0]))
-    kin = [(n, m) for n, m in container.named_children() if type(m) is kind]
-    if len(kin) <= layout.num_blocks:
+    if sum(type(m) is kind for m in container.children()) <= layout.num_blocks:
         return None
     prefix = f"{layout.container}." if layout.container else ""
-    runs, first_gap = [[kin[0][0]]], None
-    for (a, block_a), (b, block_b) in itertools.pairwise(kin):
-        if _signature(block_a) == _signature(block_b):
-            runs[-1].append(b)
+    runs, first_gap, previous = [], None, None  # runs of alike neighbours, as find_blocks reads them
+    for name, module in container.named_children():
+        if type(module) is not kind:  # another class between two blocks ends a run (find_blocks' rule)
+            previous = None
             continue
-        runs.append([b])
-        first_gap = first_gap or _difference(prefix + a, block_a, prefix + b, block_b)
+        if previous is not None and _signature(previous[1]) == _signature(module):
+            runs[-1].append(name)
+        else:
+            if previous is not None:
+                first_gap = first_gap or _difference(prefix + previous[0], previous[1], prefix + name, module)
+            runs.append([name])
+        previous = (name, module)
     if first_gap is None:  # alike, only not side by side: another class sits between them
         return None
     alike = " | ".join(prefix + (r[0] if len(r) == 1 else f"{r[0]}..{r[-1]}") for r in runs)
-    return (f"{prefix}{kin[0][0]}..{kin[-1][0]} are all {kind.__name__}, but repeated blocks also share their "
-            f"submodules and parameter shapes, and these differ between {alike}, e.g. {first_gap}")
+    return (f"the {kind.__name__} modules {alike} are not all alike: repeated blocks sit side by side and share "
+            f"their submodules and parameter shapes, e.g. {first_gap}")
 
 
 @dataclass(frozen=True)

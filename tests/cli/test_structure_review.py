@@ -127,8 +127,8 @@ def batch(micro_batch_size, model=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(micro_batch_size, 4, generator=g), torch.randint(0, 10, (micro_batch_size,), generator=g)
 '''
-DIFFER = ("blocks.0..3 are all Block, but repeated blocks also share their submodules and parameter shapes, and "
-          "these differ between blocks.0 | blocks.1 | blocks.2 | blocks.3, e.g. blocks.1.fc.weight is (16, 8), "
+DIFFER = ("the Block modules blocks.0 | blocks.1 | blocks.2 | blocks.3 are not all alike: repeated blocks sit side "
+          "by side and share their submodules and parameter shapes, e.g. blocks.1.fc.weight is (16, 8), "
           "blocks.0.fc.weight (8, 4)")
 
 
@@ -163,12 +163,18 @@ def test_alike_runs_and_other_submodules_are_named():
     layout = find_layout(model)
     assert layout.block_names == ("1", "2")
     said = unlike_blocks(model, layout)
-    assert said.startswith("layers.0..3 are all Block") and "between layers.0 | layers.1..2 | layers.3, e.g. " in said
+    assert said.startswith("the Block modules layers.0 | layers.1..2 | layers.3 are not all alike"), said
     assert said.endswith("layers.1.short is Identity, layers.0.short Linear"), said
     same = nn.ModuleList([Block(8, 8), Block(8, 8)])
     holder = nn.Module()
     holder.layers = same
     assert unlike_blocks(holder, find_layout(holder)) is None  # every Block is in the run
+    # another class between alike blocks ends their run too (find_blocks' rule): 0 and 2 are not one
+    # run with 1..2, and only the Blocks are named (it said "0..3 are all Block" of a mixed list)
+    mixed = nn.Module()
+    mixed.layers = nn.ModuleList([Block(8, 8), nn.ReLU(), Block(8, 8), Block(8, 8), Block(8, 4)])
+    said = unlike_blocks(mixed, find_layout(mixed))
+    assert said.startswith("the Block modules layers.0 | layers.2..3 | layers.4 are not all alike"), said
 
 
 ATTRS = '''
