@@ -16,7 +16,7 @@ from smplan.planner.feasibility import (
     pipeline_fill_problem,
 )
 from smplan.planner.model_file import ModelFileError, first_line
-from smplan.planner.plan import BLOCKS_RULE, Plan
+from smplan.planner.plan import Plan, no_blocks_reason
 from torch import nn
 from torch.utils._pytree import tree_map
 
@@ -103,9 +103,8 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
     meta = model_file.build(plan.model_args, device="meta")
     layout = find_layout(meta)
     n = layout.num_blocks
-    if n == 0 and (plan.pp > 1 or plan.virtual_stages > 1):
-        raise PlanMismatchError(f"{ref} has no repeated blocks ({BLOCKS_RULE}), so it cannot be cut into "
-                                "pipeline stages; use pp=1")
+    if n == 0:  # no layout at all runs it (even_stages refuses pp=1 too): the line plan refuses it with
+        raise PlanMismatchError(no_blocks_reason(ref))
     chunks = plan.num_model_chunks
     if plan.stages:
         end = plan.stages[-1].last_block
