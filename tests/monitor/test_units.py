@@ -270,3 +270,12 @@ def test_a_model_without_sequences_is_watched_in_samples_per_second(tmp_path):
     # the summary's record of what execute reported wins
     (run_dir / "summary.json").write_text(json.dumps({"steps": 4, "throughput_key": "tokens_per_s"}))
     assert run_status(load_run(run_dir))["throughput"]["key"] == "tokens_per_s"
+
+
+def test_the_all_clear_line_claims_no_memory_check_it_did_not_make(tmp_path):
+    """A CPU run's RSS is not held against the GPU prediction: its all-clear line said it had no
+    memory above the prediction (a new user's review)."""
+    cpu = render_status(run_status(load_run(write_run(tmp_path / "cpu", steps=4))))
+    assert "no straggler (>" in cpu and "memory above the prediction" not in cpu
+    gpu = run_status(load_run(write_run(tmp_path / "gpu", steps=4, memory_source="cuda_allocator")))
+    assert gpu["memory"]["compared"] and "and no memory above the prediction (>" in render_status(gpu)
