@@ -127,7 +127,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
 
     \b
     RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-N.jsonl (every rank's step
-    time, wait, phases and memory), summary.json and, with --tensorboard, tensorboard/.
+    time, wait, phases and memory), summary.json, run_config.json (what was launched),
+    elastic/ (each attempt's stderr of every rank and stdout of the ranks the console does not
+    show: the first place to look after a failure, whose message names the log) and, with
+    --tensorboard, tensorboard/.
     """
     given_nnodes, nnodes = nnodes, nnodes or 1
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
