@@ -223,6 +223,15 @@ def test_profile_warns_of_a_model_plan_and_execute_refuse(cli_runner, tmp_path):
     assert planned.exit_code == 2 and planned.output.strip().splitlines()[-1] == f"error: {refusal}"
     run = cli_runner.invoke(cli, ["execute", "dp=1,mbs=1,gbs=1", "--model", str(path), "-o", str(tmp_path / "r")])
     assert run.exit_code == 2 and run.output.strip().splitlines()[-1] == f"error: {no_blocks_reason('the model')}"
+    # a plan file given this model with --model reaches execute's own checks: plan's line there too
+    # (they said "use pp=1" of a dp-only plan, which is refused as well); nothing is written
+    plan_file = tmp_path / "tiny.json"
+    assert cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", "a100x8", "-o", str(plan_file)]).exit_code == 0
+    from_file = cli_runner.invoke(cli, ["execute", str(plan_file), "--model", str(path), "-o", str(tmp_path / "f")])
+    errors = [line for line in from_file.output.splitlines() if line.startswith("error:")]  # after the model-swap note
+    assert from_file.exit_code == 2 and errors == [from_file.output.strip().splitlines()[-1]], from_file.output
+    assert errors == [f"error: {no_blocks_reason('attrs.py')}"]  # plan's line, not "use pp=1"
+    assert "Traceback" not in from_file.output and not (tmp_path / "f").exists()
     profiled = cli_runner.invoke(cli, ["profile", str(path)])
     assert profiled.exit_code == 0, profiled.output
     warning = f"warning: plan and execute will refuse this model: {refusal}"
