@@ -145,7 +145,7 @@ def test_failures_far_faster_than_restarts_are_refused(mtbf_hours):
     # Found fuzzing hardware profiles into `smplan reliability`: a 1e-9 h GPU MTBF overflowed
     # math.exp (OverflowError), 0.01 h drew ~7e6 failures per seed (GBs of memory).
     spec = RunSpec(work_s=86400.0, num_gpus=8, gpu_mtbf_hours=mtbf_hours, restart_s=15 * MIN, checkpoint_s=MIN)
-    with pytest.raises(ReliabilityError, match=r"the run does not finish: the job fails every .* failures before"):
+    with pytest.raises(ReliabilityError, match=r"the run does not finish: the job fails every .* on average, faster than"):
         analyse_run(spec, seeds=10)
     assert daly_expected_time(86400.0, 600.0, MIN, 15 * MIN, mtbf_hours * 3600 / 8) > 1e9
 
@@ -199,3 +199,15 @@ def test_a_wait_cut_short_by_the_next_failure_counts_only_what_was_waited():
     wall, fails, waited = _step(spec, np.array([HOUR]), times, spare_waits(spec, times))
     assert fails[0, 0] == 2 and waited[0, 0] == pytest.approx(12 * HOUR)
     assert wall[0, 0] == pytest.approx(waited[0, 0] + 5 * HOUR)  # the 1 h failure follows a checkpoint: none lost
+
+
+def test_a_run_shorter_than_a_step_sweeps_without_numpys_poor_conditioning_warning():
+    """`smplan reliability plan.json --tokens 1`: the sweep's intervals past the work are one piece,
+    Daly's sits beside a grid point in the last bits, and the parabola's fit warned on stderr."""
+    import warnings
+
+    spec = RunSpec(work_s=1e-5, num_gpus=128, gpu_mtbf_hours=50000, restart_s=600, checkpoint_s=30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = analyse_run(spec)
+    assert report.wall_mean_s == pytest.approx(30.0 + 1e-5)
