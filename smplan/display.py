@@ -11,6 +11,13 @@ def memory_gib_text(gib: float) -> str:
     return f"{math.floor(gib * 10) / 10:.1f}"
 
 
+def memory_need_text(gib: float) -> str:
+    """GiB to 0.01, rounded up, for a plan over its GPU's capacity: the tables' 0.1 rounded down
+    read 79.97 GiB as 79.9 and 80.0 as the need, and a need of 79.66 on 79.65 GiB would read as
+    fitting at 0.1."""
+    return f"{math.ceil(gib * 100) / 100:.2f}"
+
+
 def days_text(days: float) -> str:
     """Days with about four significant digits: wall-clock days of long runs differ by tenths
     (113.2 and 113.9 printed 113 and 113 with three)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from smplan.display import memory_need_text
 from smplan.hwprofiles import Cluster, Efficiency, bundled_stacks, load_stack, matmul_efficiency
 from smplan.planner import Figures
 
@@ -141,6 +142,6 @@ def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name:
         changes.append("zero=1..3" if plan is None else f"zero={plan.zero + 1}..3" if plan.zero < 2 else "zero=3")
     changes.append("more tp/pp")
     # the peak holds efficiency.memory_reserve_gib (CUDA context, allocator slack); the capacity is the GPU's
-    return (f"warning: the fullest GPU needs {peak_memory_gib:.1f} GiB (its memory reserve included) but "
+    return (f"warning: the fullest GPU needs {memory_need_text(peak_memory_gib)} GiB (its memory reserve included) but "
             f"{gpu_name} has {capacity_gib:g} GiB; this plan would run out of memory. Add {', '.join(changes[:-1])}"
             f"{' or ' if len(changes) > 1 else ''}{changes[-1]} (or let `smplan plan` choose).")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from smplan.display import memory_need_text
 from smplan.hwprofiles import DEFAULT_STACK, Cluster, load_cluster, load_stack
 from smplan.planner import ModelProfile, Plan, even_stages, parse_inline, plan_from_inline
 from smplan.planner.plan import idle_nodes_problem
@@ -103,7 +104,7 @@ def evaluate(q: Question, spec: PointSpec, profile: ModelProfile | str) -> dict:
         point.update(figures=figures, memory_capacity_gib=capacity)
         if figures["peak_memory_gib"] > point["memory_capacity_gib"]:
             raise InfeasiblePoint(
-                f"needs {figures['peak_memory_gib']:.1f} GiB on its fullest GPU (its memory reserve included) but "
+                f"needs {memory_need_text(figures['peak_memory_gib'])} GiB on its fullest GPU (its memory reserve included) but "
                 f"{cluster.gpu.name} has {point['memory_capacity_gib']:g} GiB; add recompute, zero, tp or pp"
             )
         if q.timed:
