@@ -3,6 +3,7 @@ from the model's state bytes and the storage bandwidth, then `failures.analyse_r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from smplan.hwprofiles import Cluster
@@ -19,7 +20,9 @@ class RunTarget:
     days: float | None = None  # failure-free training days
     tokens: float | None = None  # tokens to train on
 
-    def work_s(self, tokens_per_s: float) -> float:
+    def work_s(self, tokens_per_s: float, step_time_s: float) -> float:
+        """Failure-free seconds of training: --days as given, --tokens in whole steps (a run cannot
+        stop inside one; `smplan whatif --tokens` counts them so too)."""
         if (self.days is None) == (self.tokens is None):
             raise ReliabilityError("give exactly one of --days D or --tokens T")
         if self.days is not None:
@@ -30,7 +33,7 @@ class RunTarget:
             raise ReliabilityError(f"--tokens must be greater than 0, got {self.tokens}")
         if tokens_per_s <= 0:
             raise ReliabilityError("the plan's model has no tokens per step; use --days instead of --tokens")
-        return self.tokens / tokens_per_s
+        return math.ceil(self.tokens / (tokens_per_s * step_time_s)) * step_time_s
 
 
 def checkpoint_bytes(params: int, dtype: str) -> float:
@@ -128,7 +131,7 @@ def plan_reliability(
 
     step = simulate_plan(plan, profile, cluster, contention, record_events=False)
     figures = step.figures
-    work = target.work_s(figures.tokens_per_s)
+    work = target.work_s(figures.tokens_per_s, figures.step_time_s)
     nbytes = checkpoint_bytes(profile.params, plan.dtype)
     nodes = writer_nodes(plan.world_size, cluster)
     ckpt_s = checkpoint_minutes * 60.0 if checkpoint_minutes is not None else checkpoint_seconds(nbytes, nodes, cluster)

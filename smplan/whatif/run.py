@@ -21,11 +21,6 @@ if TYPE_CHECKING:  # the simulator is imported when a run is simulated, not with
 
 INTERVAL_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # around Young/Daly, goodput chart
 MTBF_FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)  # around the profile's GPU MTBF
-# Under this closed-form goodput (Daly 2006 eq. 20, the failure model simulator.failures simulates:
-# work / expected wall-clock) a run is taken not to finish, without simulating it. The simulation
-# follows a run up to ~3.8e5x its work (simulate_sweep: 1.5 x 1e3 x 2^8) and spins seconds before
-# giving up past that (2-6 s a call, 800,000 H100s, measured); at 1e4x expected, no seed gets there.
-HOPELESS_GOODPUT = 1e-4
 
 
 class RunDoesNotFinish(ValueError):
@@ -51,22 +46,11 @@ def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_ho
     )
 
 
-def expected_goodput(spec: RunSpec, interval_s: float | None = None) -> float:
-    """Daly's closed-form goodput (work / expected wall-clock) of `spec` checkpointing every
-    `interval_s` seconds (Daly's interval, at least a second, when None); 0 when it overflows.
-    A run shorter than the interval is one segment, as the failure simulation runs it."""
-    from smplan.simulator.daly import daly_expected_time, daly_interval
-
-    delta_s = spec.blocking_s + spec.durable_lag_s
-    tau_s = min(interval_s or max(daly_interval(delta_s, spec.job_mtbf_s), 1.0), spec.work_s)
-    wall_s = daly_expected_time(spec.work_s, tau_s, delta_s, spec.restart_s, spec.job_mtbf_s)
-    return spec.work_s / wall_s if wall_s > 0 else 0.0
-
-
 def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
     """Why the run of `spec` does not finish, naming the settings whatif varies (the failure
     simulation's own message names `smplan reliability`'s options)."""
     from smplan.simulator.daly import daly_interval
+    from smplan.simulator.failures import HOPELESS_GOODPUT, expected_goodput
 
     why = (f"the run does not finish: its {spec.num_gpus:,} GPUs fail every {spec.job_mtbf_s:.3g} s on average "
            f"(reliability.gpu_mtbf_hours={spec.gpu_mtbf_hours:g} per GPU), against a "
@@ -87,8 +71,8 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
 
 def analyse_or_refuse(spec: RunSpec, interval_s: float | None, seeds: int) -> RunReport:
     """The failure simulation's RunReport of `spec`, or RunDoesNotFinish, cheaply for a hopeless run."""
+    from smplan.simulator.failures import HOPELESS_GOODPUT, analyse_run, expected_goodput
     from smplan.simulator.failures import RunDoesNotFinish as SimulationGaveUp
-    from smplan.simulator.failures import analyse_run
 
     if expected_goodput(spec, interval_s) < HOPELESS_GOODPUT:
         raise RunDoesNotFinish(never_finishes(spec, interval_s))
@@ -98,6 +82,51 @@ def analyse_or_refuse(spec: RunSpec, interval_s: float | None, seeds: int) -> Ru
         raise RunDoesNotFinish(never_finishes(spec, interval_s)) from None
 
 
+# --days: at most this many failure simulations to find the steps that fill the wall-clock; the
+# expected wall-clock is close to affine in the steps (work / goodput plus the last checkpoint),
+# so the secant steps below usually land within a step in three or four.
+MAX_FILL_EVALUATIONS = 10
+
+
+def steps_within(budget_s: float, step_s: float, run_of) -> tuple[int, RunReport]:
+    """The most whole steps whose run (`run_of(steps)`: its RunReport, failures, restarts and
+    checkpoints included) is expected to end within `budget_s` of wall-clock, and that report.
+
+    Work is not a fixed share of the wall-clock: every run pays for its last checkpoint, so a short
+    budget holds fewer steps than budget x the goodput of a long run (a 0.05-day run with 3,067 s
+    checkpoint writes was once given 159 steps, which take 0.058 days)."""
+    one = run_of(1)
+    if one.wall_mean_s > budget_s:
+        raise RunDoesNotFinish(
+            f"no whole step ends within {budget_s / 86400:.3g} days: one step ({step_s:.3g} s) with its failures, "
+            f"restarts and checkpoint write ({one.checkpoint_s:.3g} s) is expected to take "
+            f"{one.wall_mean_s:.3g} s; give more --days (or a faster checkpoint write)")
+    fits, fits_report = 1, one
+    over, over_wall = None, None  # the fewest steps known not to fit (wall None: that run never ends)
+    for _ in range(MAX_FILL_EVALUATIONS):
+        if over is not None and over - fits <= 1:
+            break
+        if over is None:  # extrapolate the wall through one step's run and the largest that fits
+            # (the first guess, failure-free steps, overshoots: failures only add wall-clock)
+            per_step_s = (fits_report.wall_mean_s - one.wall_mean_s) / (fits - 1) if fits > 1 else step_s
+            n = fits + max(1, int((budget_s - fits_report.wall_mean_s) / max(per_step_s, 1e-12)))
+        elif over_wall is None:
+            n = (fits + over) // 2
+        else:  # regula falsi between the counts that bracket the budget
+            share = (budget_s - fits_report.wall_mean_s) / (over_wall - fits_report.wall_mean_s)
+            n = min(max(fits + int(share * (over - fits)), fits + 1), over - 1)
+        try:
+            report = run_of(n)
+        except RunDoesNotFinish:  # more work than the failures let finish: too many steps
+            over, over_wall = n, None
+            continue
+        if report.wall_mean_s <= budget_s:
+            fits, fits_report = n, report
+        else:
+            over, over_wall = n, report.wall_mean_s
+    return fits, fits_report
+
+
 def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster: Cluster, params: float) -> dict:
     """The run of one point at the failure simulation's best checkpoint interval (Daly's when its
     seeds draw too few failures to tell intervals apart), or at the given one."""
@@ -105,22 +134,16 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
     given_min = spec.checkpoint_interval_min or q.checkpoint_interval_min
     step_s = figures["step_time_s"]
     tokens_per_step = figures["tokens_per_s"] * step_s
+    interval_s = given_min * 60.0 if given_min else None
     if q.tokens:
         steps = math.ceil(q.tokens / tokens_per_step)
-        report = analyse_or_refuse(run_spec(plan, cluster, steps * step_s, save_s),
-                                   given_min * 60.0 if given_min else None, q.seeds)
+        report = analyse_or_refuse(run_spec(plan, cluster, steps * step_s, save_s), interval_s, q.seeds)
     else:
-        # A fixed wall-clock: find the work that fills it (goodput barely depends on length).
-        wall = q.days * 86400.0
-        work = wall
-        for _ in range(2):
-            report = analyse_or_refuse(run_spec(plan, cluster, work, save_s),
-                                       given_min * 60.0 if given_min else None, q.seeds)
-            work = wall * report.goodput_mean
-        steps = int(work / step_s)
-    wall_s = report.wall_mean_s if q.tokens else q.days * 86400.0
+        steps, report = steps_within(q.days * 86400.0, step_s, lambda n: analyse_or_refuse(
+            run_spec(plan, cluster, n * step_s, save_s), interval_s, q.seeds))
+    wall_s = report.wall_mean_s
     return {
-        "tokens": float(q.tokens) if q.tokens else steps * tokens_per_step,
+        "tokens": float(q.tokens) if q.tokens else steps * tokens_per_step,  # --days: what its steps train
         "steps": steps,
         "ideal_days": steps * step_s / 86400.0,
         "days": wall_s / 86400.0,
@@ -164,8 +187,8 @@ def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> di
 def goodput_or_nan(spec: RunSpec, intervals_s: list[float], seeds: int) -> tuple[list[float], list[float]]:
     """(mean, std) goodput over seeds at each interval; NaN at an interval whose run does not
     finish (closed-form goodput under HOPELESS_GOODPUT, or the simulation gives up)."""
+    from smplan.simulator.failures import HOPELESS_GOODPUT, expected_goodput, simulate_sweep
     from smplan.simulator.failures import RunDoesNotFinish as SimulationGaveUp
-    from smplan.simulator.failures import simulate_sweep
 
     mean, std = [math.nan] * len(intervals_s), [math.nan] * len(intervals_s)
     rows = [i for i, t in enumerate(intervals_s) if expected_goodput(spec, t) >= HOPELESS_GOODPUT]

@@ -153,3 +153,17 @@ def test_wall_clock_days_past_100_keep_a_decimal(cli_runner):
 def test_without_spares_daly_needs_no_excuse(cli_runner):
     result = cli_runner.invoke(cli, BASE + ["--days", "1", "--checkpoint-minutes", "5", "--seeds", "5"])
     assert "Daly's expected wall-clock" in result.output and "leaves out" not in result.output
+
+
+def test_tokens_train_in_whole_steps_as_whatif_counts_them(cli_runner, tmp_path):
+    """`--tokens 1` is one whole step and its checkpoint (reliability once priced a fraction of a
+    step: 0.00% goodput, while whatif said 28.5% for the same run)."""
+    plan = ["--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8", "--tokens", "1", "--seeds", "5"]
+    rel = cli_runner.invoke(cli, ["reliability", GPT, *plan, "--json"])
+    assert rel.exit_code == 0, rel.output
+    data = json.loads(rel.output)
+    assert data["work_s"] == pytest.approx(data["step_time_s"])
+    wi = cli_runner.invoke(cli, ["whatif", GPT, *plan, "--json", "-o", str(tmp_path / "w")])
+    assert wi.exit_code == 0, wi.output
+    run = json.loads(wi.stdout)["points"][0]["run"]
+    assert run["steps"] == 1 and run["goodput"] == pytest.approx(data["goodput_mean"], rel=1e-6)

@@ -140,3 +140,13 @@ def test_an_all_infeasible_sweep_gives_its_reasons_in_the_points_order(cli_runne
     error = result.output.strip().splitlines()[-1]
     assert error.startswith("error: no feasible point: ")
     assert 0 < error.index("on 8 GPUs") < error.index("on 16 GPUs")
+
+
+def test_days_shorter_than_a_step_are_each_points_reason_not_a_traceback(cli_runner, tmp_path):
+    """`--days` under one step and its checkpoint divided by zero tokens in the recommendation."""
+    out = tmp_path / "r"
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--jobs", "1", "--seeds", "3", "--hw", "a100x8",
+                                     "--plan", "dp=8,mbs=1", "--days", "1e-9", "-o", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "no whole step ends within 1e-09 days: one step (" in result.output
+    assert not report.load(out / "points.json")["points"][0]["feasible"]

@@ -1,20 +1,27 @@
 """A point's whole run under failures: a run that cannot finish is that point's reason, in
-whatif's settings, found without simulating it; the goodput curves skip such runs."""
+whatif's settings, found without simulating it; the goodput curves skip such runs; --days
+holds the whole steps whose run ends in time."""
 
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import pytest
-from smplan.simulator.failures import RunSpec
+from smplan.simulator.failures import (
+    HOPELESS_GOODPUT,
+    RunSpec,
+    expected_goodput,
+    too_many_failures_reason,
+)
 
 from smplan.whatif.run import (
-    HOPELESS_GOODPUT,
+    MAX_FILL_EVALUATIONS,
     RunDoesNotFinish,
     analyse_or_refuse,
-    expected_goodput,
     goodput_or_nan,
+    steps_within,
 )
 
 # 800,000 GPUs of 50,000 h MTBF (`--vary nodes=1,100000` on h100x8) at a tenth of that MTBF:
@@ -65,5 +72,35 @@ def test_a_run_with_more_failures_than_the_simulation_follows_says_so():
     # failure simulation refuses to follow (simulator.failures.MAX_FAILURES_PER_SEED)
     busy = RunSpec(work_s=1e7, num_gpus=8, gpu_mtbf_hours=60 * 8 / 3600, restart_s=10.0, checkpoint_s=1.0)
     assert expected_goodput(busy) > 0.5
-    with pytest.raises(RunDoesNotFinish, match=r"fails too often to simulate.*reliability.gpu_mtbf_hours"):
+    with pytest.raises(RunDoesNotFinish, match=r"fails too often to simulate.*reliability.gpu_mtbf_hours") as err:
         analyse_or_refuse(busy, None, seeds=5)
+    # `smplan reliability` says the same of it, with the same count (it once said "does not finish",
+    # after 5.6x as many failures: those of its simulation horizon)
+    count = re.search(r"about (\S+) times before it finishes", str(err.value)).group(1)
+    assert re.match(rf"the run fails too often to simulate: .* about {re.escape(count)} times before it finishes",
+                    too_many_failures_reason(busy))
+
+
+def _run_of(step_s: float, checkpoint_s: float, calls: list):
+    def run_of(steps: int):
+        calls.append(steps)
+        spec = RunSpec(work_s=steps * step_s, num_gpus=128, gpu_mtbf_hours=50000.0, restart_s=600.0,
+                       checkpoint_s=checkpoint_s)
+        return analyse_or_refuse(spec, None, seeds=20)
+    return run_of
+
+
+@pytest.mark.parametrize("checkpoint_s, budget_s", [(3067.0, 4320.0), (30.0, 4320.0), (30.0, 30 * 86400.0)])
+def test_days_fill_with_whole_steps_whose_run_ends_in_time(checkpoint_s, budget_s):
+    """--days: the steps of a run that ends within the wall-clock, its last checkpoint included (a
+    0.05-day run of 3,067 s checkpoint writes was given 159 steps of 12.2 s, which take 0.058 days)."""
+    calls: list = []
+    steps, report = steps_within(budget_s, 12.2, _run_of(12.2, checkpoint_s, calls))
+    assert report.wall_mean_s <= budget_s and report.work_s == pytest.approx(steps * 12.2)
+    assert _run_of(12.2, checkpoint_s, [])(steps + 1).wall_mean_s > budget_s  # one more step does not fit
+    assert len(calls) <= MAX_FILL_EVALUATIONS + 1
+
+
+def test_days_shorter_than_one_step_and_its_checkpoint_are_the_points_reason():
+    with pytest.raises(RunDoesNotFinish, match=r"no whole step ends within 0\.0001 days: one step \(12\.2 s\)"):
+        steps_within(8.64, 12.2, _run_of(12.2, 30.0, []))
