@@ -253,6 +253,21 @@ def p2p_time_s(bytes_: float, cross_node: bool, cluster: Cluster) -> float:
     return bytes_ / (bandwidth_gbps * 1e9 * cluster.efficiency.network) + link.latency_us * 1e-6
 
 
+def ring_p2p_time_s(bytes_total: float, span: GroupSpan, cluster: Cluster) -> float:
+    """Seconds to pass every member's 1/n of `bytes_total` round a ring of send/recv steps
+    (Transformer Engine's context-parallel attention, cp_comm_type "p2p": n-1 steps, each a
+    send to the next rank). Inside a node: the ring all_gather of `collective_time_s`. Across
+    nodes each step waits for the pairs at node boundaries, each on one GPU's own NIC
+    (`p2p_time_s`), so a node's k NICs do not add up as NCCL's multi-rail rings do; with one
+    member per node the two agree."""
+    if bytes_total < 0:
+        raise PerfModelError(f"bytes_total must not be negative, got {bytes_total}")
+    _check_span(span, cluster)
+    if not span.crosses_nodes:
+        return collective_time_s("all_gather", bytes_total, span, cluster)
+    return (span.size - 1) * p2p_time_s(bytes_total / span.size, True, cluster)
+
+
 def _ring(kind: str, b: float, span: GroupSpan, cluster: Cluster) -> float:
     """Ring alpha-beta costs (Thakur, Rabenseifner, Gropp 2005; NCCL docs, performance.md)."""
     n = span.size

@@ -24,11 +24,12 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
 - Context parallelism (cp > 1): every GEMM's token rows (m), the element-wise traffic, the
   TP collectives and the saved activations are / cp; attention keeps its full K/V length
   (each rank's queries attend to all keys; causal load balancing gives every rank the same
-  share, Megatron-Core's 2*cp chunks). K/V are all-gathered in forward and their gradients
-  reduce-scattered in backward over the cp group; Megatron-Core / Transformer Engine run
-  this as a ring of p2p steps overlapped with the attention of the previous step
-  (TE `AttnFuncWithCPAndKVP2P`; Llama 3, Dubey et al. 2024, section 3.3.2 uses an
-  all-gather of the same bytes): the exposed time is max(0, comm - attention core time).
+  share, Megatron-Core's 2*cp chunks). Megatron-Core / Transformer Engine pass K/V round the
+  cp group as a ring of p2p steps overlapped with the attention of the previous step (TE
+  `AttnFuncWithCPAndKVP2P`), and in backward K/V again with their gradients: across nodes each
+  step waits on one GPU's NIC (`ring_p2p_time_s`), not a node's k NICs as an NCCL all-gather
+  would (Llama 3, Dubey et al. 2024, section 3.3.2, all-gathers the same bytes). The exposed
+  time is max(0, comm - attention core time).
 - Expert parallelism (ep > 1): the routed experts' batched GEMMs run E/ep experts, each on
   the tokens of the ep ranks that chose it; tokens are split over tp as well (Megatron-Core
   runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
@@ -65,6 +66,7 @@ from smplan.hwprofiles.perf import (
     flash_attention_time_s,
     matmul_time_s,
     memory_bound_time_s,
+    ring_p2p_time_s,
 )
 from smplan.hwprofiles.topology import GroupSpan
 
@@ -325,10 +327,12 @@ def pass_times(
         # dispatch + combine, as the stack's dispatcher sends them (efficiency.ep_dispatcher)
         ep_f = ep_b = 2.0 * expert_dispatch_time_s(a2a, ep_span, cluster, part.top_k, part.num_experts)
     if cp > 1 and part.attention_kv_bytes_per_sample:
-        # all of K and V (the gathered size; heads / tp), gathered forward, gradients reduce-scattered backward
+        # all of K and V (the gathered size; heads / tp) round the cp ring forward; backward
+        # passes K/V round again with their accumulating gradients beside them (TE
+        # AttnFuncWithCPAndKVP2P keeps only its own chunk from forward): twice the bytes
         kv = part.attention_kv_bytes_per_sample * b / tp
-        cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
-        cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
+        cp_raw_f = ring_p2p_time_s(kv, cp_span, cluster)
+        cp_raw_b = ring_p2p_time_s(2.0 * kv, cp_span, cluster)
         cp_f = max(0.0, cp_raw_f - core_gemm - flash_f)
         cp_b = max(0.0, cp_raw_b - 2.0 * core_gemm - flash_b)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the

@@ -2,7 +2,7 @@
 
 import pytest
 from smplan.hwprofiles import load_cluster
-from smplan.hwprofiles.perf import collective_time_s, expert_dispatch_time_s
+from smplan.hwprofiles.perf import collective_time_s, expert_dispatch_time_s, ring_p2p_time_s
 from smplan.hwprofiles.topology import strided_span
 from smplan.planner import profile_model
 from smplan.planner.cost_model import CostModel, estimate, mesh_key, plan_costs
@@ -232,6 +232,24 @@ def test_cp_exposes_kv_traffic_when_attention_is_short():
     cl = load_cluster("h100x8", nodes=2, overrides=["inter_node.bandwidth_gbps=1"])
     costs = plan_costs(_plan("tp=1,cp=16,dp=1,mbs=1,gbs=1", prof, nodes=2), prof, cl).stages[0]
     assert costs.cp_crosses_node and costs.cp_comm_forward_s > 0
+
+
+def test_a_cp_ring_across_nodes_waits_on_one_nic_a_step():
+    """Transformer Engine's p2p ring sends each step to the next rank: cp=32 over 4 nodes of
+    8 was priced as NCCL's all-gather over a node's 8 NICs (1.7 ms for 537 MB), hidden under
+    attention, and tied with cp=8 inside a node; each step waits on one NIC at a node boundary."""
+    cl = load_cluster("h100x8", nodes=4)
+    kv = 537e6
+    inside, one_per_node, across = strided_span(8, 1, 8), strided_span(4, 8, 8), strided_span(32, 1, 8)
+    assert ring_p2p_time_s(kv, inside, cl) == pytest.approx(collective_time_s("all_gather", kv, inside, cl))
+    assert ring_p2p_time_s(kv, one_per_node, cl) == pytest.approx(collective_time_s("all_gather", kv, one_per_node, cl))
+    assert ring_p2p_time_s(kv, across, cl) > 5 * collective_time_s("all_gather", kv, across, cl)
+    prof = profile_model(GPT, args={"layers": 2}, seq_len=32768)
+    in_node, spread = _plan("cp=8,dp=4,mbs=1,gbs=32", prof, nodes=4), _plan("cp=32,dp=1,mbs=4,gbs=32", prof, nodes=4)
+    ring = plan_costs(spread, prof, cl).stages[0]
+    assert ring.cp_crosses_node and not plan_costs(in_node, prof, cl).stages[0].cp_crosses_node
+    assert ring.cp_comm_backward_s > ring.cp_comm_forward_s > 0  # backward: K/V and their gradients
+    assert estimate(spread, prof, cl).step_time_s > 1.5 * estimate(in_node, prof, cl).step_time_s
 
 
 def test_fp8_runs_linears_at_the_fp8_peak_and_keeps_fp8_weight_copies(moe):
