@@ -11,6 +11,7 @@ ModelFileError line naming the file, the problem and the fix.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import hashlib
 import importlib.util
@@ -102,10 +103,11 @@ class ModelFile:
         type than its default's (whatif checks swept values with it before any point is built)."""
         unknown = [k for k in args if not self.accepts(k)]
         if unknown:
-            known = ", ".join(k for k, p in self.builder_parameters().items() if p.kind != p.VAR_KEYWORD)
+            names = [k for k, p in self.builder_parameters().items() if p.kind != p.VAR_KEYWORD]
+            near = difflib.get_close_matches(unknown[0], names, n=1)
             raise ModelFileError(
-                f"{self.path}: builder {self.builder_name}() takes no argument {unknown[0]!r}; "
-                f"it takes: {known or 'no arguments'}"
+                f"{self.path}: builder {self.builder_name}() takes no argument {unknown[0]!r}"
+                f"{f' (did you mean {near[0]!r}?)' if near else ''}; it takes: {', '.join(names) or 'no arguments'}"
             )
         params = self.builder_parameters()
         for key, value in args.items():
@@ -413,8 +415,10 @@ def load_model_file(ref: str) -> ModelFile:
                       and n not in ("batch", "loss", "tp_plan", "tp_plan_outer", "data", "init_weights",
                                     "context_parallel") and _callable_without_arguments(v)]
         hint = f"; functions there: {', '.join(candidates)}" if candidates else ""
+        near = difflib.get_close_matches(builder_name, candidates, n=1)
         raise ModelFileError(
-            f"{path}: no builder function {builder_name!r}; define def {builder_name}(**args) -> nn.Module "
+            f"{path}: no builder function {builder_name!r}{f' (did you mean {near[0]!r}?)' if near else ''}; "
+            f"define def {builder_name}(**args) -> nn.Module "
             f"or name one with {path}:NAME{hint}"
         )
     return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest)

@@ -26,6 +26,10 @@ BROKEN = {
                    "--arg width must be a whole number"),
     "unknown_arg": (GOOD_TAIL + "def model(width: int = 4):\n    return nn.Linear(4, width)\n", {"depth": 3},
                     "takes no argument 'depth'"),
+    "near_builder": (GOOD_TAIL + "def model_7b():\n    return nn.Linear(4, 4)\n", {},
+                     "no builder function 'model' (did you mean 'model_7b'?)"),
+    "near_arg": (GOOD_TAIL + "def model(width: int = 4):\n    return nn.Linear(4, width)\n", {"widht": 3},
+                 "takes no argument 'widht' (did you mean 'width'?); it takes: width"),
     "builder_crash": (GOOD_TAIL + "def model():\n    raise RuntimeError('boom')\n", {}, "raised RuntimeError: boom"),
     "no_batch": ("from torch import nn\ndef model():\n    return nn.Linear(4, 4)\n", {}, "no batch() function"),
     "forward_crash": (GOOD_TAIL + textwrap.dedent("""
