@@ -152,7 +152,10 @@ def validate_constraints(
         tp_gpus = tp_domain_gpus(cluster)
         if tp > tp_gpus or tp_gpus % tp:
             ok = max(t for t in _divisors(tp_gpus) if t <= tp)
-            raise PlanError(f"tp={tp} must divide the {tp_gpus} GPUs of a node or NVLink domain (tensor parallelism stays on NVLink); use tp={ok}")
+            where = (f"the {tp_gpus} GPUs of a node (tensor parallelism stays on NVLink)" if tp_gpus == cluster.gpus_per_node
+                     else f"{tp_gpus}: in {cluster.name}'s {cluster.fast_domain_gpus}-GPU NVLink domain tp is a power of two "
+                          f"up to {tp_gpus}, as Megatron-Core's GB200 recipes keep it")
+            raise PlanError(f"tp={tp} must divide {where}; use tp={ok}")
         if tp > 1 and "tp" in profile.unsupported:
             raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
         if tp > 1 and not profile.has_tp_plan:
@@ -175,6 +178,10 @@ def validate_constraints(
         raise PlanError(
             f"dp*tp*pp*cp={product} GPUs but the cluster has {world}; use --nodes {-(-product // gpn)} or lower a degree"
         )
+    ep = fixed.get("ep", 1)
+    if ep > world:  # the expert grid folds ep into the tp x cp x dp ranks (megatron/core/parallel_state.py)
+        raise PlanError(f"ep={ep} needs at least {ep} GPUs (ep divides tp*cp*dp) but the cluster has {world}; "
+                        f"use --nodes {-(-ep // gpn)} or a lower ep")
     if all(d is not None for d in degrees) and product != world and not max_nodes:
         raise PlanError(f"dp*tp*pp*cp={product} must use all {world} GPUs; change a degree or use --max-nodes")
     if "ep" in fixed and all(fixed.get(k) for k in ("dp", "tp")):

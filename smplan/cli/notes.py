@@ -109,6 +109,21 @@ def sac_stack_note(plan, stack: str) -> str | None:
             "with what it has")
 
 
+def a2a_overlap_note(plan, cluster: Cluster, stack: str) -> str | None:
+    """One line when the best plan's expert all-to-alls are priced hidden behind the paired
+    micro-batch (the megatron-core stack's ep_a2a_overlap, as Megatron-Bridge's perf configs set
+    it), which Megatron-Core runs only when asked: its overlap_moe_expert_parallel_comm is off by
+    default (megatron/core/transformer/transformer_config.py). Without it a plan with ep across
+    nodes can be much slower (GPT-OSS-120B on 8 H100 nodes: 3.28 s vs 5.16 s a step, a reviewer's);
+    inside an NVLink domain little is at stake, so the note is left out there."""
+    if plan.ep <= cluster.fast_domain_gpus or cluster.efficiency.ep_a2a_overlap <= 0 or stack != "megatron-core":
+        return None
+    return ("note: this plan hides the expert all-to-alls across nodes behind the paired micro-batch's compute, as "
+            "Megatron-Core does with --overlap-moe-expert-parallel-comm --delay-wgrad-compute (off by default "
+            "there): turn them on, "
+            "or plan without it: --hw-set efficiency.ep_a2a_overlap=0")
+
+
 def capped_context_note(ref: str, seq_len: int, args: dict | None = None, given_seq_len: int | None = None) -> str | None:
     """One line when an hf: model plans at the default cap (planner/hf_model.py DEFAULT_SEQ_CAP)
     below the context its config states: a long-context user would otherwise not see it."""

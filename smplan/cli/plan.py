@@ -17,6 +17,7 @@ from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
 from .checks import check_output_file
 from .main import UserError
 from .notes import (
+    a2a_overlap_note,
     batch_divisors_note,
     capped_context_note,
     causal_mfu_note,
@@ -49,7 +50,7 @@ from .table import format_table, sequence_phrase
                    "profile from `smplan hw probe`, as execute runs there; "
                    "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
-              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf (MoE: the busiest expert's load over the average, >= 1, default 1.0), grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). Repeatable, each key once.")
+              help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf (MoE: the busiest expert's load over the average, >= 1, default 1.0), grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). A fixed recompute=KIND recomputes every block, as Megatron's flag does; unfixed, the search recomputes only the blocks memory needs. Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
@@ -169,7 +170,8 @@ def _notes(best, result, cluster, stack, model, model_args, seq_len) -> list[str
                             on_cpu=cluster.gpu.name == PROBED_CPU_NAME, stack=stack),
              causal_mfu_note(best.predicted, cluster, best.dtype),
              batch_divisors_note(best.global_batch, best.world_size),
-             sac_stack_note(best, load_stack(stack or DEFAULT_STACK).name))
+             sac_stack_note(best, load_stack(stack or DEFAULT_STACK).name),
+             a2a_overlap_note(best, cluster, load_stack(stack or DEFAULT_STACK).name))
     return [note for note in notes if note]
 
 

@@ -423,3 +423,13 @@ def test_sac_under_a_stack_without_op_level_checkpointing_says_what_is_nearest(c
     assert "megatron-core has no such policy: its nearest is --recompute-granularity selective" in default.output
     titan = cli_runner.invoke(cli, [*args, "--stack", "torchtitan"])
     assert titan.exit_code == 0 and "note: sac is" not in titan.output, titan.output
+
+
+@pytest.mark.parametrize("hw, nodes, says", [
+    ("h100x8", "2", "tp=16 must divide the 8 GPUs of a node (tensor parallelism stays on NVLink); use tp=8"),
+    # the 72-GPU NVLink domain holds tp=16; 8 is the recipes' cap, not the node's size
+    ("gb200nvl72", "18", "tp=16 must divide 8: in gb200nvl72's 72-GPU NVLink domain tp is a power of two up to 8"),
+])
+def test_a_tp_past_the_domain_says_whether_the_node_or_the_recipes_cap_it(cli_runner, hw, nodes, says):
+    result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", hw, "--nodes", nodes, "--fix", "tp=16"])
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output, result.output
