@@ -66,6 +66,8 @@ def profile_model(
         if hit is not None:
             return dataclasses.replace(hit, model=ref)
     model_file = load_model_file(ref)  # a wrong file or builder name is the only line the user sees
+    if hasattr(model_file, "check_args"):  # ...and so is a wrong --arg (an hf: config checks its own)
+        model_file.check_args(args)
     if progress:  # tracing a block takes seconds: say so
         progress(f"profiling {ref} on the meta device ({dtype}; cached for the next run) ...")
     from .profiler_run import run_profile  # imports torch: only when there is work to do

@@ -433,3 +433,11 @@ def test_sac_under_a_stack_without_op_level_checkpointing_says_what_is_nearest(c
 def test_a_tp_past_the_domain_says_whether_the_node_or_the_recipes_cap_it(cli_runner, hw, nodes, says):
     result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", hw, "--nodes", nodes, "--fix", "tp=16"])
     assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output, result.output
+
+
+def test_an_arg_typo_is_the_only_line(cli_runner):
+    """It came after a "profiling ... on the meta device" progress line."""
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--arg", "layer=2"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        result.output.strip()] and "takes no argument 'layer' (did you mean 'layers'?)" in result.output
