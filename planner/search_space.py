@@ -178,16 +178,16 @@ def validate_constraints(
         raise PlanError(
             f"dp*tp*pp*cp={product} GPUs but the cluster has {world}; use --nodes {-(-product // gpn)} or lower a degree"
         )
-    ep = fixed.get("ep", 1)
-    if ep > world:  # the expert grid folds ep into the tp x cp x dp ranks (megatron/core/parallel_state.py)
-        raise PlanError(f"ep={ep} needs at least {ep} GPUs (ep divides tp*cp*dp) but the cluster has {world}; "
-                        f"use --nodes {-(-ep // gpn)} or a lower ep")
     if all(d is not None for d in degrees) and product != world and not max_nodes:
         raise PlanError(f"dp*tp*pp*cp={product} must use all {world} GPUs; change a degree or use --max-nodes")
     if "ep" in fixed and all(fixed.get(k) for k in ("dp", "tp")):
         problem = expert_grid_problem(fixed["ep"], fixed["tp"], fixed.get("cp", 1), fixed["dp"])
         if problem:
             raise PlanError(problem)
+    ep = fixed.get("ep", 1)
+    if ep > world:  # the expert grid folds ep into the tp x cp x dp ranks (megatron/core/parallel_state.py)
+        raise PlanError(f"ep={ep} needs at least {ep} GPUs (ep divides tp*cp*dp) but the cluster has {world}; "
+                        f"use --nodes {-(-ep // gpn)} or a lower ep")
     gbs = fixed["global_batch"]
     dp, mbs = fixed.get("dp"), fixed.get("micro_batch")
     if dp and gbs % (dp * (mbs or 1)):
