@@ -21,14 +21,14 @@ class RunTarget:
     tokens: float | None = None  # tokens to train on
 
     def work_s(self, tokens_per_s: float, step_time_s: float) -> float:
-        """Failure-free seconds of training: --days as given, --tokens in whole steps (a run cannot
-        stop inside one; `smplan whatif --tokens` counts them so too)."""
+        """Failure-free seconds of training in whole steps, at least one (a run cannot stop inside
+        one; `smplan whatif` counts them so too): the steps of --days, or those --tokens needs."""
         if (self.days is None) == (self.tokens is None):
             raise ReliabilityError("give exactly one of --days D or --tokens T")
         if self.days is not None:
             if self.days <= 0:
                 raise ReliabilityError(f"--days must be greater than 0, got {self.days}")
-            return self.days * 86400.0
+            return math.ceil(self.days * 86400.0 / step_time_s - 1e-9) * step_time_s  # 1e-9: float noise of a whole count
         if self.tokens <= 0:
             raise ReliabilityError(f"--tokens must be greater than 0, got {self.tokens}")
         if tokens_per_s <= 0:
