@@ -1,7 +1,6 @@
 """`smplan calibrate`: one-line rejections, --check writes nothing, a real 2-plan run."""
 
 import json
-import time
 
 import pytest
 from smplan.hwprofiles import load_cluster
@@ -59,13 +58,15 @@ def test_a_gpu_profile_is_not_calibrated_from_runs_on_cpu(cli_runner, tmp_path, 
     assert not (tmp_path / "a100cal.toml").exists()
 
 
-def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_path):
+def test_refuses_to_overwrite_before_running_anything(cli_runner, probed, tmp_path, monkeypatch):
+    def ran(*_, **__):
+        raise AssertionError("a plan ran before the refusal")
+
+    monkeypatch.setattr("smplan.calibrate.run.run_plan", ran)
     out = tmp_path / "cal.toml"
     out.write_text("keep me")
-    start = time.perf_counter()
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "-o", str(out)]))
     assert "--force" in line and out.read_text() == "keep me"
-    assert time.perf_counter() - start < 5  # refused before any plan ran
 
 
 def test_check_reports_and_writes_nothing(cli_runner, probed, tmp_path, monkeypatch):
@@ -86,7 +87,6 @@ def test_check_reports_and_writes_nothing(cli_runner, probed, tmp_path, monkeypa
 def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
     """Real runs: 2 plans x 2 steps on 2 gloo processes; the output profile loads."""
     out = tmp_path / "cal.toml"
-    start = time.perf_counter()
     result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "2", "--steps", "2",
                                      "--nproc-per-node", "2", "--global-batch", "4", "-o", str(out),
                                      "--runs-dir", str(tmp_path / "runs"), "--json"])
@@ -102,7 +102,6 @@ def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
     cluster = load_cluster(str(out))  # loads and passes validation
     assert cluster.efficiency.matmul_max == pytest.approx(report["efficiency_after"]["matmul_max"], rel=1e-5)
     assert cluster.gpu.peak_tflops.fp32 == 0.15  # the rest of the profile is untouched
-    assert time.perf_counter() - start < 90
 
 
 def test_a_failed_run_is_reported_and_the_rest_still_fit(cli_runner, probed, tmp_path, monkeypatch):

@@ -1,4 +1,3 @@
-import time
 
 import numpy as np
 import pytest
@@ -101,12 +100,13 @@ def test_an_async_write_ends_before_the_next_one_starts():
     assert analyse_run(sync, interval_s=5 * MIN, seeds=2).interval_s == 5 * MIN  # a sync write blocks: any interval
 
 
-def test_sixteen_thousand_gpus_thirty_days_is_fast():
+def test_sixteen_thousand_gpus_thirty_days_finish_near_dalys_expectation():
+    # its wall time (< 2 s) is benchmarks/sim_speed.py's: timed unit tests fail on a busy machine
     spec = RunSpec(work_s=30 * 86400, num_gpus=16384, gpu_mtbf_hours=50000, restart_s=15 * MIN,
                    checkpoint_s=5 * MIN)
-    t0 = time.perf_counter()
-    analyse_run(spec, seeds=100)
-    assert time.perf_counter() - t0 < 2.0
+    report = analyse_run(spec, seeds=100)
+    assert 0.5 < report.goodput_mean < 1.0 and report.failures_mean > 100
+    assert report.wall_mean_s == pytest.approx(report.daly_expected_wall_s, rel=0.05)
 
 
 def test_async_checkpoint_and_spares_and_weibull():

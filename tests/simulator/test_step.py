@@ -98,13 +98,11 @@ def test_bad_inputs_raise_value_errors():
         simulate_step(uniform_costs("1f1b", 4, 8), layout(4), cluster(), dp_pattern="gossip")
 
 
-def test_large_step_is_fast():
-    import time
-
+def test_a_large_step_runs_every_pass():
+    # its wall time (< 1 s) is benchmarks/sim_speed.py's: timed unit tests fail on a busy machine
     c = uniform_costs("1f1b", 16, 96, tf=0.05, tb=0.1, send_s=0.002, crosses=True, dp_s=0.5)
-    t0 = time.perf_counter()
-    simulate_step(c, layout(16, dp=8, tp=8), cluster(128))
-    assert time.perf_counter() - t0 < 1.0
+    result = simulate_step(c, layout(16, dp=8, tp=8), cluster(128))
+    assert result.step_time_s >= 96 * (0.05 + 0.1)  # a stage's 96 forward and backward passes at least
 
 
 # -- contention ---------------------------------------------------------------------

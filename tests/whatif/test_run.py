@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 
 import pytest
 from smplan.simulator.failures import (
@@ -35,10 +34,8 @@ def test_a_hopeless_run_is_refused_in_whatifs_terms_without_simulating(monkeypat
         raise AssertionError("the failure simulation was run for a run that cannot finish")
 
     monkeypatch.setattr("smplan.simulator.failures.analyse_run", spins)
-    start = time.perf_counter()
-    with pytest.raises(RunDoesNotFinish) as err:
+    with pytest.raises(RunDoesNotFinish) as err:  # `spins` fails the test if the simulation runs
         analyse_or_refuse(HOPELESS, None, seeds=30)
-    assert time.perf_counter() - start < 0.5
     message = str(err.value)
     assert "does not finish" in message and "reliability.gpu_mtbf_hours" in message
     assert "reliability.restart_minutes" in message and "nodes" in message
