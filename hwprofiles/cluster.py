@@ -47,6 +47,7 @@ ZERO_COLLECTIVES = ("per_nic", "ring")  # Efficiency.zero_collectives
 ZERO_GRANULARITIES = ("bucket", "block")  # Efficiency.zero_granularity
 GRAD_REDUCE_DTYPES = ("weights", "fp32")  # Efficiency.grad_reduce_dtype
 EP_DISPATCHERS = ("all_to_all", "node_dedup")  # Efficiency.ep_dispatcher
+CP_COMMS = ("all_gather", "p2p")  # Efficiency.cp_comm
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class Efficiency:
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overheads,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives, zero_granularity,
-    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, grad_reduce_dtype) are set by the
+    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, cp_comm, grad_reduce_dtype) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -224,6 +225,12 @@ class Efficiency:
     # the same local index, and is forwarded to the others over NVLink; DeepSeek-V3 report,
     # Liu et al. 2024, section 3.2.2; DeepEP README, "normal kernels").
     ep_dispatcher: str = "all_to_all"
+    # How context parallelism moves K/V: "all_gather" (an NCCL all-gather forward and a
+    # reduce-scatter of their gradients backward, on the multi-rail rings: torchtitan's default
+    # rotate method, Llama 3's CP and smplan execute's) or "p2p" (Transformer Engine's ring,
+    # Megatron-Core's cp_comm_type default: cp-1 send/recv steps, one NIC a step across nodes,
+    # and backward K/V with their gradients, twice the bytes; TE AttnFuncWithCPAndKVP2P).
+    cp_comm: str = "all_gather"
     # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
     # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
     tp_comm_overlap: float = 0.0
@@ -533,6 +540,8 @@ def _validate(c: Cluster) -> None:
     if e.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
         raise HardwareProfileError(
             f"efficiency.grad_reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {e.grad_reduce_dtype!r}")
+    if e.cp_comm not in CP_COMMS:
+        raise HardwareProfileError(f"efficiency.cp_comm must be one of {', '.join(CP_COMMS)}, got {e.cp_comm!r}")
     if e.ep_dispatcher not in EP_DISPATCHERS:
         raise HardwareProfileError(
             f"efficiency.ep_dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {e.ep_dispatcher!r}")

@@ -25,6 +25,8 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
   compute (Megatron-Core's EP A2A overlap; 0 where the framework waits for each one);
 - `ep_dispatcher`: how the expert dispatch / combine crosses nodes: "all_to_all" (NCCL; every
   token copy crosses) or "node_dedup" (DeepEP / HybridEP: once per destination node, then NVLink);
+- `cp_comm`: how context parallelism moves K/V: "all_gather" (NCCL collectives: torchtitan,
+  Llama 3, smplan execute) or "p2p" (Transformer Engine's ring: Megatron-Core);
 - `grad_reduce_dtype`: the dtype gradients cross the data-parallel group in: "weights" (bf16 /
   fp16 under mixed precision) or "fp32" (torchtitan's FSDP2 `reduce_dtype`), twice the bytes.
 
@@ -55,6 +57,7 @@ from pathlib import Path
 
 from .cluster import (
     ATTENTION_KERNELS,
+    CP_COMMS,
     EP_DISPATCHERS,
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
@@ -71,7 +74,7 @@ DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
               "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity",
-              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "grad_reduce_dtype")
+              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "cp_comm", "grad_reduce_dtype")
 
 
 # A CUDA kernel launch alone takes a few microseconds of CPU time (3.8 us per short kernel launched
@@ -103,6 +106,7 @@ class Stack:
     tp_comm_overlap: float = Efficiency.tp_comm_overlap
     ep_a2a_overlap: float = Efficiency.ep_a2a_overlap
     ep_dispatcher: str = Efficiency.ep_dispatcher
+    cp_comm: str = Efficiency.cp_comm
     grad_reduce_dtype: str = Efficiency.grad_reduce_dtype
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
@@ -116,7 +120,7 @@ _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_r
 _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel",
          "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity", "tp_comm_overlap",
          "ep_a2a_overlap",
-         "ep_dispatcher", "grad_reduce_dtype")
+         "ep_dispatcher", "cp_comm", "grad_reduce_dtype")
 
 
 # Keys only a stack file has at its top level (a hardware file states them under [efficiency]),
@@ -193,6 +197,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     tp_overlap = _number(data, "tp_comm_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.tp_comm_overlap)
     a2a = _number(data, "ep_a2a_overlap", source, 0.0, 1.0, "a share from 0 to 1", Stack.ep_a2a_overlap)
     dispatcher = _choice(data, "ep_dispatcher", source, EP_DISPATCHERS, Stack.ep_dispatcher)
+    cp_comm = _choice(data, "cp_comm", source, CP_COMMS, Stack.cp_comm)
     reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, host_overhead_us_per_moe_layer=moe_host,
@@ -200,7 +205,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll, zero_granularity=zero_granularity,
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
-                 grad_reduce_dtype=reduce_dtype,
+                 cp_comm=cp_comm, grad_reduce_dtype=reduce_dtype,
                  source=source)
 
 
@@ -287,6 +292,7 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "tp_comm_overlap": f"{stack.tp_comm_overlap:.6g}",
               "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}",
               "ep_dispatcher": _quoted(stack.ep_dispatcher),
+              "cp_comm": _quoted(stack.cp_comm),
               "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype)}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]

@@ -24,12 +24,13 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
 - Context parallelism (cp > 1): every GEMM's token rows (m), the element-wise traffic, the
   TP collectives and the saved activations are / cp; attention keeps its full K/V length
   (each rank's queries attend to all keys; causal load balancing gives every rank the same
-  share, Megatron-Core's 2*cp chunks). Megatron-Core / Transformer Engine pass K/V round the
-  cp group as a ring of p2p steps overlapped with the attention of the previous step (TE
-  `AttnFuncWithCPAndKVP2P`), and in backward K/V again with their gradients: across nodes each
-  step waits on one GPU's NIC (`ring_p2p_time_s`), not a node's k NICs as an NCCL all-gather
-  would (Llama 3, Dubey et al. 2024, section 3.3.2, all-gathers the same bytes). The exposed
-  time is max(0, comm - attention core time).
+  share, Megatron-Core's 2*cp chunks). K/V move as the stack's `efficiency.cp_comm` says:
+  "p2p", Megatron-Core / Transformer Engine's ring of send/recv steps overlapped with the
+  attention of the previous step (TE `AttnFuncWithCPAndKVP2P`), K/V again with their gradients in
+  backward, each step across nodes on one GPU's NIC (`ring_p2p_time_s`); or "all_gather", an NCCL
+  all-gather forward and reduce-scatter backward on the multi-rail rings (torchtitan's default,
+  Llama 3, Dubey et al. 2024, section 3.3.2, and smplan execute). The exposed time is
+  max(0, comm - attention core time).
 - Expert parallelism (ep > 1): the routed experts' batched GEMMs run E/ep experts, each on
   the tokens of the ep ranks that chose it; tokens are split over tp as well (Megatron-Core
   runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
@@ -90,8 +91,8 @@ class PassTimes:
     recompute_flops: dict  # kind -> FLOPs per sample re-run
     ep_forward_s: float = 0.0  # of forward_s: the expert all-to-alls (dispatch + combine)
     ep_backward_s: float = 0.0  # of backward_s: the same in backward
-    cp_forward_s: float = 0.0  # of forward_s: the exposed K/V all-gather
-    cp_backward_s: float = 0.0  # of backward_s: the exposed K/V gradient reduce-scatter
+    cp_forward_s: float = 0.0  # of forward_s: the exposed K/V traffic (all-gather or ring, efficiency.cp_comm)
+    cp_backward_s: float = 0.0  # of backward_s: the exposed K/V gradient traffic
     # The rest of those collectives, hidden under the compute (not in forward_s / backward_s):
     # the simulator runs them on their group's links beside the compute, where they share the
     # links with the DP and pipeline traffic.
@@ -327,12 +328,16 @@ def pass_times(
         # dispatch + combine, as the stack's dispatcher sends them (efficiency.ep_dispatcher)
         ep_f = ep_b = 2.0 * expert_dispatch_time_s(a2a, ep_span, cluster, part.top_k, part.num_experts)
     if cp > 1 and part.attention_kv_bytes_per_sample:
-        # all of K and V (the gathered size; heads / tp) round the cp ring forward; backward
-        # passes K/V round again with their accumulating gradients beside them (TE
-        # AttnFuncWithCPAndKVP2P keeps only its own chunk from forward): twice the bytes
+        # all of K and V (the gathered size; heads / tp), as the stack moves them (efficiency.cp_comm):
+        # TE's ring passes K/V round forward and, keeping only its own chunk, K/V with their
+        # accumulating gradients backward (AttnFuncWithCPAndKVP2P): twice the bytes
         kv = part.attention_kv_bytes_per_sample * b / tp
-        cp_raw_f = ring_p2p_time_s(kv, cp_span, cluster)
-        cp_raw_b = ring_p2p_time_s(2.0 * kv, cp_span, cluster)
+        if cluster.efficiency.cp_comm == "p2p":
+            cp_raw_f = ring_p2p_time_s(kv, cp_span, cluster)
+            cp_raw_b = ring_p2p_time_s(2.0 * kv, cp_span, cluster)
+        else:  # an NCCL all-gather forward, a reduce-scatter of the gradients backward
+            cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
+            cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
         cp_f = max(0.0, cp_raw_f - core_gemm - flash_f)
         cp_b = max(0.0, cp_raw_b - 2.0 * core_gemm - flash_b)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the

@@ -235,7 +235,7 @@ def test_cp_exposes_kv_traffic_when_attention_is_short():
 
 
 def test_a_cp_ring_across_nodes_waits_on_one_nic_a_step():
-    """Transformer Engine's p2p ring sends each step to the next rank: cp=32 over 4 nodes of
+    """Transformer Engine's p2p ring (the megatron-core stack's cp_comm) sends each step to the next rank: cp=32 over 4 nodes of
     8 was priced as NCCL's all-gather over a node's 8 NICs (1.7 ms for 537 MB), hidden under
     attention, and tied with cp=8 inside a node; each step waits on one NIC at a node boundary."""
     cl = load_cluster("h100x8", nodes=4)
@@ -250,6 +250,11 @@ def test_a_cp_ring_across_nodes_waits_on_one_nic_a_step():
     assert ring.cp_crosses_node and not plan_costs(in_node, prof, cl).stages[0].cp_crosses_node
     assert ring.cp_comm_backward_s > ring.cp_comm_forward_s > 0  # backward: K/V and their gradients
     assert estimate(spread, prof, cl).step_time_s > 1.5 * estimate(in_node, prof, cl).step_time_s
+    # torchtitan (and smplan execute) all-gather K/V over NCCL's rings: that price, not the ring's
+    titan = load_cluster("h100x8", nodes=4, stack="torchtitan")
+    assert titan.efficiency.cp_comm == "all_gather" and cl.efficiency.cp_comm == "p2p"
+    gathered = plan_costs(spread, prof, titan).stages[0]
+    assert gathered.cp_comm_forward_s < ring.cp_comm_forward_s and gathered.cp_comm_backward_s < ring.cp_comm_backward_s
 
 
 def test_fp8_runs_linears_at_the_fp8_peak_and_keeps_fp8_weight_copies(moe):
