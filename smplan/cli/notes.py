@@ -116,7 +116,13 @@ def a2a_overlap_note(plan, cluster: Cluster, stack: str) -> str | None:
     default (megatron/core/transformer/transformer_config.py). Without it a plan with ep across
     nodes can be much slower (GPT-OSS-120B on 8 H100 nodes: 3.28 s vs 5.16 s a step, a reviewer's);
     inside an NVLink domain little is at stake, so the note is left out there."""
+    from smplan.planner.cost_model import a2a_paired_share
+
     if plan.ep <= cluster.fast_domain_gpus or cluster.efficiency.ep_a2a_overlap <= 0 or stack != "megatron-core":
+        return None
+    n, total = plan.recomputed_blocks
+    if a2a_paired_share(plan.pp, plan.virtual_stages, plan.num_microbatches) <= 0 or (
+            plan.recompute == "full" and n == total):  # the cost model hid nothing: no partner, or refused
         return None
     return ("note: this plan hides the expert all-to-alls across nodes behind the paired micro-batch's compute, as "
             "Megatron-Core does with --overlap-moe-expert-parallel-comm --delay-wgrad-compute (off by default "

@@ -57,14 +57,18 @@ def test_a_plan_that_hides_all_to_alls_across_nodes_says_which_megatron_flag_doe
     """The megatron-core stack prices Megatron-Bridge's EP A2A overlap, which Megatron-Core runs
     only when asked: a plan with ep across nodes said nothing of it (GPT-OSS-120B on 8 H100
     nodes: 3.28 s a step with it, 5.16 s without, a reviewer's)."""
-    base = ["plan", MOE, "--arg", "experts=16", "--hw", "h100x8", "--nodes", "2", "--global-batch", "32",
-            "--fix", "ep=16", "--top", "1", "--json"]
+    base = ["plan", MOE, "--arg", "experts=16", "--hw", "h100x8", "--nodes", "2", "--global-batch", "64",
+            "--fix", "ep=16,mbs=1", "--top", "1", "--json"]  # dp=16: 4 micro-batches, each with a partner
     said = "--overlap-moe-expert-parallel-comm --delay-wgrad-compute (off by default there)"
     notes = json.loads(cli_runner.invoke(cli, base).stdout)["notes"]
     assert any(said in note and "--hw-set efficiency.ep_a2a_overlap=0" in note for note in notes), notes
     for other in (["--stack", "torchtitan"], ["--hw-set", "efficiency.ep_a2a_overlap=0"]):
         assert not any(said in n for n in json.loads(cli_runner.invoke(cli, base + other).stdout)["notes"])
-    inside = [a if a != "ep=16" else "ep=8" for a in base]  # inside one node's NVLink: little at stake
+    inside = [a if a != "ep=16,mbs=1" else "ep=8,mbs=1" for a in base]  # inside one node's NVLink: little at stake
+    # where the cost model hides nothing (full recompute everywhere; one micro-batch), it says nothing
+    for hidden_none in ("ep=16,mbs=1,recompute=full", "ep=16,mbs=4"):
+        plan = [a if a != "ep=16,mbs=1" else hidden_none for a in base]
+        assert not any(said in n for n in json.loads(cli_runner.invoke(cli, plan).stdout)["notes"]), hidden_none
     assert not any(said in n for n in json.loads(cli_runner.invoke(cli, inside).stdout)["notes"])
 
 
