@@ -154,7 +154,7 @@ def validate_constraints(
             ok = max(t for t in _divisors(tp_gpus) if t <= tp)
             where = (f"the {tp_gpus} GPUs of a node (tensor parallelism stays on NVLink)" if tp_gpus == cluster.gpus_per_node
                      else f"{tp_gpus}: in {cluster.name}'s {cluster.fast_domain_gpus}-GPU NVLink domain tp is a power of two "
-                          f"up to {tp_gpus}, as Megatron-Core's GB200 recipes keep it")
+                          f"up to {tp_gpus}, as the Megatron-Bridge perf recipes keep it")
             raise PlanError(f"tp={tp} must divide {where}; use tp={ok}")
         if tp > 1 and "tp" in profile.unsupported:
             raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
@@ -184,10 +184,13 @@ def validate_constraints(
         problem = expert_grid_problem(fixed["ep"], fixed["tp"], fixed.get("cp", 1), fixed["dp"])
         if problem:
             raise PlanError(problem)
-    ep = fixed.get("ep", 1)
-    if ep > world:  # the expert grid folds ep into the tp x cp x dp ranks (megatron/core/parallel_state.py)
-        raise PlanError(f"ep={ep} needs at least {ep} GPUs (ep divides tp*cp*dp) but the cluster has {world}; "
-                        f"use --nodes {-(-ep // gpn)} or a lower ep")
+    ep, pp_fixed = fixed.get("ep", 1), fixed.get("pp") or 1
+    if ep * pp_fixed > world:  # the expert grid folds ep into the tp x cp x dp ranks (megatron/core/parallel_state.py)
+        # the fewest nodes whose GPUs per pipeline stage ep divides
+        nodes = next(n for n in range(-(-ep * pp_fixed // gpn), ep * pp_fixed + 1) if n * gpn % (ep * pp_fixed) == 0)
+        per = f" times pp={pp_fixed}" if pp_fixed > 1 else ""
+        raise PlanError(f"ep={ep} needs at least {ep * pp_fixed} GPUs (ep divides tp*cp*dp{per}) but the cluster has "
+                        f"{world}; use --nodes {nodes} or a lower ep")
     gbs = fixed["global_batch"]
     dp, mbs = fixed.get("dp"), fixed.get("micro_batch")
     if dp and gbs % (dp * (mbs or 1)):

@@ -160,6 +160,13 @@ def expected_goodput(spec: RunSpec, interval_s: float | None = None) -> float:
     return spec.work_s / wall_s if wall_s > 0 else 0.0
 
 
+def daly_failures(spec: RunSpec, interval_s: float | None = None) -> float:
+    """Failures expected before `spec` finishes (expected wall-clock / job MTBF, Daly 2006) at
+    `interval_s` (Daly's interval when None); inf when it never does."""
+    good = expected_goodput(spec, interval_s)
+    return spec.work_s / good / spec.job_mtbf_s if good > 0 else math.inf
+
+
 def too_many_failures_reason(spec: RunSpec) -> str:
     """Why the simulation does not follow `spec` (past MAX_FAILURES_PER_SEED): it finishes on paper
     after that many failures (Daly's count, the one `smplan whatif` gives), or it never does."""
@@ -167,11 +174,10 @@ def too_many_failures_reason(spec: RunSpec) -> str:
     if spec.checkpoint_s >= spec.job_mtbf_s:  # no checkpoint completes between failures
         fix = (f"a checkpoint takes {spec.checkpoint_s:.3g} s, longer than the job runs between failures: "
                f"shorten --checkpoint-minutes, or {fix}")
-    good = expected_goodput(spec)
-    if good >= HOPELESS_GOODPUT:
-        failures = spec.work_s / good / spec.job_mtbf_s
+    if expected_goodput(spec) >= HOPELESS_GOODPUT:
         return (f"the run fails too often to simulate: the job fails every {spec.job_mtbf_s:.3g} s on average, "
-                f"about {failures:.3g} times before it finishes (Daly 2006); {fix}")
+                f"about {daly_failures(spec):.3g} times before it finishes (Daly 2006), and the sweep's longer "
+                f"intervals more than the {MAX_FAILURES_PER_SEED:,} a seed the simulation follows; {fix}")
     return (f"the run does not finish: the job fails every {spec.job_mtbf_s:.3g} s on average, faster than "
             f"it makes progress between checkpoints; {fix}")
 

@@ -28,12 +28,19 @@ class RunTarget:
         if self.days is not None:
             if self.days <= 0:
                 raise ReliabilityError(f"--days must be greater than 0, got {self.days}")
-            return math.ceil(self.days * 86400.0 / step_time_s - 1e-9) * step_time_s  # 1e-9: float noise of a whole count
+            return whole_steps(self.days * 86400.0, step_time_s) * step_time_s
         if self.tokens <= 0:
             raise ReliabilityError(f"--tokens must be greater than 0, got {self.tokens}")
         if tokens_per_s <= 0:
             raise ReliabilityError("the plan's model has no tokens per step; use --days instead of --tokens")
-        return math.ceil(self.tokens / (tokens_per_s * step_time_s)) * step_time_s
+        return whole_steps(self.tokens, tokens_per_s * step_time_s) * step_time_s
+
+
+def whole_steps(amount: float, per_step: float) -> int:
+    """The steps that cover `amount` (seconds or tokens) at `per_step` each: rounded up, at least
+    one (a run cannot stop inside a step), an exact multiple's float noise (1e-9 of a step) not
+    counted as one more."""
+    return max(1, math.ceil(amount / per_step - 1e-9))
 
 
 def checkpoint_bytes(params: int, dtype: str) -> float:

@@ -15,7 +15,7 @@ def memory_need_text(gib: float) -> str:
     """GiB to 0.01, rounded up, for a plan over its GPU's capacity: the tables' 0.1 rounded down
     read 79.97 GiB as 79.9 and 80.0 as the need, and a need of 79.66 on 79.65 GiB would read as
     fitting at 0.1."""
-    return f"{math.ceil(gib * 100) / 100:.2f}"
+    return f"{math.ceil(round(gib * 100, 6)) / 100:.2f}"  # round first: 1.1 * 100 is 110.00000000000001
 
 
 def days_text(days: float) -> str:

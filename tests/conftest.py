@@ -22,6 +22,19 @@ def cli_runner():
     return CliRunner()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_cache(tmp_path_factory):
+    # Module- and session-scoped fixtures profile before the per-test cache below is set: they
+    # get one of their own per pytest process (each xdist worker), never the user's ~/.cache.
+    before = os.environ.get("SMPLAN_CACHE_DIR")
+    os.environ["SMPLAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("session-cache"))
+    yield
+    if before is None:
+        os.environ.pop("SMPLAN_CACHE_DIR", None)
+    else:
+        os.environ["SMPLAN_CACHE_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
     # The profiler caches on disk; tests must not share a cache with the user or each other.

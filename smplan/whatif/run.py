@@ -50,16 +50,14 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
     """Why the run of `spec` does not finish, naming the settings whatif varies (the failure
     simulation's own message names `smplan reliability`'s options)."""
     from smplan.simulator.daly import daly_interval
-    from smplan.simulator.failures import HOPELESS_GOODPUT, expected_goodput
+    from smplan.simulator.failures import HOPELESS_GOODPUT, daly_failures, expected_goodput
 
     why = (f"the run does not finish: its {spec.num_gpus:,} GPUs fail every {spec.job_mtbf_s:.3g} s on average "
            f"(reliability.gpu_mtbf_hours={spec.gpu_mtbf_hours:g} per GPU), against a "
            f"{spec.restart_s / 60:.3g} min restart and a {spec.checkpoint_s:.3g} s checkpoint write")
-    good = expected_goodput(spec, interval_s)
-    if good >= HOPELESS_GOODPUT:  # it finishes on paper, after more failures than the simulation follows
-        failures = spec.work_s / good / spec.job_mtbf_s
+    if expected_goodput(spec, interval_s) >= HOPELESS_GOODPUT:  # it finishes on paper, after more failures than simulated
         return (f"the run fails too often to simulate: its {spec.num_gpus:,} GPUs fail every "
-                f"{spec.job_mtbf_s:.3g} s on average, about {failures:.3g} times before it finishes; raise "
+                f"{spec.job_mtbf_s:.3g} s on average, about {daly_failures(spec, interval_s):.3g} times before it finishes; raise "
                 "reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
     daly_min = max(daly_interval(spec.blocking_s + spec.durable_lag_s, spec.job_mtbf_s), 1.0) / 60.0
     if interval_s and expected_goodput(spec) >= HOPELESS_GOODPUT:  # the given interval is what is wrong
@@ -82,10 +80,10 @@ def analyse_or_refuse(spec: RunSpec, interval_s: float | None, seeds: int) -> Ru
         raise RunDoesNotFinish(never_finishes(spec, interval_s)) from None
 
 
-# --days: at most this many failure simulations to find the steps that fill the wall-clock; the
+# --days: at most this many failure simulations to find the steps that fill the wall-clock. The
 # expected wall-clock is close to affine in the steps (work / goodput plus the last checkpoint),
-# so the secant steps below usually land within a step in three or four.
-MAX_FILL_EVALUATIONS = 10
+# so the Illinois steps below usually close the bracket to one step in four or five.
+MAX_FILL_EVALUATIONS = 16
 
 
 def steps_within(budget_s: float, step_s: float, run_of) -> tuple[int, RunReport]:
@@ -94,7 +92,10 @@ def steps_within(budget_s: float, step_s: float, run_of) -> tuple[int, RunReport
 
     Work is not a fixed share of the wall-clock: every run pays for its last checkpoint, so a short
     budget holds fewer steps than budget x the goodput of a long run (a 0.05-day run with 3,067 s
-    checkpoint writes was once given 159 steps, which take 0.058 days)."""
+    checkpoint writes was once given 159 steps, which take 0.058 days). The search brackets the
+    count between one that fits and one that does not, by regula falsi with the Illinois change
+    (Dowell & Jarratt 1971: an end kept twice has its overshoot halved, so a curved wall-clock
+    does not creep up one step at a time), bisecting past a run that never ends."""
     one = run_of(1)
     if one.wall_mean_s > budget_s:
         raise RunDoesNotFinish(
@@ -102,28 +103,36 @@ def steps_within(budget_s: float, step_s: float, run_of) -> tuple[int, RunReport
             f"restarts and checkpoint write ({one.checkpoint_s:.3g} s) is expected to take "
             f"{one.wall_mean_s:.3g} s; give more --days (or a faster checkpoint write)")
     fits, fits_report = 1, one
-    over, over_wall = None, None  # the fewest steps known not to fit (wall None: that run never ends)
+    over = None  # the fewest steps known not to fit
+    # the ends' distances from the budget as the next guess weighs them (Illinois halves a kept one's)
+    below_s, above_s, kept = budget_s - one.wall_mean_s, None, None
     for _ in range(MAX_FILL_EVALUATIONS):
         if over is not None and over - fits <= 1:
             break
-        if over is None:  # extrapolate the wall through one step's run and the largest that fits
-            # (the first guess, failure-free steps, overshoots: failures only add wall-clock)
+        if over is None:  # extrapolate through one step's run and the largest that fits; failure-free
+            # steps (the first guess) overshoot, as failures only add wall-clock
             per_step_s = (fits_report.wall_mean_s - one.wall_mean_s) / (fits - 1) if fits > 1 else step_s
             n = fits + max(1, int((budget_s - fits_report.wall_mean_s) / max(per_step_s, 1e-12)))
-        elif over_wall is None:
+        elif above_s is None:  # the run past `over` never ends: bisect
             n = (fits + over) // 2
-        else:  # regula falsi between the counts that bracket the budget
-            share = (budget_s - fits_report.wall_mean_s) / (over_wall - fits_report.wall_mean_s)
-            n = min(max(fits + int(share * (over - fits)), fits + 1), over - 1)
+        else:
+            n = fits + round(below_s / (below_s + above_s) * (over - fits))
+        n = min(max(n, fits + 1), over - 1) if over is not None else n
         try:
             report = run_of(n)
         except RunDoesNotFinish:  # more work than the failures let finish: too many steps
-            over, over_wall = n, None
+            over, above_s, kept = n, None, None
             continue
         if report.wall_mean_s <= budget_s:
-            fits, fits_report = n, report
+            fits, fits_report, below_s = n, report, budget_s - report.wall_mean_s
+            if kept == "over" and above_s is not None:
+                above_s /= 2.0
+            kept = "over"
         else:
-            over, over_wall = n, report.wall_mean_s
+            over, above_s = n, report.wall_mean_s - budget_s
+            if kept == "fits":
+                below_s /= 2.0
+            kept = "fits"
     return fits, fits_report
 
 
@@ -136,7 +145,9 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
     tokens_per_step = figures["tokens_per_s"] * step_s
     interval_s = given_min * 60.0 if given_min else None
     if q.tokens:
-        steps = math.ceil(q.tokens / tokens_per_step)
+        from smplan.simulator.reliability import whole_steps
+
+        steps = whole_steps(q.tokens, tokens_per_step)
         report = analyse_or_refuse(run_spec(plan, cluster, steps * step_s, save_s), interval_s, q.seeds)
     else:
         steps, report = steps_within(q.days * 86400.0, step_s, lambda n: analyse_or_refuse(

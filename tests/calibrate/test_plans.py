@@ -11,11 +11,8 @@ GPT = "examples/gpt.py:tiny"
 
 
 @pytest.fixture(scope="module")
-def profile(tmp_path_factory):
-    import os
-
-    os.environ["SMPLAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    return profile_model(GPT, dtype="fp32")
+def profile():
+    return profile_model(GPT, dtype="fp32")  # in the session's cache (tests/conftest.py)
 
 
 def test_first_plan_is_pure_data_parallel_and_the_rest_differ(profile):

@@ -257,7 +257,7 @@ def test_the_out_of_memory_warning_states_the_capacity_as_given(capacity, said):
     assert f"H100 has {said} GiB; this plan would run out of memory" in out_of_memory_warning(2000.0, capacity, "H100")
 
 
-@pytest.mark.parametrize("need, said", [(79.97, "79.97"), (79.651, "79.66"), (2000.0, "2000.00")])
+@pytest.mark.parametrize("need, said", [(79.97, "79.97"), (79.651, "79.66"), (2000.0, "2000.00"), (1.1, "1.10")])
 def test_the_out_of_memory_warning_rounds_the_need_up(need, said):
     """The tables print 79.97 GiB as 79.9 (rounded down, so a fitting plan never reads as full);
     the warning said 80.0, and at 0.1 a need of 79.651 on 79.65 GiB would read as fitting."""

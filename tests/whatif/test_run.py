@@ -78,23 +78,27 @@ def test_a_run_with_more_failures_than_the_simulation_follows_says_so():
                     too_many_failures_reason(busy))
 
 
-def _run_of(step_s: float, checkpoint_s: float, calls: list):
+def _run_of(step_s: float, checkpoint_s: float, calls: list, gpus: int = 128):
     def run_of(steps: int):
         calls.append(steps)
-        spec = RunSpec(work_s=steps * step_s, num_gpus=128, gpu_mtbf_hours=50000.0, restart_s=600.0,
+        spec = RunSpec(work_s=steps * step_s, num_gpus=gpus, gpu_mtbf_hours=50000.0, restart_s=600.0,
                        checkpoint_s=checkpoint_s)
         return analyse_or_refuse(spec, None, seeds=20)
     return run_of
 
 
-@pytest.mark.parametrize("checkpoint_s, budget_s", [(3067.0, 4320.0), (30.0, 4320.0), (30.0, 30 * 86400.0)])
-def test_days_fill_with_whole_steps_whose_run_ends_in_time(checkpoint_s, budget_s):
+@pytest.mark.parametrize("step_s, checkpoint_s, gpus, budget_s", [
+    (12.2, 3067.0, 128, 4320.0), (12.2, 30.0, 128, 4320.0), (12.2, 30.0, 128, 30 * 86400.0),
+    # a review's: plain regula falsi crept up a step at a time and stopped 13-20 steps short
+    (0.5, 30.0, 16384, 86400.0), (0.5, 30.0, 128, 30 * 86400.0),
+])
+def test_days_fill_with_whole_steps_whose_run_ends_in_time(step_s, checkpoint_s, gpus, budget_s):
     """--days: the steps of a run that ends within the wall-clock, its last checkpoint included (a
     0.05-day run of 3,067 s checkpoint writes was given 159 steps of 12.2 s, which take 0.058 days)."""
     calls: list = []
-    steps, report = steps_within(budget_s, 12.2, _run_of(12.2, checkpoint_s, calls))
-    assert report.wall_mean_s <= budget_s and report.work_s == pytest.approx(steps * 12.2)
-    assert _run_of(12.2, checkpoint_s, [])(steps + 1).wall_mean_s > budget_s  # one more step does not fit
+    steps, report = steps_within(budget_s, step_s, _run_of(step_s, checkpoint_s, calls, gpus))
+    assert report.wall_mean_s <= budget_s and report.work_s == pytest.approx(steps * step_s)
+    assert _run_of(step_s, checkpoint_s, [], gpus)(steps + 1).wall_mean_s > budget_s  # one more does not fit
     assert len(calls) <= MAX_FILL_EVALUATIONS + 1
 
 
