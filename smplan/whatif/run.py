@@ -55,10 +55,10 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
     why = (f"the run does not finish: its {spec.num_gpus:,} GPUs fail every {spec.job_mtbf_s:.3g} s on average "
            f"(reliability.gpu_mtbf_hours={spec.gpu_mtbf_hours:g} per GPU), against a "
            f"{spec.restart_s / 60:.3g} min restart and a {spec.checkpoint_s:.3g} s checkpoint write")
-    if expected_goodput(spec, interval_s) >= HOPELESS_GOODPUT:  # it finishes on paper, after more failures than simulated
+    if expected_goodput(spec, interval_s) >= HOPELESS_GOODPUT:  # it finishes on paper, after more failures
         return (f"the run fails too often to simulate: its {spec.num_gpus:,} GPUs fail every "
-                f"{spec.job_mtbf_s:.3g} s on average, about {daly_failures(spec, interval_s):.3g} times before it finishes; raise "
-                "reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
+                f"{spec.job_mtbf_s:.3g} s on average, about {daly_failures(spec, interval_s):.3g} times before "
+                "it finishes; raise reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
     daly_min = max(daly_interval(spec.blocking_s + spec.durable_lag_s, spec.job_mtbf_s), 1.0) / 60.0
     if interval_s and expected_goodput(spec) >= HOPELESS_GOODPUT:  # the given interval is what is wrong
         return (f"{why}; checkpoint_interval_min={interval_s / 60:g} makes no progress between failures: "
