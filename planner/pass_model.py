@@ -29,8 +29,9 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   attention of the previous step (TE `AttnFuncWithCPAndKVP2P`), K/V again with their gradients in
   backward, each step across nodes on one GPU's NIC (`ring_p2p_time_s`); or "all_gather", an NCCL
   all-gather forward and reduce-scatter backward on the multi-rail rings (torchtitan's default,
-  Llama 3, Dubey et al. 2024, section 3.3.2, and smplan execute). The exposed time is
-  max(0, comm - attention core time).
+  Llama 3, Dubey et al. 2024, section 3.3.2, and smplan execute), which waits for K/V before
+  attention. The ring's exposed time is max(0, comm - attention core time); the all-gather's is all
+  of it.
 - Expert parallelism (ep > 1): the routed experts' batched GEMMs run E/ep experts, each on
   the tokens of the ep ranks that chose it; tokens are split over tp as well (Megatron-Core
   runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
@@ -332,14 +333,15 @@ def pass_times(
         # TE's ring passes K/V round forward and, keeping only its own chunk, K/V with their
         # accumulating gradients backward (AttnFuncWithCPAndKVP2P): twice the bytes
         kv = part.attention_kv_bytes_per_sample * b / tp
-        if cluster.efficiency.cp_comm == "p2p":
+        if cluster.efficiency.cp_comm == "p2p":  # each step's send/recv under the previous step's attention
             cp_raw_f = ring_p2p_time_s(kv, cp_span, cluster)
             cp_raw_b = ring_p2p_time_s(2.0 * kv, cp_span, cluster)
-        else:  # an NCCL all-gather forward, a reduce-scatter of the gradients backward
-            cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
-            cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
-        cp_f = max(0.0, cp_raw_f - core_gemm - flash_f)
-        cp_b = max(0.0, cp_raw_b - 2.0 * core_gemm - flash_b)
+            cp_f = max(0.0, cp_raw_f - core_gemm - flash_f)
+            cp_b = max(0.0, cp_raw_b - 2.0 * core_gemm - flash_b)
+        else:  # an NCCL all-gather before attention, a reduce-scatter of the gradients after: nothing
+            # to hide under (executor/context_parallel.py; torch's allgather rotater; Llama 3)
+            cp_f = cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
+            cp_b = cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the
     # stack hides (below).
     host = host_launch_s(cluster, part)

@@ -188,7 +188,7 @@ def validate_constraints(
     if ep * pp_fixed > world:  # the expert grid folds ep into the tp x cp x dp ranks (megatron/core/parallel_state.py)
         # the fewest nodes whose GPUs per pipeline stage ep divides
         nodes = next(n for n in range(-(-ep * pp_fixed // gpn), ep * pp_fixed + 1) if n * gpn % (ep * pp_fixed) == 0)
-        per = f" times pp={pp_fixed}" if pp_fixed > 1 else ""
+        per = f" of each of pp={pp_fixed} stages" if pp_fixed > 1 else ""
         raise PlanError(f"ep={ep} needs at least {ep * pp_fixed} GPUs (ep divides tp*cp*dp{per}) but the cluster has "
                         f"{world}; use --nodes {nodes} or a lower ep")
     gbs = fixed["global_batch"]

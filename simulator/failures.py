@@ -176,8 +176,8 @@ def too_many_failures_reason(spec: RunSpec) -> str:
                f"shorten --checkpoint-minutes, or {fix}")
     if expected_goodput(spec) >= HOPELESS_GOODPUT:
         return (f"the run fails too often to simulate: the job fails every {spec.job_mtbf_s:.3g} s on average, "
-                f"about {daly_failures(spec):.3g} times before it finishes (Daly 2006), and the sweep's longer "
-                f"intervals more than the {MAX_FAILURES_PER_SEED:,} a seed the simulation follows; {fix}")
+                f"about {daly_failures(spec):.3g} times before it finishes (Daly 2006), and the simulated horizon "
+                f"needs more than the {MAX_FAILURES_PER_SEED:,} failures a seed it follows; {fix}")
     return (f"the run does not finish: the job fails every {spec.job_mtbf_s:.3g} s on average, faster than "
             f"it makes progress between checkpoints; {fix}")
 

@@ -38,9 +38,9 @@ class RunTarget:
 
 def whole_steps(amount: float, per_step: float) -> int:
     """The steps that cover `amount` (seconds or tokens) at `per_step` each: rounded up, at least
-    one (a run cannot stop inside a step), an exact multiple's float noise (1e-9 of a step) not
-    counted as one more."""
-    return max(1, math.ceil(amount / per_step - 1e-9))
+    one (a run cannot stop inside a step), an exact multiple's float noise (a relative 1e-12, which
+    holds at any count) not counted as one more."""
+    return max(1, math.ceil(amount / per_step * (1.0 - 1e-12)))
 
 
 def checkpoint_bytes(params: int, dtype: str) -> float:

@@ -22,17 +22,23 @@ def cli_runner():
     return CliRunner()
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _session_cache(tmp_path_factory):
-    # Module- and session-scoped fixtures profile before the per-test cache below is set: they
-    # get one of their own per pytest process (each xdist worker), never the user's ~/.cache.
-    before = os.environ.get("SMPLAN_CACHE_DIR")
-    os.environ["SMPLAN_CACHE_DIR"] = str(tmp_path_factory.mktemp("session-cache"))
-    yield
-    if before is None:
-        os.environ.pop("SMPLAN_CACHE_DIR", None)
-    else:
-        os.environ["SMPLAN_CACHE_DIR"] = before
+_SESSION_CACHE: list[str] = []
+
+
+def pytest_configure(config):
+    # Profiles made at import or by module and session fixtures, before the per-test cache below is
+    # set, go to one cache per pytest process (each xdist worker), never the user's ~/.cache.
+    import tempfile
+
+    _SESSION_CACHE.append(tempfile.mkdtemp(prefix="smplan-test-cache-"))
+    os.environ["SMPLAN_CACHE_DIR"] = _SESSION_CACHE[-1]
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for folder in _SESSION_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -120,9 +120,9 @@ def a2a_overlap_note(plan, cluster: Cluster, stack: str) -> str | None:
 
     if plan.ep <= cluster.fast_domain_gpus or cluster.efficiency.ep_a2a_overlap <= 0 or stack != "megatron-core":
         return None
-    n, total = plan.recomputed_blocks
-    if a2a_paired_share(plan.pp, plan.virtual_stages, plan.num_microbatches) <= 0 or (
-            plan.recompute == "full" and n == total):  # the cost model hid nothing: no partner, or refused
+    every_block_full = all(s.recompute == "full" and s.num_recomputed == s.num_blocks for s in plan.stages)
+    if a2a_paired_share(plan.pp, plan.virtual_stages, plan.num_microbatches) <= 0 or every_block_full:
+        # the cost model hid nothing: no partner micro-batch, or Megatron-Core refuses under full recompute
         return None
     return ("note: this plan hides the expert all-to-alls across nodes behind the paired micro-batch's compute, as "
             "Megatron-Core does with --overlap-moe-expert-parallel-comm --delay-wgrad-compute (off by default "

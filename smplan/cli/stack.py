@@ -35,6 +35,8 @@ def stack() -> None:
                                       GEMMs (Transformer Engine userbuffers, torchtitan async TP), 0..1
       ep_a2a_overlap                  share of the MoE all-to-alls hidden behind the paired micro-batch
       ep_dispatcher                   all_to_all (NCCL) or node_dedup (DeepEP / HybridEP, once per node)
+      cp_comm                         all_gather (NCCL all-gather of K/V before attention: torchtitan,
+                                      smplan execute) or p2p (Transformer Engine's ring: megatron-core)
       grad_reduce_dtype               weights (bf16 / fp16) or fp32: the dtype gradients cross DP in
 
     plan, simulate, whatif (also --vary stack=A,B), reliability and calibrate take --stack
@@ -55,12 +57,12 @@ def list_stacks(as_json: bool) -> None:
              s.host_overhead_us_per_moe_layer, s.elementwise_fusion, s.attention_kernel, s.zero_collectives,
              s.single_nic_network, s.zero_granularity,
              f"{s.zero3_max_live_params:.3g}" if s.zero3_max_live_params else "-", s.tp_comm_overlap, s.ep_a2a_overlap,
-             s.ep_dispatcher, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description]
+             s.ep_dispatcher, s.cp_comm, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description]
             for s in stacks]
     click.echo(format_table(["name", "host us/layer", "+ per MoE layer", "fusion", "attention", "ZeRO colls",
                              "NIC share", "ZeRO steps by", "zero3 live params", "TP overlap", "a2a overlap",
-                             "dispatch", "overlap grad reduce", "grad reduce", "description"], rows,
-                             align="lrrrllrlrrrllll"))
+                             "dispatch", "CP K/V", "overlap grad reduce", "grad reduce", "description"], rows,
+                             align="lrrrllrlrrrlllll"))
     click.echo("\nDetails and sources: smplan stack show NAME; use one with --stack NAME or --stack PATH.toml")
 
 
