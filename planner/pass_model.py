@@ -29,9 +29,10 @@ The per-part half of the cost model (smplan.planner.cost_model composes parts in
   attention of the previous step (TE `AttnFuncWithCPAndKVP2P`), K/V again with their gradients in
   backward, each step across nodes on one GPU's NIC (`ring_p2p_time_s`); or "all_gather", an NCCL
   all-gather forward and reduce-scatter backward on the multi-rail rings (torchtitan's default,
-  Llama 3, Dubey et al. 2024, section 3.3.2, and smplan execute), which waits for K/V before
-  attention. The ring's exposed time is max(0, comm - attention core time); the all-gather's is all
-  of it.
+  Llama 3, Dubey et al. 2024, section 3.3.2, and smplan execute). The ring's exposed time is
+  max(0, comm - attention core time); the all-gather hides under the local chunk's attention
+  only, 1/cp of it (torch's allgather rotater; smplan execute's gather hides nothing, a
+  difference of that 1/cp).
 - Expert parallelism (ep > 1): the routed experts' batched GEMMs run E/ep experts, each on
   the tokens of the ep ranks that chose it; tokens are split over tp as well (Megatron-Core
   runs MoE with tp > 1 under sequence parallelism, so each tp rank routes its own shard),
@@ -338,10 +339,14 @@ def pass_times(
             cp_raw_b = ring_p2p_time_s(2.0 * kv, cp_span, cluster)
             cp_f = max(0.0, cp_raw_f - core_gemm - flash_f)
             cp_b = max(0.0, cp_raw_b - 2.0 * core_gemm - flash_b)
-        else:  # an NCCL all-gather before attention, a reduce-scatter of the gradients after: nothing
-            # to hide under (executor/context_parallel.py; torch's allgather rotater; Llama 3)
-            cp_f = cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
-            cp_b = cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
+        else:  # an NCCL all-gather of K/V, a reduce-scatter of their gradients: torch's allgather
+            # rotater (torchtitan's default) issues the gather before the local chunk's attention and
+            # waits for it before the next chunk's, so at most 1/cp of the attention hides it
+            # (torch/distributed/tensor/experimental/_attention.py, _templated_ring_attention)
+            cp_raw_f = collective_time_s("all_gather", kv, cp_span, cluster)
+            cp_raw_b = collective_time_s("reduce_scatter", kv, cp_span, cluster)
+            cp_f = max(0.0, cp_raw_f - (core_gemm + flash_f) / cp)
+            cp_b = max(0.0, cp_raw_b - (2.0 * core_gemm + flash_b) / cp)
     # Like the TP collectives these sit on the critical path (inside the pass), less what the
     # stack hides (below).
     host = host_launch_s(cluster, part)

@@ -35,8 +35,8 @@ def stack() -> None:
                                       GEMMs (Transformer Engine userbuffers, torchtitan async TP), 0..1
       ep_a2a_overlap                  share of the MoE all-to-alls hidden behind the paired micro-batch
       ep_dispatcher                   all_to_all (NCCL) or node_dedup (DeepEP / HybridEP, once per node)
-      cp_comm                         all_gather (NCCL all-gather of K/V before attention: torchtitan,
-                                      smplan execute) or p2p (Transformer Engine's ring: megatron-core)
+      cp_comm                         all_gather (NCCL all-gather of K/V: torchtitan, smplan execute)
+                                      or p2p (Transformer Engine's ring under attention: megatron-core)
       grad_reduce_dtype               weights (bf16 / fp16) or fp32: the dtype gradients cross DP in
 
     plan, simulate, whatif (also --vary stack=A,B), reliability and calibrate take --stack
