@@ -165,13 +165,14 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
 
 def _notes(best, result, cluster, stack, model, model_args, seq_len) -> list[str]:
     """The one-line notes on the best plan, as the text prints them and --json lists them."""
+    stack_name = load_stack(stack or DEFAULT_STACK).name
     notes = (capped_context_note(model, best.seq_len, model_args_from(model_args), seq_len),
              host_wait_note(best.predicted, cluster.efficiency, moe=result.num_experts > 1,
                             on_cpu=cluster.gpu.name == PROBED_CPU_NAME, stack=stack),
              causal_mfu_note(best.predicted, cluster, best.dtype),
              batch_divisors_note(best.global_batch, best.world_size),
-             sac_stack_note(best, load_stack(stack or DEFAULT_STACK).name),
-             a2a_overlap_note(best, cluster, load_stack(stack or DEFAULT_STACK).name))
+             sac_stack_note(best, stack_name),
+             a2a_overlap_note(best, cluster, stack_name))
     return [note for note in notes if note]
 
 
