@@ -133,6 +133,7 @@ def validate_constraints(
     fixed.setdefault("overlap_dp", True)
     gpn = cluster.gpus_per_node
     world = (max_nodes or cluster.nodes) * gpn
+    nodes_flag = "--max-nodes" if max_nodes else "--nodes"  # a hint names the option the user searched with
     fixed.setdefault("global_batch", world)
     L, heads = profile.num_blocks, profile.num_heads
     problem = (count_problem({k: v for k, v in fixed.items() if k in COUNT_FIELDS})
@@ -176,7 +177,7 @@ def validate_constraints(
         product *= dgr or 1
     if product > world:
         raise PlanError(
-            f"dp*tp*pp*cp={product} GPUs but the cluster has {world}; use --nodes {-(-product // gpn)} or lower a degree"
+            f"dp*tp*pp*cp={product} GPUs but the cluster has {world}; use {nodes_flag} {-(-product // gpn)} or lower a degree"
         )
     if all(d is not None for d in degrees) and product != world and not max_nodes:
         raise PlanError(f"dp*tp*pp*cp={product} must use all {world} GPUs; change a degree or use --max-nodes")
@@ -190,7 +191,7 @@ def validate_constraints(
         nodes = next(n for n in range(-(-ep * pp_fixed // gpn), ep * pp_fixed + 1) if n * gpn % (ep * pp_fixed) == 0)
         per = f" of each of pp={pp_fixed} stages" if pp_fixed > 1 else ""
         raise PlanError(f"ep={ep} needs at least {ep * pp_fixed} GPUs (ep divides tp*cp*dp{per}) but the cluster has "
-                        f"{world}; use --nodes {nodes} or a lower ep")
+                        f"{world}; use {nodes_flag} {nodes} or a lower ep")
     gbs = fixed["global_batch"]
     dp, mbs = fixed.get("dp"), fixed.get("micro_batch")
     if dp and gbs % (dp * (mbs or 1)):

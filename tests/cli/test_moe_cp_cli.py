@@ -77,3 +77,9 @@ def test_an_ep_past_the_cluster_names_the_nodes_it_needs(cli_runner):
     result = cli_runner.invoke(cli, ["plan", MOE, "--arg", "experts=16", "--hw", "h100x8", "--fix", "ep=16"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "ep=16 needs at least 16 GPUs (ep divides tp*cp*dp) but the cluster has 8; use --nodes 2" in result.output
+    # with --max-nodes the hint names --max-nodes: "--nodes 2" there is the fewest nodes to search
+    capped = cli_runner.invoke(cli, ["plan", MOE, "--arg", "experts=16", "--hw", "h100x8", "--max-nodes", "1",
+                                     "--fix", "ep=16"])
+    assert capped.exit_code == 2 and "but the cluster has 8; use --max-nodes 2 or a lower ep" in capped.output
+    too_many = cli_runner.invoke(cli, ["plan", MOE, "--hw", "h100x8", "--max-nodes", "1", "--fix", "dp=8,pp=2"])
+    assert too_many.exit_code == 2 and "but the cluster has 8; use --max-nodes 2 or lower a degree" in too_many.output
