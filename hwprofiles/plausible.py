@@ -84,6 +84,9 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
                                       f"{PER_GPU_GBPS}"))
         elif key.endswith("latency_us") and 0 < value < MIN_LINK_LATENCY_US:
             found.append((key, value, f"{other} microseconds (multiply a seconds figure by 1e6)"))
+        elif key == "cost.usd_per_gpu_hour" and value == 0 and on_gpu:  # a probed CPU's file states 0 (probe.py)
+            found.append((key, value, "makes every $ figure 0, and whatif's cost charts and cheapest point say "
+                                      "nothing; give the price of a GPU-hour (rented, or your own amortised)"))
         elif key.startswith("efficiency.") and key.split(".")[1] in US_KEYS:
             line = seconds_as_us_warning("", key, value)
             if line:
@@ -104,7 +107,7 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
 def _checked(key: str) -> bool:
     """Whether an override of `key` is one _findings looks at."""
     return (key in ("gpu.name", "gpu.memory_gib", "gpu.memory_bandwidth_gbps", "intra_node.bandwidth_gbps",
-                    "inter_node.bandwidth_gbps") or ".peak_tflops." in key or key.endswith("latency_us")
+                    "inter_node.bandwidth_gbps", "cost.usd_per_gpu_hour") or ".peak_tflops." in key or key.endswith("latency_us")
             or (key.startswith("efficiency.") and key.split(".")[1] in US_KEYS))
 
 

@@ -14,6 +14,7 @@ from smplan.hwprofiles import (
     load_cluster,
     parse_override,
 )
+from smplan.hwprofiles.stack import implausible_stack_values
 
 from .checks import check_can_write
 from .main import UserError
@@ -73,7 +74,8 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
         raise UserError("hw show needs a profile: smplan hw show NAME|PATH (smplan hw list names the bundled ones)")
     cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
     overridden = {parse_override(kv)[0] for kv in hw_set}
-    for line in implausible_values(name, dict(parse_override(kv) for kv in hw_set)):  # as plan and simulate say
+    for line in [*implausible_values(name, dict(parse_override(kv) for kv in hw_set)),
+                 *(implausible_stack_values(stack) if stack else [])]:  # as plan and simulate say
         click.echo(line, err=True)
     data = cluster.to_dict()
     if as_json:

@@ -7,7 +7,7 @@ import dataclasses
 import click
 
 from smplan.hwprofiles import DEFAULT_STACK, bundled_stacks, load_stack
-from smplan.hwprofiles.stack import read_stack, stack_path
+from smplan.hwprofiles.stack import implausible_stack_values, read_stack, stack_path
 
 from .checks import UserError
 from .options import echo_json, json_option
@@ -74,6 +74,8 @@ def show(name: str, as_json: bool) -> None:
     if not name.strip():  # load_stack reads "" as the default stack; show names one
         raise UserError("give a stack name or a path to a .toml file (smplan stack list)")
     s = load_stack(name)
+    for line in implausible_stack_values(name):  # as plan and simulate say
+        click.echo(line, err=True)
     if as_json:
         echo_json(_public(s))
         return

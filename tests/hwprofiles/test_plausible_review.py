@@ -3,7 +3,7 @@ bundled figures they checked."""
 
 import click
 import pytest
-from smplan.hwprofiles import implausible_values, load_cluster
+from smplan.hwprofiles import PROBED_CPU_NAME, implausible_values, load_cluster
 from smplan.hwprofiles.loader import PROFILE_DIR
 
 from smplan.cli.main import cli
@@ -28,6 +28,13 @@ def test_a_network_figure_in_gbit_or_a_time_in_seconds_is_named(overrides, key, 
     (warning,) = implausible_values("l40sx8", overrides)
     assert warning.startswith(f"warning: --hw-set: {key} = ") and words in warning, warning
     assert "per GPU per direction" in warning or "microseconds" in warning
+
+
+def test_a_zero_price_is_named_on_a_gpu_but_not_on_a_probed_cpu():
+    (warning,) = implausible_values("h100x8", {"cost.usd_per_gpu_hour": 0})
+    assert warning.startswith("warning: --hw-set: cost.usd_per_gpu_hour = 0 makes every $ figure 0"), warning
+    assert implausible_values("h100x8", {"cost.usd_per_gpu_hour": 2.5}) == []
+    assert implausible_values("h100x8", {"cost.usd_per_gpu_hour": 0, "gpu.name": PROBED_CPU_NAME}) == []
 
 
 def test_the_bundled_fastest_nic_is_not_named():
@@ -74,3 +81,8 @@ def test_a_stack_with_seconds_for_microseconds_warns(cli_runner, tmp_path, monke
     monkeypatch.setattr("smplan.whatif.run_whatif", _stop)
     swept = cli_runner.invoke(cli, ["whatif", TINY, "-o", str(tmp_path / "r"), "--vary", f"stack=torchtitan,{stack}"])
     assert "host_overhead_us_per_layer = 0.001075 looks like another unit" in swept.stderr, swept.output
+    # the commands that show a stack say it too (a review found them silent)
+    for show in (["stack", "show", str(stack)], ["hw", "show", "h100x8", "--stack", str(stack)]):
+        shown = cli_runner.invoke(cli, show)
+        assert shown.exit_code == 0, shown.output
+        assert "host_overhead_us_per_layer = 0.001075 looks like another unit" in shown.stderr, show
