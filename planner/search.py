@@ -67,6 +67,8 @@ class SearchResult:
     num_experts: int = 0  # routed experts per MoE layer of the model (0: dense)
     not_searched: dict = field(default_factory=dict)  # dimension -> why the search left it out (--fix prices it)
     without_cp: Plan | str | None = None  # the best plan at cp=1, or why there is none (plan_model's without_cp)
+    # runner-up plans of the layouts in `plans` (ALTERNATE_SHARE): the simulated ranking tries them too
+    alternates: list[Plan] = field(default_factory=list)
 
 
 def plan_search(profile: ModelProfile, cluster: Cluster, **constraints) -> list[Plan]:
@@ -108,13 +110,14 @@ def search(
         result.candidates += 1
         heap.append((compute_lower_bound(cm, cand) * scale(cand), i, 0, cand))
     heapq.heapify(heap)
-    best: dict[tuple, tuple[float, Plan]] = {}  # one plan per (dp, tp, pp, micro-batch)
+    best: dict[tuple, tuple[float, Plan]] = {}  # one plan per layout (dp, tp, pp, micro-batch, cp, ep)
+    runners: dict[tuple, list[tuple[float, Plan]]] = {}  # every plan solved, per layout
     while heap:
         lb, i, level, cand = heapq.heappop(heap)
         if len(best) >= top and lb >= _kth(best, top) * (1 - 1e-12):
             break
         mesh = cand.mesh
-        if mesh in best and lb >= best[mesh][0]:
+        if mesh in best and lb >= best[mesh][0] * (1 + ALTERNATE_SHARE):
             continue
         if level == 0:  # refine: memory (least recomputation), DP/optimizer tail
             bound, why, amount = lower_bound(cm, cand, cap)
@@ -125,7 +128,8 @@ def search(
             continue
         cutoff = None
         if len(best) >= top or mesh in best:
-            limit = min(_kth(best, top) if len(best) >= top else math.inf, best[mesh][0] if mesh in best else math.inf)
+            limit = min(_kth(best, top) if len(best) >= top else math.inf,
+                        best[mesh][0] * (1 + ALTERNATE_SHARE) if mesh in best else math.inf)
             cutoff = limit / scale(cand)
         plan = _solve(cm, cand, cap, gbs, model_ref or profile.model, cutoff)
         result.solved += 1
@@ -136,9 +140,12 @@ def search(
                 result.rejected.append((cand, "oom", 0.0))
             continue
         value = plan.predicted.step_time_s * scale(cand)
+        runners.setdefault(mesh, []).append((value, plan))
         if mesh not in best or value < best[mesh][0]:
             best[mesh] = (value, plan)
-    result.plans = [p for _, p in sorted(best.values(), key=lambda vp: vp[0])][:top]
+    ranked = sorted(best.items(), key=lambda kv: kv[1][0])[:top]
+    result.plans = [plan for _, (_, plan) in ranked]
+    result.alternates = _alternates(ranked, runners)
     result.seconds = time.perf_counter() - t0
     # PowerSGD narrows the search to plain DDP (tp=pp=1, zero=0): say so where nothing fits
     why = (f"; grad_compress={fixed['grad_compress']} allows only tp=1, pp=1, zero=0 (torch DDP's hook): "
@@ -151,6 +158,38 @@ def search(
         what, change = nearest_feasible_change(profile, cluster, fixed, result, max_nodes, batch_given)
         raise NoFeasiblePlan(what, change + why)
     return result
+
+
+# A layout's (dp, tp, pp, micro-batch, cp, ep) runner-up plans (another schedule, v, ZeRO stage or
+# recompute kind) within this share of the search's best closed form are simulated by the ranking
+# too: the closed form sees an interleaved device's chunks only through their sums, and misses
+# the stalls of uneven chunks (the head's chunk, partial recompute; rank.py). For a review's
+# llama3_8b on 2 L40S x4 nodes it put v=8, 6, 7, 5 and 4 of one layout within 0.5% (4.479-4.500 s)
+# where they simulate at 4.66-4.78 s and, for v=4, 4.55 s: the pick lost v=4 to its own v=8. GPT
+# 1T on 3,072 A100s: v=4 of the best layout 0.6% behind. 2% covers both; 6% (the largest closed-form
+# miss seen there) made that 1T search 25% slower (1.57 -> 1.97 s, benchmarks/plan_speed.py).
+ALTERNATE_SHARE = 0.02
+# Runner-ups per layout, and in all: the ranking simulates each (seconds for the largest models,
+# rank.RANKED_PLANS), so these bound what the fix can add to `plan`'s time.
+ALTERNATES_PER_MESH = 4
+MAX_ALTERNATES = 10
+
+
+def _alternates(ranked: list[tuple[tuple, tuple[float, Plan]]], runners: dict) -> list[Plan]:
+    """The runner-up plans of the layouts in `ranked` (layout, (value, best plan)) within
+    ALTERNATE_SHARE of the first's value, best first: ALTERNATES_PER_MESH per layout and
+    MAX_ALTERNATES in all at most."""
+    if not ranked:
+        return []
+    limit, out = ranked[0][1][0] * (1 + ALTERNATE_SHARE), []
+    for mesh, (_, chosen) in ranked:
+        seen = [chosen.replace(predicted=None)]
+        for value, plan in sorted(runners[mesh], key=lambda vp: vp[0]):
+            bare = plan.replace(predicted=None)  # two recompute kinds can end in the same plan
+            if value <= limit and bare not in seen and len(seen) <= ALTERNATES_PER_MESH:
+                seen.append(bare)
+                out.append((value, plan))
+    return [plan for _, plan in sorted(out, key=lambda vp: vp[0])[:MAX_ALTERNATES]]
 
 
 def _kth(best: dict, k: int) -> float:
@@ -296,6 +335,7 @@ def plan_model(
         result.without_cp = best_without_cp(profile, cluster, ref, {**constraints, "fix": fixed})
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
+        result.alternates = [replace(p, seq_len=seq_len) for p in result.alternates]
         if isinstance(result.without_cp, Plan):
             result.without_cp = replace(result.without_cp, seq_len=seq_len)
     return result

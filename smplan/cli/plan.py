@@ -12,7 +12,7 @@ from smplan.planner.explain import explain
 from smplan.planner.plan import is_plan_file_name
 from smplan.planner.search import plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
-from smplan.simulator.rank import rank_by_simulation, too_long_to_rank
+from smplan.simulator.rank import alternates_within_budget, rank_by_simulation, too_long_to_rank
 
 from .checks import check_output_file
 from .main import UserError
@@ -94,10 +94,12 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         without_cp=show_explain,  # --explain sets a cp plan against the best at cp=1
     )
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
-    simulated = False
+    simulated, alternates = False, []
     if not closed_form:
         # each as `smplan simulate PLAN.json` will run it: the plan's hardware, nodes and stack
-        plans, simulated = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)
+        alternates = alternates_within_budget([p.replace(stack=plans[0].stack) for p in result.alternates])
+        plans, simulated = rank_by_simulation(plans, lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective,
+                                              alternates=alternates)
         if not simulated:
             before.append(f"note: {sum(map(too_long_to_rank, plans))} of the best {len(plans)} plans run too many "
                           "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
@@ -116,7 +118,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     if as_json:
         record = {"plans": [_plan_json(p) for p in plans],
                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
-                             "ranked_by": "simulation" if simulated else "closed form"},
+                             "ranked_by": "simulation" if simulated else "closed form",
+                             "runner_ups_simulated": len(alternates) if simulated else 0},
                   # every note and warning the text prints
                   "notes": [note for note in before if note] + notes}
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
@@ -147,7 +150,10 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                f"{sequence_phrase(plans[0].seq_len, plans[0].global_batch)}, {plans[0].dtype}{gc}, objective {objective}, "
                f"stack {stack or DEFAULT_STACK}")
     click.echo(format_table(headers, rows))
-    ranked = f"the best {len(result.plans)} simulated and ranked" if simulated else "ranked by the closed form"
+    tried = len(alternates) if simulated else 0
+    runner_ups = f" with {tried} runner-up schedule{'s' if tried != 1 else ''} of theirs" if tried else ""
+    ranked = (f"the best {len(result.plans)}{runner_ups} simulated and ranked" if simulated
+              else "ranked by the closed form")
     click.echo(f"searched {result.candidates} candidates, {result.solved} partition ILPs, {result.seconds:.2f} s; "
                f"{ranked}")
     for note in notes:

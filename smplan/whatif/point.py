@@ -65,7 +65,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
             given = "--vary dp" if "dp" in spec.plan_keys else "dp= in --plan"
             raise InfeasiblePoint(f"{idle}: {given} fixes it; leave dp out to fill each size")
         return plan
-    from smplan.planner.search import plan_search
+    from smplan.planner.search import search
     from smplan.simulator.rank import RANKED_PLANS, rank_by_simulation
 
     constraints: dict = {"top": RANKED_PLANS, "dtype": point_dtype(q, spec, cluster), "overlap_dp": overlap_dp}
@@ -73,13 +73,14 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
         constraints["fix"] = dict(spec.plan_keys)
     if gbs:
         constraints["global_batch"] = gbs
-    plans = plan_search(profile, cluster, **constraints)
+    result = search(profile, cluster, **constraints)
+    plans = result.plans
     if not plans:
         raise InfeasiblePoint(f"no plan fits {cluster.num_gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gib:g} GiB)")
     # as `smplan plan` picks: the search's best few, ranked by their simulated step
-    plans = [p.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec), stack=stack)
-             for p in plans]
-    return rank_by_simulation(plans, lambda _: cluster, profile=profile)[0][0]
+    plans, alternates = ([p.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec), stack=stack)
+                          for p in some] for some in (plans, result.alternates))
+    return rank_by_simulation(plans, lambda _: cluster, profile=profile, alternates=alternates)[0][0]
 
 
 def _overrides(q: Question, spec: PointSpec) -> dict:
