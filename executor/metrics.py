@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import resource
 import statistics
@@ -19,6 +20,13 @@ RATE_UNITS = {"tokens_per_s": "tok/s", "samples_per_s": "samples/s"}
 # own step 1 is one without it in older files), which warms up (allocations, gloo's connections,
 # lazy initialisation) and is left out of the medians.
 WARM_UP = "warm_up"
+# A step record's tag of the layout it ran under (`layout_tag`): a run resumed under another layout
+# (`--force-resume`) keeps the earlier steps, whose times and memory are another plan's.
+LAYOUT = "layout"
+# The plan fields a summary reports as what ran, and `layout_tag` hashes: each changes the step's
+# time or memory (recompute and dtype do, though not the loss).
+RAN_FIELDS = ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule", "virtual_stages", "zero",
+              "sequence_parallel", "recompute", "dtype", "fp8_scaling", "capacity_factor", "grad_compress")
 
 
 def peak_memory_gib(device) -> float:
@@ -193,39 +201,54 @@ def allocated_prediction_gib(predicted: dict, device: str) -> float | None:
     return predicted["peak_memory_gib"] - reserve
 
 
+def layout_tag(plan: dict) -> str:
+    """A short tag of the plan's RAN_FIELDS and stage split, which each step record carries (LAYOUT)."""
+    ran = {k: plan.get(k) for k in (*RAN_FIELDS, "stage_blocks")}
+    return hashlib.sha256(json.dumps(ran, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def current_layout(records: list[dict]) -> list[dict]:
+    """The records run under the last record's layout (LAYOUT); a record from before the tag existed
+    counts as that layout."""
+    tag = records[-1].get(LAYOUT) if records else None
+    return [r for r in records if r.get(LAYOUT, tag) == tag]
+
+
 def steady(records: list[dict]) -> list[dict]:
-    """The step records medians are taken over: all but the first and those flagged WARM_UP (the
-    first after a resume or restart); all of them when that leaves none."""
-    return [r for i, r in enumerate(records) if i and not r.get(WARM_UP)] or records
+    """The step records medians are taken over: those of the current layout (`current_layout`) but
+    the first and those flagged WARM_UP (the first after a resume or restart); all of the current
+    layout's when that leaves none."""
+    mine = current_layout(records)
+    return [r for i, r in enumerate(mine) if i and not r.get(WARM_UP)] or mine
 
 
 def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: str,
               dtype: str = "fp32", rate: str = "tokens_per_s") -> dict:
     """Medians over the steps that did not warm up (`steady`), next to the plan's prediction;
-    memory is the run's peak (the fullest rank's, over every step), what must fit. `rate`
+    memory is the run's peak (the fullest rank's, over every step of this layout), what must fit. `rate`
     (`rate_key`) is the throughput key the text reports, recorded as "throughput_key"."""
     records = read_metrics(run_dir)
-    kept = steady(records)
+    kept, mine = steady(records), current_layout(records)
     measured = {k: statistics.median(r[k] for r in kept) for k in MEASURED} if kept else {}
     if records:
-        measured["peak_memory_gib"] = max(r["peak_memory_gib"] for r in records)
+        measured["peak_memory_gib"] = max(r["peak_memory_gib"] for r in mine)
         measured["final_loss"] = records[-1]["loss"]
         val = [r["val_loss"] for r in records if "val_loss" in r]
         if val:
             measured["final_val_loss"] = val[-1]
     summary = {
         "steps": len(records),
-        "warm_up_steps": [r["step"] for r in records if r not in kept],  # left out of the medians
+        "warm_up_steps": [r["step"] for r in mine if r not in kept],  # left out of the medians
         "device": device,
         "compute_dtype": dtype,  # CPU runs compute in the parameters' dtype (fp32 unless built in bf16)
         "throughput_key": rate,  # added beside tokens_per_s and samples_per_s, which both stay
-        "plan": {k: plan[k] for k in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "global_batch", "schedule",
-                                      "virtual_stages", "zero", "sequence_parallel", "recompute", "dtype",
-                                      "fp8_scaling", "capacity_factor", "grad_compress") if k in plan},
+        "plan": {k: plan[k] for k in RAN_FIELDS if k in plan},
         "measured": measured,
         "predicted": None,
         "ratio_measured_over_predicted": None,
     }
+    if len(mine) < len(records):  # resumed under another layout (--force-resume): its steps are another plan's
+        summary["other_layout_steps"] = [r["step"] for r in records if r not in mine]
     ran = summary["plan"]
     if "zero" in ran and effective_zero(ran["zero"], ran.get("pp", 1)) != ran["zero"]:  # what ran, as it was priced
         ran["zero_planned"], ran["zero"] = ran["zero"], effective_zero(ran["zero"], ran.get("pp", 1))

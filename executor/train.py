@@ -27,10 +27,12 @@ from .grad_norms import block_grad_norms, by_layout, squared_norm
 from .mesh import ParallelDims
 from .metrics import (
     ELASTIC_DIR,
+    LAYOUT,
     NON_FINITE_FILE,
     TENSORBOARD_DIR,
     WARM_UP,
     MetricsWriter,
+    layout_tag,
     peak_memory_gib,
     peak_memory_source,
     progress,
@@ -407,6 +409,7 @@ class Trainer:
         board = self._tensorboard(start) if self.cfg.tensorboard and self.rank == 0 else None
         every, steps = self.cfg.checkpoint_every, self.cfg.steps
         tokens_per_step = None
+        layout = layout_tag(self.plan.to_dict())  # each record's: a resume under another layout keeps the earlier steps
         try:
             for step in range(start + 1, steps + 1):
                 self._maybe_fail(step)
@@ -418,19 +421,19 @@ class Trainer:
                 dist.all_reduce(mem, op=dist.ReduceOp.MAX)
                 if tokens_per_step is None:
                     tokens_per_step = self.plan.global_batch * (self.plan.seq_len or self.tokens_per_sample)
-                warm_up = {WARM_UP: True} if step == start + 1 else {}  # the first since the workers started
+                tags = {LAYOUT: layout, **({WARM_UP: True} if step == start + 1 else {})}  # first since the workers started
                 rank_writer.write({
                     "step": step, "rank": self.rank, "step_time_s": dt, "sync_wait_s": result["sync_wait_s"],
                     "phases_s": result["phases_s"], "tokens_per_s": tokens_per_step / dt,
                     "peak_memory_gib": own_mem, "peak_memory_source": peak_memory_source(self.device),
-                    "loss": result["loss"], "grad_norm": result["grad_norm"], "lr": result["lr"], **warm_up})
+                    "loss": result["loss"], "grad_norm": result["grad_norm"], "lr": result["lr"], **tags})
                 val_every = self.cfg.eval_every
                 val_loss = self.evaluate() if val_every and (step % val_every == 0 or step == steps) else None
                 if writer is not None:
                     record = {"step": step, "loss": result["loss"], "step_time_s": dt,
                               "tokens_per_s": tokens_per_step / dt, "samples_per_s": self.plan.global_batch / dt,
                               "peak_memory_gib": mem.item(), "grad_norm": result["grad_norm"],
-                              "lr": result["lr"], "phases_s": result["phases_s"], **warm_up}  # rank 0's; all in ranks/
+                              "lr": result["lr"], "phases_s": result["phases_s"], **tags}  # rank 0's; all in ranks/
                     if val_loss is not None:
                         record["val_loss"] = val_loss
                     if "block_grad_norms" in result:

@@ -251,7 +251,12 @@ def _echo_summary(summary: dict, plan) -> None:
     ratio = summary.get("ratio_measured_over_predicted") or {}
     steps = summary.get("steps") or 0
     warm = summary.get("warm_up_steps") or [1]  # the first step after each start (executor.metrics.steady)
-    if steps > 1:  # a resumed run's summary covers the steps of every invocation
+    other = summary.get("other_layout_steps") or []  # resumed under another layout: another plan's steps
+    if other:
+        which = f"step {warm[0]}, which warms" if len(warm) == 1 else f"steps {', '.join(map(str, warm))}, which warm"
+        click.echo(f"  over the {steps - len(other)} steps run with this plan (steps {other[0]}-{other[-1]} ran "
+                   f"another layout before --force-resume; medians also leave out {which} up)")
+    elif steps > 1:  # a resumed run's summary covers the steps of every invocation
         which = f"step {warm[0]}, which warms" if len(warm) == 1 else f"steps {', '.join(map(str, warm))}, which warm"
         click.echo(f"  over the run's {steps} steps (medians leave out {which} up)")
     elif steps == 1:

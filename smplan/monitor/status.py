@@ -41,6 +41,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from smplan.executor.metrics import current_layout
 from smplan.executor.metrics import steady as steady_steps
 
 from .rundir import RunData
@@ -112,7 +113,7 @@ def _rank_rows(run: RunData, steps: list[int], order: list[int], rows: list[list
             "step_time_s": step_s,
             "sync_wait_s": wait_s,
             "own_step_time_s": own_s,
-            "peak_memory_gib": max(r["peak_memory_gib"] for r in run.ranks[rank]),
+            "peak_memory_gib": max(r["peak_memory_gib"] for r in current_layout(run.ranks[rank])),
         })
     return out
 

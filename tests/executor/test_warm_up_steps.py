@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from smplan.executor.metrics import WARM_UP, steady, summarize
+from smplan.executor.metrics import LAYOUT, WARM_UP, layout_tag, steady, summarize
 from smplan.planner.plan import Plan
 
 from smplan.cli.execute import _echo_summary
@@ -31,3 +31,25 @@ def test_steady_keeps_every_step_when_all_warm_up():
     assert [r["step"] for r in steady(_rows({1: 1.0, 2: 1.0}, warm=set()))] == [2]  # a file without flags
     assert [r["step"] for r in steady(_rows({1: 1.0}, warm={1}))] == [1]
     assert [r["step"] for r in steady(_rows({5: 1.0}, warm={5}))] == [5]
+
+
+def test_a_run_resumed_under_another_layout_measures_only_its_own_steps(tmp_path, capsys):
+    """A review resumed a dp=2 run as tp=2 (--force-resume): the summary's 20 ms step was the dp=2
+    steps' median, the tp=2 steps took 260-780 ms."""
+    plan = Plan(model="m.py", hw="local", nodes=1, tp=2, micro_batch=4, global_batch=8)
+    old = {LAYOUT: layout_tag(Plan(model="m.py", hw="local", nodes=1, dp=2, micro_batch=4, global_batch=8).to_dict())}
+    new = {LAYOUT: layout_tag(plan.to_dict())}
+    assert old != new
+    rows = _rows({1: 0.5, 2: 0.02, 3: 0.02, 4: 0.02, 5: 0.8, 6: 0.26, 7: 0.3}, warm={1, 5})
+    rows = [{**r, **(old if r["step"] <= 4 else new), "peak_memory_gib": 9.0 if r["step"] <= 4 else 1.0} for r in rows]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = summarize(tmp_path, None, plan.to_dict(), "cpu")
+    assert summary["measured"]["step_time_s"] == 0.28  # steps 6 and 7; over every step, 0.26
+    assert summary["measured"]["peak_memory_gib"] == 1.0  # not the dp=2 steps' 9.0
+    assert summary["other_layout_steps"] == [1, 2, 3, 4] and summary["warm_up_steps"] == [5]
+    assert summary["steps"] == 7
+    _echo_summary(summary, plan)
+    said = capsys.readouterr().out
+    assert "over the 3 steps run with this plan (steps 1-4 ran another layout before --force-resume" in said
+    # records from before the tag existed count as the current layout
+    assert [r["step"] for r in steady(_rows({1: 1.0, 2: 1.0, 3: 1.0}, warm={1}))] == [2, 3]
