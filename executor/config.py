@@ -120,8 +120,16 @@ def _fingerprint_key(plan: Plan, model_sha256: str) -> dict:
     key["model"] = split_ref(plan.model)[1]
     key["layout"] = {k: data[k] for k in ("dp", "tp", "pp", "micro_batch", "global_batch", "schedule",
                                           "virtual_stages", "zero", "sequence_parallel", "stage_blocks")}
+    key["layout"].update({k: data[k] for k, default in _LATER_KEYS.items() if data.get(k, default) != default})
     key["model_sha256"] = model_sha256
     return key
+
+
+# Plan keys the fingerprint gained later (a review resumed an ep=1 checkpoint as ep=2 unasked, and a
+# PowerSGD run's error feedback would be dropped): each counts only away from its default, so a
+# checkpoint of a plan that leaves them at it keeps its fingerprint and resumes as before. Not dtype:
+# an inline plan's bf16 and a probed CPU's plan file's fp32 both compute in fp32 on a CPU.
+_LATER_KEYS = {"ep": 1, "cp": 1, "grad_compress": "none"}
 
 
 def hash_key(key: dict) -> str:

@@ -199,8 +199,9 @@ def _how_to_continue(cfg: RunConfig) -> str:
     found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if not found and not read_metrics(cfg.out_dir):  # nothing ran: the folder takes the same command again
         return "it stopped before its first step: the same `smplan execute` command starts it again"
-    if found:
-        return f"the same `smplan execute` command resumes it from its newest checkpoint ({Path(found[1]).name})"
+    if found:  # -o named: a run without it was given a new folder (run.py), so the same command would start afresh
+        return (f"the same `smplan execute` command with -o {cfg.out_dir} resumes it from its newest checkpoint "
+                f"({Path(found[1]).name})")
     if cfg.checkpoint_every:  # it was asked for checkpoints: advising --checkpoint-every would repeat it
         first = min(cfg.checkpoint_every, cfg.steps)  # the end of the run writes one too (train.py)
         return (f"it stopped before its first checkpoint (step {first}), so it cannot be resumed: run it again with "

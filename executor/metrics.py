@@ -201,9 +201,12 @@ def allocated_prediction_gib(predicted: dict, device: str) -> float | None:
     return predicted["peak_memory_gib"] - reserve
 
 
-def layout_tag(plan: dict) -> str:
-    """A short tag of the plan's RAN_FIELDS and stage split, which each step record carries (LAYOUT)."""
-    ran = {k: plan.get(k) for k in (*RAN_FIELDS, "stage_blocks")}
+def layout_tag(plan: dict, compute_dtype: str) -> str:
+    """A short tag of what the plan runs, which each step record carries (LAYOUT): its RAN_FIELDS
+    and stage split, the dtype the run computes in (a CPU computes a bf16 plan in fp32, as it does a
+    probed CPU's fp32 plan file), not the capacity factor (only the cost model's: routing is dropless)."""
+    ran = {k: plan.get(k) for k in (*RAN_FIELDS, "stage_blocks") if k != "capacity_factor"}
+    ran["dtype"] = compute_dtype
     return hashlib.sha256(json.dumps(ran, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -247,7 +250,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "predicted": None,
         "ratio_measured_over_predicted": None,
     }
-    if len(mine) < len(records):  # resumed under another layout (--force-resume): its steps are another plan's
+    if len(mine) < len(records):  # resumed with another layout, recompute or dtype: those steps are another plan's
         summary["other_layout_steps"] = [r["step"] for r in records if r not in mine]
     ran = summary["plan"]
     if "zero" in ran and effective_zero(ran["zero"], ran.get("pp", 1)) != ran["zero"]:  # what ran, as it was priced

@@ -224,7 +224,10 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         check_this_machine(nproc, opts.nnodes, checked.param_bytes, fp8=plan.dtype == "fp8")
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
-    inputs = fingerprint_inputs(plan, model_file.sha256)
+    # the sequence length the run trains at (its batch()'s tokens a sample): an inline plan (no seq_len)
+    # and the plan file `smplan plan` wrote for it (the model's seq_len) continue each other's checkpoints
+    trained = seq_len or (checked.tokens_per_sample if checked.tokens_per_sample > 1 else None)
+    inputs = fingerprint_inputs(plan if plan.seq_len or not trained else plan.replace(seq_len=trained), model_file.sha256)
     fp = hash_key(inputs)  # config.fingerprint: what a checkpoint must match to be resumed
     out = Path(opts.out or f"runs/execute-{time.strftime('%Y%m%d-%H%M%S')}-{fp[:6]}").resolve()
     unsafe = sbatch_path_problem(out) if opts.launcher == "slurm" else None

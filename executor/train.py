@@ -409,7 +409,7 @@ class Trainer:
         board = self._tensorboard(start) if self.cfg.tensorboard and self.rank == 0 else None
         every, steps = self.cfg.checkpoint_every, self.cfg.steps
         tokens_per_step = None
-        layout = layout_tag(self.plan.to_dict())  # each record's: a resume under another layout keeps the earlier steps
+        layout = layout_tag(self.plan.to_dict(), self.compute_dtype)  # a resume under another plan keeps earlier steps
         try:
             for step in range(start + 1, steps + 1):
                 self._maybe_fail(step)

@@ -253,9 +253,12 @@ def _echo_summary(summary: dict, plan) -> None:
     warm = summary.get("warm_up_steps") or [1]  # the first step after each start (executor.metrics.steady)
     other = summary.get("other_layout_steps") or []  # resumed under another layout: another plan's steps
     if other:
-        which = f"step {warm[0]}, which warms" if len(warm) == 1 else f"steps {', '.join(map(str, warm))}, which warm"
-        click.echo(f"  over the {steps - len(other)} steps run with this plan (steps {other[0]}-{other[-1]} ran "
-                   f"another layout before --force-resume; medians also leave out {which} up)")
+        left, n = summary.get("warm_up_steps") or [], steps - len(other)
+        span = f"{other[0]}-{other[-1]}" if other[-1] - other[0] == len(other) - 1 else ", ".join(map(str, other))
+        skip = (f"; medians leave out step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))}, which warm"
+                f"{'s' if len(left) == 1 else ''} up" if left else "")
+        click.echo(f"  over the {n} step{'s' if n != 1 else ''} run with this plan (steps {span} ran another layout, "
+                   f"recompute or dtype before it resumed them{skip})")
     elif steps > 1:  # a resumed run's summary covers the steps of every invocation
         which = f"step {warm[0]}, which warms" if len(warm) == 1 else f"steps {', '.join(map(str, warm))}, which warm"
         click.echo(f"  over the run's {steps} steps (medians leave out {which} up)")

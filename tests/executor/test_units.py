@@ -396,7 +396,9 @@ def test_a_stopped_run_is_promised_a_resume_only_with_a_checkpoint(tmp_path):
     (ckpt / "step-4").mkdir(parents=True)
     (ckpt / "step-4" / "COMPLETE").write_text("ok\n")
     (ckpt / "step-4" / "smplan.json").write_text("{}")
-    assert _how_to_continue(cfg).endswith("resumes it from its newest checkpoint (step-4)")
+    # the folder named: a run without -o gets a new one each time (a review's resume started afresh)
+    assert _how_to_continue(cfg) == (f"the same `smplan execute` command with -o {tmp_path} resumes it from its "
+                                     "newest checkpoint (step-4)")
 
 
 def test_a_run_stopped_before_its_first_checkpoint_is_not_told_to_add_checkpoints(tmp_path):

@@ -37,9 +37,12 @@ def test_a_run_resumed_under_another_layout_measures_only_its_own_steps(tmp_path
     """A review resumed a dp=2 run as tp=2 (--force-resume): the summary's 20 ms step was the dp=2
     steps' median, the tp=2 steps took 260-780 ms."""
     plan = Plan(model="m.py", hw="local", nodes=1, tp=2, micro_batch=4, global_batch=8)
-    old = {LAYOUT: layout_tag(Plan(model="m.py", hw="local", nodes=1, dp=2, micro_batch=4, global_batch=8).to_dict())}
-    new = {LAYOUT: layout_tag(plan.to_dict())}
+    old = {LAYOUT: layout_tag(Plan(model="m.py", hw="local", nodes=1, dp=2, micro_batch=4, global_batch=8).to_dict(),
+                              "fp32")}
+    new = {LAYOUT: layout_tag(plan.to_dict(), "fp32")}
     assert old != new
+    # a plan file's fp32 and an inline plan's bf16 both compute in fp32 on a CPU: the same layout
+    assert layout_tag(plan.replace(dtype="fp32").to_dict(), "fp32") == new[LAYOUT]
     rows = _rows({1: 0.5, 2: 0.02, 3: 0.02, 4: 0.02, 5: 0.8, 6: 0.26, 7: 0.3}, warm={1, 5})
     rows = [{**r, **(old if r["step"] <= 4 else new), "peak_memory_gib": 9.0 if r["step"] <= 4 else 1.0} for r in rows]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -50,6 +53,7 @@ def test_a_run_resumed_under_another_layout_measures_only_its_own_steps(tmp_path
     assert summary["steps"] == 7
     _echo_summary(summary, plan)
     said = capsys.readouterr().out
-    assert "over the 3 steps run with this plan (steps 1-4 ran another layout before --force-resume" in said
+    assert ("over the 3 steps run with this plan (steps 1-4 ran another layout, recompute or dtype before it resumed "
+            "them; medians leave out step 5, which warms up)") in said
     # records from before the tag existed count as the current layout
     assert [r["step"] for r in steady(_rows({1: 1.0, 2: 1.0, 3: 1.0}, warm={1}))] == [2, 3]
