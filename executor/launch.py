@@ -186,8 +186,9 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         rank, first = root_failure(err.failures, log_of)
         log = log_of(first)
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
-        mark_stopped(out, "failed", failure_line(rank, first.exitcode, log))
-        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}", run_dir=out) from None
+        how = _how_to_continue(cfg)  # as an interrupted run's record says it (README: stopped.json)
+        mark_stopped(out, "failed", f"{failure_line(rank, first.exitcode, log)}; {how}")
+        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}\n{how}", run_dir=out) from None
     return out
 
 

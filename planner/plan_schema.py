@@ -272,8 +272,10 @@ def check_derived(plan, data: dict, source: str = "plan") -> None:
             else:
                 p.append(f"stages: missing, expected {wanted}")
         else:
+            # either may be the edit (a review's stages[0].last_block = 9 was blamed on stage_blocks): name both
             p.add("stage_blocks", data["stage_blocks"],
-                  f"{json.dumps(derived['stage_blocks'])} (derived from stages; drop it)")
+                  f"{json.dumps(derived['stage_blocks'])}, what stages give (each chunk's first_block and "
+                  "last_block); fix whichever of the two was edited by mistake, or drop stage_blocks to keep stages")
     if p:
         raise _error(source, p)
 

@@ -44,6 +44,9 @@ def test_failure_without_restarts_exits_cleanly(tmp_path):
     assert result.stdout.count("rank 1 killed by signal 9") == 1, result.stdout
     stopped = json.loads((tmp_path / "stopped.json").read_text())  # what `monitor --follow` stops on
     assert stopped["reason"] == "failed" and stopped["detail"].startswith("rank 1 killed by signal 9")
+    # whether it can be resumed, as an interrupted run's record says (a review found only those did)
+    no_resume = "it wrote no checkpoint, so it cannot be resumed"
+    assert no_resume in stopped["detail"] and no_resume in result.stdout, result.stdout
 
 
 def test_a_checkpoint_that_does_not_read_back_is_skipped(tmp_path):

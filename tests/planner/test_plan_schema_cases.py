@@ -76,7 +76,8 @@ BAD = [
     ({"num_microbatches": 3}, "num_microbatches: got 3, expected 4 (global_batch / (dp x micro_batch) = "),
     ({"recompute": "full"}, "recompute: got \"full\" (text), expected \"none\" (the strongest of the stages"),
     ({"stages": [{"first_block": 0, "last_block": 2}, {"first_block": 2, "last_block": 4}], "stage_blocks": [[0, 3]]},
-     "stage_blocks: got [[0, 3]] (a list), expected [[0, 2], [2, 4]] (derived from stages; drop it)"),
+     "stage_blocks: got [[0, 3]] (a list), expected [[0, 2], [2, 4]], what stages give (each chunk's first_block and "
+     "last_block); fix whichever of the two was edited by mistake, or drop stage_blocks to keep stages"),
     ({"global_batch": 7}, "global batch 7 is not divisible by dp*mbs=2; use gbs=6 or 8 (global_batch in a plan file)"),
     # the stages dropped and their summary kept: the missing key is named, not the summary
     ({"stage_blocks": [[0, 4]]}, "stages: missing, expected the stages that stage_blocks lists"),
