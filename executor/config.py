@@ -48,6 +48,7 @@ class RunConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     # token data from disk (executor/token_data.py); None: the model file's batch()/data()
     data: str | None = None
+    data_bytes: int | None = None  # --data's size when the run started: a continuation refuses another file there
     data_dtype: str = "uint16"
     val_data: str | None = None
     eval_every: int = 0  # 0: no validation

@@ -298,6 +298,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         weight_decay=opts.weight_decay,
         adam_betas=tuple(opts.adam_betas),
         data=str(Path(opts.data).resolve()) if opts.data else None,
+        data_bytes=Path(opts.data).stat().st_size if opts.data else None,
         data_dtype=opts.data_dtype,
         val_data=str(Path(opts.val_data).resolve()) if opts.val_data else None,
         eval_every=opts.eval_every,
@@ -408,6 +409,11 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
             was, now = getattr(earlier, key), getattr(cfg, key)
             if (was or now) and was != now and not (key == "data_dtype" and not (earlier.data or cfg.data)):
                 changed.append(f"{option} {was or 'not given'} (now {now or 'not given'})")
+        # the same path holding another file (a review overwrote its 20,000 tokens with 9,000); a run
+        # started before the size was kept has none, and a same-size rewrite is not seen
+        was_bytes = earlier.data_bytes
+        if earlier.data and earlier.data == cfg.data and was_bytes is not None and was_bytes != cfg.data_bytes:
+            changed.append(f"--data {cfg.data} of {was_bytes:,} bytes (now {cfg.data_bytes:,}: another file)")
     if changed:
         raise PlanMismatchError(
             f"the run in {path} (step {step}) trained with {', '.join(changed)}; pass the same options "

@@ -305,6 +305,33 @@ def test_a_resume_refuses_other_data(tmp_path):
             run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, **change}), tmp_path)
 
 
+def test_a_resume_refuses_another_file_at_the_same_data_path(tmp_path):
+    """A review overwrote its --data file (20,000 tokens) with 9,000 and resumed without a word."""
+    from smplan.executor import run
+    from smplan.executor.config import RunConfig
+
+    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=4, data="/d/train.bin",
+                        data_bytes=40_000)
+    started.save(tmp_path / "run_config.json")
+    step_dir = tmp_path / "checkpoints" / "step-4"
+    step_dir.mkdir(parents=True)
+    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
+    found = (4, step_dir)
+    run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8}), tmp_path)
+    with pytest.raises(PlanMismatchError, match=re.escape("--data /d/train.bin of 40,000 bytes (now 18,000: another "
+                                                          "file)") + ".*--force-resume"):
+        run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_bytes": 18_000}), tmp_path)
+    # a run started before the size was kept resumes as before
+    older = tmp_path / "older"
+    RunConfig(**{**started.__dict__, "data_bytes": None, "out_dir": str(older)}).save(_mkdir(older) / "run_config.json")
+    run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_bytes": 18_000}), older)
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def test_a_resume_that_stretches_a_decaying_schedule_says_so(tmp_path, monkeypatch):
     from smplan.executor import checkpoint, run
     from smplan.executor.config import RunConfig
