@@ -133,6 +133,21 @@ def _fingerprint_key(plan: Plan, model_sha256: str) -> dict:
 _LATER_KEYS = {"ep": 1, "cp": 1, "grad_compress": "none"}
 
 
+def continued_fingerprint(theirs: str | None, plan: Plan, model_sha256: str, inputs: dict) -> tuple[dict, str]:
+    """(inputs, fingerprint) a run continues under: this run's `inputs`, or, where the checkpoint's
+    fingerprint `theirs` is the one smplan computed before _LATER_KEYS and the trained sequence
+    length joined it (from `plan` as given: an inline plan's seq_len null), those older inputs, so
+    its checkpoints resume, prune and fall back as before."""
+    ours = hash_key(inputs)
+    if theirs is None or theirs == ours:
+        return inputs, ours
+    older = _fingerprint_key(plan, model_sha256)
+    for key in _LATER_KEYS:
+        older["layout"].pop(key, None)
+    older = as_json(older)
+    return (older, theirs) if hash_key(older) == theirs else (inputs, ours)
+
+
 def hash_key(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from .config import RunConfig
 from .console import agent_console
 from .failure import failure_line, failure_report, root_failure, stderr_log
-from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped
+from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped, read_metrics
 
 
 class LaunchError(RuntimeError):
@@ -186,16 +186,19 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         rank, first = root_failure(err.failures, log_of)
         log = log_of(first)
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
-        how = _how_to_continue(cfg)  # as an interrupted run's record says it (README: stopped.json)
-        mark_stopped(out, "failed", f"{failure_line(rank, first.exitcode, log)}; {how}")
-        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}\n{how}", run_dir=out) from None
+        # whether it resumes, as an interrupted run's record says (README: stopped.json); after the last
+        # step there is nothing to resume, which mark_stopped says itself
+        ran = read_metrics(out)
+        how = "" if ran and ran[-1]["step"] >= cfg.steps else _how_to_continue(cfg)
+        mark_stopped(out, "failed", failure_line(rank, first.exitcode, log) + (f"; {how}" if how else ""))
+        raise LaunchError(f"training failed after {max_restarts} restart(s): {what}" + (f"\n{how}" if how else ""),
+                          run_dir=out) from None
     return out
 
 
 def _how_to_continue(cfg: RunConfig) -> str:
     """What a stopped run's record tells the user: a resume needs a checkpoint to continue from."""
     from .checkpoint import latest
-    from .metrics import read_metrics
 
     found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if not found and not read_metrics(cfg.out_dir):  # nothing ran: the folder takes the same command again

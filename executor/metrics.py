@@ -232,6 +232,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
     (`rate_key`) is the throughput key the text reports, recorded as "throughput_key"."""
     records = read_metrics(run_dir)
     kept, mine = steady(records), current_layout(records)
+    kept_ids, mine_ids = {id(r) for r in kept}, {id(r) for r in mine}  # by identity: a dict compare per pair is O(N^2)
     measured = {k: statistics.median(r[k] for r in kept) for k in MEASURED} if kept else {}
     if records:
         measured["peak_memory_gib"] = max(r["peak_memory_gib"] for r in mine)
@@ -241,7 +242,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
             measured["final_val_loss"] = val[-1]
     summary = {
         "steps": len(records),
-        "warm_up_steps": [r["step"] for r in mine if r not in kept],  # left out of the medians
+        "warm_up_steps": [r["step"] for r in mine if id(r) not in kept_ids],  # left out of the medians
         "device": device,
         "compute_dtype": dtype,  # CPU runs compute in the parameters' dtype (fp32 unless built in bf16)
         "throughput_key": rate,  # added beside tokens_per_s and samples_per_s, which both stay
@@ -251,7 +252,7 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
         "ratio_measured_over_predicted": None,
     }
     if len(mine) < len(records):  # resumed with another layout, recompute or dtype: those steps are another plan's
-        summary["other_layout_steps"] = [r["step"] for r in records if r not in mine]
+        summary["other_layout_steps"] = [r["step"] for r in records if id(r) not in mine_ids]
     ran = summary["plan"]
     if "zero" in ran and effective_zero(ran["zero"], ran.get("pp", 1)) != ran["zero"]:  # what ran, as it was priced
         ran["zero_planned"], ran["zero"] = ran["zero"], effective_zero(ran["zero"], ran.get("pp", 1))

@@ -25,7 +25,7 @@ from smplan.planner.plan import (
 from smplan.model.structure import find_layout, unlike_blocks
 
 from . import checkpoint
-from .config import RunConfig, fingerprint_inputs, hash_key, parse_slow_rank
+from .config import RunConfig, continued_fingerprint, fingerprint_inputs, hash_key, parse_slow_rank
 from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
 from .launch import (
@@ -254,6 +254,9 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         start = start_afresh(out, opts.checkpoint_dir)
         newest = checkpoint.latest(ckpt_dir)
+        if newest:  # a run an older smplan started keeps the fingerprint it started with
+            inputs, fp = continued_fingerprint(checkpoint.read_meta(newest[1]).get("fingerprint"), plan,
+                                               model_file.sha256, inputs)
         if newest:  # another model's cannot be resumed: DCP would fail on every rank, in a traceback
             fix = f"{start} (--force-resume continues only a run of this same model)"
             if checkpoint.read_meta(newest[1]).get("fingerprint") == fp:  # the same file bytes, arguments, layout

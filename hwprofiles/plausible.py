@@ -61,6 +61,7 @@ def implausible_varied(name_or_path: str, overrides: dict[str, object], key: str
 def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, float, str]]:
     """(key, value, why) for each value likely in another unit; `given` the overridden keys."""
     on_gpu = values.get("gpu.name") != PROBED_CPU_NAME
+    probed = values.get("gpu.name") in (PROBED_CPU_NAME, "cuda")  # `smplan hw probe` names the device so
     found: list[tuple[str, float, str]] = []
     other = "looks like another unit; it is read in"
     for key, value in values.items():
@@ -84,7 +85,7 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
                                       f"{PER_GPU_GBPS}"))
         elif key.endswith("latency_us") and 0 < value < MIN_LINK_LATENCY_US:
             found.append((key, value, f"{other} microseconds (multiply a seconds figure by 1e6)"))
-        elif key == "cost.usd_per_gpu_hour" and value == 0 and on_gpu:  # a probed CPU's file states 0 (probe.py)
+        elif key == "cost.usd_per_gpu_hour" and value == 0 and not probed:  # a probed file states 0 (probe.py)
             found.append((key, value, "makes every $ figure 0, and whatif's cost charts and cheapest point say "
                                       "nothing; give the price of a GPU-hour (rented, or your own amortised)"))
         elif key.startswith("efficiency.") and key.split(".")[1] in US_KEYS:

@@ -92,6 +92,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         min_nodes=nodes if max_nodes else None, progress=lambda msg: click.echo(msg, err=True),
         overlap_dp=load_stack(stack).overlap_grad_reduce,  # the stack's default; --fix overlap_dp=.. wins
         without_cp=show_explain,  # --explain sets a cp plan against the best at cp=1
+        alternates=not closed_form,  # runner-ups of the best layouts, for the simulated ranking
     )
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
     simulated, alternates = False, []

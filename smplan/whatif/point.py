@@ -73,7 +73,7 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
         constraints["fix"] = dict(spec.plan_keys)
     if gbs:
         constraints["global_batch"] = gbs
-    result = search(profile, cluster, **constraints)
+    result = search(profile, cluster, **constraints, alternates=True)
     plans = result.plans
     if not plans:
         raise InfeasiblePoint(f"no plan fits {cluster.num_gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gib:g} GiB)")

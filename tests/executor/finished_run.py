@@ -32,10 +32,10 @@ def write_checkpoint(root: Path, step: int, cfg, model_args: dict | None = None,
     return path
 
 
-def finished_run(out: Path, steps: int = 2, model: str = GPT_TINY, **opts) -> Path:
+def finished_run(out: Path, steps: int = 2, model: str = GPT_TINY, plan_text: str = PLAN, **opts) -> Path:
     """OUT as `smplan execute PLAN --model MODEL -o OUT --steps S --checkpoint-every S` leaves it:
     run_config.json, metrics.jsonl, summary.json and checkpoints/step-S."""
-    plan, model_file = resolve_plan(PLAN, model=model)
+    plan, model_file = resolve_plan(plan_text, model=model)
     cfg = prepare(plan, model_file, ExecuteOptions(steps=steps, out=str(out), checkpoint_every=steps, **opts))
     out.mkdir(parents=True, exist_ok=True)
     cfg.save(out / RUN_CONFIG_FILE)

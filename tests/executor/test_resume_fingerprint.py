@@ -50,3 +50,38 @@ def test_layout_keys_at_their_defaults_leave_older_checkpoints_resumable():
     plan, model_file = resolve_plan(PLAN, model=GPT_TINY)
     assert not {"ep", "cp", "grad_compress"} & fingerprint_inputs(plan, model_file.sha256)["layout"].keys()
     assert fingerprint_inputs(plan.replace(cp=2, dp=1), model_file.sha256)["layout"]["cp"] == 2
+
+
+def _as_an_older_smplan_wrote_it(out, plan_text: str):
+    """The run's checkpoint and run_config.json under the fingerprint smplan computed before the trained
+    seq_len, ep, cp and grad_compress joined it (aafc8c5): the plan's own seq_len, none of those keys."""
+    import json
+
+    from smplan.executor.config import hash_key
+
+    plan, model_file = resolve_plan(plan_text, model=GPT_TINY)
+    older = fingerprint_inputs(plan, model_file.sha256)  # an inline plan: seq_len null
+    for key in ("ep", "cp", "grad_compress"):
+        older["layout"].pop(key, None)
+    for path in (out / "checkpoints" / "step-2" / "smplan.json", out / "run_config.json"):
+        data = json.loads(path.read_text())
+        data.update(fingerprint=hash_key(older), fingerprint_inputs=older)
+        path.write_text(json.dumps(data))
+    return hash_key(older)
+
+
+@pytest.mark.parametrize("plan_text", [PLAN, "cp=2,mbs=1,gbs=2"])
+def test_a_run_an_older_smplan_started_continues_under_its_own_fingerprint(cli_runner, tmp_path, monkeypatch,
+                                                                           plan_text):
+    """A review: every inline-plan run of aafc8c5 (seq_len null), and its cp=2 runs, were refused."""
+    out = finished_run(tmp_path / "run", plan_text=plan_text)
+    older = _as_an_older_smplan_wrote_it(out, plan_text)
+    seen = {}
+
+    def launched(cfg, *args, **kwargs):
+        seen["fingerprint"] = cfg.fingerprint
+        raise AssertionError("launched")
+
+    monkeypatch.setattr("smplan.executor.run.launch_local", launched)
+    assert _continue(cli_runner, plan_text, out, "--model", GPT_TINY) == "launched"
+    assert seen["fingerprint"] == older  # its next checkpoints keep it: they prune and fall back as before
