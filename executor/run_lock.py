@@ -130,6 +130,20 @@ def running_launch(run_dir: str | Path) -> str | None:
         os.close(fd)
 
 
+def abandoned_launch(run_dir: str | Path) -> str | None:
+    """The launch that held RUN_DIR's lock on this host and ended without removing its file (a
+    launcher killed by SIGKILL, which records nothing), or None. Only this host's: another host's
+    lock may not show here (a file system without cross-host flock), so it proves nothing."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        holder = path.read_text(errors="replace").strip()
+    except OSError:
+        return None
+    words = holder.replace(",", " ").split()
+    here = len(words) >= 4 and words[0] == "pid" and words[3] == socket.gethostname()
+    return holder if here and running_launch(run_dir) is None else None
+
+
 def _pid_alive_here(holder: str) -> bool:
     """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
     words = holder.replace(",", " ").split()

@@ -21,7 +21,7 @@ from smplan.executor.metrics import (
     rate_key,
     read_jsonl,
 )
-from smplan.executor.run_lock import LOCK_FILE, running_launch
+from smplan.executor.run_lock import LOCK_FILE, abandoned_launch, running_launch
 
 
 def no_step_line(run: RunData) -> str:
@@ -58,6 +58,7 @@ class RunData:
     summary: dict | None = None  # summary.json, once the run has finished
     stopped: dict | None = None  # stopped.json: why the run ended unfinished (its local launcher's record)
     running: str | None = None  # the launch holding the run's lock ("pid 123 on host, since ..."), if one does
+    abandoned: str | None = None  # this host's launch that ended without a record (run_lock.abandoned_launch)
     skipped: list[str] = field(default_factory=list)  # "metrics.jsonl:7" per unreadable line
 
     @property
@@ -100,7 +101,7 @@ class RunData:
     @property
     def ended(self) -> bool:
         """Finished, or stopped for good: nothing more will be written until it is run again."""
-        return self.finished or self.stopped is not None
+        return self.finished or self.stopped is not None or self.abandoned is not None
 
 
 def load_run(run_dir: str | Path) -> RunData:
@@ -130,6 +131,8 @@ def load_run(run_dir: str | Path) -> RunData:
                 f"{unreadable} unreadable line(s) in metrics.jsonl" if unreadable else "an empty metrics.jsonl")
         raise RunDirError(f"{path} holds no step yet ({what}): wait for the run's first step, "
                           "or pass the -o/--output folder of `smplan execute`")
+    running = running_launch(path)
+    summary = _read_json(path / SUMMARY_FILE)
+    gone = abandoned_launch(path) if running is None and summary is None and stopped is None else None
     return RunData(run_dir=path, records=records, ranks=ranks, config=_read_json(path / RUN_CONFIG_FILE),
-                   summary=_read_json(path / SUMMARY_FILE), stopped=stopped,
-                   running=running_launch(path), skipped=skipped)
+                   summary=summary, stopped=stopped, running=running, abandoned=gone, skipped=skipped)

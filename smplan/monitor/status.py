@@ -5,6 +5,7 @@ Schema (all times in seconds; null where the run or the plan does not say)::
     {"run_dir": str, "finished": bool, "steps_done": int, "steps_total": int | null,
      "stopped": {"reason": "failed" | "interrupted", "detail": str, "time": str} | null,
      "running": str | null,                          # the launch holding the run's lock: "pid N on HOST, since ..."
+     "abandoned": str | null,                        # this host's launch that ended without a record (SIGKILL)
      "progress": float | null,                       # steps_done / steps_total
      "step_time_s": {"median": float, "predicted": float | null, "ratio": float | null},
      "tokens_per_s": {"median": float, "predicted": float | null},
@@ -154,6 +155,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
     th = thresholds or Thresholds()
     if not run.records:  # stopped before its first step (load_run returns no other run without one)
         return {"run_dir": str(run.run_dir), "finished": False, "stopped": run.stopped, "running": run.running,
+                "abandoned": run.abandoned,
                 "steps_done": 0,
                 "steps_total": run.steps_total, "progress": 0.0 if run.steps_total else None,
                 "skipped_lines": run.skipped}
@@ -183,6 +185,7 @@ def run_status(run: RunData, thresholds: Thresholds | None = None, spark_width: 
         "finished": run.finished,
         "stopped": None if run.finished else run.stopped,  # summary.json wins: a later run finished it
         "running": run.running,  # the launch that holds the run's lock (executor.run_lock), or None
+        "abandoned": run.abandoned,  # this host's launch that ended without a record (run_lock.abandoned_launch)
         "steps_done": done,
         "steps_total": total,
         "progress": done / total if total else None,

@@ -46,6 +46,9 @@ def render_status(status: dict) -> str:
     running = status.get("running")
     state = ("finished" if status["finished"] else f"stopped ({stopped.get('reason', '?')})" if stopped
              else f"running ({running})" if running
+             else f"ended without a record: its launch ({status['abandoned']}) is gone, killed (SIGKILL?) before it "
+                  "could write stopped.json; `smplan execute` with -o this folder resumes it from its newest checkpoint, if it wrote one"
+             if status.get("abandoned")
              else "unfinished: no launch holds it here (a job on another node, or a launcher killed by SIGKILL)")
     total = status["steps_total"]
     lines.append(f"run {status['run_dir']}  {state}")

@@ -102,6 +102,26 @@ def test_follow_stops_on_a_run_its_launcher_recorded_as_stopped(cli_runner, tmp_
     assert f"running (pid {os.getpid()} on " in live, live
 
 
+def test_follow_stops_on_a_run_whose_launcher_on_this_host_was_killed(cli_runner, tmp_path):
+    """SIGKILL leaves the lock file (no lock) and no record: --follow redrew forever (a review)."""
+    import socket
+
+    from smplan.executor.run_lock import LOCK_FILE
+
+    run = write_run(tmp_path / "r", steps=3, total_steps=8, finished=False)
+    (run / LOCK_FILE).write_text(f"pid 999999999 on {socket.gethostname()}, since 2026-12-06 10:00:00")
+    result = cli_runner.invoke(cli, ["monitor", str(run), "--follow", "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["abandoned"].startswith("pid 999999999 on ")
+    assert "ended without a record: its launch (pid 999999999 on" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+    # another host's launch may hold a lock this host cannot see: nothing is concluded
+    (run / LOCK_FILE).write_text("pid 12 on another-host-of-the-job, since 2026-12-06 10:00:00")
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
+    assert status["abandoned"] is None
+    assert "unfinished: no launch holds it here" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+
+
 def test_a_run_that_stopped_before_its_first_step_is_not_waited_for(cli_runner, tmp_path):
     """monitor shows its status (exit 0, no waiting under --follow); report has nothing to draw."""
     from smplan.executor.metrics import mark_stopped
