@@ -141,11 +141,27 @@ def continued_fingerprint(theirs: str | None, plan: Plan, model_sha256: str, inp
     ours = hash_key(inputs)
     if theirs is None or theirs == ours:
         return inputs, ours
+    older = _older_inputs(plan, model_sha256)
+    return (older, theirs) if hash_key(older) == theirs else (inputs, ours)
+
+
+def inputs_to_compare(their_inputs: dict | None, plan: Plan, model_sha256: str, inputs: dict) -> dict:
+    """The inputs a refusal holds against the checkpoint's `their_inputs` to say what changed: the
+    older definition's (`continued_fingerprint`) for a checkpoint an older smplan wrote, so that
+    "seq_len null -> 16" is not named as a change the user made."""
+    older = _older_inputs(plan, model_sha256)
+    if (isinstance(their_inputs, dict) and their_inputs.get("seq_len") == older.get("seq_len")
+            and not _LATER_KEYS.keys() & (their_inputs.get("layout") or {}).keys()):
+        return older
+    return inputs
+
+
+def _older_inputs(plan: Plan, model_sha256: str) -> dict:
+    """What smplan hashed before _LATER_KEYS and the trained sequence length joined: `plan` as given."""
     older = _fingerprint_key(plan, model_sha256)
     for key in _LATER_KEYS:
         older["layout"].pop(key, None)
-    older = as_json(older)
-    return (older, theirs) if hash_key(older) == theirs else (inputs, ours)
+    return as_json(older)
 
 
 def hash_key(key: dict) -> str:

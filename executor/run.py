@@ -25,7 +25,14 @@ from smplan.planner.plan import (
 from smplan.model.structure import find_layout, unlike_blocks
 
 from . import checkpoint
-from .config import RunConfig, continued_fingerprint, fingerprint_inputs, hash_key, parse_slow_rank
+from .config import (
+    RunConfig,
+    continued_fingerprint,
+    fingerprint_inputs,
+    hash_key,
+    inputs_to_compare,
+    parse_slow_rank,
+)
 from .float8 import fp8_device_problem
 from .host_fit import available_host_bytes, this_machine_problem
 from .launch import (
@@ -254,9 +261,11 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         ckpt_dir = str(Path(ckpt_dir).resolve())
         start = start_afresh(out, opts.checkpoint_dir)
         newest = checkpoint.latest(ckpt_dir)
+        compared = inputs
         if newest:  # a run an older smplan started keeps the fingerprint it started with
-            inputs, fp = continued_fingerprint(checkpoint.read_meta(newest[1]).get("fingerprint"), plan,
-                                               model_file.sha256, inputs)
+            meta = checkpoint.read_meta(newest[1])
+            inputs, fp = continued_fingerprint(meta.get("fingerprint"), plan, model_file.sha256, inputs)
+            compared = inputs_to_compare(meta.get(checkpoint.FINGERPRINT_INPUTS), plan, model_file.sha256, inputs)
         if newest:  # another model's cannot be resumed: DCP would fail on every rank, in a traceback
             fix = f"{start} (--force-resume continues only a run of this same model)"
             if checkpoint.read_meta(newest[1]).get("fingerprint") == fp:  # the same file bytes, arguments, layout
@@ -265,7 +274,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
             checkpoint.check_model(newest[1], model_file.build(plan.model_args, device="meta"), fix)
         found = checkpoint.check_resumable(  # refuse another plan's folder now
             ckpt_dir, fp, opts.force_resume, f"{start}, or --force-resume to continue it with this plan (DCP "
-            "reshards its checkpoint)", inputs=inputs)
+            "reshards its checkpoint)", inputs=compared)
         if found and found[0] >= opts.steps:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")

@@ -72,9 +72,10 @@ def _median(values) -> float | None:
 
 
 def own_time_matrix(ranks: dict[int, list[dict]]) -> tuple[list[int], list[int], list[list[float]]]:
-    """(steps, ranks, own[i][r]) over the steps every rank has written, after the first."""
+    """(steps, ranks, own[i][r]) over the steps every rank has written under the current plan
+    (metrics.current_layout: not a --force-resume's earlier layout), after the first."""
     order = sorted(ranks)
-    by_rank = {r: {rec["step"]: rec for rec in ranks[r] if "sync_wait_s" in rec} for r in order}
+    by_rank = {r: {rec["step"]: rec for rec in current_layout(ranks[r]) if "sync_wait_s" in rec} for r in order}
     common = sorted(set.intersection(*(set(m) for m in by_rank.values()))) if order else []
     steps = common[1:] if len(common) > 1 else []
     rows = [own_step_times([by_rank[r][s]["step_time_s"] for r in order],

@@ -278,3 +278,20 @@ def test_follow_says_each_new_wait_once(cli_runner, tmp_path, monkeypatch):
     waiting = [line for line in result.output.splitlines() if line.startswith("waiting for")]
     assert waiting == [f"waiting for {run} to appear (smplan execute creates it as it starts) ...",
                        f"waiting for the first step in {run} ..."], result.output
+
+
+def test_a_run_continued_under_another_plan_is_judged_on_its_own_steps(cli_runner, tmp_path):
+    """After a --force-resume, the earlier plan's straggler and step times are another plan's."""
+    from smplan.executor.metrics import LAYOUT
+
+    run = write_run(tmp_path / "r", steps=6, slow_rank=0, finished=False)  # rank 0 straggles under "old"
+    later = write_run(tmp_path / "later", steps=6, finished=False)  # no straggler, 40 ms a step
+
+    def retag(path, layout, shift=0):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return "".join(json.dumps({**r, "step": r["step"] + shift, LAYOUT: layout}) + "\n" for r in rows)
+
+    for name in ("metrics.jsonl", *(f"ranks/{p.name}" for p in (run / "ranks").iterdir())):
+        (run / name).write_text(retag(run / name, "old") + retag(later / name, "new", shift=6))
+    status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
+    assert status["stragglers"] == [] and status["step_time_s"]["median"] == pytest.approx(0.04)
