@@ -263,18 +263,25 @@ def test_a_resumed_run_keeps_the_checkpoint_interval_it_ran_with(tmp_path, monke
     assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 0
 
 
+def _started_run(folder: Path, **fields):
+    """(the RunConfig of a run started in `folder` with `fields`, its checkpoint (4, step-4)): what
+    `_refuse_a_changed_recipe` reads."""
+    from smplan.executor.config import RunConfig
+
+    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(folder), steps=4, **fields)
+    started.save(folder / "run_config.json")
+    step_dir = folder / "checkpoints" / "step-4"
+    step_dir.mkdir(parents=True)
+    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
+    return started, (4, step_dir)
+
+
 def test_a_resume_refuses_a_changed_recipe_or_seed(tmp_path):
     # resuming with an option left at its default used to switch the schedule (and seed) mid-run
     from smplan.executor import run
     from smplan.executor.config import RunConfig
 
-    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=4, seed=3, lr_schedule="cosine",
-                        warmup_steps=1)
-    started.save(tmp_path / "run_config.json")
-    step_dir = tmp_path / "checkpoints" / "step-4"
-    step_dir.mkdir(parents=True)
-    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
-    found = (4, step_dir)
+    started, found = _started_run(tmp_path, seed=3, lr_schedule="cosine", warmup_steps=1)
     same = RunConfig(**{**started.__dict__, "steps": 8})  # training longer is what a resume is for
     run._refuse_a_changed_recipe(found, same, tmp_path)
     for change, says in (({"lr_schedule": "constant"}, "schedule='cosine' (now 'constant')"),
@@ -290,12 +297,7 @@ def test_a_resume_refuses_other_data(tmp_path):
     from smplan.executor import run
     from smplan.executor.config import RunConfig
 
-    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=4, data="/d/train.bin")
-    started.save(tmp_path / "run_config.json")
-    step_dir = tmp_path / "checkpoints" / "step-4"
-    step_dir.mkdir(parents=True)
-    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
-    found = (4, step_dir)
+    started, found = _started_run(tmp_path, data="/d/train.bin")
     run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8}), tmp_path)
     for change, says in (({"data": "/d/train.npy"}, "--data /d/train.bin (now /d/train.npy)"),
                          ({"data": None}, "--data /d/train.bin (now not given)"),
@@ -310,26 +312,16 @@ def test_a_resume_refuses_another_file_at_the_same_data_path(tmp_path):
     from smplan.executor import run
     from smplan.executor.config import RunConfig
 
-    started = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=4, data="/d/train.bin",
-                        data_bytes=40_000)
-    started.save(tmp_path / "run_config.json")
-    step_dir = tmp_path / "checkpoints" / "step-4"
-    step_dir.mkdir(parents=True)
-    (step_dir / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4}))
-    found = (4, step_dir)
+    started, found = _started_run(tmp_path, data="/d/train.bin", data_bytes=40_000)
     run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8}), tmp_path)
     with pytest.raises(PlanMismatchError, match=re.escape("--data /d/train.bin of 40,000 bytes (now 18,000: another "
                                                           "file)") + ".*--force-resume"):
         run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_bytes": 18_000}), tmp_path)
     # a run started before the size was kept resumes as before
     older = tmp_path / "older"
-    RunConfig(**{**started.__dict__, "data_bytes": None, "out_dir": str(older)}).save(_mkdir(older) / "run_config.json")
+    older.mkdir()
+    _started_run(older, data="/d/train.bin")
     run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_bytes": 18_000}), older)
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def test_a_resume_that_stretches_a_decaying_schedule_says_so(tmp_path, monkeypatch):
