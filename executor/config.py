@@ -133,27 +133,42 @@ def _fingerprint_key(plan: Plan, model_sha256: str) -> dict:
 _LATER_KEYS = {"ep": 1, "cp": 1, "grad_compress": "none"}
 
 
-def continued_fingerprint(theirs: str | None, plan: Plan, model_sha256: str, inputs: dict) -> tuple[dict, str]:
-    """(inputs, fingerprint) a run continues under: this run's `inputs`, or, where the checkpoint's
-    fingerprint `theirs` is the one smplan computed before _LATER_KEYS and the trained sequence
-    length joined it (from `plan` as given: an inline plan's seq_len null), those older inputs, so
-    its checkpoints resume, prune and fall back as before."""
-    ours = hash_key(inputs)
+def continued_fingerprint(meta: dict, plan: Plan, model_sha256: str, inputs: dict) -> tuple[dict, str]:
+    """(inputs, fingerprint) a run continues under: this run's `inputs`, or, where the checkpoint
+    (its `meta`) has the fingerprint smplan computed before _LATER_KEYS and the trained sequence
+    length joined it (from `plan` as given: an inline plan's seq_len null) and its plan has the
+    _LATER_KEYS this one has, those older inputs, so its checkpoints resume, prune and fall back as
+    before. A later key changed since (ep=1 -> 2) hashes alike in the older definition: refused."""
+    ours, theirs = hash_key(inputs), meta.get("fingerprint")
     if theirs is None or theirs == ours:
         return inputs, ours
     older = _older_inputs(plan, model_sha256)
-    return (older, theirs) if hash_key(older) == theirs else (inputs, ours)
+    if hash_key(older) == theirs and not _later_keys_changed(meta, plan):
+        return older, theirs
+    return inputs, ours
 
 
-def inputs_to_compare(their_inputs: dict | None, plan: Plan, model_sha256: str, inputs: dict) -> dict:
-    """The inputs a refusal holds against the checkpoint's `their_inputs` to say what changed: the
-    older definition's (`continued_fingerprint`) for a checkpoint an older smplan wrote, so that
-    "seq_len null -> 16" is not named as a change the user made."""
-    older = _older_inputs(plan, model_sha256)
-    if (isinstance(their_inputs, dict) and their_inputs.get("seq_len") == older.get("seq_len")
-            and not _LATER_KEYS.keys() & (their_inputs.get("layout") or {}).keys()):
+def inputs_to_compare(meta: dict, plan: Plan, model_sha256: str, inputs: dict) -> dict:
+    """The inputs a refusal holds against the checkpoint's (its `meta`) to say what changed: for a
+    checkpoint an older smplan wrote, the older definition's (`continued_fingerprint`), so that
+    "seq_len null -> 16" is not named as a change the user made, with the _LATER_KEYS that did change."""
+    theirs, older = meta.get("fingerprint_inputs"), _older_inputs(plan, model_sha256)
+    if (isinstance(theirs, dict) and theirs.get("seq_len") == older.get("seq_len")
+            and not _LATER_KEYS.keys() & (theirs.get("layout") or {}).keys()):
+        data = plan.to_dict()
+        older["layout"].update({k: data[k] for k in _later_keys_changed(meta, plan)})
         return older
     return inputs
+
+
+def _later_keys_changed(meta: dict, plan: Plan) -> list[str]:
+    """The _LATER_KEYS whose value in the checkpoint's plan (meta["plan"], kept since before they
+    joined the fingerprint; absent: unknown, so all) differs from `plan`'s."""
+    theirs = meta.get("plan")
+    if not isinstance(theirs, dict):
+        return list(_LATER_KEYS)
+    data = plan.to_dict()
+    return [k for k, default in _LATER_KEYS.items() if theirs.get(k, default) != data.get(k, default)]
 
 
 def _older_inputs(plan: Plan, model_sha256: str) -> dict:

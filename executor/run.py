@@ -58,7 +58,7 @@ from .run_dir import (
     refuse_checkpoints_not_ours,
     start_afresh,
 )
-from .run_lock import holding_run_dir
+from .run_lock import forget_abandoned_lock, holding_run_dir
 from .token_data import Sequences, TokenStream, open_checked, resolve_shape
 from .validate import PlanMismatchError, meta_profile, validate_plan
 
@@ -264,8 +264,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         compared = inputs
         if newest:  # a run an older smplan started keeps the fingerprint it started with
             meta = checkpoint.read_meta(newest[1])
-            inputs, fp = continued_fingerprint(meta.get("fingerprint"), plan, model_file.sha256, inputs)
-            compared = inputs_to_compare(meta.get(checkpoint.FINGERPRINT_INPUTS), plan, model_file.sha256, inputs)
+            inputs, fp = continued_fingerprint(meta, plan, model_file.sha256, inputs)
+            compared = inputs_to_compare(meta, plan, model_file.sha256, inputs)
         if newest:  # another model's cannot be resumed: DCP would fail on every rank, in a traceback
             fix = f"{start} (--force-resume continues only a run of this same model)"
             if checkpoint.read_meta(newest[1]).get("fingerprint") == fp:  # the same file bytes, arguments, layout
@@ -457,6 +457,8 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
                 progress(f"note: {opts.out}'s file system offers no file locks: nothing stops a second launch "
                          "into it while this one runs")
             return _execute(plan, model_file, opts, progress)
+    if opts.out:  # nodes sharing the folder take no lock: a killed launch's file would call this run abandoned
+        forget_abandoned_lock(Path(opts.out).resolve())
     return _execute(plan, model_file, opts, progress)
 
 

@@ -144,6 +144,15 @@ def abandoned_launch(run_dir: str | Path) -> str | None:
     return holder if here and running_launch(run_dir) is None else None
 
 
+def forget_abandoned_lock(run_dir: str | Path) -> None:
+    """Remove the lock file a killed launch on this host left in RUN_DIR (`abandoned_launch`), for
+    a launch that takes no lock (nodes sharing the folder): `monitor` would read the new run as
+    that abandoned one."""
+    if abandoned_launch(run_dir):
+        with contextlib.suppress(OSError):
+            (Path(run_dir) / LOCK_FILE).unlink()
+
+
 def _pid_alive_here(holder: str) -> bool:
     """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
     words = holder.replace(",", " ").split()

@@ -358,7 +358,8 @@ def best_without_cp(profile: ModelProfile, cluster: Cluster, ref: str, constrain
     8 h100x8 nodes (the first took 0.41 s), as it prunes against a single best."""
     fix = {**constraints.get("fix", {}), "cp": 1}
     try:
-        return search(profile, cluster, model_ref=ref, **{**constraints, "fix": fix, "top": 1, "progress": None}).plans[0]
+        return search(profile, cluster, model_ref=ref, **{**constraints, "fix": fix, "top": 1, "progress": None,
+                                                          "alternates": False}).plans[0]
     except PlanError as err:
         # the smallest change that fits (nearest_feasible_change) is one for a search held at cp=1, which cp
         # itself beats; keep what does not fit

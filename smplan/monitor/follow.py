@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from smplan.executor.run_lock import abandoned_launch
+
 from .rundir import RunData, RunDirError, load_run, read_stopped
 
 # `execute` creates its run directory a second or two after it starts (interpreter start-up,
@@ -32,6 +34,10 @@ def follow(run_dir, show: Callable[[RunData | None], None], interval_s: float = 
                                   "-o/--output folder of a running `smplan execute`") from None
             if not missing and read_stopped(run_dir) is not None:
                 raise  # a stopped run writes no more steps
+            gone = None if missing else abandoned_launch(run_dir)
+            if gone:  # its launcher was killed before the first step: none will come
+                raise RunDirError(f"{run_dir} holds no step, and its launch ({gone}) is gone without a record "
+                                  "(killed before the first step?): run `smplan execute` with -o this folder again") from None
             run = None
         show(run)
         updates += 1

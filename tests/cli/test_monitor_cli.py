@@ -115,11 +115,25 @@ def test_follow_stops_on_a_run_whose_launcher_on_this_host_was_killed(cli_runner
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["abandoned"].startswith("pid 999999999 on ")
     assert "ended without a record: its launch (pid 999999999 on" in cli_runner.invoke(cli, ["monitor", str(run)]).output
-    # another host's launch may hold a lock this host cannot see: nothing is concluded
+    # a launch that takes no lock (local nodes sharing the folder) removes it first: its run is not that one
+    from smplan.executor.run_lock import forget_abandoned_lock
+
+    forget_abandoned_lock(run)
+    assert not (run / LOCK_FILE).exists()
+    # another host's launch may hold a lock this host cannot see: nothing is concluded, nothing removed
     (run / LOCK_FILE).write_text("pid 12 on another-host-of-the-job, since 2026-12-06 10:00:00")
     status = json.loads(cli_runner.invoke(cli, ["monitor", str(run), "--json"]).output)
     assert status["abandoned"] is None
     assert "unfinished: no launch holds it here" in cli_runner.invoke(cli, ["monitor", str(run)]).output
+    forget_abandoned_lock(run)
+    assert (run / LOCK_FILE).exists()
+    # killed before its first step: --follow says so once, not "wait for the first step" forever
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "run_config.json").write_text(json.dumps({"plan": {}, "fingerprint": "a", "steps": 6}))
+    (empty / LOCK_FILE).write_text(f"pid 999999999 on {socket.gethostname()}, since 2026-12-06 10:00:00")
+    result = cli_runner.invoke(cli, ["monitor", str(empty), "--follow", "--interval", "0.01"])
+    assert result.exit_code == 2 and "killed before the first step?" in result.output, result.output
 
 
 def test_a_run_that_stopped_before_its_first_step_is_not_waited_for(cli_runner, tmp_path):

@@ -85,3 +85,22 @@ def test_a_run_an_older_smplan_started_continues_under_its_own_fingerprint(cli_r
     monkeypatch.setattr("smplan.executor.run.launch_local", launched)
     assert _continue(cli_runner, plan_text, out, "--model", GPT_TINY) == "launched"
     assert seen["fingerprint"] == older  # its next checkpoints keep it: they prune and fall back as before
+
+
+@pytest.mark.parametrize("change", ["cp=2,mbs=1,gbs=2", "grad_compress=bf16,dp=1,mbs=1,gbs=2"])
+def test_a_plan_files_run_continued_with_a_later_key_changed_is_refused(cli_runner, tmp_path, no_launch, change):
+    """With seq_len in the plan, the older definition hashes a cp=1 and a cp=2 run alike: a review
+    found cp=2 and grad_compress=bf16 continued such a checkpoint unasked."""
+    plan, _ = resolve_plan(PLAN, model=GPT_TINY)
+    path = tmp_path / "plan.json"
+    plan.replace(seq_len=16).save(path)
+    out = finished_run(tmp_path / "run", plan_text=str(path))
+    changed = change.split(",")[0].split("=")[0]
+    other, _ = resolve_plan(change, model=GPT_TINY)
+    other_path = tmp_path / "other.json"
+    other.replace(seq_len=16).save(other_path)  # a plan file too: seq_len given in both
+    for older in (False, True):  # this version's checkpoint, and one as an older smplan wrote it
+        if older:
+            _as_an_older_smplan_wrote_it(out, str(path))
+        line = _continue(cli_runner, str(other_path), out)
+        assert line.startswith("error: checkpoint") and f"layout: {changed} (unset) -> " in line, (older, line)

@@ -418,6 +418,9 @@ def test_a_stopped_run_is_promised_a_resume_only_with_a_checkpoint(tmp_path):
     # the folder named: a run without -o gets a new one each time (a review's resume started afresh)
     assert _how_to_continue(cfg) == (f"the same `smplan execute` command with -o {tmp_path} resumes it from its "
                                      "newest checkpoint (step-4)")
+    # stopped after its last step (in the shutdown): a resume would be refused for having nothing to run
+    (tmp_path / "metrics.jsonl").write_text("".join(f'{{"step": {s}, "loss": 4.0}}\n' for s in range(1, 11)))
+    assert _how_to_continue(cfg) == "every step ran and was recorded, so there is nothing left to resume"
 
 
 def test_a_run_stopped_before_its_first_checkpoint_is_not_told_to_add_checkpoints(tmp_path):
