@@ -143,7 +143,7 @@ def continued_fingerprint(meta: dict, plan: Plan, model_sha256: str, inputs: dic
     if theirs is None or theirs == ours:
         return inputs, ours
     older = _older_inputs(plan, model_sha256)
-    if hash_key(older) == theirs and not _later_keys_changed(meta, plan):
+    if hash_key(older) == theirs and _later_keys_changed(meta, plan) == []:  # None: unknown, so refused
         return older, theirs
     return inputs, ours
 
@@ -156,17 +156,17 @@ def inputs_to_compare(meta: dict, plan: Plan, model_sha256: str, inputs: dict) -
     if (isinstance(theirs, dict) and theirs.get("seq_len") == older.get("seq_len")
             and not _LATER_KEYS.keys() & (theirs.get("layout") or {}).keys()):
         data = plan.to_dict()
-        older["layout"].update({k: data[k] for k in _later_keys_changed(meta, plan)})
+        older["layout"].update({k: data[k] for k in _later_keys_changed(meta, plan) or ()})
         return older
     return inputs
 
 
-def _later_keys_changed(meta: dict, plan: Plan) -> list[str]:
+def _later_keys_changed(meta: dict, plan: Plan) -> list[str] | None:
     """The _LATER_KEYS whose value in the checkpoint's plan (meta["plan"], kept since before they
-    joined the fingerprint; absent: unknown, so all) differs from `plan`'s."""
+    joined the fingerprint) differs from `plan`'s; None where the meta keeps no plan (unknown)."""
     theirs = meta.get("plan")
     if not isinstance(theirs, dict):
-        return list(_LATER_KEYS)
+        return None
     data = plan.to_dict()
     return [k for k, default in _LATER_KEYS.items() if theirs.get(k, default) != data.get(k, default)]
 
