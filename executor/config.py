@@ -133,32 +133,29 @@ def _fingerprint_key(plan: Plan, model_sha256: str) -> dict:
 _LATER_KEYS = {"ep": 1, "cp": 1, "grad_compress": "none"}
 
 
-def continued_fingerprint(meta: dict, plan: Plan, model_sha256: str, inputs: dict) -> tuple[dict, str]:
-    """(inputs, fingerprint) a run continues under: this run's `inputs`, or, where the checkpoint
-    (its `meta`) has the fingerprint smplan computed before _LATER_KEYS and the trained sequence
-    length joined it (from `plan` as given: an inline plan's seq_len null) and its plan has the
-    _LATER_KEYS this one has, those older inputs, so its checkpoints resume, prune and fall back as
-    before. A later key changed since (ep=1 -> 2) hashes alike in the older definition: refused."""
+def continued_inputs(meta: dict, plan: Plan, model_sha256: str, inputs: dict) -> tuple[dict, str, dict]:
+    """(inputs, fingerprint, compared) of a run that continues the checkpoint whose meta is `meta`.
+
+    This run's `inputs`, or where the checkpoint has the fingerprint smplan computed before
+    _LATER_KEYS and the trained sequence length joined it (from `plan` as given: an inline plan's
+    seq_len null) and its plan has the _LATER_KEYS this one has, those older inputs, so its
+    checkpoints resume, prune and fall back as before (a later key changed since, ep=1 -> 2, hashes
+    alike in the older definition: refused). `compared`: what a refusal holds against the
+    checkpoint's inputs to say what changed, in the older definition's terms for an older checkpoint
+    (not "seq_len null -> 16"), with the _LATER_KEYS that did change."""
     ours, theirs = hash_key(inputs), meta.get("fingerprint")
     if theirs is None or theirs == ours:
-        return inputs, ours
-    older = _older_inputs(plan, model_sha256)
-    if hash_key(older) == theirs and _later_keys_changed(meta, plan) == []:  # None: unknown, so refused
-        return older, theirs
-    return inputs, ours
-
-
-def inputs_to_compare(meta: dict, plan: Plan, model_sha256: str, inputs: dict) -> dict:
-    """The inputs a refusal holds against the checkpoint's (its `meta`) to say what changed: for a
-    checkpoint an older smplan wrote, the older definition's (`continued_fingerprint`), so that
-    "seq_len null -> 16" is not named as a change the user made, with the _LATER_KEYS that did change."""
-    theirs, older = meta.get("fingerprint_inputs"), _older_inputs(plan, model_sha256)
-    if (isinstance(theirs, dict) and theirs.get("seq_len") == older.get("seq_len")
-            and not _LATER_KEYS.keys() & (theirs.get("layout") or {}).keys()):
+        return inputs, ours, inputs
+    older, changed = _older_inputs(plan, model_sha256), _later_keys_changed(meta, plan)
+    if hash_key(older) == theirs and changed == []:  # None: unknown, so refused
+        return older, theirs, older
+    their_inputs = meta.get("fingerprint_inputs")
+    if (isinstance(their_inputs, dict) and their_inputs.get("seq_len") == older.get("seq_len")
+            and not _LATER_KEYS.keys() & (their_inputs.get("layout") or {}).keys()):
         data = plan.to_dict()
-        older["layout"].update({k: data[k] for k in _later_keys_changed(meta, plan) or ()})
-        return older
-    return inputs
+        older["layout"].update({k: data[k] for k in changed or ()})
+        return inputs, ours, older
+    return inputs, ours, inputs
 
 
 def _later_keys_changed(meta: dict, plan: Plan) -> list[str] | None:

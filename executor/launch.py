@@ -188,12 +188,17 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
         # whether it resumes, as an interrupted run's record says (README: stopped.json); after the last
         # step there is nothing to resume, which mark_stopped says itself
-        ran = read_metrics(out)
-        how = "" if ran and ran[-1]["step"] >= cfg.steps else _how_to_continue(cfg)  # mark_stopped says that one
+        how = "" if _every_step_ran(cfg) else _how_to_continue(cfg)  # mark_stopped says that one
         mark_stopped(out, "failed", failure_line(rank, first.exitcode, log) + (f"; {how}" if how else ""))
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}" + (f"\n{how}" if how else ""),
                           run_dir=out) from None
     return out
+
+
+def _every_step_ran(cfg: RunConfig) -> bool:
+    """Whether metrics.jsonl records the run's last step (a stop after it stopped nothing)."""
+    ran = read_metrics(cfg.out_dir)
+    return bool(ran) and ran[-1]["step"] >= cfg.steps
 
 
 def _how_to_continue(cfg: RunConfig) -> str:
@@ -201,10 +206,9 @@ def _how_to_continue(cfg: RunConfig) -> str:
     from .checkpoint import latest
 
     found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    ran = read_metrics(cfg.out_dir)
-    if ran and ran[-1]["step"] >= cfg.steps:  # stopped in the shutdown: a resume would find no step to run
+    if _every_step_ran(cfg):  # stopped in the shutdown: a resume would find no step to run
         return "every step ran and was recorded, so there is nothing left to resume"
-    if not found and not ran:  # nothing ran: the folder takes the same command again
+    if not found and not read_metrics(cfg.out_dir):  # nothing ran: the folder takes the same command again
         return "it stopped before its first step: the same `smplan execute` command starts it again"
     if found:  # -o named: a run without it was given a new folder (run.py), so the same command would start afresh
         return (f"the same `smplan execute` command with -o {cfg.out_dir} resumes it from its newest checkpoint "

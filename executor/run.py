@@ -27,10 +27,9 @@ from smplan.model.structure import find_layout, unlike_blocks
 from . import checkpoint
 from .config import (
     RunConfig,
-    continued_fingerprint,
+    continued_inputs,
     fingerprint_inputs,
     hash_key,
-    inputs_to_compare,
     parse_slow_rank,
 )
 from .float8 import fp8_device_problem
@@ -263,9 +262,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         newest = checkpoint.latest(ckpt_dir)
         compared = inputs
         if newest:  # a run an older smplan started keeps the fingerprint it started with
-            meta = checkpoint.read_meta(newest[1])
-            inputs, fp = continued_fingerprint(meta, plan, model_file.sha256, inputs)
-            compared = inputs_to_compare(meta, plan, model_file.sha256, inputs)
+            inputs, fp, compared = continued_inputs(checkpoint.read_meta(newest[1]), plan, model_file.sha256, inputs)
         if newest:  # another model's cannot be resumed: DCP would fail on every rank, in a traceback
             fix = f"{start} (--force-resume continues only a run of this same model)"
             if checkpoint.read_meta(newest[1]).get("fingerprint") == fp:  # the same file bytes, arguments, layout

@@ -139,9 +139,7 @@ def abandoned_launch(run_dir: str | Path) -> str | None:
         holder = path.read_text(errors="replace").strip()
     except OSError:
         return None
-    words = holder.replace(",", " ").split()
-    here = len(words) >= 4 and words[0] == "pid" and words[3] == socket.gethostname()
-    return holder if here and running_launch(run_dir) is None else None
+    return holder if _pid_here(holder) is not None and running_launch(run_dir) is None else None
 
 
 def forget_abandoned_lock(run_dir: str | Path) -> None:
@@ -153,13 +151,21 @@ def forget_abandoned_lock(run_dir: str | Path) -> None:
             (Path(run_dir) / LOCK_FILE).unlink()
 
 
-def _pid_alive_here(holder: str) -> bool:
-    """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
+def _pid_here(holder: str) -> int | None:
+    """The pid of the lock file's "pid N on HOST, since ..." where HOST is this one, else None."""
     words = holder.replace(",", " ").split()
     if len(words) < 4 or words[0] != "pid" or not words[1].isdigit() or words[3] != socket.gethostname():
+        return None
+    return int(words[1])
+
+
+def _pid_alive_here(holder: str) -> bool:
+    """Whether the lock file's "pid N on HOST, ..." names a live process of this host."""
+    pid = _pid_here(holder)
+    if pid is None:
         return False
     try:
-        os.kill(int(words[1]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

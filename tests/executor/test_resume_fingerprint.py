@@ -109,13 +109,12 @@ def test_a_plan_files_run_continued_with_a_later_key_changed_is_refused(cli_runn
 def test_a_checkpoint_that_keeps_no_plan_is_not_taken_for_an_older_smplans():
     """Whether ep, cp and grad_compress changed is unknown there: no older fingerprint is taken, and a
     refusal names only what the inputs show (it named "ep (unset) -> 1" and the like)."""
-    from smplan.executor.config import continued_fingerprint, hash_key, inputs_to_compare
+    from smplan.executor.config import continued_inputs, hash_key
 
     plan, model_file = resolve_plan(PLAN, model=GPT_TINY)
     older = fingerprint_inputs(plan, model_file.sha256)  # seq_len null: the older definition, at defaults
     ours = fingerprint_inputs(plan.replace(seq_len=16), model_file.sha256)
     meta = {"fingerprint": hash_key(older), "fingerprint_inputs": older}
-    assert continued_fingerprint(meta, plan, model_file.sha256, ours)[1] == hash_key(ours)
-    assert inputs_to_compare(meta, plan, model_file.sha256, ours) == older
+    assert continued_inputs(meta, plan, model_file.sha256, ours) == (ours, hash_key(ours), older)
     with_plan = {**meta, "plan": plan.to_dict()}
-    assert continued_fingerprint(with_plan, plan, model_file.sha256, ours) == (older, hash_key(older))
+    assert continued_inputs(with_plan, plan, model_file.sha256, ours) == (older, hash_key(older), older)
