@@ -179,11 +179,24 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     caps = [math.floor(r.full + 1e-9) for r in rooms]
     step = per_blk + (rec_blk if cand.recompute_all else 0.0)
     busiest = _busiest_device(base, step, L, caps, v)
+    # Perfect balance, or a path through the busiest device d: the schedule's replay (closed_form)
+    # can end below the textbook formulas with the busiest cycle (AMP's (m - 1) max_c term, 8.9%
+    # on 5 blocks over 3 stages in tests/planner/test_search.py), never below a path's length.
     if cand.schedule == "interleaved":
-        dev = max(cycles / p, busiest)
-        return m * dev + (p - 1) / v * work / p + 2.0 * sum(sends[: p - 1]) + z, "", 0.0
-    cyc = max(cycles / p, busiest)
-    return work + 2.0 * sum(sends) + (m - 1) * cyc + z, "", 0.0
+        # d's own m cycles (its warm-up forwards run beside other devices' work)
+        pipe = m * cycles / p + (p - 1) / v * work / p + 2.0 * sum(sends[: p - 1])
+        return max(pipe, m * busiest) + z, "", 0.0
+    pipe = work + 2.0 * sum(sends) + (m - 1) * cycles / p
+    if cand.schedule == "gpipe":
+        # micro-batch 0's forwards to d, d's m forwards, the last one's to the end and micro-batch
+        # 0's backwards back to d, d's m backwards, the last one's back: every pass + (m-1) c_d
+        return max(pipe, work + 2.0 * sum(sends) + (m - 1) * busiest) + z, "", 0.0
+    # 1F1B: the same path, but d runs its first backward after p-d-1 more warm-up forwards that the
+    # path skips: every pass + (m-1) c_d - (p-d-1) F_d, F_d at most its forward share of c_d + its send
+    share = max(cm.pass_of(x, key).forward_s / (cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s)
+                for x in (*prof.pre, block, *prof.post))
+    path = work + 2.0 * sum(sends) + (m - 1 - (p - 1) * share) * busiest - (p - 1) * max(sends)
+    return max(pipe, path, m * busiest) + z, "", 0.0
 
 
 def _busiest_device(base: list[float], step: float, blocks: int, caps: list[int], least: int) -> float:
@@ -206,23 +219,30 @@ def _busiest_device(base: list[float], step: float, blocks: int, caps: list[int]
 
 
 def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) -> float:
-    """max_d tail_d >= its mean over devices; tails are affine in n_d, and sum n_d = L."""
-    p, L, C = cand.pp, cm.profile.num_blocks, cand.pp * cand.v
-    first, last = cm.chunk(key, 0, cand.kind), cm.chunk(key, C - 1, cand.kind)
+    """A DP/optimizer tail no partition avoids.
+
+    One device: its own tail, affine in its blocks, all L of them. More: closed_form takes each
+    device's end plus its own tail, and one that drains early has that long for its tail, but
+    device 0 runs the step's last backward: the step is at least the pipeline's end plus device
+    0's optimizer (and its DP collectives where they do not overlap) over the fewest blocks it
+    can hold, one a chunk.
+    """
+    p, L, C, v = cand.pp, cm.profile.num_blocks, cand.pp * cand.v, cand.v
+    first = cm.chunk(key, 0, cand.kind)
+    if p > 1:
+        rest = cm.chunk(key, p, cand.kind) if v > 1 else first  # device 0's other chunks: no embedding, no head
+        opt = first.opt0 + (v - 1) * rest.opt0 + first.opt_blk * v
+        if effective_zero(cand.zero, cand.pp) >= 3 or cand.overlap_dp:
+            return opt
+        return opt + first.dp_s0 + (v - 1) * rest.dp_s0 + first.dp_s_blk * v
+    last = cm.chunk(key, C - 1, cand.kind)
     # the constant terms of the chunks: one chunk holds both ends when C == 1
     ends = (first,) if C == 1 else (first, last)
-    mids = max(0, p - len(ends))
-    mid = cm.chunk(key, 1, cand.kind) if C > 2 else first
-    opt = (sum(c.opt0 for c in ends) + first.opt_blk * L) / p
+    opt = sum(c.opt0 for c in ends) + first.opt_blk * L
     if effective_zero(cand.zero, cand.pp) >= 3:  # with no gradient group (dp = cp = 1, no experts over edp) dp is 0 below
         return opt
-    dp0 = sum(c.dp_s0 for c in ends) + mid.dp_s0 * mids
-    dp = (dp0 + first.dp_s_blk * L) / p
+    dp = sum(c.dp_s0 for c in ends) + first.dp_s_blk * L
     if not cand.overlap_dp:
         return opt + dp
-    window = (sum(c.b0 for c in ends) + (first.b_blk + rec_blk) * L) / p
-    if cand.v > 1:
-        # interleaved: a chunk's reduction overlaps the backwards from its own last one on, at most
-        # p micro-batches of each chunk (closed_form.device_tail_s): at most p x the device's backward
-        window *= p
+    window = sum(c.b0 for c in ends) + (first.b_blk + rec_blk) * L
     return opt + max(0.0, dp - window)

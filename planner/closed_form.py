@@ -1,36 +1,72 @@
 """Closed-form step figures of a plan's per-stage costs: PlanCosts -> Figures.
 
-The pipeline's critical path per schedule, each device's tail after it drains (exposed DP
-communication and the optimizer), the step's breakdown, and memory per device. The simulator
-equals these with contention off (tests/simulator); `smplan.planner.cost_model` fills the
-PlanCosts, and the ILP (smplan.planner.ilp) minimises the same expressions.
+The schedule replayed with the stages' seconds (each device's last pass), each device's tail
+after it drains (exposed DP communication and the optimizer), the step's breakdown, and memory
+per device. The step simulation equals the pipeline for any stages with contention off
+(tests/simulator); `smplan.planner.cost_model` fills the PlanCosts. The ILP (smplan.planner.ilp)
+minimises the textbook formulas that approximate the replay, linear in the blocks per stage, and
+the search then polishes its partition under this closed form (search._polish).
 """
 
 from __future__ import annotations
 
 from .costs import PlanCosts
 from .plan import Figures
+from .schedules import task_order
+
+# A schedule's event times grow by the same seconds every round (pp micro-batches interleaved, one
+# otherwise) once its warm-up has passed: over 300 random uneven pipelines (pp 2-16, v 1-5, sends,
+# backward/forward 1-3), extrapolating from 6 rounds matched replaying 40 within 1e-13, from 4
+# within 2.6%. Longer schedules are replayed this far and extrapolated, so a plan of 2^40
+# micro-batches costs what one of 8 rounds does.
+REPLAYED_ROUNDS = 8
+
+
+def compute_end_s(costs: PlanCosts) -> list[float]:
+    """When each pipeline device's last forward or backward ends.
+
+    The schedule's task graph (schedules.task_order) replayed with the stages' seconds: a task
+    starts when its device is free and its input has arrived, and holds its device for its pass
+    and its own send (Megatron's blocking p2p; s_c is chunk c's activation send and the
+    gradient of chunk c+1 comes back over the same size). This is the longest path of the
+    graph, the max-plus recurrence the step simulation equals with contention off; for
+    identical stages without sends it is (m + p - 1)(t_f + t_b) for 1F1B and GPipe, and
+    m t + (p - 1)/v t (t: a device's chunks' t_f + t_b) for interleaving (Narayanan et al.
+    2021, section 2.2.2). Uneven stages are what the AMP critical path (Li et al. 2022, eq. 2)
+    and the bubble formula only bound: by up to 15% over and 31% under this for random ones.
+    """
+    m, p, v = costs.num_microbatches, costs.pp, costs.virtual_stages
+    period = p if costs.schedule == "interleaved" and v > 1 else 1
+    replayed = REPLAYED_ROUNDS * p
+    if m <= replayed:
+        return _replay(costs, m)
+    # periodic from here on: each end moves by its last round's increment every round
+    last, before = _replay(costs, replayed), _replay(costs, replayed - period)
+    rounds = (m - replayed) / period
+    return [a + rounds * (a - b) for a, b in zip(last, before, strict=True)]
+
+
+def _replay(costs: PlanCosts, m: int) -> list[float]:
+    st, p = costs.stages, costs.pp
+    order = task_order(costs.schedule, p, m, costs.virtual_stages)
+    last = len(st) - 1
+    seconds = [s.forward_s + (s.send_s if c < last else 0.0) for c, s in enumerate(st)]
+    seconds += [s.backward_s + (st[c - 1].send_s if c else 0.0) for c, s in enumerate(st)]
+    arrived = [0.0] * order.slots
+    free = [0.0] * p
+    for d, k, source, target in zip(order.device, order.duration, order.source, order.target, strict=True):
+        t = free[d]
+        if arrived[source] > t:
+            t = arrived[source]
+        t += seconds[k]
+        arrived[target] = t
+        free[d] = t
+    return free
 
 
 def pipeline_time_s(costs: PlanCosts) -> float:
-    """Time until the last backward ends.
-
-    1F1B and GPipe (critical path of a linear pipeline with uneven stages, Li et al. 2022
-    "AMP" eq. 2; = (m + p - 1)(t_f + t_b) for uniform stages):
-        T = sum_c (f_c + b_c) + 2 sum_c s_c + (m - 1) max_c (f_c + b_c + s_c + s_{c-1})
-    Interleaved with v chunks per device (Narayanan et al. 2021, bubble (p-1)/v):
-        T = m max_d sum_{c on d} (f_c + b_c + s_c + s_{c-1}) + (p-1)/v max_d W_d + 2 sum_{c<p-1} s_c
-    with W_d = sum_{c on d} (f_c + b_c). s_c is chunk c's send (0 for the last chunk); in
-    the steady state every micro-batch waits for its sends (Megatron's blocking p2p).
-    """
-    st, m, p, v = costs.stages, costs.num_microbatches, costs.pp, costs.virtual_stages
-    sends = [s.send_s for s in st]
-    cycle = [s.forward_s + s.backward_s + sends[c] + (sends[c - 1] if c else 0.0) for c, s in enumerate(st)]
-    if costs.schedule == "interleaved":
-        dev_cycle = [sum(cycle[c] for c in range(d, len(st), p)) for d in range(p)]
-        dev_work = [sum(st[c].forward_s + st[c].backward_s for c in range(d, len(st), p)) for d in range(p)]
-        return m * max(dev_cycle) + (p - 1) / v * max(dev_work) + 2.0 * sum(sends[: p - 1])
-    return sum(s.forward_s + s.backward_s for s in st) + 2.0 * sum(sends) + (m - 1) * max(cycle)
+    """Time until the last backward ends (`compute_end_s`)."""
+    return max(compute_end_s(costs))
 
 
 def device_tail_s(costs: PlanCosts, device: int) -> tuple[float, float]:
@@ -64,14 +100,14 @@ def device_tail_s(costs: PlanCosts, device: int) -> tuple[float, float]:
 def estimate_from_costs(costs: PlanCosts) -> Figures:
     """Closed-form Figures from PlanCosts (what the simulator equals with contention off).
 
-    step = T_pipe + max_d (exposed_dp_d + optimizer_d), see `pipeline_time_s` and
-    `device_tail_s`.
+    step = max_d (compute_end_d + exposed_dp_d + optimizer_d), see `compute_end_s` and
+    `device_tail_s`: a device that drains early has that long for its tail.
     """
     st, m, p = costs.stages, costs.num_microbatches, costs.pp
-    t_pipe = pipeline_time_s(costs)
+    ends = compute_end_s(costs)
     tails = [device_tail_s(costs, d) for d in range(p)]
-    crit = max(range(p), key=lambda d: sum(tails[d]))
-    step = t_pipe + sum(tails[crit])
+    crit = max(range(p), key=lambda d: ends[d] + sum(tails[d]))
+    step = ends[crit] + sum(tails[crit])
     mine = [st[c] for c in range(crit, len(st), p)]
     busy = m * sum(s.forward_s + s.backward_s for s in mine)
     tp_comm = m * sum(s.tp_comm_forward_s + s.tp_comm_backward_s for s in mine)
@@ -86,7 +122,7 @@ def estimate_from_costs(costs: PlanCosts) -> Figures:
     breakdown |= {
         "recompute": recompute,
         "tp_comm": tp_comm,
-        "pp_p2p": min(p2p, max(0.0, t_pipe - busy)),
+        "pp_p2p": min(p2p, max(0.0, ends[crit] - busy)),
         "dp_comm_exposed": tails[crit][0],
         "optimizer": tails[crit][1],
     }

@@ -222,6 +222,8 @@ class CostModel:
         self._gpu_only = dataclasses.replace(cluster, efficiency=eff)
         self._parts: dict[int, BlockProfile] = {}  # cache by identity: hashing a profile is slow
         self._pass = functools.lru_cache(maxsize=None)(self._pass_uncached)
+        # the search re-costs partitions of one mesh many times (search._polish): ~0.8 of each estimate
+        self.chunk = functools.lru_cache(maxsize=None)(self.chunk)
 
     def _layout(self, key: MeshKey) -> ParallelLayout:
         # cp sits between tp and dp in the rank order (Megatron-Core "tp-cp-ep-dp-pp"), so the

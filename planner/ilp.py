@@ -3,9 +3,12 @@
 Identical blocks are interchangeable, so the model is over integer COUNTS (DESIGN.md: a
 per-layer x per-stage binary model of 96 layers x 16 stages took CBC 370 s, counts solve
 in milliseconds): n_c blocks and r_c <= n_c recomputed blocks of chunk c, sum n_c = L.
-Every stage figure is affine in (n_c, r_c) (`cost_model.ChunkModel`), so the step time
-of `closed_form.estimate_from_costs` is a maximum of affine functions and the epigraph
-form below is exact: the ILP optimum is the cost model's optimum over all partitions.
+Every stage figure is affine in (n_c, r_c) (`cost_model.ChunkModel`), so the textbook
+pipeline formulas below (AMP's critical path, Li et al. 2022 eq. 2; the interleaved bubble,
+Narayanan et al. 2021) are maxima of affine functions and their epigraph form is exact. The
+closed form (`closed_form.compute_end_s`) replays the schedule instead, which these equal for
+identical stages and approximate otherwise (a heavy stage drains faster first); the search
+polishes the ILP's partition under it (`search._polish`).
 
     minimise   T_pipe + Z
     T_pipe   = sum_c (f_c + b_c) + 2 sum_c s_c + (m - 1) M              (1F1B, GPipe)

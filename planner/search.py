@@ -10,9 +10,12 @@ recomputation kind. Inside it (smplan.planner.ilp): blocks per stage and recompu
 stage under every stage's memory limit.
 
 Each candidate first gets a lower bound on its step time (cheap arithmetic, see
-`bounds.lower_bound`): perfect balance, the least recomputation any partition needs to fit, and no
-DP/optimizer tail. Candidates are solved in order of their bound and the loop stops
-when the bound reaches the K-th best solved plan, so the answer equals exhaustive search.
+`bounds.lower_bound`): perfect balance or a path through the busiest device, the least
+recomputation any partition needs to fit, and the tail no partition avoids. Candidates are
+solved in order of their bound and the loop stops when the bound reaches the K-th best solved
+plan. The ILP minimises the textbook formulas, not the closed form (ilp.py), so the plans
+returned are polished under the closed form (`_polish`): on small models, where it can be
+checked, the result equals brute force over every partition (tests/planner/test_search.py).
 Dominated choices are skipped: sequence parallelism costs the same communication as plain
 TP with less memory and element-wise time (so tp > 1 uses it unless fixed), and ZeRO-1
 costs ZeRO-0's communication with less memory and optimizer time (so dp > 1 starts at 1).
@@ -148,8 +151,9 @@ def search(
         if mesh not in best or value < best[mesh][0]:
             best[mesh] = (value, plan)
     ranked = sorted(best.items(), key=lambda kv: kv[1][0])[:top]
-    result.plans = [plan for _, (_, plan) in ranked]
-    result.alternates = _alternates(ranked, runners) if alternates else []
+    value = (lambda p: p.predicted.step_time_s * p.world_size) if objective == "cost" else \
+        (lambda p: p.predicted.step_time_s)
+    result.plans, result.alternates = _polished_layouts(cm, ranked, runners if alternates else {}, cap, value)
     result.seconds = time.perf_counter() - t0
     # PowerSGD narrows the search to plain DDP (tp=pp=1, zero=0): say so where nothing fits
     why = (f"; grad_compress={fixed['grad_compress']} allows only tp=1, pp=1, zero=0 (torch DDP's hook): "
@@ -179,25 +183,125 @@ ALTERNATES_PER_MESH = 4
 MAX_ALTERNATES = 10
 
 
-def _alternates(ranked: list[tuple[tuple, tuple[float, Plan]]], runners: dict) -> list[Plan]:
-    """The runner-up plans of the layouts in `ranked` (layout, (value, best plan)) within
-    ALTERNATE_SHARE of the first's value, best first: ALTERNATES_PER_MESH per layout and
-    MAX_ALTERNATES in all at most."""
+def _polished_layouts(cm: CostModel, ranked: list, runners: dict, cap: float,
+                      value: Callable[[Plan], float]) -> tuple[list[Plan], list[Plan]]:
+    """(each layout's best plan, their runner-ups), both polished (`_polish`) and best first.
+
+    `ranked`: (layout, (value, best plan)) of the layouts returned; `runners`: every plan solved
+    per layout ({} for no runner-ups). A layout's runner-ups are its other plans within
+    ALTERNATE_SHARE of the first's value, ALTERNATES_PER_MESH of them per layout and
+    MAX_ALTERNATES in all at most; the best plans are polished first (one budget for all), and a
+    runner-up that polishes faster than its layout's best takes its place.
+    """
     if not ranked:
-        return []
-    limit, out = ranked[0][1][0] * (1 + ALTERNATE_SHARE), []
-    for mesh, (_, chosen) in ranked:
-        seen = [chosen.replace(predicted=None)]
-        for value, plan in sorted(runners[mesh], key=lambda vp: vp[0]):
+        return [], []
+    budget = [POLISH_ESTIMATES, POLISH_PASSES]
+    bests = [_polish(cm, plan, cap, budget) for _, (_, plan) in ranked]
+    limit = ranked[0][1][0] * (1 + ALTERNATE_SHARE)
+    layouts = []
+    for (mesh, (_, chosen)), first in zip(ranked, bests, strict=True):
+        seen, mine = [chosen.replace(predicted=None)], [first]
+        for v, plan in sorted(runners.get(mesh, ()), key=lambda vp: vp[0]):
             bare = plan.replace(predicted=None)  # two recompute kinds can end in the same plan
-            if value <= limit and bare not in seen and len(seen) <= ALTERNATES_PER_MESH:
+            if v <= limit and bare not in seen and len(seen) <= ALTERNATES_PER_MESH:
                 seen.append(bare)
-                out.append((value, plan))
-    return [plan for _, plan in sorted(out, key=lambda vp: vp[0])[:MAX_ALTERNATES]]
+                mine.append(_polish(cm, plan, cap, budget))
+        unique: list[Plan] = []  # two plans can polish to the same one
+        for p in sorted(mine, key=value):
+            if all(p.replace(predicted=None) != q.replace(predicted=None) for q in unique):
+                unique.append(p)
+        layouts.append(unique)
+    plans = sorted((mine[0] for mine in layouts), key=value)
+    top = value(plans[0]) * (1 + ALTERNATE_SHARE)
+    others = sorted((p for mine in layouts for p in mine[1:] if value(p) <= top), key=value)
+    return plans, others[:MAX_ALTERNATES]
+
+
+# The ILP minimises the textbook pipeline formulas (ilp.py), which see each stage only through
+# its cycle; the closed form replays the schedule, where the place of a heavy stage counts (a
+# 1F1B pipeline drains through every stage after its slowest). Moving single blocks between the
+# chunks of the ILP's partition while the closed form improves gained 3% for DeepSeek-V3's pick
+# (pp=4, v=7 on 1,024 H100s; benchmarks/plan_ranking.py prints it), 2.9% of it in the first 128
+# estimates. The search polishes the plans it returns within these budgets, shared by all of
+# them: estimates (0.5-1 ms each there) and replayed passes (micro-batches x chunks, ~0.2 us
+# each; GPT 1T's pp=12 v=5 plan costs 5,760 a try), so a large model's search stays seconds.
+POLISH_ESTIMATES = 256
+POLISH_PASSES = 2**20
+
+
+def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int]) -> Plan:
+    """`plan` with single changes to its partition kept while the closed form gets faster and the
+    memory fits: two chunks' blocks swapped, a block moved to another chunk (a plain one, or a
+    recomputed one), a block's recomputation moved to another chunk, or one block fewer recomputed. The changes are tried in
+    turn until none of them helps or `budget` ([estimates, passes] left) runs out."""
+    kind = plan.stages[0].recompute
+    blocks = [st.num_blocks for st in plan.stages]
+    recs = [st.num_recomputed for st in plan.stages]
+    busy = [st.forward_s + st.backward_s for st in cm.plan_costs(plan).stages]
+    # the heaviest chunk's blocks to the lightest chunk first: most of the gain in the fewest estimates
+    pairs = sorted(itertools.permutations(range(len(blocks)), 2), key=lambda ab: busy[ab[1]] - busy[ab[0]])
+    moves = [(a, b, "swap") for a, b in pairs if a < b]
+    if recs == blocks:  # every block recomputed (recompute=full|selective fixed, or the ILP's choice): kept so
+        moves += [(a, b, "recomputed") for a, b in pairs]
+    else:
+        moves += [(a, b, what) for a, b in pairs for what in ("block", "recomputed", "recompute")]
+        moves += [(a, a, "less") for a in range(len(blocks))] if kind != "none" else []
+    passes = plan.num_microbatches * len(blocks)
+    tried = since_better = 0
+    while since_better < len(moves):
+        move = moves[tried % len(moves)]
+        tried, since_better = tried + 1, since_better + 1
+        changed = _moved(blocks, recs, *move)
+        if changed is None:
+            continue
+        if budget[0] < 1 or budget[1] < passes:
+            break
+        budget[0], budget[1] = budget[0] - 1, budget[1] - passes
+        trial = _restaged(cm, plan, *changed, kind)
+        if trial.predicted.peak_memory_gib * 2**30 <= cap * (1 + 1e-9) and \
+                trial.predicted.step_time_s < plan.predicted.step_time_s * (1 - 1e-12):
+            plan, (blocks, recs), since_better = trial, changed, 0
+    return plan
+
+
+def _moved(blocks: list[int], recs: list[int], a: int, b: int, what: str) -> tuple[list, list] | None:
+    """(blocks, recomputed) per chunk after one of `_polish`'s changes, None where it cannot apply."""
+    nb, nr = list(blocks), list(recs)
+    if what == "swap":
+        nb[a], nb[b], nr[a], nr[b] = nb[b], nb[a], nr[b], nr[a]
+    elif what == "less":
+        nr[a] -= 1
+    elif what == "recompute":
+        nr[a], nr[b] = nr[a] - 1, nr[b] + 1
+    else:
+        nb[a], nb[b] = nb[a] - 1, nb[b] + 1
+        if what == "recomputed":
+            nr[a], nr[b] = nr[a] - 1, nr[b] + 1
+    if nb[a] < 1 or min(nr) < 0 or any(r > n for r, n in zip(nr, nb, strict=True)) or (nb, nr) == (blocks, recs):
+        return None
+    return nb, nr
+
+
+def _restaged(cm: CostModel, plan: Plan, blocks: list[int], recompute: list[int], kind: str) -> Plan:
+    """`plan` with these blocks and recomputed blocks per chunk, and their closed-form figures."""
+    from .closed_form import estimate_from_costs
+
+    stages, start = [], 0
+    for n, r in zip(blocks, recompute, strict=True):
+        stages.append(Stage(start, start + n, kind, r))
+        start += n
+    out = replace(plan, stages=tuple(stages), predicted=None)
+    return replace(out, predicted=estimate_from_costs(cm.plan_costs(out)))
 
 
 def _kth(best: dict, k: int) -> float:
     return sorted(v for v, _ in best.values())[k - 1]
+
+
+def _polished(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str) -> Plan | None:
+    """The plan the search returns for `cand` when it is the best: `_solve`'s, polished (`_polish`)."""
+    plan = _solve(cm, cand, cap, gbs, model_ref)
+    return plan and _polish(cm, plan, cap, [POLISH_ESTIMATES, POLISH_PASSES])
 
 
 def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str, cutoff: float | None = None) -> Plan | None:
@@ -278,10 +382,6 @@ def _placements(n: int, r: int, v: int) -> list[list[tuple[int, int]]]:
 
 
 def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_ref: str) -> Plan:
-    stages, start = [], 0
-    for n, r in zip(blocks, recompute, strict=True):
-        stages.append(Stage(start, start + n, cand.kind, r))
-        start += n
     cl, prof = cm.cluster, cm.profile
     plan = Plan(
         model=model_ref,
@@ -303,13 +403,11 @@ def _plan_of(cm: CostModel, cand: Candidate, blocks, recompute, gbs: int, model_
         dtype=cand.dtype,
         grad_compress=cand.grad_compress,
         fp8_scaling=cand.fp8_scaling,
-        stages=tuple(stages),
+        stages=(),
         model_args=dict(prof.args),
         seq_len=prof.seq_len or None,
     )
-    from .closed_form import estimate_from_costs
-
-    return replace(plan, predicted=estimate_from_costs(cm.plan_costs(plan)))
+    return _restaged(cm, plan, blocks, recompute, cand.kind)
 
 
 def plan_model(

@@ -1,9 +1,10 @@
 """Discrete-event simulation of a training step (simpy) and of failures over a whole run."""
 
+from smplan.planner.schedules import SCHEDULES, ScheduleError, Task, device_orders
+
 from .api import DP_PATTERNS, SimulationError, StepResult, simulate_plan, simulate_step
 from .gantt import COLOURS as GANTT_COLOURS
 from .gantt import LABELS as GANTT_LABELS
-from .schedules import SCHEDULES, ScheduleError, Task, device_orders
 from .step import SimEvent
 
 __all__ = [

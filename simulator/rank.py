@@ -1,10 +1,9 @@
 """Rank the planner's best plans by their simulated step, the figures `smplan simulate` reports.
 
-The planner searches with closed forms (closed_form.estimate_from_costs): exact with contention
-off at pp = 1 and for identical stages without send time (interleaved: unless its overlapped DP
-outlasts a backward), but blind to what only the step simulation sees (links shared by the DP
-stream, per-layer ZeRO collectives and sends; uneven chunks; each interleaved chunk's gradients
-reduced after its own last backward). Its top
+The planner searches with closed forms (closed_form.estimate_from_costs): its pipeline is the
+schedule replayed, as the simulation runs it with contention off, but it is blind to what only
+the step simulation's links see (the DP stream, per-layer ZeRO collectives and sends sharing
+them) and bounds each device's DP tail without the cool-down's idle. Its top
 plans are therefore simulated, each as `smplan simulate PLAN.json` would (contention on), their
 time figures replaced by the simulation's and the list re-sorted, so the plan file's
 prediction is the one `simulate` gives and the first plan is the best one simulated.

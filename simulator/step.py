@@ -16,11 +16,11 @@ reduce-scatters after each backward unit, on the DP links). Per step: the DP gra
 collective (or ZeRO reduce-scatter, with the parameter all-gather prefetched at the step's
 start) on the DP stream, bucketed and overlapped with each chunk's final backward when the plan overlaps
 it, then the optimizer. With contention on, sends and DP buckets share links
-(network.py); with it off every transfer takes its cost-model time and the step equals
-the closed forms at pp = 1 and for identical stages without send time ((m+p-1)(t_f+t_b) for
-1F1B and GPipe; interleaved too: each chunk's reduction starts at its own last backward, as
-Megatron-Core's grad_sync_func, and `closed_form.device_tail_s` counts it so, less any idle in
-the cool-down). Where a pass's GPU waits for
+(network.py); with it off every transfer takes its cost-model time and the pipeline equals the
+closed form's replay of the same schedule (`closed_form.compute_end_s`, for any stages and
+sends), and the step equals the closed form where each device's DP tail does too: each chunk's
+reduction starts at its own last backward, as Megatron-Core's grad_sync_func, and
+`closed_form.device_tail_s` counts it so, less any idle in the cool-down. Where a pass's GPU waits for
 its collectives, the wait is an event of its own (lane "wait"), so that the timeline's compute
 is compute.
 """
@@ -32,9 +32,14 @@ from typing import NamedTuple
 
 import simpy
 from smplan.planner.costs import PlanCosts
+from smplan.planner.schedules import (
+    ScheduleError,
+    device_orders,
+    first_forward_index,
+    last_backward_index,
+)
 
 from .network import LinkKey, Network
-from .schedules import ScheduleError, device_orders, first_forward_index, last_backward_index
 
 
 class SimEvent(NamedTuple):

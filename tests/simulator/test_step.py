@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from smplan.planner.costs import PlanCosts, StageCosts
 from smplan.simulator import ScheduleError, SimulationError, simulate_step
 from smplan.simulator.gantt import write_gantt
-from smplan.simulator.schedules import device_orders
+from smplan.simulator import device_orders
 from smplan.simulator.trace import trace_events, write_trace
 
 from .helpers import cluster, layout, uniform_costs
@@ -44,6 +44,50 @@ def test_equals_planner_closed_form_where_it_is_exact():
     c = uniform_costs("gpipe", 4, 8, send_s=0.1)
     assert simulate_step(c, layout(4), cluster(), contention=False).step_time_s == pytest.approx(
         estimate_from_costs(c).step_time_s, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    schedule=st.sampled_from(["1f1b", "gpipe", "interleaved"]),
+    p=st.integers(1, 5),
+    v=st.integers(2, 4),
+    k=st.integers(1, 4),
+    data=st.data(),
+)
+def test_the_closed_form_replays_every_schedule_as_the_simulation_does(schedule, p, v, k, data):
+    """Uneven stages, sends, an optimizer: the closed form (closed_form.compute_end_s, the task graph
+    replayed) equals the step simulated with contention off. The textbook formulas it replaced
+    (AMP's critical path, the interleaved bubble) hold only for identical stages."""
+    from smplan.planner.closed_form import estimate_from_costs
+
+    v = v if schedule == "interleaved" and p >= 2 else 1
+    m = p * k if v > 1 else data.draw(st.integers(1, 12))
+    chunks = p * v
+    stages = tuple(
+        StageCosts(forward_s=data.draw(st.floats(0.01, 1.0)), backward_s=data.draw(st.floats(0.01, 2.0)),
+                   send_s=data.draw(st.sampled_from([0.0, 0.02, 0.3])) if c < chunks - 1 else 0.0,
+                   optimizer_s=data.draw(st.sampled_from([0.0, 0.4])))
+        for c in range(chunks)
+    )
+    costs = PlanCosts(stages=stages, num_microbatches=m, pp=p, virtual_stages=v, schedule=schedule,
+                      tokens_per_step=1, samples_per_step=1)
+    sim = simulate_step(costs, layout(p), cluster(), contention=False)
+    assert estimate_from_costs(costs).step_time_s == pytest.approx(sim.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule,p,v", [("1f1b", 4, 1), ("gpipe", 3, 1), ("interleaved", 4, 3), ("interleaved", 2, 2)])
+def test_a_long_schedule_is_replayed_eight_rounds_and_extrapolated(schedule, p, v):
+    """Past closed_form.REPLAYED_ROUNDS rounds every device's end moves by one round's increment a
+    round; the extrapolation equals replaying all of them (uneven stages, sends)."""
+    from smplan.planner import closed_form
+
+    stages = tuple(StageCosts(forward_s=0.3 + 0.17 * (c % 3), backward_s=0.5 + 0.41 * (c % 4),
+                              send_s=0.05 if c < p * v - 1 else 0.0) for c in range(p * v))
+    m = (closed_form.REPLAYED_ROUNDS + 13) * p
+    costs = PlanCosts(stages=stages, num_microbatches=m, pp=p, virtual_stages=v, schedule=schedule)
+    assert closed_form.compute_end_s(costs) == pytest.approx(closed_form._replay(costs, m), rel=1e-12)
+    sim = simulate_step(costs, layout(p), cluster(), contention=False)
+    assert closed_form.pipeline_time_s(costs) == pytest.approx(sim.step_time_s, rel=1e-12)
 
 
 def test_dp_overlap_exposes_only_the_excess():
