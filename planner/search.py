@@ -190,17 +190,16 @@ def _polished_layouts(cm: CostModel, ranked: list, runners: dict, cap: float,
     `ranked`: (layout, (value, best plan)) of the layouts returned; `runners`: every plan solved
     per layout ({} for no runner-ups). A layout's runner-ups are its other plans within
     ALTERNATE_SHARE of the first's value, ALTERNATES_PER_MESH of them per layout and
-    MAX_ALTERNATES in all at most; the best plans are polished first (one budget for all), and a
+    MAX_ALTERNATES in all at most. One budget for all, spent layout by layout, best first; a
     runner-up that polishes faster than its layout's best takes its place.
     """
     if not ranked:
         return [], []
     budget = [POLISH_ESTIMATES, POLISH_PASSES]
-    bests = [_polish(cm, plan, cap, budget) for _, (_, plan) in ranked]
     limit = ranked[0][1][0] * (1 + ALTERNATE_SHARE)
     layouts = []
-    for (mesh, (_, chosen)), first in zip(ranked, bests, strict=True):
-        seen, mine = [chosen.replace(predicted=None)], [first]
+    for mesh, (_, chosen) in ranked:  # the best layouts first: they take the budget before the rest
+        seen, mine = [chosen.replace(predicted=None)], [_polish(cm, chosen, cap, budget)]
         for v, plan in sorted(runners.get(mesh, ()), key=lambda vp: vp[0]):
             bare = plan.replace(predicted=None)  # two recompute kinds can end in the same plan
             if v <= limit and bare not in seen and len(seen) <= ALTERNATES_PER_MESH:
@@ -225,7 +224,9 @@ def _polished_layouts(cm: CostModel, ranked: list, runners: dict, cap: float,
 # estimates. The search polishes the plans it returns within these budgets, shared by all of
 # them: estimates (0.5-1 ms each there) and replayed passes (micro-batches x chunks, ~0.2 us
 # each; GPT 1T's pp=12 v=5 plan costs 5,760 a try), so a large model's search stays seconds.
-POLISH_ESTIMATES = 256
+POLISH_ESTIMATES = 512
+# tries in a row that do not help before a plan's polish stops (the rest of the budget goes on)
+POLISH_PATIENCE = 128
 POLISH_PASSES = 2**20
 
 
@@ -248,7 +249,7 @@ def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int]) -> Plan:
         moves += [(a, a, "less") for a in range(len(blocks))] if kind != "none" else []
     passes = plan.num_microbatches * len(blocks)
     tried = since_better = 0
-    while since_better < len(moves):
+    while since_better < min(len(moves), POLISH_PATIENCE):
         move = moves[tried % len(moves)]
         tried, since_better = tried + 1, since_better + 1
         changed = _moved(blocks, recs, *move)
