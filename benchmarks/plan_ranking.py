@@ -9,6 +9,8 @@
 3. The interleaved ILP's objective vs the closed form of the plan it becomes, over the
    interleaved candidates whose bound is within 5% of the best (search.SPREAD_MARGIN).
 4. `smplan plan ... --json` end to end for four models: pick, simulated step, wall time.
+5. The polish (search._polish) of the search's best pipeline plan for the models of part 4: its
+   closed form as the ILP's partition left it, and polished.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from smplan.planner.bounds import lower_bound  # noqa: E402
 from smplan.planner.cost_model import CostModel  # noqa: E402
 from smplan.planner.ilp import partition_for  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
-from smplan.planner.search import _plan_of, plan_model, search  # noqa: E402
+from smplan.planner.search import _plan_of, _polished, _solve, plan_model, search  # noqa: E402
 from smplan.planner.search_space import enumerate_candidates, validate_constraints  # noqa: E402
 from smplan.simulator.rank import simulated  # noqa: E402
 
@@ -116,11 +118,42 @@ def cli_times() -> None:
               f"{record['search']['runner_ups_simulated']:2d} runner-ups  {wall:5.2f} s wall")
 
 
+POLISH_CASES = [("gpt.py:gpt3_175b", "a100x8", 128, 1536, None, {}), ("gpt.py:gpt3_1t", "a100x8", 384, 3072, None, {}),
+                ("moe.py:deepseek_v3", "h100x8", 128, 8192, 4096, {}),
+                ("gpt.py:llama3_8b", "l40sx8", 2, 32, 4096, {"gpus_per_node": 4, "inter_node.bandwidth_gbps": 50})]
+
+
+def polish_gains() -> None:
+    print("5. the search's best plan with pp > 1: closed form of the ILP's partition, and polished")
+    for ref, hw, nodes, gbs, seq, overrides in POLISH_CASES:
+        profile = profile_model(f"{ROOT}/examples/{ref}", {}, seq_len=seq)
+        cluster = load_cluster(hw, nodes=nodes, overrides=overrides)
+        best = next((p for p in search(profile, cluster, global_batch=gbs, top=10).plans if p.pp > 1), None)
+        if best is None:
+            print(f"   {ref:22s} no plan with pp > 1 among the best 10")
+            continue
+        fixed = validate_constraints(profile, cluster, None, gbs, None, None, best.dtype)
+        cm, cap = CostModel(profile, cluster), capacity_bytes(cluster)
+        same = ("tp", "pp", "dp", "ep", "cp", "schedule", "zero", "dtype")
+        for cand in enumerate_candidates(profile, cluster, fixed, None, None):
+            if any(getattr(cand, k) != getattr(best, k) for k in same) or (cand.mbs, cand.v, cand.kind) != \
+                    (best.micro_batch, best.virtual_stages, best.stages[0].recompute):
+                continue
+            ilp = _solve(cm, cand, cap, gbs, ref)
+            polished = _polished(cm, cand, cap, gbs, ref)
+            if polished is not None and polished.replace(model=best.model) == best:
+                t0, t1 = ilp.predicted.step_time_s, polished.predicted.step_time_s
+                print(f"   {ref:22s} {best.degrees:22s} v={best.virtual_stages}  ILP {t0:.3f} s  polished {t1:.3f} s "
+                      f"({100 * (t1 / t0 - 1):+.2f}%)")
+                break
+
+
 def main() -> None:
     bandwidth_sweep()
     closed_form_vs_simulation()
     ilp_objective_vs_closed_form()
     cli_times()
+    polish_gains()
 
 
 if __name__ == "__main__":

@@ -170,12 +170,13 @@ def search(
 
 # A layout's (dp, tp, pp, micro-batch, cp, ep) runner-up plans (another schedule, v, ZeRO stage or
 # recompute kind) within this share of the search's best closed form are simulated by the ranking
-# too: the closed form sees an interleaved device's chunks only through their sums, and misses
-# the stalls of uneven chunks (the head's chunk, partial recompute; rank.py). For a review's
-# llama3_8b on 2 L40S x4 nodes it put v=8, 6, 7, 5 and 4 of one layout within 0.5% (4.479-4.500 s)
-# where they simulate at 4.66-4.78 s and, for v=4, 4.55 s: the pick lost v=4 to its own v=8. GPT
-# 1T on 3,072 A100s: v=4 of the best layout 0.6% behind. 2% covers both; 6% (the largest closed-form
-# miss seen there) made that 1T search 25% slower (1.57 -> 1.97 s, benchmarks/plan_speed.py).
+# too. The closed form used to see an interleaved device's chunks only through their sums: for a
+# review's llama3_8b on 2 L40S x4 nodes it put v=8, 6, 7, 5 and 4 of one layout within 0.5%
+# (4.479-4.500 s) where they simulated at 4.66-4.78 s and, for v=4, 4.55 s, and the pick lost v=4
+# to its own v=8. It now replays the schedule as the simulation does with contention off
+# (closed_form.compute_end_s), and runner-ups stand in for what only the simulated links see:
+# ZeRO-2/3's per-layer collectives sharing the NIC with the DP stream and the sends (up to 4.7%
+# there, benchmarks/plan_ranking.py part 2). 6% made GPT 1T's search 25% slower.
 ALTERNATE_SHARE = 0.02
 # Runner-ups per layout, and in all: the ranking simulates each (seconds for the largest models,
 # rank.RANKED_PLANS), so these bound what the fix can add to `plan`'s time.
@@ -218,14 +219,17 @@ def _polished_layouts(cm: CostModel, ranked: list, runners: dict, cap: float,
 
 # The ILP minimises the textbook pipeline formulas (ilp.py), which see each stage only through
 # its cycle; the closed form replays the schedule, where the place of a heavy stage counts (a
-# 1F1B pipeline drains through every stage after its slowest). Moving single blocks between the
-# chunks of the ILP's partition while the closed form improves gained 3% for DeepSeek-V3's pick
-# (pp=4, v=7 on 1,024 H100s; benchmarks/plan_ranking.py prints it), 2.9% of it in the first 128
-# estimates. The search polishes the plans it returns within these budgets, shared by all of
-# them: estimates (0.5-1 ms each there) and replayed passes (micro-batches x chunks, ~0.2 us
-# each; GPT 1T's pp=12 v=5 plan costs 5,760 a try), so a large model's search stays seconds.
+# 1F1B pipeline drains through every stage after its slowest). Changing the ILP's partition one
+# block at a time while the closed form improves (`_polish`) took 2.9% off DeepSeek-V3's pick
+# (pp=4, v=7 on 1,024 H100s) and 1.5% off llama3_8b's on two 4-GPU L40S nodes
+# (benchmarks/plan_ranking.py, part 5). The search polishes the plans it returns, best layout
+# first, within these budgets for all of them: estimates (0.5-1 ms each for DeepSeek-V3) and
+# replayed passes (micro-batches x chunks, ~0.2 us each; GPT 1T's pp=12 v=5 plan costs 5,760 a
+# try), so a large model's search stays seconds. A plan's polish stops after POLISH_PATIENCE
+# tries in a row that do not help, so that one plan does not spend the budget of the rest: with
+# 256 estimates and 64 tries, the bandwidth sweep of that benchmark picked a slower plan at 64
+# GB/s (4.456 s) than at 50 (4.441 s), its layout's v=4 left unpolished.
 POLISH_ESTIMATES = 512
-# tries in a row that do not help before a plan's polish stops (the rest of the budget goes on)
 POLISH_PATIENCE = 128
 POLISH_PASSES = 2**20
 
@@ -319,11 +323,13 @@ def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str,
 # are at most this many (small models, where a block's place matters most).
 MAX_SPREADS = 64
 # How far above the search's cutoff an interleaved ILP partition is still solved: the ILP's objective
-# (each device's chunks summed, spread evenly) is not the closed form of the plan it becomes, which
-# sees each chunk's DP window and the spread `_best_spread` picks. Over every interleaved partition
-# the searches below solve, the objective exceeded the plan's estimate by up to 2.3% (GPT 1T on
-# 3,072 A100s) and 4.6% (GPT-3 175B on 1,024): a cutoff at the limit itself dropped 1T's v=8,
-# 70.18 s, for v=7, 70.30 s, at --top 1 (and so --top changed the pick). 5% is past both.
+# (each device's chunks summed, spread evenly, the textbook bubble) is not the closed form of the
+# plan it becomes, which replays the schedule, sees each chunk's DP window and the spread
+# `_best_spread` picks. Over the interleaved partitions whose bound is within 5% of the best, the
+# objective exceeded the plan's closed form by up to 2.3% (GPT 1T on 3,072 A100s, 70 partitions)
+# and 4.5% (GPT-3 175B on 1,024, 156; benchmarks/plan_ranking.py part 3): a cutoff at the limit
+# itself dropped 1T's v=8, 70.18 s, for v=7, 70.30 s, at --top 1 (and so --top changed the pick).
+# 5% is past both.
 SPREAD_MARGIN = 0.05
 
 

@@ -4,9 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from smplan.planner.costs import PlanCosts, StageCosts
-from smplan.simulator import ScheduleError, SimulationError, simulate_step
+from smplan.simulator import ScheduleError, SimulationError, device_orders, simulate_step
 from smplan.simulator.gantt import write_gantt
-from smplan.simulator import device_orders
 from smplan.simulator.trace import trace_events, write_trace
 
 from .helpers import cluster, layout, uniform_costs
