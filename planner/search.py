@@ -10,12 +10,14 @@ recomputation kind. Inside it (smplan.planner.ilp): blocks per stage and recompu
 stage under every stage's memory limit.
 
 Each candidate first gets a lower bound on its step time (cheap arithmetic, see
-`bounds.lower_bound`): perfect balance or a path through the busiest device, the least
-recomputation any partition needs to fit, and the tail no partition avoids. Candidates are
+`bounds.lower_bound`): paths through the busiest device, the least recomputation any
+partition needs to fit, and the tail no partition avoids. Candidates are
 solved in order of their bound and the loop stops when the bound reaches the K-th best solved
-plan. The ILP minimises the textbook formulas, not the closed form (ilp.py), so the plans
-returned are polished under the closed form (`_polish`): on small models, where it can be
-checked, the result equals brute force over every partition (tests/planner/test_search.py).
+plan. The bounds are paths of the schedule's task graph, so no split beats them; the ILP
+minimises the textbook formulas, not the closed form (ilp.py), so it solves without a cutoff
+where they differ (pp > 1) and the plans returned are polished under the closed form
+(`_polish`). Layouts are ranked by their ILP partitions; on small models a candidate's
+polished plan equals brute force over every partition (tests/planner/test_search.py).
 Dominated choices are skipped: sequence parallelism costs the same communication as plain
 TP with less memory and element-wise time (so tp > 1 uses it unless fixed), and ZeRO-1
 costs ZeRO-0's communication with less memory and optimizer time (so dp > 1 starts at 1).
@@ -32,7 +34,8 @@ from dataclasses import dataclass, field, replace
 
 from smplan.hwprofiles import Cluster
 
-from .bounds import compute_lower_bound, lower_bound
+from .bounds import compute_lower_bound, long_pipeline, lower_bound
+from .closed_form import REPLAYED_ROUNDS
 from .cost_model import CostModel
 from .explain import nearest_feasible_change
 from .feasibility import default_dtype
@@ -133,11 +136,10 @@ def search(
                 heapq.heappush(heap, (max(lb, bound * scale(cand)), i, 1, cand))
             continue
         cutoff = None
-        if len(best) >= top or mesh in best:
+        if (len(best) >= top or mesh in best) and (cand.pp == 1 or long_pipeline(cand)):
             limit = min(_kth(best, top) if len(best) >= top else math.inf,
                         best[mesh][0] * (1 + share) if mesh in best else math.inf)
-            # an interleaved ILP's objective overstates its plan's estimate by up to a few %: SPREAD_MARGIN
-            cutoff = limit / scale(cand) * (1 + SPREAD_MARGIN if cand.schedule == "interleaved" and cand.v > 1 else 1)
+            cutoff = limit / scale(cand) * (1 if cand.pp == 1 else 1 + SPREAD_MARGIN)
         plan = _solve(cm, cand, cap, gbs, model_ref or profile.model, cutoff)
         result.solved += 1
         if progress and result.solved % 25 == 0 and time.perf_counter() - t0 > 2.0:
@@ -153,7 +155,9 @@ def search(
     ranked = sorted(best.items(), key=lambda kv: kv[1][0])[:top]
     value = (lambda p: p.predicted.step_time_s * p.world_size) if objective == "cost" else \
         (lambda p: p.predicted.step_time_s)
-    result.plans, result.alternates = _polished_layouts(cm, ranked, runners if alternates else {}, cap, value)
+    keep_all = fixed.get("recompute", "none") != "none"  # search_space: a fixed kind recomputes every block
+    result.plans, result.alternates = _polished_layouts(cm, ranked, runners if alternates else {}, cap, value,
+                                                        keep_all)
     result.seconds = time.perf_counter() - t0
     # PowerSGD narrows the search to plain DDP (tp=pp=1, zero=0): say so where nothing fits
     why = (f"; grad_compress={fixed['grad_compress']} allows only tp=1, pp=1, zero=0 (torch DDP's hook): "
@@ -185,14 +189,17 @@ MAX_ALTERNATES = 10
 
 
 def _polished_layouts(cm: CostModel, ranked: list, runners: dict, cap: float,
-                      value: Callable[[Plan], float]) -> tuple[list[Plan], list[Plan]]:
+                      value: Callable[[Plan], float], keep_all: bool) -> tuple[list[Plan], list[Plan]]:
     """(each layout's best plan, their runner-ups), both polished (`_polish`) and best first.
 
     `ranked`: (layout, (value, best plan)) of the layouts returned; `runners`: every plan solved
     per layout ({} for no runner-ups). A layout's runner-ups are its other plans within
     ALTERNATE_SHARE of the first's value, ALTERNATES_PER_MESH of them per layout and
-    MAX_ALTERNATES in all at most. One budget for all, spent layout by layout, best first; a
-    runner-up that polishes faster than its layout's best takes its place.
+    MAX_ALTERNATES in all at most. One budget for all, spent layout by layout, best first, a
+    layout's runner-ups with it (polishing every best first left the sweep of
+    benchmarks/plan_ranking.py part 1 4.493 s at 64 GB/s, its v=4 runner-up unpolished, over
+    4.441 s at 50): a layout far down may go unpolished. A runner-up that polishes faster than its
+    layout's best takes its place. `keep_all`: every block recomputes (a fixed recompute kind).
     """
     if not ranked:
         return [], []
@@ -200,17 +207,18 @@ def _polished_layouts(cm: CostModel, ranked: list, runners: dict, cap: float,
     limit = ranked[0][1][0] * (1 + ALTERNATE_SHARE)
     layouts = []
     for mesh, (_, chosen) in ranked:  # the best layouts first: they take the budget before the rest
-        seen, mine = [chosen.replace(predicted=None)], [_polish(cm, chosen, cap, budget)]
+        seen, mine = [chosen.replace(predicted=None)], [_polish(cm, chosen, cap, budget, keep_all)]
+        layouts.append(mine)
         for v, plan in sorted(runners.get(mesh, ()), key=lambda vp: vp[0]):
             bare = plan.replace(predicted=None)  # two recompute kinds can end in the same plan
             if v <= limit and bare not in seen and len(seen) <= ALTERNATES_PER_MESH:
                 seen.append(bare)
-                mine.append(_polish(cm, plan, cap, budget))
+                mine.append(_polish(cm, plan, cap, budget, keep_all))
         unique: list[Plan] = []  # two plans can polish to the same one
         for p in sorted(mine, key=value):
             if all(p.replace(predicted=None) != q.replace(predicted=None) for q in unique):
                 unique.append(p)
-        layouts.append(unique)
+        mine[:] = unique
     plans = sorted((mine[0] for mine in layouts), key=value)
     top = value(plans[0]) * (1 + ALTERNATE_SHARE)
     others = sorted((p for mine in layouts for p in mine[1:] if value(p) <= top), key=value)
@@ -234,11 +242,13 @@ POLISH_PATIENCE = 128
 POLISH_PASSES = 2**20
 
 
-def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int]) -> Plan:
+def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int], keep_all: bool) -> Plan:
     """`plan` with single changes to its partition kept while the closed form gets faster and the
     memory fits: two chunks' blocks swapped, a block moved to another chunk (a plain one, or a
-    recomputed one), a block's recomputation moved to another chunk, or one block fewer recomputed. The changes are tried in
-    turn until none of them helps or `budget` ([estimates, passes] left) runs out."""
+    recomputed one), a block's recomputation moved to another chunk, or one block fewer
+    recomputed (`keep_all`: every block stays recomputed). The changes are tried in turn until
+    a round of all of them or POLISH_PATIENCE estimates in a row do not help, or `budget`
+    ([estimates, passes] left) runs out."""
     kind = plan.stages[0].recompute
     blocks = [st.num_blocks for st in plan.stages]
     recs = [st.num_recomputed for st in plan.stages]
@@ -246,14 +256,15 @@ def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int]) -> Plan:
     # the heaviest chunk's blocks to the lightest chunk first: most of the gain in the fewest estimates
     pairs = sorted(itertools.permutations(range(len(blocks)), 2), key=lambda ab: busy[ab[1]] - busy[ab[0]])
     moves = [(a, b, "swap") for a, b in pairs if a < b]
-    if recs == blocks:  # every block recomputed (recompute=full|selective fixed, or the ILP's choice): kept so
+    if keep_all:
         moves += [(a, b, "recomputed") for a, b in pairs]
     else:
         moves += [(a, b, what) for a, b in pairs for what in ("block", "recomputed", "recompute")]
         moves += [(a, a, "less") for a in range(len(blocks))] if kind != "none" else []
-    passes = plan.num_microbatches * len(blocks)
-    tried = since_better = 0
-    while since_better < min(len(moves), POLISH_PATIENCE):
+    # what one estimate replays (closed_form.compute_end_s extrapolates past REPLAYED_ROUNDS rounds)
+    passes = min(plan.num_microbatches, 2 * REPLAYED_ROUNDS * plan.pp) * len(blocks)
+    tried = unhelpful = since_better = 0
+    while since_better < len(moves) and unhelpful < POLISH_PATIENCE:
         move = moves[tried % len(moves)]
         tried, since_better = tried + 1, since_better + 1
         changed = _moved(blocks, recs, *move)
@@ -261,11 +272,11 @@ def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int]) -> Plan:
             continue
         if budget[0] < 1 or budget[1] < passes:
             break
-        budget[0], budget[1] = budget[0] - 1, budget[1] - passes
+        budget[0], budget[1], unhelpful = budget[0] - 1, budget[1] - passes, unhelpful + 1
         trial = _restaged(cm, plan, *changed, kind)
         if trial.predicted.peak_memory_gib * 2**30 <= cap * (1 + 1e-9) and \
                 trial.predicted.step_time_s < plan.predicted.step_time_s * (1 - 1e-12):
-            plan, (blocks, recs), since_better = trial, changed, 0
+            plan, (blocks, recs), since_better, unhelpful = trial, changed, 0, 0
     return plan
 
 
@@ -306,7 +317,7 @@ def _kth(best: dict, k: int) -> float:
 def _polished(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str) -> Plan | None:
     """The plan the search returns for `cand` when it is the best: `_solve`'s, polished (`_polish`)."""
     plan = _solve(cm, cand, cap, gbs, model_ref)
-    return plan and _polish(cm, plan, cap, [POLISH_ESTIMATES, POLISH_PASSES])
+    return plan and _polish(cm, plan, cap, [POLISH_ESTIMATES, POLISH_PASSES], cand.recompute_all)
 
 
 def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str, cutoff: float | None = None) -> Plan | None:
@@ -319,18 +330,17 @@ def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str,
     return plan
 
 
+# How far above the plans still to beat the ILP may stop with pp > 1: its objective, the textbook
+# formulas, is the closed form at pp = 1 (one device, m passes, the tail without ZeRO-2's
+# reduce-scatters first) but can exceed the replay with pp > 1. Over the interleaved partitions
+# whose bound is within 5% of the best it did by up to 2.3% (GPT 1T on 3,072 A100s) and 4.5%
+# (GPT-3 175B on 1,024; benchmarks/plan_ranking.py part 3). In a short pipeline (bounds.
+# long_pipeline) a heavy first stage drains early and it did by 13% (tests/planner/test_search.py):
+# there the ILP solves without a cutoff.
+SPREAD_MARGIN = 0.05
 # Splits of the interleaved devices' blocks over their chunks tried, all combinations, when there
 # are at most this many (small models, where a block's place matters most).
 MAX_SPREADS = 64
-# How far above the search's cutoff an interleaved ILP partition is still solved: the ILP's objective
-# (each device's chunks summed, spread evenly, the textbook bubble) is not the closed form of the
-# plan it becomes, which replays the schedule, sees each chunk's DP window and the spread
-# `_best_spread` picks. Over the interleaved partitions whose bound is within 5% of the best, the
-# objective exceeded the plan's closed form by up to 2.3% (GPT 1T on 3,072 A100s, 70 partitions)
-# and 4.5% (GPT-3 175B on 1,024, 156; benchmarks/plan_ranking.py part 3): a cutoff at the limit
-# itself dropped 1T's v=8, 70.18 s, for v=7, 70.30 s, at --top 1 (and so --top changed the pick).
-# 5% is past both.
-SPREAD_MARGIN = 0.05
 
 
 def _best_spread(cm: CostModel, cand: Candidate, plan: Plan, cap: float, gbs: int, model_ref: str) -> Plan:
