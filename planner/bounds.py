@@ -49,7 +49,7 @@ def compute_lower_bound(cm: CostModel, cand: Candidate) -> float:
     fixed = sum(cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s for x in prof.pre + prof.post)
     work = fixed + prof.num_blocks * (bp.forward_s + bp.backward_s)
     mean = work / cand.pp
-    return max(_pipeline_bound(cand, work, mean, _forward_share(cm, key), 0.0), _balanced_pipeline(cand, work, mean, 0.0, work))
+    return max(_pipeline_bound(cand, work, mean, _forward_share(cm, key), 0.0), _balanced_pipeline(cand, work, mean))
 
 
 def _pipeline_bound(cand: Candidate, work: float, cycle: float, share: float, send_max: float) -> float:
@@ -74,34 +74,27 @@ def _pipeline_bound(cand: Candidate, work: float, cycle: float, share: float, se
     return out
 
 
-def long_pipeline(cand: Candidate) -> bool:
-    """Whether the textbook pipeline formulas at the mean cycle are a floor for every split: 1F1B with
-    more micro-batches than stages, interleaving with at least 3 rounds, GPipe always (its path
-    through the busiest device is that formula). Measured, not proven: over 6,000 random splits
-    of equal blocks (pp 2-8, v 2-4, an embedding and a head, sends) the replay never came in under
-    them there; it did by up to 6.5% for 1F1B with m <= pp and 0.3% for interleaving at 2 rounds."""
-    if cand.schedule == "interleaved" and cand.v > 1:
-        return cand.m >= 3 * cand.pp
-    return cand.m > cand.pp or cand.schedule == "gpipe"
+def textbook_is_floor(cand: Candidate) -> bool:
+    """Whether AMP's critical path (Li et al. 2022, eq. 2) at the mean cycle is a floor for every
+    split: GPipe always (its path through the busiest device is that formula); 1F1B with more
+    micro-batches than stages, measured, not proven (over 6,000 random splits of equal blocks,
+    pp 2-8, an embedding and a head, sends, the replay never came in under it; it did by up to
+    6.5% with m <= pp, and brute force holds it in tests/planner/test_search.py). The interleaved
+    bubble is no floor: a review found a best split 3.65% under it at 3 rounds (pp=2, v=2, 9
+    blocks and a large head)."""
+    return cand.schedule == "gpipe" or (cand.schedule == "1f1b" and cand.m > cand.pp)
 
 
-def _balanced_pipeline(cand: Candidate, work: float, cycle: float, fill_sends: float, passes: float) -> float:
-    """The textbook pipeline time with every device at the mean `cycle` where it is a floor
-    (`long_pipeline`), else 0: AMP's critical path (Li et al. 2022, eq. 2) or the interleaved
-    bubble (Narayanan et al. 2021, (p - 1)/v of a device's passes)."""
-    p, m, v = cand.pp, cand.m, cand.v
-    if not long_pipeline(cand):
-        return 0.0
-    if cand.schedule == "interleaved" and v > 1:
-        return m * cycle + (p - 1) / v * passes / p + fill_sends
-    return work + (m - 1) * cycle
+def _balanced_pipeline(cand: Candidate, work: float, cycle: float) -> float:
+    """AMP's critical path with every device at the mean `cycle` where it is a floor, else 0."""
+    return work + (cand.m - 1) * cycle if textbook_is_floor(cand) else 0.0
 
 
 def _forward_share(cm: CostModel, key: MeshKey) -> float:
     """The largest forward / (forward + backward) of the model's parts (no recompute: the largest)."""
     prof = cm.profile
-    return max(cm.pass_of(x, key).forward_s / (cm.pass_of(x, key).forward_s + cm.pass_of(x, key).backward_s)
-               for x in (*prof.pre, prof.blocks[0], *prof.post))
+    passes = [cm.pass_of(x, key) for x in (*prof.pre, prof.blocks[0], *prof.post)]
+    return max(t.forward_s / (t.forward_s + t.backward_s) for t in passes)
 
 
 class _Room(NamedTuple):
@@ -140,9 +133,10 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     """(lower bound on the step time, rejection reason or "", by how much).
 
     Valid for every partition: `_pipeline_bound` with the busiest device at least the mean and at
-    least the best whole-block split (`_busiest_device`), with the least total recomputation
-    that lets any partition fit (a fractional greedy over the devices' memory slopes), plus the
-    tail no partition avoids (`_tail_bound`).
+    least the best whole-block split (`_busiest_device`), and AMP's time at the mean where it is
+    a floor (`textbook_is_floor`), with the least total recomputation that lets any partition
+    fit (a fractional greedy over the devices' memory slopes), plus device 0's tail
+    (`_tail_bound`); or the devices' mean m cycles plus their mean tail (`_mean_tail_bound`).
     """
     prof, cl = cm.profile, cm.cluster
     key = mesh_key_of(cand)
@@ -233,12 +227,11 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     busiest = _busiest_device(base, step, L, caps, v)
     pipe = _pipeline_bound(cand, work + 2.0 * sum(sends), max(cycles / p, busiest), _forward_share(cm, key), max(sends))
     mean_tail = _mean_tail_bound(cm, key, cand, rec_blk)
-    balanced = _balanced_pipeline(cand, work + 2.0 * sum(sends), cycles / p, 2.0 * sum(sends[: p - 1]), work)
-    # Every device d ends its passes no earlier than its own m cycles and then runs its tail, so the
-    # step is at least their mean: m x the mean cycle + the mean tail; likewise the textbook time
-    # where it is a floor (measured, as it: tests/planner/test_search.py holds every bound under
-    # the brute-force optimum).
-    return max(pipe + z, m * cycles / p + mean_tail, balanced + mean_tail), "", 0.0
+    balanced = _balanced_pipeline(cand, work + 2.0 * sum(sends), cycles / p)
+    # Device 0 runs the last backward, so its end is the pipeline's and its own tail follows;
+    # every device d ends its passes no earlier than its own m cycles and then runs its tail, so
+    # the step is also at least their mean: m x the mean cycle + the mean tail.
+    return max(max(pipe, balanced) + z, m * cycles / p + mean_tail), "", 0.0
 
 
 def _busiest_device(base: list[float], step: float, blocks: int, caps: list[int], least: int) -> float:
@@ -269,25 +262,15 @@ def _tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) ->
     0's optimizer (and its DP collectives where they do not overlap) over the fewest blocks it
     can hold, one a chunk.
     """
-    p, L, C, v = cand.pp, cm.profile.num_blocks, cand.pp * cand.v, cand.v
+    p, v = cand.pp, cand.v
+    if p == 1:
+        return _mean_tail_bound(cm, key, cand, rec_blk)  # one device: its own
     first = cm.chunk(key, 0, cand.kind)
-    if p > 1:
-        rest = cm.chunk(key, p, cand.kind) if v > 1 else first  # device 0's other chunks: no embedding, no head
-        opt = first.opt0 + (v - 1) * rest.opt0 + first.opt_blk * v
-        if effective_zero(cand.zero, cand.pp) >= 3 or cand.overlap_dp:
-            return opt
-        return opt + first.dp_s0 + (v - 1) * rest.dp_s0 + first.dp_s_blk * v
-    last = cm.chunk(key, C - 1, cand.kind)
-    # the constant terms of the chunks: one chunk holds both ends when C == 1
-    ends = (first,) if C == 1 else (first, last)
-    opt = sum(c.opt0 for c in ends) + first.opt_blk * L
-    if effective_zero(cand.zero, cand.pp) >= 3:  # with no gradient group (dp = cp = 1, no experts over edp) dp is 0 below
+    rest = cm.chunk(key, p, cand.kind) if v > 1 else first  # device 0's other chunks: no embedding, no head
+    opt = first.opt0 + (v - 1) * rest.opt0 + first.opt_blk * v
+    if effective_zero(cand.zero, cand.pp) >= 3 or cand.overlap_dp:
         return opt
-    dp = sum(c.dp_s0 for c in ends) + first.dp_s_blk * L
-    if not cand.overlap_dp:
-        return opt + dp
-    window = sum(c.b0 for c in ends) + (first.b_blk + rec_blk) * L
-    return opt + max(0.0, dp - window)
+    return opt + first.dp_s0 + (v - 1) * rest.dp_s0 + first.dp_s_blk * v
 
 
 def _mean_tail_bound(cm: CostModel, key: MeshKey, cand: Candidate, rec_blk: float) -> float:

@@ -38,7 +38,7 @@ def compute_end_s(costs: PlanCosts) -> list[float]:
     holds the replay against the simulation).
     """
     m, p, v = costs.num_microbatches, costs.pp, costs.virtual_stages
-    period = p if costs.schedule == "interleaved" and v > 1 else 1
+    period = _period(costs.schedule, p, v)
     replayed = REPLAYED_ROUNDS * p
     if m <= replayed:
         return _replay(costs, m)
@@ -46,6 +46,17 @@ def compute_end_s(costs: PlanCosts) -> list[float]:
     last, before = _replay(costs, replayed), _replay(costs, replayed - period)
     rounds = (m - replayed) / period
     return [a + rounds * (a - b) for a, b in zip(last, before, strict=True)]
+
+
+def _period(schedule: str, pp: int, v: int) -> int:
+    """Micro-batches a round: pp interleaved, one otherwise."""
+    return pp if schedule == "interleaved" and v > 1 else 1
+
+
+def replayed_microbatches(m: int, pp: int, v: int, schedule: str) -> int:
+    """Micro-batches `compute_end_s` replays for a schedule of m (what one estimate costs)."""
+    replayed = REPLAYED_ROUNDS * pp
+    return m if m <= replayed else 2 * replayed - _period(schedule, pp, v)
 
 
 def _replay(costs: PlanCosts, m: int) -> list[float]:

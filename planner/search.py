@@ -13,11 +13,12 @@ Each candidate first gets a lower bound on its step time (cheap arithmetic, see
 `bounds.lower_bound`): paths through the busiest device, the least recomputation any
 partition needs to fit, and the tail no partition avoids. Candidates are
 solved in order of their bound and the loop stops when the bound reaches the K-th best solved
-plan. The bounds are paths of the schedule's task graph, so no split beats them; the ILP
-minimises the textbook formulas, not the closed form (ilp.py), so it solves without a cutoff
-where they differ (pp > 1) and the plans returned are polished under the closed form
-(`_polish`). Layouts are ranked by their ILP partitions; on small models a candidate's
-polished plan equals brute force over every partition (tests/planner/test_search.py).
+plan. The bounds are paths of the schedule's task graph, and AMP's time where it was measured
+to be a floor (bounds.textbook_is_floor); the ILP minimises the textbook formulas, not the
+closed form (ilp.py), so with pp > 1 its cutoff is SPREAD_MARGIN looser, or absent in a short
+pipeline, and the plans returned are polished under the closed form (`_polish`). Layouts are
+ranked by their ILP partitions; on small models a candidate's polished plan equals brute force
+over every partition, and no bound passes it (tests/planner/test_search.py).
 Dominated choices are skipped: sequence parallelism costs the same communication as plain
 TP with less memory and element-wise time (so tp > 1 uses it unless fixed), and ZeRO-1
 costs ZeRO-0's communication with less memory and optimizer time (so dp > 1 starts at 1).
@@ -34,8 +35,8 @@ from dataclasses import dataclass, field, replace
 
 from smplan.hwprofiles import Cluster
 
-from .bounds import compute_lower_bound, long_pipeline, lower_bound
-from .closed_form import REPLAYED_ROUNDS
+from .bounds import compute_lower_bound, lower_bound
+from .closed_form import replayed_microbatches
 from .cost_model import CostModel
 from .explain import nearest_feasible_change
 from .feasibility import default_dtype
@@ -136,7 +137,7 @@ def search(
                 heapq.heappush(heap, (max(lb, bound * scale(cand)), i, 1, cand))
             continue
         cutoff = None
-        if (len(best) >= top or mesh in best) and (cand.pp == 1 or long_pipeline(cand)):
+        if (len(best) >= top or mesh in best) and (cand.pp == 1 or _long_pipeline(cand)):
             limit = min(_kth(best, top) if len(best) >= top else math.inf,
                         best[mesh][0] * (1 + share) if mesh in best else math.inf)
             cutoff = limit / scale(cand) * (1 if cand.pp == 1 else 1 + SPREAD_MARGIN)
@@ -261,8 +262,7 @@ def _polish(cm: CostModel, plan: Plan, cap: float, budget: list[int], keep_all: 
     else:
         moves += [(a, b, what) for a, b in pairs for what in ("block", "recomputed", "recompute")]
         moves += [(a, a, "less") for a in range(len(blocks))] if kind != "none" else []
-    # what one estimate replays (closed_form.compute_end_s extrapolates past REPLAYED_ROUNDS rounds)
-    passes = min(plan.num_microbatches, 2 * REPLAYED_ROUNDS * plan.pp) * len(blocks)
+    passes = replayed_microbatches(plan.num_microbatches, plan.pp, plan.virtual_stages, plan.schedule) * len(blocks)
     tried = unhelpful = since_better = 0
     while since_better < len(moves) and unhelpful < POLISH_PATIENCE:
         move = moves[tried % len(moves)]
@@ -334,10 +334,18 @@ def _solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str,
 # formulas, is the closed form at pp = 1 (one device, m passes, the tail without ZeRO-2's
 # reduce-scatters first) but can exceed the replay with pp > 1. Over the interleaved partitions
 # whose bound is within 5% of the best it did by up to 2.3% (GPT 1T on 3,072 A100s) and 4.5%
-# (GPT-3 175B on 1,024; benchmarks/plan_ranking.py part 3). In a short pipeline (bounds.
-# long_pipeline) a heavy first stage drains early and it did by 13% (tests/planner/test_search.py):
-# there the ILP solves without a cutoff.
-SPREAD_MARGIN = 0.05
+# (GPT-3 175B on 1,024; benchmarks/plan_ranking.py part 3); a review found 7.3% on small models
+# (1F1B pp=8, m=9; interleaved pp=4, v=2, m=12) and 9% over the polished plan. In a short
+# pipeline (`_long_pipeline`) a heavy first stage drains early and it did by 13%
+# (tests/planner/test_search.py): there the ILP solves without a cutoff.
+SPREAD_MARGIN = 0.10
+
+
+def _long_pipeline(cand: Candidate) -> bool:
+    """1F1B with more micro-batches than stages, interleaving with 3 rounds or more, GPipe."""
+    if cand.schedule == "interleaved" and cand.v > 1:
+        return cand.m >= 3 * cand.pp
+    return cand.m > cand.pp or cand.schedule == "gpipe"
 # Splits of the interleaved devices' blocks over their chunks tried, all combinations, when there
 # are at most this many (small models, where a block's place matters most).
 MAX_SPREADS = 64
