@@ -12,11 +12,16 @@
 4. `smplan plan ... --json` end to end for four models: pick, simulated step, wall time.
 5. The polish (search._polish) of the search's best pipeline plan for the models of part 4: its
    closed form as the ILP's partition left it, and polished.
+6. The textbook pipeline formulas (AMP's critical path for 1F1B and GPipe, the interleaved bubble)
+   against the replay (closed_form.compute_end_s) over 6,000 random splits of equal blocks with
+   an embedding and a head: where the replay comes in under them they are no floor for the
+   search's bounds (bounds.textbook_is_floor).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
@@ -28,7 +33,9 @@ sys.path.insert(0, str(ROOT))
 from smplan.hwprofiles import load_cluster  # noqa: E402
 from smplan.planner import profile_model  # noqa: E402
 from smplan.planner.bounds import lower_bound  # noqa: E402
+from smplan.planner.closed_form import pipeline_time_s  # noqa: E402
 from smplan.planner.cost_model import CostModel  # noqa: E402
+from smplan.planner.costs import PlanCosts, StageCosts  # noqa: E402
 from smplan.planner.ilp import partition_for  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
 from smplan.planner.search import _plan_of, _polished, _solve, plan_model, search  # noqa: E402
@@ -149,12 +156,44 @@ def polish_gains() -> None:
                 break
 
 
+def textbook_vs_replay(trials: int = 6000) -> None:
+    print(f"6. textbook formula over the replay, {trials:,} random splits of equal blocks (embedding, head, sends)")
+    rng, gaps = random.Random(11), {}
+    for _ in range(trials):
+        schedule = rng.choice(["1f1b", "gpipe", "interleaved"])
+        p = rng.choice([2, 3, 4, 8])
+        v = rng.choice([2, 3, 4]) if schedule == "interleaved" else 1
+        m = p * rng.choice([1, 2, 3, 4, 6, 8]) if v > 1 else rng.choice([1, 2, 3, p, p + 1, 2 * p, 4 * p, 6 * p])
+        chunks = p * v
+        cuts = sorted(rng.sample(range(1, rng.randint(chunks, 6 * chunks)), chunks - 1)) if chunks > 1 else []
+        blocks = [b - a for a, b in zip([0, *cuts], [*cuts, (cuts[-1] if cuts else 0) + rng.randint(1, 6)],
+                                        strict=True)]
+        ratio, pre, post, send = rng.uniform(1.8, 3.2), rng.uniform(0, 1), rng.uniform(0, 3), rng.choice([0.0, 0.05])
+        stages = tuple(StageCosts(forward_s=n + (pre if c == 0 else 0) / 3 + (post if c == chunks - 1 else 0) / 3,
+                                  backward_s=n * ratio + (pre if c == 0 else 0) * 2 / 3 + (post if c == chunks - 1 else 0) * 2 / 3,
+                                  send_s=send if c < chunks - 1 else 0.0) for c, n in enumerate(blocks))
+        costs = PlanCosts(stages=stages, num_microbatches=m, pp=p, virtual_stages=v, schedule=schedule)
+        work = sum(s.forward_s + s.backward_s for s in stages)
+        sends = [s.send_s for s in stages]
+        cycle = (work + 2 * sum(sends)) / p  # the mean device's passes per micro-batch
+        if v > 1:
+            formula, kind = m * cycle + (p - 1) / v * work / p + 2 * sum(sends[: p - 1]), "interleaved"
+        else:
+            formula = work + 2 * sum(sends) + (m - 1) * cycle
+            kind = "gpipe" if schedule == "gpipe" else f"1f1b m {'>' if m > p else '<='} pp"
+        gaps.setdefault(kind, []).append(formula / pipeline_time_s(costs) - 1)
+    for kind, g in sorted(gaps.items()):
+        print(f"   {kind:14s} {len(g):5,d} splits: textbook at the mean over the replay {100 * min(g):+.1f}% .. "
+              f"{100 * max(g):+.2f}%  (over 0: no floor)")
+
+
 def main() -> None:
     bandwidth_sweep()
     closed_form_vs_simulation()
     ilp_objective_vs_closed_form()
     cli_times()
     polish_gains()
+    textbook_vs_replay()
 
 
 if __name__ == "__main__":

@@ -77,11 +77,11 @@ def _pipeline_bound(cand: Candidate, work: float, cycle: float, share: float, se
 def textbook_is_floor(cand: Candidate) -> bool:
     """Whether AMP's critical path (Li et al. 2022, eq. 2) at the mean cycle is a floor for every
     split: GPipe always (its path through the busiest device is that formula); 1F1B with more
-    micro-batches than stages, measured, not proven (over 6,000 random splits of equal blocks,
-    pp 2-8, an embedding and a head, sends, the replay never came in under it; it did by up to
-    6.5% with m <= pp, and brute force holds it in tests/planner/test_search.py). The interleaved
-    bubble is no floor: a review found a best split 3.65% under it at 3 rounds (pp=2, v=2, 9
-    blocks and a large head)."""
+    micro-batches than stages, measured, not proven (over the random splits of equal blocks of
+    benchmarks/plan_ranking.py part 6 the replay never came in under it; with m <= pp it did by
+    7.4%; brute force holds it in tests/planner/test_search.py). The interleaved bubble is no
+    floor (0.5% over the replay there; tests/planner/test_search.py has a review's case where the
+    search lost the best split to it)."""
     return cand.schedule == "gpipe" or (cand.schedule == "1f1b" and cand.m > cand.pp)
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from smplan.hwprofiles import Cluster
 
 from .bounds import compute_lower_bound, lower_bound
-from .closed_form import replayed_microbatches
+from .closed_form import estimate_from_costs, replayed_microbatches
 from .cost_model import CostModel
 from .explain import nearest_feasible_change
 from .feasibility import default_dtype
@@ -49,6 +49,7 @@ from .search_space import (
     Candidate,
     check_fix_syntax,
     enumerate_candidates,
+    recomputes_every_block,
     validate_constraints,
     why_no_candidates,
 )
@@ -156,9 +157,8 @@ def search(
     ranked = sorted(best.items(), key=lambda kv: kv[1][0])[:top]
     value = (lambda p: p.predicted.step_time_s * p.world_size) if objective == "cost" else \
         (lambda p: p.predicted.step_time_s)
-    keep_all = fixed.get("recompute", "none") != "none"  # search_space: a fixed kind recomputes every block
     result.plans, result.alternates = _polished_layouts(cm, ranked, runners if alternates else {}, cap, value,
-                                                        keep_all)
+                                                        recomputes_every_block(fixed))
     result.seconds = time.perf_counter() - t0
     # PowerSGD narrows the search to plain DDP (tp=pp=1, zero=0): say so where nothing fits
     why = (f"; grad_compress={fixed['grad_compress']} allows only tp=1, pp=1, zero=0 (torch DDP's hook): "
@@ -300,8 +300,6 @@ def _moved(blocks: list[int], recs: list[int], a: int, b: int, what: str) -> tup
 
 def _restaged(cm: CostModel, plan: Plan, blocks: list[int], recompute: list[int], kind: str) -> Plan:
     """`plan` with these blocks and recomputed blocks per chunk, and their closed-form figures."""
-    from .closed_form import estimate_from_costs
-
     stages, start = [], 0
     for n, r in zip(blocks, recompute, strict=True):
         stages.append(Stage(start, start + n, kind, r))

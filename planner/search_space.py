@@ -278,7 +278,7 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
     # PowerSGD is torch DDP's comm hook: zero=0 (grad_compress.problem), and no tp or pp, which
     # the executor runs with FSDP2 / DTensor rather than DDP (executor.validate).
     powersgd = gc.startswith("powersgd")
-    kinds = [("selective", False), ("full", False)] if rec is None else [(rec, rec != "none")]
+    kinds = [("selective", False), ("full", False)] if rec is None else [(rec, recomputes_every_block(fixed))]
     if rec is None and profile.blocks and profile.blocks[0].supports_sac:
         kinds.insert(1, ("sac", False))
     for world in world_sizes(cluster, fixed, max_nodes, min_nodes):
@@ -349,6 +349,11 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                                     yield Candidate(world, tp, pp, dp, mbs, m, schedule, v, bool(sp and tp > 1),
                                                     zero, kind, all_, fixed["overlap_dp"], fixed["dtype"],
                                                     ep, cp, cf, gc, fixed.get("fp8_scaling", "tensor"))
+
+
+def recomputes_every_block(fixed: dict) -> bool:
+    """A fixed recompute kind other than none recomputes every block (Candidate.recompute_all)."""
+    return fixed.get("recompute", "none") != "none"
 
 
 def _cps(profile: ModelProfile, fixed: dict, room: int) -> list[int]:
