@@ -10,6 +10,7 @@ import heapq
 import math
 from typing import NamedTuple
 
+import numpy as np
 from smplan.hwprofiles.perf import p2p_time_s
 from smplan.hwprofiles.topology import ParallelLayout
 
@@ -112,21 +113,16 @@ class _Room(NamedTuple):
 def _partition_shortfall(rooms: list[_Room], blocks: int) -> float:
     """The least memory x every device would need on top of its capacity for the devices to
     hold `blocks` whole blocks between them (each at its least bytes per block): the averaged
-    need can fit while no split in whole blocks does, and that gap was reported as 0."""
-    per_block = [r.slope - r.saved for r in rooms]
-    if any(b <= 0 for b in per_block):
-        return 0.0
+    need can fit while no split in whole blocks does, and that gap was reported as 0.
 
-    def held(x: float) -> int:
-        return sum(math.floor((r.room + x) / b + 1e-9) for r, b in zip(rooms, per_block, strict=True) if r.room + x > 0)
-
-    low, high = 0.0, max(per_block) * blocks + max(0.0, -min(r.room for r in rooms))
-    if held(low) >= blocks:
+    Device d holds its k-th block from x = k b_d - room_d on, so x is the `blocks`-th smallest
+    of those thresholds (exact; a bisection over the count took a tenth of GPT 1T's search)."""
+    per_block = np.array([r.slope - r.saved for r in rooms])
+    if (per_block <= 0).any():
         return 0.0
-    for _ in range(60):  # bisection to well under a byte of GiB-sized values
-        mid = (low + high) / 2
-        low, high = (low, mid) if held(mid) >= blocks else (mid, high)
-    return high
+    room = np.array([r.room for r in rooms])
+    thresholds = (np.arange(1, blocks + 1)[None, :] * per_block[:, None] - room[:, None]).ravel()
+    return max(0.0, float(np.partition(thresholds, blocks - 1)[blocks - 1]))
 
 
 def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str, float]:

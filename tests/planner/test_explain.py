@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from smplan.planner.explain import explain
 from smplan.planner.plan import Figures, Plan
 
@@ -46,6 +48,26 @@ def test_an_oom_bound_counts_whole_blocks_per_device():
     rooms = [_Room(ratio=float("inf"), free=10 / 6, full=10 / 6, slope=6.0, room=10.0, saved=0.0)] * 2
     assert abs(_partition_shortfall(rooms, 3) - 2.0) < 1e-6
     assert _partition_shortfall(rooms, 2) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-50, 100), st.floats(0.5, 20)), min_size=1, max_size=6), st.integers(1, 40))
+def test_the_oom_shortfall_is_the_least_that_holds_every_block(devices, blocks):
+    # its definition: with x more bytes each, the devices hold `blocks` whole blocks between them,
+    # and with a little less they do not
+    import math
+
+    from smplan.planner.bounds import _partition_shortfall, _Room
+
+    rooms = [_Room(ratio=math.inf, free=0.0, full=0.0, slope=b, room=r, saved=0.0) for r, b in devices]
+
+    def held(x: float) -> int:
+        return sum(math.floor((r + x) / b + 1e-9) for r, b in devices if r + x > 0)
+
+    x = _partition_shortfall(rooms, blocks)
+    assert x >= 0.0 and held(x) >= blocks
+    if x > 0:
+        assert held(x - 1e-6 * (1 + x)) < blocks
 
 
 def test_an_oom_runner_up_says_its_figure_is_a_bound():
