@@ -17,6 +17,11 @@ from pathlib import Path
 # lower bound on host memory, activations not counted.
 ADAMW_COPIES_PER_PARAM = 4
 GIB = 2**30
+# What one training process holds before any model: the Python interpreter, torch 2.13's CPU
+# build, a gloo process group and smplan.executor imported (peak RSS 230 MiB, measured on this
+# project's 2-core CI machine, Linux x86-64). A plan for 32 GPUs started on one CPU machine
+# pays it 32 times, however small its model.
+PROCESS_RUNTIME_BYTES = 230 * 2**20
 # cgroup v2's limit and usage of this process's group (a container, a Slurm job's cgroup):
 # MemAvailable is the machine's, and the kernel kills the group at its own limit.
 CGROUP = Path("/sys/fs/cgroup")
@@ -57,7 +62,7 @@ def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gp
     """Why `local_processes` processes of a run over `nnodes` nodes cannot start here, or None.
 
     `param_bytes`: the model's parameters in their dtype; `gpus`: this machine's CUDA devices
-    (None: no CUDA, the processes train on CPU).
+    (None: no CUDA, the processes train on CPU, each also holding PROCESS_RUNTIME_BYTES).
     """
     if gpus is not None:
         if local_processes > gpus:
@@ -67,11 +72,13 @@ def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gp
         return None
     if available_bytes is None or param_bytes <= 0:
         return None
-    need = ADAMW_COPIES_PER_PARAM * param_bytes / nnodes
+    runtime = local_processes * PROCESS_RUNTIME_BYTES
+    need = ADAMW_COPIES_PER_PARAM * param_bytes / nnodes + runtime
     if need <= available_bytes:
         return None
     across = f" across {nnodes} nodes" if nnodes > 1 else ""
     return (f"on CPU this run needs at least {need / GIB:.1f} GiB of host memory here (the model's "
             f"{param_bytes / GIB:.1f} GiB of parameters, with their gradients and AdamW's two moments, held at "
-            f"least once{across}), but this machine has {available_bytes / GIB:.1f} GiB available; run it on "
-            "the GPUs it was planned for, or plan a smaller model here")
+            f"least once{across}, and {runtime / GIB:.1f} GiB for its {local_processes} processes' torch runtime), "
+            f"but this machine has {available_bytes / GIB:.1f} GiB available; run it on the GPUs it was planned "
+            "for, or plan fewer GPUs or a smaller model here")
