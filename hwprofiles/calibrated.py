@@ -8,12 +8,16 @@ Bundled profiles have no `[efficiency]` table either. Those whose GPU has publis
 among the validation sources were checked against them (README, "How accurate it is"); the
 others (V100, H200, MI300X, L40S) were not, and are exactly as uncalibrated as a user's copy
 of them, so they get the same warning (review finding 8: a renamed copy of mi300xx8 warned,
-mi300xx8 itself did not, with identical predictions). A user's file with no table warns even
-when it describes a checked GPU: smplan cannot tell what hardware a file describes.
+mi300xx8 itself did not, with identical predictions). A user's file with no table is checked
+when its [gpu] table is a checked profile's, key for key: the factors are the GPU's (and the
+stack's), while its network and node are inputs it states (a copy of a100x8 with its NIC
+bandwidth measured used to warn "fitted on A100 clusters", a new-user review's finding); any
+other GPU table warns, as smplan cannot tell what GPU it describes.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .loader import PROFILE_DIR, read_profile
@@ -27,15 +31,16 @@ CHECKED_ON_THEIR_GPU = ("a100x8", "a100-40gx8", "h100x8", "b200x8", "b300x8", "g
 
 def checked_on_its_gpu(name_or_path: str) -> bool:
     """Whether the profile's efficiency factors were fitted (its own [efficiency] table) or checked
-    (a bundled profile in CHECKED_ON_THEIR_GPU, or a byte-for-byte copy of one) on its GPU."""
-    if "efficiency" in read_profile(name_or_path):
+    (a bundled profile in CHECKED_ON_THEIR_GPU, or a file with the [gpu] table of one) on its GPU."""
+    data = read_profile(name_or_path)
+    if "efficiency" in data:
         return True
     path = Path(name_or_path)
     if not is_path(name_or_path):
         return name_or_path in CHECKED_ON_THEIR_GPU
     if path.resolve().parent == PROFILE_DIR.resolve():
         return path.stem in CHECKED_ON_THEIR_GPU
-    return _copy_of_bundled(path) in CHECKED_ON_THEIR_GPU
+    return data.get("gpu") in _checked_gpu_tables()
 
 
 def uncalibrated_warning(name_or_path: str) -> str | None:
@@ -48,10 +53,7 @@ def uncalibrated_warning(name_or_path: str) -> str | None:
             "-o calibrated.toml` on that hardware first")
 
 
-def _copy_of_bundled(path: Path) -> str | None:
-    """The bundled profile `path` holds byte for byte (a user's copy predicts as it does), else None."""
-    try:
-        text = path.read_bytes()
-    except OSError:
-        return None
-    return next((bundled.stem for bundled in PROFILE_DIR.glob("*.toml") if text == bundled.read_bytes()), None)
+@functools.cache
+def _checked_gpu_tables() -> list[dict]:
+    """The [gpu] tables of the bundled profiles in CHECKED_ON_THEIR_GPU."""
+    return [read_profile(name)["gpu"] for name in CHECKED_ON_THEIR_GPU]

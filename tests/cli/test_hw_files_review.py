@@ -91,7 +91,8 @@ def test_the_uncalibrated_warning_is_the_same_for_a_bundled_profile_and_its_copy
     renamed = tmp_path / "mine.toml"
     renamed.write_text((PROFILE_DIR / f"{name}.toml").read_text().replace(f'name = "{name}"', 'name = "mine"'))
     assert (uncalibrated_warning(name) is not None) == warned == (not checked_on_its_gpu(name))
-    assert uncalibrated_warning(str(renamed))  # smplan cannot tell what a file of one's own describes
+    # a file of one's own with the GPU table of a checked profile is as checked as it is
+    assert (uncalibrated_warning(str(renamed)) is not None) == warned
 
 
 def test_a_bundled_uncalibrated_profile_warns_and_hw_list_says_which(cli_runner, tmp_path, monkeypatch):

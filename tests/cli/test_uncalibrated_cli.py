@@ -10,8 +10,11 @@ TINY = "examples/gpt.py:tiny"
 
 
 def _copy(tmp_path, extra: str = "\n# my cluster: bandwidths measured here\n"):
+    """a100x8 with a GPU of one's own: smplan cannot tell what it is."""
     path = tmp_path / "mine.toml"
-    path.write_text((PROFILE_DIR / "a100x8.toml").read_text() + extra)
+    text = (PROFILE_DIR / "a100x8.toml").read_text()
+    assert 'name = "A100-SXM4-80GB"' in text
+    path.write_text(text.replace('name = "A100-SXM4-80GB"', 'name = "my accelerator"') + extra)
     return str(path)
 
 
@@ -39,6 +42,21 @@ def test_calibrated_and_bundled_profiles_do_not_warn(cli_runner, tmp_path):
         result = cli_runner.invoke(cli, ["plan", TINY, "--hw", target, "--top", "1"])
         assert result.exit_code == 0, result.output
         assert "calibrated" not in result.stderr
+
+
+def test_a_copy_with_a_checked_gpu_and_its_own_network_does_not_warn(cli_runner, tmp_path):
+    # the factors belong to the GPU (and the stack); a NIC measured here is an input the file states
+    text = (PROFILE_DIR / "a100x8.toml").read_text()
+    mine = tmp_path / "nic.toml"
+    mine.write_text(text.replace("bandwidth_gbps = 25.0", "bandwidth_gbps = 50.0", 1))
+    assert mine.read_text() != text
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", str(mine), "--top", "1"])
+    assert result.exit_code == 0 and "calibrated" not in result.stderr, result.output
+    faster = mine.read_text().replace("bf16 = 312.0", "bf16 = 400.0", 1)  # another GPU than the A100 checked
+    assert faster != mine.read_text()
+    mine.write_text(faster)
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", str(mine), "--top", "1"])
+    assert result.exit_code == 0 and "has never been calibrated" in result.stderr, result.output
 
 
 def test_json_notes_carry_the_profile_warnings(cli_runner, tmp_path):
