@@ -194,6 +194,10 @@ def validate_constraints(
                         f"{world}; use {nodes_flag} {nodes} or a lower ep")
     gbs = fixed["global_batch"]
     dp, mbs = fixed.get("dp"), fixed.get("micro_batch")
+    sizes = world_sizes(cluster, fixed, max_nodes, min_nodes)
+    if dp and all(w % product for w in sizes):
+        # no mesh has these degrees: say so before the batch, which no batch can mend
+        raise PlanError(why_no_candidates(profile, cluster, fixed, max_nodes, min_nodes))
     if dp and gbs % (dp * (mbs or 1)):
         per = dp * (mbs or 1)
         lower = max(per, gbs // per * per)

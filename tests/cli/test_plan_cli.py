@@ -321,6 +321,13 @@ def test_fixed_zero3_is_searched_without_pipeline_stages(cli_runner):
     assert shape.exit_code == 2 and "no mesh of 8 GPUs has dp=3" in shape.output, shape.output
 
 
+def test_a_degree_no_mesh_has_is_named_before_the_batch(cli_runner):
+    # "--global-batch 6 or 9" for dp=3 on 8 GPUs led to a second error, "no mesh has dp=3" (a review's finding)
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "dp=3"])
+    assert result.exit_code == 2 and "no mesh of 8 GPUs has dp=3" in result.output, result.output
+    assert "global batch" not in result.output
+
+
 def test_json_keeps_the_explanation(cli_runner):
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--top", "3", "--json", "--explain"])
     assert result.exit_code == 0, result.output
