@@ -60,7 +60,8 @@ def model_changed(plan, model: str | None, model_args: dict | None, defaults: di
 def repriced(target: str, plan):
     """(plan, note): `plan` with predicted figures that are its own. The recorded ones stay when
     the closed form or the simulation of the plan gives them; else the simulated figures replace
-    them, and the note says so."""
+    them, and the note says so. Where they cannot be priced here, `plan` itself comes back with a
+    note that says why."""
     recorded = plan.predicted
     if recorded is None:
         return plan, None

@@ -235,6 +235,21 @@ def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(c
     assert same_args.exit_code == 0 and "note:" not in same_args.stderr, same_args.output
 
 
+def test_a_plan_the_run_refuses_is_one_error_not_a_note_first(cli_runner, tmp_path):
+    # the cost model refuses tp=2 on a model with no tp_plan as the run does: it printed "note: ... could not
+    # be checked ... the run is compared with them as recorded" before the run's own error (a review's finding)
+    path, edited = tmp_path / "plan.json", tmp_path / "edited.json"
+    assert cli_runner.invoke(cli, ["plan", str(EXAMPLES / "cnn.py"), "--hw", "a100x8", "-o", str(path)]).exit_code == 0
+    data = json.loads(path.read_text())
+    data.update(tp=2, dp=data["dp"] // 2)
+    data.pop("num_microbatches", None)
+    edited.write_text(json.dumps(data))
+    result = _invoke(cli_runner, str(edited), "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == ["error: tp=2 needs tensor parallelism but cnn.py defines no "
+                                                  "tp_plan(block); use tp=1"], result.output
+
+
 def test_slurm_run_directory_with_a_space(cli_runner, tmp_path):
     """Every path the user copies or sbatch reads stays one word: the submit line, the refusal, --output."""
     import shlex
