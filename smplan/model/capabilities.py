@@ -56,9 +56,9 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
         while type(err).__module__.startswith("smplan") and (err.__cause__ or err.__context__):
             err = err.__cause__ or err.__context__  # the model's own error, not our wrapper of it
         first_line = (str(err).strip().splitlines() or [""])[0][:100]
-        caller = _torch_caller(err) if fix == PIPELINE_FIX else None
-        if caller:  # torch's own forward calls the blocks: nothing of it is the user's to edit
-            return (f"{name}'s blocks are called by torch's {caller}.forward, which does not skip the layers "
+        caller = _library_caller(err) if fix == PIPELINE_FIX else None
+        if caller:  # a library's forward calls the blocks: nothing of it is the user's to edit
+            return (f"{name}'s blocks are called by {caller}.forward, which does not skip the layers "
                     f"another stage holds ({type(err).__name__}: {first_line}); call them from a forward of your "
                     "own that skips None layers, as examples/gpt.py does, to allow pp")
         if fix != PIPELINE_FIX:  # transformers' code: neither its line nor its layers are the user's to edit
@@ -74,17 +74,29 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
     return None
 
 
-def _torch_caller(err: BaseException) -> str | None:
-    """The class whose forward raised `err`, when that forward is torch's own (a whole-model
-    nn.Sequential, an nn.TransformerEncoder calling its layers), or None: the innermost
-    module forward of the traceback is the one that met the missing layer."""
+def _library_caller(err: BaseException) -> str | None:
+    """"torch's Sequential", "transformers' LlamaModel": the class whose forward raised `err`
+    when that forward is an installed library's (a whole-model nn.Sequential, an
+    nn.TransformerEncoder or a Hugging Face model calling its layers), or None: the innermost
+    module forward of the traceback is the one that met the missing layer. The line a user
+    could edit is not in it (it named transformers' deprecation.py, a review's finding)."""
     innermost = None
     for frame, _ in traceback.walk_tb(err.__traceback__):
         me = frame.f_locals.get("self")
         if frame.f_code.co_name == "forward" and isinstance(me, nn.Module):
             innermost = me
     forward = type(innermost).forward if innermost is not None else None
-    return type(innermost).__name__ if forward is not None and forward.__module__.startswith("torch.nn") else None
+    module = getattr(forward, "__module__", None) or ""
+    if module.startswith("torch.nn"):
+        return f"torch's {type(innermost).__name__}"
+    code = getattr(forward, "__code__", None)
+    installed = code is not None and any(part in ("site-packages", "dist-packages")
+                                         for part in Path(code.co_filename).parts)
+    if not (installed and module):
+        return None
+    library = module.split(".")[0]
+    possessive = "'" if library.endswith("s") else "'s"  # transformers' LlamaModel, timm's ResNet
+    return f"{library}{possessive} {type(innermost).__name__}"
 
 
 def _user_line(model: nn.Module, err: BaseException) -> str | None:

@@ -30,6 +30,23 @@ def test_the_planner_offers_no_pipeline_and_says_why(cli_runner):
     assert fixed.exit_code == 2 and "pp=2: ResNet's blocks are called by torch's Sequential.forward" in fixed.output
 
 
+def test_a_file_building_a_transformers_model_names_its_forward_not_a_line_of_transformers(tmp_path):
+    # it named "line 178 of deprecation.py" (transformers' decorator), a line no user edits (a review's finding)
+    pytest.importorskip("transformers")
+    path = tmp_path / "llama.py"
+    path.write_text(textwrap.dedent("""
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        def model(layers: int = 2):
+            return LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                                                num_key_value_heads=2, intermediate_size=64, vocab_size=64,
+                                                max_position_embeddings=64))
+    """))
+    why = profile_model(str(path), cache=False).unsupported["pp"]
+    assert why.startswith("LlamaForCausalLM's blocks are called by transformers' "), why
+    assert "deprecation.py" not in why and "as examples/gpt.py does, to allow pp" in why
+
+
 def test_execute_refuses_the_pipeline_with_the_same_reason(cli_runner, tmp_path):
     result = cli_runner.invoke(cli, ["execute", "pp=2,mbs=1,gbs=2", "--model", RESNET, "-o", str(tmp_path / "r")])
     assert result.exit_code == 2 and "pp=2: ResNet's blocks are called by torch's Sequential.forward" in result.output
