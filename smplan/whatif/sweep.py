@@ -47,6 +47,10 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
     record = {"version": POINTS_VERSION, "question": q.to_dict(), "points": points}
     derive(record)
     rid, why = recommend(record)
+    models = [v.key for v in q.varies if v.kind == "arg"]
+    if rid is not None and models:  # a smaller model trains more tokens: the pick says what it compared
+        why = (f"The points build different models ({', '.join(models)} varies), whose {q.unit}s are not worth "
+               f"the same: this compares their cost and speed only. {why}")
     record["recommended"], record["recommendation"] = rid, why
     record["details"] = {}
     if rid is not None:

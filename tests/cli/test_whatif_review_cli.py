@@ -150,3 +150,13 @@ def test_days_shorter_than_a_step_are_each_points_reason_not_a_traceback(cli_run
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "no whole step ends within 1e-09 days: one step (" in result.output
     assert not report.load(out / "points.json")["points"][0]["feasible"]
+
+
+def test_a_sweep_of_model_sizes_says_its_points_are_different_models(cli_runner, tmp_path):
+    # a smaller model trains the most tokens: the pick said only that, as if the points were comparable
+    # (a review's finding)
+    _, record, _ = whatif(cli_runner, tmp_path, "--hw", "a100x8", "--vary", "arg.layers=2,4", "--days", "1")
+    assert record["recommendation"].startswith("The points build different models (arg.layers varies), whose "
+                                               "tokens are not worth the same"), record["recommendation"]
+    _, same, _ = whatif(cli_runner, tmp_path / "same", "--hw", "a100x8", "--vary", "nodes=1,2", "--days", "1")
+    assert "different models" not in same["recommendation"]
