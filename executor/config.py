@@ -49,6 +49,7 @@ class RunConfig:
     # token data from disk (executor/token_data.py); None: the model file's batch()/data()
     data: str | None = None
     data_bytes: int | None = None  # --data's size when the run started: a continuation refuses another file there
+    data_digest: str | None = None  # and its sampled content (token_data.stream_digest): a same-size rewrite too
     data_dtype: str = "uint16"
     val_data: str | None = None
     eval_every: int = 0  # 0: no validation

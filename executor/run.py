@@ -58,7 +58,7 @@ from .run_dir import (
     start_afresh,
 )
 from .run_lock import forget_abandoned_lock, holding_run_dir
-from .token_data import Sequences, TokenStream, open_checked, resolve_shape
+from .token_data import Sequences, TokenStream, open_checked, resolve_shape, stream_digest
 from .validate import PlanMismatchError, meta_profile, validate_plan
 
 
@@ -308,6 +308,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         adam_betas=tuple(opts.adam_betas),
         data=str(Path(opts.data).resolve()) if opts.data else None,
         data_bytes=Path(opts.data).stat().st_size if opts.data else None,
+        data_digest=stream_digest(opts.data) if opts.data else None,
         data_dtype=opts.data_dtype,
         val_data=str(Path(opts.val_data).resolve()) if opts.val_data else None,
         eval_every=opts.eval_every,
@@ -418,11 +419,14 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
             was, now = getattr(earlier, key), getattr(cfg, key)
             if (was or now) and was != now and not (key == "data_dtype" and not (earlier.data or cfg.data)):
                 changed.append(f"{option} {was or 'not given'} (now {now or 'not given'})")
-        # the same path holding another file (a review overwrote its 20,000 tokens with 9,000); a run
-        # started before the size was kept has none, and a same-size rewrite is not seen
-        was_bytes = earlier.data_bytes
-        if earlier.data and earlier.data == cfg.data and was_bytes is not None and was_bytes != cfg.data_bytes:
+        # the same path holding another file (a review overwrote its 20,000 tokens with 9,000, and a
+        # same-size rewrite went unseen); a run started before the size or digest was kept has none
+        was_bytes, same_path = earlier.data_bytes, earlier.data and earlier.data == cfg.data
+        if same_path and was_bytes is not None and was_bytes != cfg.data_bytes:
             changed.append(f"--data {cfg.data} of {was_bytes:,} bytes (now {cfg.data_bytes:,}: another file)")
+        elif same_path and earlier.data_digest and cfg.data_digest and earlier.data_digest != cfg.data_digest:
+            changed.append(f"--data {cfg.data} holding other tokens (the same size, another content digest: "
+                           "another file)")
     if changed:
         raise PlanMismatchError(
             f"the run in {path} (step {step}) trained with {', '.join(changed)}; pass the same options "

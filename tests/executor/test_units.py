@@ -324,6 +324,32 @@ def test_a_resume_refuses_another_file_at_the_same_data_path(tmp_path):
     run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_bytes": 18_000}), older)
 
 
+def test_a_resume_refuses_a_same_size_rewrite_of_its_data(tmp_path):
+    """A rewrite of the same size went unseen: the sampled content digest tells the files apart."""
+    import numpy as np
+    from smplan.executor import run
+    from smplan.executor.config import RunConfig
+    from smplan.executor.token_data import stream_digest
+
+    data = tmp_path / "train.bin"
+    np.arange(200_000, dtype=np.uint16).tofile(data)
+    first = stream_digest(data)
+    assert stream_digest(data) == first
+    started, found = _started_run(tmp_path, data=str(data), data_bytes=data.stat().st_size, data_digest=first)
+    run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8}), tmp_path)
+    (np.arange(200_000, dtype=np.uint16)[::-1]).tofile(data)  # the same 400,000 bytes, other tokens
+    now = stream_digest(data)
+    assert now != first
+    with pytest.raises(PlanMismatchError, match="holding other tokens .*--force-resume"):
+        run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_digest": now}), tmp_path)
+    folder = tmp_path / "shards"  # a folder of shards: names, sizes and contents of each
+    folder.mkdir()
+    np.zeros(10, dtype=np.uint16).tofile(folder / "a.bin")
+    before = stream_digest(folder)
+    (folder / "a.bin").rename(folder / "b.bin")
+    assert stream_digest(folder) != before
+
+
 def test_a_resume_that_stretches_a_decaying_schedule_says_so(tmp_path, monkeypatch):
     from smplan.executor import checkpoint, run
     from smplan.executor.config import RunConfig
