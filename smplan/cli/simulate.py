@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from smplan.hwprofiles import PROBED_CPU_NAME
+from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack
 from smplan.planner.model_file import split_ref
 from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
@@ -18,7 +18,14 @@ from smplan.simulator.trace import write_trace
 
 from .checks import check_output_file, image_suffixes
 from .main import UserError
-from .notes import capped_context_note, gemm_tile_note, host_wait_note, out_of_memory_warning
+from .notes import (
+    a2a_overlap_note,
+    capped_context_note,
+    causal_mfu_note,
+    gemm_tile_note,
+    host_wait_note,
+    out_of_memory_warning,
+)
 from .options import (
     echo_json,
     hw_options,
@@ -95,7 +102,10 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
                           on_cpu=cluster.gpu.name == PROBED_CPU_NAME, stack=plan.stack)
     oom = None if result.fits_memory else out_of_memory_warning(
         result.figures.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan)
-    notes += [note for note in (capped, host, oom) if note]
+    # what `plan` says of the same plan: the masked half of causal attention in MFU, the hidden all-to-alls
+    causal = causal_mfu_note(result.figures, cluster, plan.dtype)
+    a2a = a2a_overlap_note(plan, cluster, load_stack(stack or plan.stack or DEFAULT_STACK).name)
+    notes += [note for note in (capped, host, causal, a2a, oom) if note]
     nodes_of = [row["node"] for row in result.stage_utilisation]
     if trace_path:
         write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})
@@ -143,7 +153,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in shown_breakdown(f.breakdown, plan).items()]))
-    for note in (capped, host):
+    for note in (capped, host, causal, a2a):
         if note:
             click.echo(note)
     click.echo("\nper-stage time, % of the step: compute + comm wait + optimizer + idle = 100%\n"

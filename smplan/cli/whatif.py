@@ -6,16 +6,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
 from smplan.display import days_text, memory_gib_text
-from smplan.hwprofiles import load_stack
+from smplan.hwprofiles import load_cluster, load_stack
 from smplan.report.points import unit_of
 
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
-from .notes import sac_stack_note
+from .notes import a2a_overlap_note, causal_mfu_note, sac_stack_note
 from .options import (
     echo_json,
     hw_options,
@@ -136,7 +137,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
 def table_notes(record: dict) -> list[str]:
     """The lines under the table: what its figures mean where the points differ in kind."""
     notes = [moe_host_time_note(record), network_price_note(record), fp8_mfu_note(record), gpu_count_note(record),
-             *sac_notes(record)]
+             causal_mfu_points_note(record), *sac_notes(record), *a2a_notes(record)]
     return [note for note in notes if note]
 
 
@@ -173,18 +174,50 @@ def gpu_count_note(record: dict) -> str | None:
 def sac_notes(record: dict) -> list[str]:
     """`smplan plan`'s note on a plan that recomputes with sac under a stack without that policy, once
     per stack, naming the points."""
+    # plan's --fix is whatif's --vary (or --plan)
+    return [f"{note} (here: --vary recompute=full,selective)"
+            for note in _per_point_notes(record, lambda plan: sac_stack_note(plan, load_stack(plan.stack).name))]
+
+
+def a2a_notes(record: dict) -> list[str]:
+    """`smplan plan`'s note on a plan whose expert all-to-alls across nodes are priced hidden (an
+    overlap Megatron-Core runs only when asked), once, naming the points: an ep sweep compares them."""
+    return _per_point_notes(record, lambda plan: a2a_overlap_note(plan, _cluster_of(plan), load_stack(plan.stack).name))
+
+
+def causal_mfu_points_note(record: dict) -> str | None:
+    """`smplan plan`'s note on an MFU above what the GPU's largest GEMMs reach (notes.causal_mfu_note:
+    long sequences count causal attention's masked half as work), once, naming the points."""
+    from smplan.whatif.point import plan_from_record
+
+    ids = []
+    for p in record["points"]:
+        if p["feasible"]:
+            plan = plan_from_record(p)
+            if causal_mfu_note(SimpleNamespace(**p["figures"]), _cluster_of(plan), plan.dtype):
+                ids.append(f"#{p['id']}")
+    if not ids:
+        return None
+    return (f"note ({', '.join(ids)}): MFU counts causal attention's masked half as work (PaLM's convention), above what "
+            "the GPU's GEMMs reach; hardware_tflops_per_gpu in points.json is what the GPUs execute")
+
+
+def _cluster_of(plan):
+    """The cluster a point's plan was priced on: its profile, nodes, overrides and stack."""
+    return load_cluster(plan.hw, nodes=plan.nodes, overrides=plan.hw_overrides, stack=plan.stack)
+
+
+def _per_point_notes(record: dict, note_of) -> list[str]:
+    """"note (#3, #5): ...": each note `note_of(plan)` gives the feasible points, once, with their ids."""
     from smplan.whatif.point import plan_from_record
 
     said: dict[str, list[str]] = {}
     for p in record["points"]:
         if p["feasible"]:
-            plan = plan_from_record(p)
-            note = sac_stack_note(plan, load_stack(plan.stack).name)
+            note = note_of(plan_from_record(p))
             if note:
                 said.setdefault(note, []).append(f"#{p['id']}")
-    # plan's --fix is whatif's --vary (or --plan)
-    return [f"note ({', '.join(ids)}): {note.removeprefix('note: ')} (here: --vary recompute=full,selective)"
-            for note, ids in said.items()]
+    return [f"note ({', '.join(ids)}): {note.removeprefix('note: ')}" for note, ids in said.items()]
 
 
 def moe_host_time_note(record: dict) -> str | None:

@@ -72,6 +72,24 @@ def test_a_plan_that_hides_all_to_alls_across_nodes_says_which_megatron_flag_doe
     assert not any(said in n for n in json.loads(cli_runner.invoke(cli, inside).stdout)["notes"])
 
 
+def test_simulate_and_whatif_say_what_plan_says_of_hidden_all_to_alls(cli_runner, tmp_path):
+    """Only `plan` said the all-to-alls across nodes were priced hidden: simulating the same plan, or
+    sweeping ep in whatif, gave the faster figure without a word (a review's finding)."""
+    said = "--overlap-moe-expert-parallel-comm --delay-wgrad-compute (off by default there)"
+    run = ["--arg", "experts=16", "--hw", "h100x8", "--nodes", "2"]
+    plan = "dp=16,ep=16,mbs=1,gbs=64"
+    notes = json.loads(cli_runner.invoke(cli, ["simulate", MOE, *run, "--plan", plan, "--json"]).stdout)["notes"]
+    assert any(said in n for n in notes), notes
+    off = cli_runner.invoke(cli, ["simulate", MOE, *run, "--plan", plan, "--hw-set", "efficiency.ep_a2a_overlap=0",
+                                  "--json"])
+    assert not any(said in n for n in json.loads(off.stdout)["notes"])
+    swept = cli_runner.invoke(cli, ["whatif", MOE, *run, "--plan", "dp=16,mbs=1,gbs=64", "--vary", "ep=1,16",
+                                    "--seeds", "2", "--jobs", "1", "-o", str(tmp_path / "w"), "--json"])
+    assert swept.exit_code == 0, swept.output
+    notes = [n for n in json.loads(swept.stdout)["notes"] if said in n]
+    assert len(notes) == 1 and notes[0].startswith("note (#1): this plan hides"), notes
+
+
 def test_an_ep_past_the_cluster_names_the_nodes_it_needs(cli_runner):
     """It said only "no mesh of 8 GPUs has the fixed keys"."""
     result = cli_runner.invoke(cli, ["plan", MOE, "--arg", "experts=16", "--hw", "h100x8", "--fix", "ep=16"])

@@ -402,6 +402,20 @@ def test_an_mfu_above_the_gemm_ceiling_says_what_the_gpus_execute(cli_runner):
     assert "note: MFU" not in short.output
 
 
+
+def test_simulate_and_whatif_say_it_of_an_mfu_above_the_gemm_ceiling(cli_runner, tmp_path):
+    # only `plan` said it (a review's finding)
+    args = ["--arg", "layers=2", "--arg", "hidden=1024", "--arg", "heads=8", "--arg", "seq_len=65536",
+            "--arg", "vocab=1024", "--arg", "attention=sdpa", "--hw", "h100x8"]
+    model = f"{EXAMPLES}/gpt.py:model"
+    simulated = cli_runner.invoke(cli, ["simulate", model, *args, "--plan", "dp=8,mbs=1,gbs=8", "--json"])
+    assert any(n.startswith("note: MFU") for n in json.loads(simulated.stdout)["notes"]), simulated.output
+    swept = cli_runner.invoke(cli, ["whatif", model, *args, "--plan", "dp=8,mbs=1,gbs=8", "--vary", "nodes=1",
+                                    "--seeds", "2", "--jobs", "1", "-o", str(tmp_path / "w"), "--json"])
+    assert swept.exit_code == 0, swept.output
+    assert any(n.startswith("note (#0): MFU counts causal attention's masked half") for n in
+               json.loads(swept.stdout)["notes"]), swept.output
+
 def test_a_global_batch_with_few_divisors_names_a_nearby_one():
     from smplan.cli.notes import batch_divisors_note
 
