@@ -148,7 +148,16 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
         fewest = fewest_nodes({k: v for k, v in fx.items() if k != "dp"})
         if fewest:
             return head, f"the smallest change that fits: {flag} {fewest} without --fix dp={fx['dp']}"
+    if fx.get("zero", 3) != 3:  # more nodes shard the model states only under ZeRO-3
+        fewest = fewest_nodes({**fx, "zero": 3})
+        if fewest:
+            return head, f"the smallest change that fits: {flag} {fewest} with zero=3"
     del cap
+    shown = {"tp": "tp", "pp": "pp", "ep": "ep", "cp": "cp", "zero": "zero", "micro_batch": "mbs", "recompute": "recompute"}
+    pinned = [f"{name}={fx[k]}" for k, name in shown.items() if k in fx]
+    if pinned:  # what each GPU holds is the fixed keys', whatever the nodes (a review's mixtral with tp=pp=ep=1, zero=0)
+        return head, (f"no node count within 256x fits with --fix {','.join(pinned)}, which set what each GPU holds: "
+                      "drop one of them, or use a smaller model or GPUs with more memory")
     return head, "no change within 256x the nodes fits either: use a smaller model or GPUs with more memory"
 
 

@@ -101,3 +101,16 @@ def test_an_ep_past_the_cluster_names_the_nodes_it_needs(cli_runner):
     assert capped.exit_code == 2 and "but the cluster has 8; use --max-nodes 2 or a lower ep" in capped.output
     too_many = cli_runner.invoke(cli, ["plan", MOE, "--hw", "h100x8", "--max-nodes", "1", "--fix", "dp=8,pp=2"])
     assert too_many.exit_code == 2 and "but the cluster has 8; use --max-nodes 2 or lower a degree" in too_many.output
+
+
+def test_fixed_keys_that_keep_the_model_whole_say_which_to_drop(cli_runner):
+    """Mixtral with tp=pp=ep=1, zero=0 fixed was told "no change within 256x the nodes fits: use a
+    smaller model", though ZeRO-3 over two nodes fits it (a review's finding)."""
+    mixtral = ["plan", f"{EXAMPLES}/moe.py:mixtral_8x7b", "--hw", "h100x8"]
+    result = cli_runner.invoke(cli, [*mixtral, "--fix", "tp=1,pp=1,ep=1,zero=0"])
+    assert result.exit_code == 2 and result.output.strip().endswith("the smallest change that fits: --nodes 2 with "
+                                                                    "zero=3"), result.output
+    huge = cli_runner.invoke(cli, ["plan", f"{EXAMPLES}/gpt.py:gpt3_175b", "--hw", "a100x8", "--global-batch", "512",
+                                   "--fix", "tp=1,pp=1,zero=3,mbs=64"])
+    assert huge.exit_code == 2 and "fits with --fix tp=1,pp=1,zero=3,mbs=64, which set what each GPU holds: drop one" \
+        in huge.output, huge.output
