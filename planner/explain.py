@@ -18,27 +18,20 @@ TIE_SHARE = 5e-4
 
 
 def explain(plans: list[Plan], rejected: list | None = None, limit: int = 3, objective: str = "time",
-            without_cp: Plan | str | None = None) -> list[str]:
+            without_cp: Plan | str | None = None, without_fix: tuple[str, Plan | str] | None = None) -> list[str]:
     """One line per runner-up: slower (or, under objective "cost", dearer) by how much and where
     the time went; OOM shapes. `without_cp` (search.best_without_cp): when the best splits the
-    sequence (cp>1), a first line on what the best plan at cp=1 costs, or why none fits."""
+    sequence (cp>1), a first line on what the best plan at cp=1 costs, or why none fits.
+    `without_fix` = (the --fix keys set free, e.g. "cp=8"; the best plan without them or why none
+    fits): what the user's layout keys cost against the search's own pick."""
     if not plans:
         return []
     best = plans[0].predicted
     lines = []
-    if plans[0].cp > 1 and isinstance(without_cp, str):
-        lines.append(f"without cp: {without_cp}")
-    elif plans[0].cp > 1 and without_cp is not None:
-        alt = without_cp.predicted
-        ratio = alt.step_time_s / best.step_time_s
-        if objective == "cost":
-            lines.append(f"without cp: {_cost_line(without_cp, plans[0])}")
-        elif abs(ratio - 1) < TIE_SHARE:
-            lines.append(f"without cp: ties with the best ({_shape(without_cp)}: {alt.step_time_s:.3f} s, "
-                         f"{alt.peak_memory_text} GiB vs {best.peak_memory_text} GiB)")
-        else:
-            lines.append(f"without cp: {100 * (ratio - 1):+.1f}% step time ({_shape(without_cp)}: "
-                         f"{alt.step_time_s:.3f} s vs {best.step_time_s:.3f} s)")
+    if without_fix is not None:
+        lines.append(_versus(f"without --fix {without_fix[0]}", without_fix[1], plans[0], objective))
+    if plans[0].cp > 1 and without_cp is not None:
+        lines.append(_versus("without cp", without_cp, plans[0], objective))
     for plan in plans[1:]:
         f = plan.predicted
         if objective == "cost":
@@ -98,6 +91,21 @@ def _cost_line(plan: Plan, best_plan: Plan) -> str:
 def _shape(plan: Plan) -> str:
     sched = plan.schedule + (f" v={plan.virtual_stages}" if plan.virtual_stages > 1 else "")
     return f"{plan.degrees} mbs={plan.micro_batch} {sched} zero={plan.zero} recompute={plan.recompute}"
+
+
+def _versus(label: str, other: Plan | str, best: Plan, objective: str) -> str:
+    """"LABEL: +16.7% step time (shape: a s vs b s)": another search's best against the best (or why
+    it has none)."""
+    if isinstance(other, str):
+        return f"{label}: {other}"
+    alt, ours = other.predicted, best.predicted
+    ratio = alt.step_time_s / ours.step_time_s
+    if objective == "cost":
+        return f"{label}: {_cost_line(other, best)}"
+    if abs(ratio - 1) < TIE_SHARE:
+        return (f"{label}: ties with the best ({_shape(other)}: {alt.step_time_s:.3f} s, {alt.peak_memory_text} GiB "
+                f"vs {ours.peak_memory_text} GiB)")
+    return f"{label}: {100 * (ratio - 1):+.1f}% step time ({_shape(other)}: {alt.step_time_s:.3f} s vs {ours.step_time_s:.3f} s)"
 
 
 def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict, result, max_nodes: int | None,

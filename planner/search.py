@@ -75,6 +75,7 @@ class SearchResult:
     num_experts: int = 0  # routed experts per MoE layer of the model (0: dense)
     not_searched: dict = field(default_factory=dict)  # dimension -> why the search left it out (--fix prices it)
     without_cp: Plan | str | None = None  # the best plan at cp=1, or why there is none (plan_model's without_cp)
+    without_fix: Plan | str | None = None  # the best plan with the layout keys of --fix free (plan_model's without_fix)
     # runner-up plans of the layouts in `plans` (ALTERNATE_SHARE): the simulated ranking tries them too
     alternates: list[Plan] = field(default_factory=list)
 
@@ -450,6 +451,7 @@ def plan_model(
     from .profiler import profile_model
 
     without_cp = constraints.pop("without_cp", False)
+    without_fix = constraints.pop("without_fix", False)
     fixed = check_fix_syntax(constraints.get("fix"), dtype)
     # --fix dtype=fp8 profiles as --dtype fp8 does
     dtype = dtype or fixed.get("dtype") or default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name)
@@ -465,23 +467,38 @@ def plan_model(
                                      f"start it; --fix cp=2 prices it at {profile.seq_len}")
     if without_cp and "cp" not in fixed and any(p.cp > 1 for p in result.plans):
         result.without_cp = best_without_cp(profile, cluster, ref, {**constraints, "fix": fixed})
+    free = {k: v for k, v in fixed.items() if k not in LAYOUT_KEYS}
+    if without_fix and free != fixed:
+        result.without_fix = best_with_fix(profile, cluster, ref, constraints, free)
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
         result.alternates = [replace(p, seq_len=seq_len) for p in result.alternates]
-        if isinstance(result.without_cp, Plan):
-            result.without_cp = replace(result.without_cp, seq_len=seq_len)
+        result.without_cp, result.without_fix = (replace(x, seq_len=seq_len) if isinstance(x, Plan) else x
+                                                 for x in (result.without_cp, result.without_fix))
     return result
+
+
+# The --fix keys that lay the model out (`plan --explain` prices the best plan with them free);
+# the rest (dtype, global batch, fp8 scaling, gradient compression, capacity factor) set what is
+# trained, not how, and stay.
+LAYOUT_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero", "recompute", "micro_batch", "schedule", "virtual_stages",
+               "sequence_parallel", "overlap_dp")
 
 
 def best_without_cp(profile: ModelProfile, cluster: Cluster, ref: str, constraints: dict) -> Plan | str:
     """The best plan under `constraints` with cp=1 (what `plan --explain` sets a cp plan against),
     or why none fits: one more search, 0.13 s for examples/gpt.py:llama3_8b at 131072 tokens on
     8 h100x8 nodes (the first took 0.41 s), as it prunes against a single best."""
-    fix = {**constraints.get("fix", {}), "cp": 1}
+    return best_with_fix(profile, cluster, ref, constraints, {**constraints.get("fix", {}), "cp": 1})
+
+
+def best_with_fix(profile: ModelProfile, cluster: Cluster, ref: str, constraints: dict, fix: dict) -> Plan | str:
+    """The best plan under `constraints` with `fix` for its fixed keys, or why none fits (one more
+    search, for a single best)."""
     try:
         return search(profile, cluster, model_ref=ref, **{**constraints, "fix": fix, "top": 1, "progress": None,
                                                           "alternates": False}).plans[0]
     except PlanError as err:
-        # the smallest change that fits (nearest_feasible_change) is one for a search held at cp=1, which cp
-        # itself beats; keep what does not fit
+        # the smallest change that fits (nearest_feasible_change) is one for another search than the
+        # user's; keep what does not fit
         return err.what if isinstance(err, NoFeasiblePlan) else str(err)

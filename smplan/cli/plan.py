@@ -9,8 +9,8 @@ import click
 from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack, parse_override
 from smplan.hwprofiles.paths import is_path
 from smplan.planner.explain import explain
-from smplan.planner.plan import is_plan_file_name
-from smplan.planner.search import plan_model
+from smplan.planner.plan import is_plan_file_name, parse_inline
+from smplan.planner.search import LAYOUT_KEYS, plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
 from smplan.simulator.rank import alternates_within_budget, rank_by_simulation, too_long_to_rank
 
@@ -56,7 +56,8 @@ from .table import format_table, sequence_phrase
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the best plan (JSON).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@click.option("--explain", "show_explain", is_flag=True, help="Say why the runner-ups lost.")
+@click.option("--explain", "show_explain", is_flag=True, help="Say why the runner-ups lost, why a dimension is not offered, and what --fix's "
+              "layout keys cost against the best plan without them.")
 @click.option("--closed-form", is_flag=True,
               help=f"Rank by the search's closed-form estimate only; by default its best {RANKED} plans are "
                    "simulated (as `smplan simulate` does) and ranked by that.")
@@ -92,6 +93,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         min_nodes=nodes if max_nodes else None, progress=lambda msg: click.echo(msg, err=True),
         overlap_dp=load_stack(stack).overlap_grad_reduce,  # the stack's default; --fix overlap_dp=.. wins
         without_cp=show_explain,  # --explain sets a cp plan against the best at cp=1
+        without_fix=show_explain,  # and the best against the best with --fix's layout keys free
         alternates=not closed_form,  # runner-ups of the best layouts, for the simulated ranking
     )
     plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
@@ -107,11 +109,18 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                           "(`smplan simulate PLAN.json` may differ by a few %)")
             click.echo(before[-1], err=True)
     plans = plans[:top]
-    without_cp = result.without_cp
-    if show_explain and plans[0].cp > 1 and not isinstance(without_cp, str | None):
-        without_cp = without_cp.replace(stack=plans[0].stack)
+    def like_the_best(other):
+        """Another search's best, priced as the best was (simulated where it was): or why there is none."""
+        if isinstance(other, str | None):
+            return other
+        other = other.replace(stack=plans[0].stack)
         if simulated:  # figures of one kind with the best's
-            without_cp = rank_by_simulation([without_cp], lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)[0][0]
+            other = rank_by_simulation([other], lambda p: cluster_from(hw, p.nodes, hw_set, stack), objective)[0][0]
+        return other
+
+    without_cp = like_the_best(result.without_cp) if show_explain and plans[0].cp > 1 else result.without_cp
+    freed = [item for item in ",".join(fix).split(",") if item and set(parse_inline(item)) & set(LAYOUT_KEYS)]
+    without_fix = (",".join(freed), like_the_best(result.without_fix)) if result.without_fix is not None else None
     notes = _notes(plans[0], result, cluster, stack, model, model_args, seq_len)
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
@@ -124,7 +133,8 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                   # every note and warning the text prints
                   "notes": [note for note in before if note] + notes}
         if show_explain:  # the same lines the table prints, and the dimensions the model rules out
-            record["explain"] = explain(plans, result.rejected, objective=objective, without_cp=without_cp)
+            record["explain"] = explain(plans, result.rejected, objective=objective, without_cp=without_cp,
+                                        without_fix=without_fix)
             record["not_offered"] = dict(result.unsupported)
             record["not_searched"] = dict(result.not_searched)
         echo_json(record)
@@ -160,7 +170,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     for note in notes:
         click.echo(note)
     if show_explain:
-        for line in explain(plans, result.rejected, objective=objective, without_cp=without_cp):
+        for line in explain(plans, result.rejected, objective=objective, without_cp=without_cp, without_fix=without_fix):
             click.echo(f"  {line}")
         for dim, why in result.unsupported.items():
             click.echo(f"  {dim} not offered: {why}")

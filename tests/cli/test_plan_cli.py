@@ -462,3 +462,16 @@ def test_an_arg_typo_is_the_only_line(cli_runner):
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
         result.output.strip()] and "takes no argument 'layer' (did you mean 'layers'?)" in result.output
+
+
+def test_explain_prices_the_layout_keys_of_fix_against_the_best_without_them(cli_runner):
+    # a fixed cp=8 at 1,024 tokens was 26% slower than the search's own pick, and --explain never said so
+    # (a review's finding); keys that set what is trained (dtype) stay fixed
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "pp=2,dtype=bf16", "--explain"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if "without --fix" in x)
+    assert line.strip().startswith("without --fix pp=2: -") and "% step time (tp=" in line and " pp=1 " in line, line
+    as_json = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "pp=2", "--explain", "--json"])
+    assert any(x.startswith("without --fix pp=2: ") for x in json.loads(as_json.stdout)["explain"])
+    numerics = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "dtype=bf16", "--explain"])
+    assert numerics.exit_code == 0 and "without --fix" not in numerics.output
