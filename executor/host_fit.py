@@ -82,3 +82,15 @@ def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gp
             f"least once{across}, and {runtime / GIB:.1f} GiB for its {local_processes} processes' torch runtime), "
             f"but this machine has {available_bytes / GIB:.1f} GiB available; run it on the GPUs it was planned "
             "for, or plan fewer GPUs or a smaller model here")
+
+
+def shared_cores_note(local_processes: int, cores: int | None = None) -> str | None:
+    """Processes training on CPU beyond this machine's cores (`cores`: those this process may run
+    on) take turns on them: the run is right, its step times are the sharing's (a review started 4
+    on 2 cores without a word)."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if local_processes <= cores:
+        return None
+    return (f"note: {local_processes} processes train on this machine's {cores} CPU cores: they take turns, so the "
+            "step times measure the sharing, not the plan")

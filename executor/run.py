@@ -33,7 +33,7 @@ from .config import (
     parse_slow_rank,
 )
 from .float8 import fp8_device_problem
-from .host_fit import available_host_bytes, this_machine_problem
+from .host_fit import available_host_bytes, shared_cores_note, this_machine_problem
 from .launch import (
     LaunchError,
     LaunchInterrupted,
@@ -380,6 +380,13 @@ def _data_epochs_note(cfg: RunConfig) -> str | None:
             f"{cfg.steps} steps read {needed:,}: the stream wraps around, {needed / seqs.count:.2f} epochs")
 
 
+def _shared_cores(nproc: int, launcher: str) -> str | None:
+    """host_fit.shared_cores_note for a local launch without CUDA (Slurm's nodes are not this machine)."""
+    import torch
+
+    return None if launcher != "local" or torch.cuda.is_available() else shared_cores_note(nproc)
+
+
 def _keep_note(cfg: RunConfig) -> str | None:
     """--keep-checkpoints on a run that saves none (no --checkpoint-every, given or continued)."""
     if not cfg.keep_checkpoints or cfg.checkpoint_every:
@@ -480,7 +487,8 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
 
 
 def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
-    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan), _keep_note(cfg)):
+    for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan), _keep_note(cfg),
+                 _shared_cores(nproc, opts.launcher)):
         if progress and note:
             progress(note)
     if progress and opts.reference_batch and cfg.lr_scale != 1.0:

@@ -3,7 +3,12 @@ GPUs, or on CPU less host memory than the model's parameters with gradients and 
 
 from __future__ import annotations
 
-from smplan.executor.host_fit import GIB, available_host_bytes, this_machine_problem
+from smplan.executor.host_fit import (
+    GIB,
+    available_host_bytes,
+    shared_cores_note,
+    this_machine_problem,
+)
 
 from smplan.cli.main import cli
 
@@ -59,3 +64,9 @@ def test_execute_refuses_before_launch(cli_runner, tmp_path, monkeypatch):
     line = result.output.strip()
     assert line.startswith("error: on CPU this run needs at least") and "\n" not in line and "Traceback" not in line
     assert not out.exists()
+
+
+def test_more_cpu_processes_than_cores_are_said_to_share_them():
+    assert shared_cores_note(2, cores=2) is None
+    assert shared_cores_note(4, cores=2).startswith("note: 4 processes train on this machine's 2 CPU cores")
+    assert shared_cores_note(1) is None  # this machine's own count
