@@ -17,11 +17,12 @@ from pathlib import Path
 # lower bound on host memory, activations not counted.
 ADAMW_COPIES_PER_PARAM = 4
 GIB = 2**30
-# What one training process holds before any model: the Python interpreter, torch 2.13's CPU
-# build, a gloo process group and smplan.executor imported (peak RSS 230 MiB, measured on this
-# project's 2-core CI machine, Linux x86-64). A plan for 32 GPUs started on one CPU machine
-# pays it 32 times, however small its model.
-PROCESS_RUNTIME_BYTES = 230 * 2**20
+# What one training process holds of its own before any model: the Python interpreter, torch
+# 2.13's CPU build, a gloo process group and smplan.executor imported (RssAnon 150 MiB of its
+# 230 MiB RSS, measured on this project's 2-core CI machine, Linux x86-64; the other 80 MiB are
+# file pages the processes share). A plan for 32 GPUs started on one CPU machine pays it 32
+# times, however small its model.
+PROCESS_RUNTIME_BYTES = 150 * 2**20
 # cgroup v2's limit and usage of this process's group (a container, a Slurm job's cgroup):
 # MemAvailable is the machine's, and the kernel kills the group at its own limit.
 CGROUP = Path("/sys/fs/cgroup")

@@ -24,7 +24,9 @@ the model's vocabulary (Vocab: from its config, else from the embedding the ids 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +42,10 @@ CHECK_WINDOW_TOKENS = 1024
 # The fewest tokens of a shard's first chunk the uint32-read-as-uint16 test judges: 512 zeros at
 # every odd index of a real uint16 stream do not happen (this module's choice, not measured).
 WIDE_CHECK_MIN_TOKENS = 1024
-# The content digest a resume holds --data against reads this many windows of this many bytes of
-# every shard (its first and last among them): ~1 MiB a shard, milliseconds on any file system.
-DIGEST_WINDOWS = 16
+# The content digest a resume holds --data against reads this many windows of this many bytes,
+# evenly spaced over the whole stream (its first and last bytes among them): 4 MiB at most, however
+# many shards (a review's 1,000-shard folder would have read 1 GiB at a window set per shard).
+DIGEST_WINDOWS = 64
 DIGEST_WINDOW_BYTES = 1 << 16
 
 
@@ -92,18 +95,27 @@ def _shard_files(path: Path, label: str) -> list[Path]:
 
 
 def stream_digest(path: str | Path, label: str = "--data") -> str:
-    """A digest of the token files at `path` (names, sizes, DIGEST_WINDOWS evenly spaced windows of
-    each): a resume refuses a --data path that holds other tokens now, a same-size rewrite too (its
-    size alone did not tell). Sampled, not a full hash: an edit between windows goes unseen."""
+    """A digest of the token files at `path` (every shard's name and size, DIGEST_WINDOWS windows
+    spread over their bytes): a resume refuses a --data path that holds other tokens now, a
+    same-size rewrite too (its size alone did not tell). Sampled, not a full hash: an edit between
+    windows goes unseen."""
     digest = hashlib.sha256()
-    for file in _shard_files(Path(path), label):
-        size = file.stat().st_size
+    files = _shard_files(Path(path), label)
+    sizes = [f.stat().st_size for f in files]
+    for file, size in zip(files, sizes, strict=True):
         digest.update(f"{file.name}\0{size}\0".encode())
-        with file.open("rb") as fh:
-            last = max(0, size - DIGEST_WINDOW_BYTES)
-            for k in range(DIGEST_WINDOWS):
-                fh.seek(last * k // (DIGEST_WINDOWS - 1))
-                digest.update(fh.read(DIGEST_WINDOW_BYTES))
+    starts = list(itertools.accumulate(sizes, initial=0))
+    last = max(0, starts[-1] - DIGEST_WINDOW_BYTES)
+    for k in range(DIGEST_WINDOWS):
+        pos = last * k // (DIGEST_WINDOWS - 1)
+        shard = bisect.bisect_right(starts, pos) - 1  # an empty shard starts where the next one does
+        left = DIGEST_WINDOW_BYTES
+        while left > 0 and shard < len(files):  # a window runs on into the next shards
+            with files[shard].open("rb") as fh:
+                fh.seek(pos - starts[shard])
+                chunk = fh.read(left)
+            digest.update(chunk)
+            left, pos, shard = left - len(chunk), starts[shard + 1], shard + 1
     return digest.hexdigest()[:16]
 
 

@@ -161,8 +161,11 @@ def nearest_feasible_change(profile: ModelProfile, cluster: Cluster, fixed: dict
         if fewest:
             return head, f"the smallest change that fits: {flag} {fewest} with zero=3"
     del cap
-    shown = {"tp": "tp", "pp": "pp", "ep": "ep", "cp": "cp", "zero": "zero", "micro_batch": "mbs", "recompute": "recompute"}
-    pinned = [f"{name}={fx[k]}" for k, name in shown.items() if k in fx]
+    # the fixed keys whose release could lower what a GPU holds (zero=3, recompute=full, mbs=1 are the least)
+    pinned = [f"{k}={fx[k]}" for k in ("tp", "pp", "ep", "cp") if k in fx]
+    pinned += [f"mbs={fx['micro_batch']}"] if fx.get("micro_batch", 1) > 1 else []
+    pinned += [f"zero={fx['zero']}"] if fx.get("zero", 3) < 3 else []
+    pinned += [f"recompute={fx['recompute']}"] if fx.get("recompute", "full") != "full" else []
     if pinned:  # what each GPU holds is the fixed keys', whatever the nodes (a review's mixtral with tp=pp=ep=1, zero=0)
         return head, (f"no node count within 256x fits with --fix {','.join(pinned)}, which set what each GPU holds: "
                       "drop one of them, or use a smaller model or GPUs with more memory")

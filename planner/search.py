@@ -43,7 +43,7 @@ from .feasibility import default_dtype
 from .ilp import partition_for, spread
 from .memory_model import capacity_bytes
 from .model_profile import ModelProfile
-from .plan import Plan, PlanError, Stage, parse_inline
+from .plan import INLINE_KEYS, Plan, PlanError, Stage, parse_inline
 from .search_space import (
     CP_MIN_SEQ_LEN,
     Candidate,
@@ -76,6 +76,7 @@ class SearchResult:
     not_searched: dict = field(default_factory=dict)  # dimension -> why the search left it out (--fix prices it)
     without_cp: Plan | str | None = None  # the best plan at cp=1, or why there is none (plan_model's without_cp)
     without_fix: Plan | str | None = None  # the best plan with the layout keys of --fix free (plan_model's without_fix)
+    freed: str = ""  # those keys as --fix gave them ("cp=8,mbs=2")
     # runner-up plans of the layouts in `plans` (ALTERNATE_SHARE): the simulated ranking tries them too
     alternates: list[Plan] = field(default_factory=list)
 
@@ -470,6 +471,9 @@ def plan_model(
     free = {k: v for k, v in fixed.items() if k not in LAYOUT_KEYS}
     if without_fix and free != fixed:
         result.without_fix = best_with_fix(profile, cluster, ref, constraints, free)
+        short = {field: key for key, field in reversed(INLINE_KEYS.items())}  # mbs, not micro_batch
+        result.freed = ",".join(f"{short[k]}={int(v) if isinstance(v, bool) else v}"
+                                for k, v in fixed.items() if k in LAYOUT_KEYS)
     if seq_len is not None:
         result.plans = [replace(p, seq_len=seq_len) for p in result.plans]
         result.alternates = [replace(p, seq_len=seq_len) for p in result.alternates]

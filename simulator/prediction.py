@@ -58,15 +58,15 @@ def model_changed(plan, model: str | None, model_args: dict | None, defaults: di
 
 
 def repriced(target: str, plan):
-    """(plan, note): `plan` with predicted figures that are its own. The recorded ones stay when
-    the closed form or the simulation of the plan gives them; else the simulated figures replace
-    them, and the note says so. Where they cannot be priced here, `plan` itself comes back with a
-    note that says why."""
+    """(plan, note, priced): `plan` with predicted figures that are its own. The recorded ones stay
+    when the closed form or the simulation of the plan gives them; else the simulated figures
+    replace them, and the note says so. `priced` is False where they could not be priced here
+    (the note says why)."""
     recorded = plan.predicted
     if recorded is None:
-        return plan, None
+        return plan, None, True
     if plan.hw not in bundled_profiles() and not is_path(plan.hw):
-        return plan, None  # hardware that is no profile (a hand-written "local"): nothing to price with
+        return plan, None, True  # hardware that is no profile (a hand-written "local"): nothing to price with
     try:
         profile = profile_model(plan.model, plan.model_args, plan.seq_len, plan.dtype)
         cluster = load_cluster(plan.hw, nodes=plan.nodes, overrides=plan.hw_overrides, stack=plan.stack)
@@ -74,14 +74,14 @@ def repriced(target: str, plan):
     except ValueError as err:  # a profile file moved away, a stack gone: say the figures went unchecked
         reason = (str(err).splitlines() or [type(err).__name__])[0]
         return plan, (f"note: {target}'s predicted figures could not be checked against its plan ({reason}); the "
-                      "run is compared with them as recorded")
+                      "run is compared with them as recorded"), False
     if _matches(recorded.step_time_s, closed.step_time_s):
-        return plan, None  # cheap first: a file written with --closed-form
+        return plan, None, True  # cheap first: a file written with --closed-form
     try:
         fresh = simulate_plan(plan, profile, cluster, record_events=False).figures
     except ValueError:  # too many micro-batches to simulate: the closed form, as `plan` records then
         fresh = closed
     if _matches(recorded.step_time_s, fresh.step_time_s):
-        return plan, None
+        return plan, None, True
     note = _stale(target, recorded.step_time_s, fresh.step_time_s, "the run is compared with the simulated figures")
-    return plan.replace(predicted=fresh), note
+    return plan.replace(predicted=fresh), note, True

@@ -229,8 +229,8 @@ def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict, mo
         click.echo(f"note: --model/--arg build another model than {plan_arg} was priced for; this run is not "
                    "compared with its predicted figures", err=True)
         return plan.replace(predicted=None)
-    checked, note = repriced(plan_arg, plan)
-    if note and checked is plan:
+    checked, note, priced = repriced(plan_arg, plan)
+    if not priced:
         # the figures could not be checked (a profile moved away, or a plan the cost model refuses):
         # a plan the run refuses too is that one error, not a note that reads as if the run starts
         from smplan.executor.validate import validate_plan

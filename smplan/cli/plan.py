@@ -9,8 +9,8 @@ import click
 from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack, parse_override
 from smplan.hwprofiles.paths import is_path
 from smplan.planner.explain import explain
-from smplan.planner.plan import is_plan_file_name, parse_inline
-from smplan.planner.search import LAYOUT_KEYS, plan_model
+from smplan.planner.plan import is_plan_file_name
+from smplan.planner.search import plan_model
 from smplan.simulator.rank import RANKED_PLANS as RANKED
 from smplan.simulator.rank import alternates_within_budget, rank_by_simulation, too_long_to_rank
 
@@ -119,8 +119,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         return other
 
     without_cp = like_the_best(result.without_cp) if show_explain and plans[0].cp > 1 else result.without_cp
-    freed = [item for item in ",".join(fix).split(",") if item and set(parse_inline(item)) & set(LAYOUT_KEYS)]
-    without_fix = (",".join(freed), like_the_best(result.without_fix)) if result.without_fix is not None else None
+    without_fix = (result.freed, like_the_best(result.without_fix)) if result.without_fix is not None else None
     notes = _notes(plans[0], result, cluster, stack, model, model_args, seq_len)
     if output:
         # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them

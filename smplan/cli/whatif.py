@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import click
 
 from smplan.display import days_text, memory_gib_text
-from smplan.hwprofiles import load_cluster, load_stack
+from smplan.hwprofiles import load_stack
 from smplan.report.points import unit_of
 
 from .checks import FiniteFloat, check_can_write
@@ -112,7 +112,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         stacks=tuple(value for v in q.varies if v.kind == "stack" for value in v.values))
 
     record = run_whatif(q, jobs=jobs, progress=ProgressBar(), note=lambda text: click.echo(text, err=True))
-    record["notes"] = table_notes(record)  # under the table, on the page and in points.json
+    record["notes"] = table_notes(record, q)  # under the table, on the page and in points.json
     click.echo(f"writing the report and its charts to {os.path.join(out_dir, '')} ...", err=True)
     index = write_report(record, out_dir, fmt=fmt, force=True)
     if as_json:  # the warnings said on stderr, then the notes under the table; where the page is, as the text's last line says
@@ -134,10 +134,23 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         raise UserError(f"no feasible point: {record['recommendation']}; the report {index} says why each one failed")
 
 
-def table_notes(record: dict) -> list[str]:
-    """The lines under the table: what its figures mean where the points differ in kind."""
+def table_notes(record: dict, q) -> list[str]:
+    """The lines under the table: what its figures mean where the points differ in kind. `q`: the
+    whatif Question, whose points' clusters (`point_cluster`) some notes price again."""
+    from smplan.whatif import grid
+    from smplan.whatif.point import point_cluster
+
+    specs = {spec.id: spec for spec in grid(list(q.varies))}
+    clusters: dict = {}
+
+    def cluster_of(point: dict):
+        """The cluster a point was priced on: the question's --hw (a file of one's own too) as its spec varies it."""
+        if point["id"] not in clusters:
+            clusters[point["id"]] = point_cluster(q, specs[point["id"]])
+        return clusters[point["id"]]
+
     notes = [moe_host_time_note(record), network_price_note(record), fp8_mfu_note(record), gpu_count_note(record),
-             causal_mfu_points_note(record), *sac_notes(record), *a2a_notes(record)]
+             causal_mfu_points_note(record, cluster_of), *sac_notes(record), *a2a_notes(record, cluster_of)]
     return [note for note in notes if note]
 
 
@@ -176,16 +189,16 @@ def sac_notes(record: dict) -> list[str]:
     per stack, naming the points."""
     # plan's --fix is whatif's --vary (or --plan)
     return [f"{note} (here: --vary recompute=full,selective)"
-            for note in _per_point_notes(record, lambda plan: sac_stack_note(plan, load_stack(plan.stack).name))]
+            for note in _per_point_notes(record, lambda p, plan: sac_stack_note(plan, load_stack(plan.stack).name))]
 
 
-def a2a_notes(record: dict) -> list[str]:
+def a2a_notes(record: dict, cluster_of) -> list[str]:
     """`smplan plan`'s note on a plan whose expert all-to-alls across nodes are priced hidden (an
     overlap Megatron-Core runs only when asked), once, naming the points: an ep sweep compares them."""
-    return _per_point_notes(record, lambda plan: a2a_overlap_note(plan, _cluster_of(plan), load_stack(plan.stack).name))
+    return _per_point_notes(record, lambda p, plan: a2a_overlap_note(plan, cluster_of(p), load_stack(plan.stack).name))
 
 
-def causal_mfu_points_note(record: dict) -> str | None:
+def causal_mfu_points_note(record: dict, cluster_of) -> str | None:
     """`smplan plan`'s note on an MFU above what the GPU's largest GEMMs reach (notes.causal_mfu_note:
     long sequences count causal attention's masked half as work), once, naming the points."""
     from smplan.whatif.point import plan_from_record
@@ -194,7 +207,7 @@ def causal_mfu_points_note(record: dict) -> str | None:
     for p in record["points"]:
         if p["feasible"]:
             plan = plan_from_record(p)
-            if causal_mfu_note(SimpleNamespace(**p["figures"]), _cluster_of(plan), plan.dtype):
+            if causal_mfu_note(SimpleNamespace(**p["figures"]), cluster_of(p), plan.dtype):
                 ids.append(f"#{p['id']}")
     if not ids:
         return None
@@ -202,19 +215,14 @@ def causal_mfu_points_note(record: dict) -> str | None:
             "the GPU's GEMMs reach; hardware_tflops_per_gpu in points.json is what the GPUs execute")
 
 
-def _cluster_of(plan):
-    """The cluster a point's plan was priced on: its profile, nodes, overrides and stack."""
-    return load_cluster(plan.hw, nodes=plan.nodes, overrides=plan.hw_overrides, stack=plan.stack)
-
-
 def _per_point_notes(record: dict, note_of) -> list[str]:
-    """"note (#3, #5): ...": each note `note_of(plan)` gives the feasible points, once, with their ids."""
+    """"note (#3, #5): ...": each note `note_of(point, plan)` gives the feasible points, once, with their ids."""
     from smplan.whatif.point import plan_from_record
 
     said: dict[str, list[str]] = {}
     for p in record["points"]:
         if p["feasible"]:
-            note = note_of(plan_from_record(p))
+            note = note_of(p, plan_from_record(p))
             if note:
                 said.setdefault(note, []).append(f"#{p['id']}")
     return [f"note ({', '.join(ids)}): {note.removeprefix('note: ')}" for note, ids in said.items()]

@@ -48,7 +48,8 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
     derive(record)
     rid, why = recommend(record)
     models = [v.key for v in q.varies if v.kind == "arg"]
-    if rid is not None and models:  # a smaller model trains more tokens: the pick says what it compared
+    if rid is not None and models and _work_per_token_differs(points):
+        # a smaller model trains more tokens: the pick says what it compared
         why = (f"The points build different models ({', '.join(models)} varies), whose {q.unit}s are not worth "
                f"the same: this compares their cost and speed only. {why}")
     record["recommended"], record["recommendation"] = rid, why
@@ -59,6 +60,19 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
         profile = profiles[_profile_key(q, spec)]
         record["details"] = details(q, point, plan_from_record(point), profile, point_cluster(q, spec))
     return record
+
+
+# Model FLOPs per token differing by more than this share among the points: models of another
+# size (an argument that only picks a kernel or a sequence length moves it less).
+MODEL_WORK_SHARE = 0.05
+
+
+def _work_per_token_differs(points: list[dict]) -> bool:
+    """Whether the feasible points' model FLOPs per token (model TFLOP/s x GPUs / tokens/s) differ
+    by more than MODEL_WORK_SHARE: their tokens are then not worth the same."""
+    work = [p["figures"]["model_tflops_per_gpu"] * p["num_gpus"] / p["figures"]["tokens_per_s"]
+            for p in points if p["feasible"] and p["figures"]["tokens_per_s"] > 0]
+    return bool(work) and max(work) > (1 + MODEL_WORK_SHARE) * min(work)
 
 
 def _one_global_batch(q: Question, specs: list[PointSpec]) -> Question:

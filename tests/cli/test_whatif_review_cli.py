@@ -160,3 +160,7 @@ def test_a_sweep_of_model_sizes_says_its_points_are_different_models(cli_runner,
                                                "tokens are not worth the same"), record["recommendation"]
     _, same, _ = whatif(cli_runner, tmp_path / "same", "--hw", "a100x8", "--vary", "nodes=1,2", "--days", "1")
     assert "different models" not in same["recommendation"]
+    # an argument that leaves the model's work per token as it is (the attention kernel) compares like for like
+    _, kernel, _ = whatif(cli_runner, tmp_path / "kernel", "--hw", "a100x8", "--vary", "arg.attention=sdpa,explicit",
+                          "--days", "1")
+    assert "different models" not in kernel["recommendation"], kernel["recommendation"]

@@ -344,9 +344,15 @@ def test_a_resume_refuses_a_same_size_rewrite_of_its_data(tmp_path):
         run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, "data_digest": now}), tmp_path)
     folder = tmp_path / "shards"  # a folder of shards: names, sizes and contents of each
     folder.mkdir()
-    np.zeros(10, dtype=np.uint16).tofile(folder / "a.bin")
+    for i in range(3):  # smaller than a window together: a window runs on through them all
+        np.arange(100 * (i + 1), dtype=np.uint16).tofile(folder / f"s{i}.bin")
     before = stream_digest(folder)
-    (folder / "a.bin").rename(folder / "b.bin")
+    tokens = np.fromfile(folder / "s2.bin", dtype=np.uint16)
+    tokens[-1] = 9999
+    tokens.tofile(folder / "s2.bin")  # the last shard's last token
+    assert stream_digest(folder) != before
+    before = stream_digest(folder)
+    (folder / "s0.bin").rename(folder / "t0.bin")
     assert stream_digest(folder) != before
 
 
