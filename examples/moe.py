@@ -180,13 +180,14 @@ class MLA(nn.Module):
         kv = self.kv_b(self.kv_a_norm(latent)).view(b, s, -1, cfg.qk_nope_head_dim + cfg.v_head_dim)
         k_nope, v = kv.split([cfg.qk_nope_head_dim, cfg.v_head_dim], dim=-1)
         k = torch.cat([k_nope, k_rope.unsqueeze(2).expand(-1, -1, k_nope.shape[2], -1)], dim=-1)
-        # Flash attention needs one head size for q, k and v: pad v with zeros and cut the
-        # output back, as Hugging Face's DeepSeek-V3 code does for flash-attention.
-        v = F.pad(v, (0, q.shape[-1] - cfg.v_head_dim))
+        # v keeps its own head size (128 against q and k's 192): torch's SDPA runs it (its memory-
+        # efficient and cuDNN kernels; flash-attn's needs one size, which Hugging Face's DeepSeek-V3
+        # code pads v to), as Megatron-Core's MLA does through Transformer Engine, and the zeros of
+        # a padded v would count as a fifth more attention FLOPs.
         k, v = k.transpose(1, 2), v.transpose(1, 2)
         if self.sequence is not None:  # context parallelism: the whole sequence's K/V
             k, v = self.sequence.gather(k, 2), self.sequence.gather(v, 2)
-        out = _causal_attention(q.transpose(1, 2), k, v, self.sequence)[..., : cfg.v_head_dim]
+        out = _causal_attention(q.transpose(1, 2), k, v, self.sequence)
         return self.proj(out.transpose(1, 2).reshape(b, s, -1))
 
 

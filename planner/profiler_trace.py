@@ -420,8 +420,13 @@ def _fused_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, 
         if not enable_gqa or query.shape[1] % key.shape[1] or query.device.type != "meta":
             return None
     try:
-        if attn_mask is None:
+        if attn_mask is None and value.shape[-1] == query.shape[-1]:
             return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, scale=scale)[0]
+        if attn_mask is None:
+            # a value head size of its own (MLA: q k over 192, v 128): the flash kernel's output takes q's
+            # size; the memory-efficient one, which torch's SDPA picks for it on a GPU, takes v's
+            return aten._scaled_dot_product_efficient_attention(query, key, value, None, True, dropout_p, is_causal,
+                                                                scale=scale)[0]
         bias = attn_mask
         if bias.dtype == torch.bool:
             bias = torch.zeros(bias.shape, dtype=query.dtype, device=query.device).masked_fill(~bias, float("-inf"))
