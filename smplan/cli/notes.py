@@ -53,12 +53,18 @@ def host_wait_note(figures: Figures, efficiency: Efficiency, moe: bool = False, 
             "a faster GPU does not")
 
 
-def causal_mfu_note(figures: Figures, cluster: Cluster, dtype: str) -> str | None:
-    """One line when the MFU is above what the GPU's largest GEMMs reach (hwprofiles.perf): at long
+def mfu_counts_masked_half(mfu: float, cluster: Cluster, dtype: str) -> bool:
+    """Whether an MFU is above what the GPU's largest GEMMs reach (hwprofiles.perf): at long
     sequences it counts causal attention's masked half, which the kernels skip, as work (PaLM's
-    convention, torch's flop counter); the FLOPs executed (hardware TFLOP/s) say what the GPU does."""
+    convention, torch's flop counter)."""
     huge = 1 << 20  # a GEMM this large runs at the profile's ceiling for the dtype
-    if figures.mfu <= matmul_efficiency(huge, huge, huge, cluster, dtype=dtype):
+    return mfu > matmul_efficiency(huge, huge, huge, cluster, dtype=dtype)
+
+
+def causal_mfu_note(figures: Figures, cluster: Cluster, dtype: str) -> str | None:
+    """One line when the MFU counts causal attention's masked half (`mfu_counts_masked_half`); the
+    FLOPs executed (hardware TFLOP/s) say what the GPU does."""
+    if not mfu_counts_masked_half(figures.mfu, cluster, dtype):
         return None
     peak = cluster.gpu.peak_tflops.for_dtype(dtype)
     return (f"note: MFU {100 * figures.mfu:.1f}% counts causal attention's masked half as work (PaLM's convention); "

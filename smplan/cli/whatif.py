@@ -6,7 +6,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import click
 
@@ -16,7 +15,7 @@ from smplan.report.points import unit_of
 
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
-from .notes import a2a_overlap_note, causal_mfu_note, sac_stack_note
+from .notes import a2a_overlap_note, mfu_counts_masked_half, sac_stack_note
 from .options import (
     echo_json,
     hw_options,
@@ -199,7 +198,7 @@ def a2a_notes(record: dict, cluster_of) -> list[str]:
 
 
 def causal_mfu_points_note(record: dict, cluster_of) -> str | None:
-    """`smplan plan`'s note on an MFU above what the GPU's largest GEMMs reach (notes.causal_mfu_note:
+    """`smplan plan`'s note on an MFU above what the GPU's largest GEMMs reach (notes.mfu_counts_masked_half:
     long sequences count causal attention's masked half as work), once, naming the points."""
     from smplan.whatif.point import plan_from_record
 
@@ -207,7 +206,7 @@ def causal_mfu_points_note(record: dict, cluster_of) -> str | None:
     for p in record["points"]:
         if p["feasible"]:
             plan = plan_from_record(p)
-            if causal_mfu_note(SimpleNamespace(**p["figures"]), cluster_of(p), plan.dtype):
+            if mfu_counts_masked_half(p["figures"]["mfu"], cluster_of(p), plan.dtype):
                 ids.append(f"#{p['id']}")
     if not ids:
         return None

@@ -63,7 +63,8 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
 
 
 # Model FLOPs per token differing by more than this share among the points: models of another
-# size (an argument that only picks a kernel or a sequence length moves it less).
+# size (this module's choice, not measured; an argument that only picks a kernel leaves the work
+# per token as it is, tests/cli/test_whatif_review_cli.py).
 MODEL_WORK_SHARE = 0.05
 
 
