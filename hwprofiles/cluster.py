@@ -237,7 +237,9 @@ class Efficiency:
     # The dtype gradients are reduced in across data-parallel ranks (the DP all-reduce, ZeRO's and
     # FSDP's reduce-scatters): "weights" (the weights' dtype: bf16/fp16 under mixed precision) or
     # "fp32" (torchtitan's `mixed_precision_reduce` default; Megatron-LM's for bf16 unless
-    # --grad-reduce-in-bf16). Communication only: the memory model keeps its 16 B per parameter.
+    # --grad-reduce-in-bf16). Below ZeRO-3 the memory model then holds the gradients in fp32
+    # (Megatron's main-grad buffer: 18 B per parameter unsharded, 6 + 12/d with its distributed
+    # optimizer); ZeRO-3 / FSDP2 stays at 16/d (planner/memory_model.py).
     grad_reduce_dtype: str = "weights"
     # Output tile edge of the GEMM kernels, for wave quantisation over gpu.sm_count: a GEMM of
     # ceil(m / tile) x ceil(n / tile) tiles runs in whole waves of one tile per SM. 0 = off, the

@@ -8,7 +8,12 @@ one formula both the estimate and the ILP use.
 Sources:
 - Model states, mixed-precision Adam: 2 (weights) + 2 (grads) + 12 (fp32 master, m, v)
   bytes per parameter; ZeRO-1/2/3 shard the 12, then the grads, then the weights over the
-  data-parallel group (Rajbhandari et al. 2020, section 3). fp32 training: 4 + 4 + 8.
+  data-parallel group (Rajbhandari et al. 2020, section 3). fp32 training: 4 + 4 + 8. A stack
+  that reduces gradients in fp32 (`efficiency.grad_reduce_dtype`) keeps them in an fp32 buffer
+  below ZeRO-3: 6 + 12/d with Megatron's distributed optimizer (Megatron-Core
+  docs/source/api-guide/dist_optimizer.md, "bf16 param, fp32 grads"); FSDP2's fp32 gradient
+  shards replace its bf16 weight shards (the fp32 master is the sharded parameter), so ZeRO-3
+  stays at 16/d.
 - Activations per block per sample from the ModelProfile (`saved_bytes_per_gpu`, the
   Korthikanti et al. 2022 split), times the micro-batches in flight: 1F1B holds up to
   pp - stage of them (stage 0 holds pp), GPipe all m, the interleaved schedule
@@ -77,9 +82,19 @@ def state_bytes_per_param(dtype: str) -> tuple[float, float, float]:
     return 4.0, 4.0, 8.0  # fp32: weights, grads, m, v
 
 
-def model_state_bytes(params_per_gpu: float, dtype: str, zero: int, dp: int) -> tuple[float, float, float]:
+def held_grad_bytes_per_param(dtype: str, zero: int, grad_reduce_dtype: str = "weights") -> float:
+    """Bytes per parameter of the gradient a GPU holds (before ZeRO-2/3 shard it): fp32 where the
+    stack reduces in fp32 below ZeRO-3 (Megatron's `grad_reduce_in_fp32` main-grad buffer), else
+    the weights' dtype (see the module docstring for ZeRO-3)."""
+    g = state_bytes_per_param(dtype)[1]
+    return 4.0 if grad_reduce_dtype == "fp32" and zero < 3 else g
+
+
+def model_state_bytes(params_per_gpu: float, dtype: str, zero: int, dp: int,
+                      grad_reduce_dtype: str = "weights") -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes on one GPU holding `params_per_gpu` (already / tp)."""
-    w, g, o = state_bytes_per_param(dtype)
+    w, _, o = state_bytes_per_param(dtype)
+    g = held_grad_bytes_per_param(dtype, zero, grad_reduce_dtype)
     return (
         params_per_gpu * w / (dp if zero >= 3 else 1),
         params_per_gpu * g / (dp if zero >= 2 else 1),
@@ -131,13 +146,13 @@ def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str, fp8_sca
 
 
 def part_state_bytes(part: BlockProfile, *, tp: int, dp: int, cp: int, ep: int, zero: int, dtype: str,
-                     fp8_scaling: str = "tensor") -> tuple[float, float, float]:
+                     fp8_scaling: str = "tensor", grad_reduce_dtype: str = "weights") -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes of `part` on one GPU: dense states over dp*cp, expert
     states over edp = tp*cp*dp/ep, plus FP8 copies (ZeRO-3 shards them with the weights)."""
     dense, expert = split_params(part, tp, ep)
     edp = max(1, tp * cp * dp // ep)
-    wd, gd, od = model_state_bytes(dense, dtype, zero, dp * cp)
-    we, ge, oe = model_state_bytes(expert, dtype, zero, edp)
+    wd, gd, od = model_state_bytes(dense, dtype, zero, dp * cp, grad_reduce_dtype)
+    we, ge, oe = model_state_bytes(expert, dtype, zero, edp, grad_reduce_dtype)
     fp8 = fp8_extra_bytes(part, dense, dtype, fp8_scaling) / (dp * cp if zero >= 3 else 1) \
         + fp8_extra_bytes(part, expert, dtype, fp8_scaling) * (expert > 0) / (edp if zero >= 3 else 1)
     return wd + we + fp8, gd + ge, od + oe
@@ -211,10 +226,10 @@ def chunk_memory(
     block = profile.blocks[0]
     # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
     # whole, routed experts / ep; states sharded by ZeRO over dp*cp (dense) or edp (experts)
-    fp8 = dict(dtype=dtype, fp8_scaling=fp8_scaling)
-    states = [part_state_bytes(p, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **fp8) for p in parts]
+    kept = dict(dtype=dtype, fp8_scaling=fp8_scaling, grad_reduce_dtype=cluster.efficiency.grad_reduce_dtype)
+    states = [part_state_bytes(p, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept) for p in parts]
     w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
-    wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **fp8)
+    wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept)
     b = micro_batch
     moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
     act0 = flight * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)

@@ -46,6 +46,25 @@ def test_model_states_by_zero_stage(zero, expect):
     assert (w + g + o) / 1e9 == pytest.approx(expect)
 
 
+@pytest.mark.parametrize("zero,expect", [(0, 18.0), (1, 6 + 12 / 8), (2, 2 + 16 / 8), (3, 16 / 8)])
+def test_an_fp32_gradient_reduce_holds_fp32_gradients_below_zero3(zero, expect):
+    # Megatron-Core dist_optimizer.md: bf16 params with fp32 grads take 18 B, 6 + 12/d distributed;
+    # FSDP2's fp32 gradient shards stand in for its bf16 weight shards: 16/d
+    w, g, o = model_state_bytes(1e9, "bf16", zero, dp=8, grad_reduce_dtype="fp32")
+    assert (w + g + o) / 1e9 == pytest.approx(expect)
+
+
+def test_the_stacks_gradient_dtype_reaches_a_chunks_memory():
+    prof = gpt_profile(L, H, A, S, V)
+    common = dict(tp=8, dp=4, sp=True, zero=1, micro_batch=1, flight=1, recompute="full", first=False, last=False,
+                  device_first_chunk=False, dtype="bf16")
+    bf16 = chunk_memory(prof, load_cluster("a100x8", nodes=4), **common)
+    fp32 = chunk_memory(prof, load_cluster("a100x8", nodes=4, overrides={"efficiency.grad_reduce_dtype": "fp32"}),
+                        **common)
+    assert fp32.grads_blk == pytest.approx(2 * bf16.grads_blk)
+    assert (fp32.weights_blk, fp32.optimizer_blk) == (bf16.weights_blk, bf16.optimizer_blk)
+
+
 def test_model_state_per_gpu_175b_tp8_pp8():
     prof = gpt_profile(L, H, A, S, V)
     cluster = load_cluster("a100x8", nodes=16)
