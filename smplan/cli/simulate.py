@@ -55,7 +55,8 @@ from .table import format_table, sequence_phrase
 @click.option("--ps-servers", type=click.IntRange(min=1), default=None, help="Parameter-server nodes for --dp-pattern ps (default: one per node).")
 @json_option
 def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, trace_path, gantt_path, force, no_contention, dp_pattern, ps_servers, as_json):
-    """Simulate one step of PLAN.json, or of MODEL with --hw and --plan.
+    """Simulate one step of PLAN.json, or of MODEL with --hw and --plan. A whole run's
+    failures, restarts, checkpoint interval and goodput: smplan reliability PLAN.json.
 
     \b
       smplan simulate plan.json --gantt step.png --trace step.json

@@ -36,7 +36,8 @@ from .table import format_table
                    "seq_len, checkpoint_interval_min, a plan "
                    "key (tp, pp, mbs, recompute...), a hardware key (inter_node.bandwidth_gbps...), or "
                    "arg.NAME. Reliability questions are hardware keys too, with --tokens or --days: "
-                   "reliability.gpu_mtbf_hours, reliability.restart_minutes, storage.checkpoint_write_gbps. "
+                   "reliability.gpu_mtbf_hours, reliability.restart_minutes, storage.checkpoint_write_gbps; "
+                   "a price is one: cost.usd_per_gpu_hour. "
                    "Repeatable: the points are every combination.")
 @click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None,
               help="Train this many tokens (e.g. 1e12; samples for a model without sequences): time, cost, goodput.")
@@ -73,6 +74,14 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     marked infeasible with the reason. Example:
       smplan whatif examples/gpt.py:llama3_70b --hw a100x8 --vary nodes=4,8,16,32 \\
           --vary hw=a100x8,h100x8 --tokens 1e12 -o out/
+
+    \b
+    Recommended: the cheapest point among those within 1.25x of the best (time to train
+    with --tokens, tokens trained with --days, else throughput); a sweep of conditions
+    only (reliability.*) has a best case instead. -o DIR gets index.html, points.json
+    (the figures of every point, for scripts) and the charts that apply (time vs cost,
+    scaling, versus one varied setting, memory and time breakdowns; for the recommended
+    point its simulated step, goodput against the checkpoint interval, sensitivity).
     """
     from smplan.hwprofiles.loader import parse_override
     from smplan.planner.model_file import ModelFileError, load_model_file
@@ -126,7 +135,8 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
             click.echo(line)
         if record["recommended"] is not None:
             rec = record["points"][record["recommended"]]
-            click.echo(f"\nrecommended: #{rec['id']} {rec['label']}: {rec['plan_label']}")
+            said = "best case" if record.get("best_case_only") else "recommended"
+            click.echo(f"\n{said}: #{rec['id']} {rec['label']}: {rec['plan_label']}")
             click.echo(f"  {record['recommendation']}")
     click.echo(f"report: {index}", err=as_json)
     if record["recommended"] is None:  # the report says why each point failed; a script must see it failed

@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
-from .points import BREAKDOWN_ORDER, MEMORY_PARTS, feasible, frontier_xy, versus_metric
+from .points import (
+    BREAKDOWN_ORDER,
+    MEMORY_PARTS,
+    feasible,
+    frontier_xy,
+    usd_per_million,
+    versus_metric,
+)
 from .style import color, finish, label_log_axis, log_scale_label, new_figure, pretty, tick_label
 
 # A unit's short form on axis ticks ("100 ktok/s"); a sample is what a model without sequences counts.
@@ -79,6 +86,7 @@ SETTING_LABELS = {
     "global_batch": "global batch (samples)",
     "gbs": "global batch (samples)",
     "seq_len": "sequence length (tokens)",
+    "cost.usd_per_gpu_hour": "price (USD per GPU-hour)",
 }
 # Fraction of the data's span left empty on each side of a chart, so that no marker sits on
 # (and is cut by) an edge and a point's number fits beside it.
@@ -98,7 +106,7 @@ def versus_chart(points: list[dict], key: str, path=None, unit: str = "token"):
     over the run for a setting that only a whole run reads (failures, checkpoints), whose step
     time would be a flat line."""
     metric = versus_metric(key, points)
-    what = {"goodput": "Goodput", "tokens_per_s": "Throughput"}.get(metric, "Step time")
+    what = {"goodput": "Goodput", "tokens_per_s": "Throughput", "usd_per_mtok": "Cost"}.get(metric, "Step time")
     fig, ax = new_figure(f"{what} vs {key}", width=9, height=5)
     lines: dict[str, list[dict]] = {}
     for p in feasible(points):
@@ -107,7 +115,8 @@ def versus_chart(points: list[dict], key: str, path=None, unit: str = "token"):
     ys_all: list[float] = []
     for i, (name, members) in enumerate(lines.items()):
         members.sort(key=lambda p: p["settings"][key])
-        ys = [p["run"]["goodput"] if metric == "goodput" else p["figures"][metric] for p in members]
+        ys = [p["run"]["goodput"] if metric == "goodput" else usd_per_million(p) if metric == "usd_per_mtok"
+              else p["figures"][metric] for p in members]
         ax.plot([p["settings"][key] for p in members], ys, marker="o", color=color("", i), label=name)
         ys_all += ys
     ticks = sorted({p["settings"][key] for p in feasible(points)})
@@ -123,6 +132,10 @@ def versus_chart(points: list[dict], key: str, path=None, unit: str = "token"):
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.margins(y=DATA_MARGIN)  # around the data: 99.5% against 99.9% is the answer, not a flat line
         ax.set_ylim(padded_range(ys_all, ax.get_ylim()))
+    elif metric == "usd_per_mtok":
+        ax.set_ylabel(f"USD per million {unit}s")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.3g}"))
+        ax.set_ylim(0, max(ys_all) * (1 + DATA_MARGIN) or 1.0)
     elif metric == "tokens_per_s":
         ax.set_ylabel(f"{unit}s/s, all GPUs")
         ax.yaxis.set_major_formatter(EngFormatter(unit=f"{UNIT_TICKS[unit]}/s"))

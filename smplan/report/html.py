@@ -118,7 +118,8 @@ def _recommendation(record: dict) -> str:
         ]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{_code(v) if k == 'as --plan' else escape(v)}</dd>" for k, v in rows)
     why = escape(record.get("recommendation", ""))
-    return f'<h2>Recommended plan</h2><div class="recommend"><p>{why}</p><dl>{items}</dl></div>'
+    title = "Best case" if record.get("best_case_only") else "Recommended plan"
+    return f'<h2>{title}</h2><div class="recommend"><p>{why}</p><dl>{items}</dl></div>'
 
 
 def mfu_text(point: dict) -> str:

@@ -53,6 +53,7 @@ Schema (version 1; all times in seconds unless the key names another unit)::
       "pareto": [int],               # ids on the time-to-train vs cost frontier (derive())
       "recommended": int | null,     # the id of the recommended point
       "recommendation": str,         # why it was chosen
+      "best_case_only": bool,        # every varied key is a condition (reliability.*): no choice to recommend
       "details": {                   # for the recommended point (null when not computed)
         "gantt": null | {"point": int, "step_time_s": float, "stages": int,
                          "tasks": [{"stage": int, "kind": str, "microbatch": int|null,
@@ -131,13 +132,31 @@ def versus_key(record: dict) -> str | None:
 WORK_PER_STEP_KEYS = ("global_batch", "gbs", "seq_len")
 
 
+# Varied settings that describe the cluster rather than a choice its user makes: a sweep of them
+# has a best case, not a recommendation (smplan.whatif.sweep).
+CONDITION_PREFIXES = ("reliability.",)
+
+
 def versus_metric(key: str, points: list[dict]) -> str:
     """What the versus chart plots against `key`: "goodput" of the whole run for a setting that
-    only a run reads (the step time would be a flat line), "tokens_per_s" for one that changes
-    the work of a step (a 4x batch takes ~4x as long a step), else "step_time_s"."""
+    only a run reads (the step time would be a flat line), "usd_per_mtok" for a price (the step
+    does not change either), "tokens_per_s" for one that changes the work of a step (a 4x batch
+    takes ~4x as long a step), else "step_time_s"."""
     if run_only(key) and all(p.get("run") for p in feasible(points)):
         return "goodput"
+    if key.startswith("cost."):
+        return "usd_per_mtok"
     return "tokens_per_s" if key in WORK_PER_STEP_KEYS else "step_time_s"
+
+
+def usd_per_million(point: dict) -> float:
+    """USD per million tokens (samples) of a point: over its whole run where it has one (failures,
+    restarts and checkpoints included), else of one step (step time x GPUs x price)."""
+    run = point.get("run")
+    if run and run.get("tokens"):
+        return run["usd"] / run["tokens"] * 1e6
+    fig = point["figures"]
+    return fig["usd_per_step"] / max(fig["tokens_per_s"] * fig["step_time_s"], 1e-30) * 1e6
 
 
 def derive(record: dict) -> dict:

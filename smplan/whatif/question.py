@@ -161,7 +161,7 @@ class Question:
             where = (f"on {self.nodes} node{'s' if self.nodes != 1 else ''} of each hw profile (its own GPUs per node)"
                      if self.nodes else "on each hw profile")
         else:
-            where = f"on {self.hw}" + (f" x {self.nodes} nodes" if self.nodes else "")
+            where = f"on {self.hw}" + (f" x {self.nodes} node{'s' if self.nodes != 1 else ''}" if self.nodes else "")
         how = f"with the plan {self.plan}" if self.plan else "re-planned at every point"
         if self.global_batch:  # (a --plan's own gbs is in the plan shown)
             how += f", global batch {self.global_batch}" + (

@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from smplan.hwprofiles import load_stack
 from smplan.planner import parse_inline
-from smplan.report.points import POINTS_VERSION, derive, unit_of
+from smplan.report.points import CONDITION_PREFIXES, POINTS_VERSION, derive, unit_of
 
 from .details import details
 from .grid import PointSpec, grid
@@ -52,7 +52,11 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
         # a smaller model trains more tokens: the pick says what it compared
         why = (f"The points build different models ({', '.join(models)} varies), whose {q.unit}s are not worth "
                f"the same: this compares their cost and speed only. {why}")
-    record["recommended"], record["recommendation"] = rid, why
+    keys = [v.key for v in q.varies]
+    best_case = rid is not None and bool(keys) and all(key.startswith(CONDITION_PREFIXES) for key in keys)
+    if best_case:
+        why = _best_case(points, rid, keys)
+    record["recommended"], record["recommendation"], record["best_case_only"] = rid, why, best_case
     record["details"] = {}
     if rid is not None:
         point = points[rid]
@@ -60,6 +64,18 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
         profile = profiles[_profile_key(q, spec)]
         record["details"] = details(q, point, plan_from_record(point), profile, point_cluster(q, spec))
     return record
+
+
+def _best_case(points: list[dict], rid: int, keys: list[str]) -> str:
+    """Why a sweep of conditions (a GPU's MTBF, the restart time) has no recommendation: none of
+    them is the user's to choose; the goodput they span is the answer (when the points have runs)."""
+    said = f"The varied {', '.join(keys)} describe the cluster, not a choice: #{rid} is the best case."
+    timed = [p for p in points if p["feasible"] and p.get("run")]
+    if len(timed) < 2:
+        return said
+    low, high = min(timed, key=lambda p: p["run"]["goodput"]), max(timed, key=lambda p: p["run"]["goodput"])
+    return (f"{said} Goodput runs from {low['run']['goodput']:.1%} (#{low['id']} {low['label']}) to "
+            f"{high['run']['goodput']:.1%} (#{high['id']} {high['label']}).")
 
 
 # Model FLOPs per token differing by more than this share among the points: models of another

@@ -164,3 +164,36 @@ def test_a_sweep_of_model_sizes_says_its_points_are_different_models(cli_runner,
     _, kernel, _ = whatif(cli_runner, tmp_path / "kernel", "--hw", "a100x8", "--vary", "arg.attention=sdpa,explicit",
                           "--days", "1")
     assert "different models" not in kernel["recommendation"], kernel["recommendation"]
+
+
+def test_a_sweep_of_conditions_has_a_best_case_not_a_recommendation(cli_runner, tmp_path):
+    """A GPU's MTBF is not the user's to choose: "recommended: mtbf=50000" read as advice."""
+    result, record, page = whatif(cli_runner, tmp_path, "--hw", "a100x8", "--plan", "dp=8,mbs=1", "--tokens", "1e10",
+                                  "--vary", "reliability.gpu_mtbf_hours=5,50000")
+    assert record["best_case_only"] and "\nbest case: #" in result.output and "recommended:" not in result.output
+    low, high = sorted(record["points"], key=lambda p: p["run"]["goodput"])
+    assert f"Goodput runs from {low['run']['goodput']:.1%} (#{low['id']}" in record["recommendation"]
+    assert "<h2>Best case</h2>" in page
+    chosen, record, _ = whatif(cli_runner, tmp_path / "c", "--hw", "a100x8", "--plan", "dp=8,mbs=1", "--tokens", "1e10",
+                               "--vary", "storage.checkpoint_write_gbps=1,5")  # storage is bought: a choice
+    assert not record["best_case_only"] and "recommended: #" in chosen.output
+
+
+def test_a_price_sweep_charts_the_cost_of_a_token(cli_runner, tmp_path):
+    from smplan.report.points import usd_per_million, versus_metric
+
+    _, record, _ = whatif(cli_runner, tmp_path, "--hw", "a100x8", "--plan", "dp=8,mbs=1",
+                          "--vary", "cost.usd_per_gpu_hour=2,4")
+    assert versus_metric("cost.usd_per_gpu_hour", record["points"]) == "usd_per_mtok"
+    cheap, dear = sorted(record["points"], key=lambda p: p["settings"]["cost.usd_per_gpu_hour"])
+    assert usd_per_million(dear) == pytest.approx(2 * usd_per_million(cheap))
+    ax = report.draw_chart("versus", record).axes[0]
+    assert ax.get_ylabel() == "USD per million tokens" and "USD per GPU-hour" in ax.get_xlabel()
+
+
+def test_whatif_help_states_the_recommendation_rule(cli_runner):
+    from smplan.whatif.sweep import NEAR_BEST
+
+    text = " ".join(cli_runner.invoke(cli, ["whatif", "--help"]).output.split())
+    assert f"within {NEAR_BEST:g}x of the best" in text and "cost.usd_per_gpu_hour" in text
+    assert "smplan reliability" in " ".join(cli_runner.invoke(cli, ["simulate", "--help"]).output.split())
