@@ -16,7 +16,7 @@ from smplan.hwprofiles.topology import ParallelLayout
 
 from .cost_model import CostModel, MeshKey
 from .feasibility import effective_zero
-from .memory_model import chunk_memory, in_flight
+from .memory_model import chunk_in_flight, chunk_memory, in_flight
 from .search_space import Candidate
 
 
@@ -170,6 +170,9 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     rooms = []
     for d in range(p):
         q = in_flight(cand.schedule, p, v, m, d)
+        # the embedding / head parts: what their own chunk holds (memory_model.chunk_in_flight)
+        q_parts = {(d == 0, d == C - 1, True): chunk_in_flight(cand.schedule, p, v, m, d, 0),
+                   (False, True, False): chunk_in_flight(cand.schedule, p, v, m, d, v - 1)}
         cats = {(d == 0, d == C - 1, True): 1}
         rest = v - 1
         if v > 1 and d == p - 1:
@@ -180,7 +183,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
         const = 0.0
         for cat, count in cats.items():
             st, a0, state_blk, act_blk, act_rec = terms(*cat)
-            const += count * (st + q * a0)
+            const += count * (st + q_parts.get(cat, q) * a0)
         slope = state_blk + q * act_blk
         saved = q * (act_blk - act_rec) if cand.kind != "none" else 0.0
         room = cap - const

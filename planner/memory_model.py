@@ -18,7 +18,13 @@ Sources:
   Korthikanti et al. 2022 split), times the micro-batches in flight: 1F1B holds up to
   pp - stage of them (stage 0 holds pp), GPipe all m, the interleaved schedule
   ((pp - d - 1)·2 + (v - 1)·pp + 1) model-chunk micro-batches on device d (Megatron-LM's
-  warm-up count; Narayanan et al. 2021, section 2.2.2: 1 + (p-1)/(pv) of 1F1B's memory).
+  warm-up count; Narayanan et al. 2021, section 2.2.2: 1 + (p-1)/(pv) of 1F1B's memory;
+  all m·v when m == pp, where Megatron-LM runs every forward before the first backward),
+  spread evenly over its chunks' blocks. Not so the parts around the blocks: when device d
+  holds the most, its first chunk holds up to 2·pp - 1 of them (it starts the next round of
+  micro-batches first) and the last rank's last chunk one (its backward follows its forward),
+  so the embedding and the head with its loss count those (`chunk_in_flight`: the
+  schedule's own order replayed).
 - Parameters per GPU: the tp-sharded ones / tp, the replicated ones whole (as the profile
   says: `BlockProfile.params_per_gpu`; an embedding or head the model file's TP plan does
   not shard is held whole by every tp rank).
@@ -48,12 +54,15 @@ Sources:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import numpy as np
 from smplan.hwprofiles import Cluster
 
 from .costs import MemoryBreakdown
 from .model_profile import BlockProfile, ModelProfile
+from .schedules import device_arrays
 
 GIB = 2.0**30
 # The kinds that re-materialise a whole block's activations inside its backward (see Buffers above).
@@ -102,14 +111,30 @@ def model_state_bytes(params_per_gpu: float, dtype: str, zero: int, dp: int,
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
     """Micro-batches whose activations one model chunk on `device` holds at its peak."""
     if schedule == "gpipe":
         return float(m)
-    if schedule == "interleaved":
-        chunks = min((pp - device - 1) * 2 + (v - 1) * pp + 1, m * v)
-        return chunks / v
+    if schedule == "interleaved" and v > 1:
+        # Megatron-LM's warm-up + 1, or all m*v when m == pp (it then runs every forward first)
+        forward = device_arrays(schedule, pp, m, v)[device][0]
+        return float(np.cumsum(np.where(forward, 1, -1)).max()) / v
     return float(min(pp - device, m))
+
+
+@functools.lru_cache(maxsize=4096)
+def chunk_in_flight(schedule: str, pp: int, v: int, m: int, device: int, local_chunk: int) -> float:
+    """Micro-batches model chunk `local_chunk` (0 .. v-1) of `device` holds at the device's peak:
+    the most it holds at any moment the device holds `in_flight` x v of them, replaying the
+    schedule's task order (planner.schedules.device_arrays). in_flight itself without interleaving."""
+    if schedule != "interleaved" or v <= 1:
+        return in_flight(schedule, pp, v, m, device)
+    forward, chunk, _ = device_arrays(schedule, pp, m, v)[device]
+    step = np.where(forward, 1, -1)
+    total = np.cumsum(step)
+    mine = np.cumsum(np.where(chunk == local_chunk * pp + device, step, 0))
+    return float(mine[total == total.max()].max())
 
 
 def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1, ep: int = 1,
@@ -218,10 +243,13 @@ def chunk_memory(
     capacity_factor: float = 1.0,
     fp8_scaling: str = "tensor",
     holds_recompute_buffer: bool | None = None,
+    parts_flight: float | None = None,
 ) -> ChunkMemory:
     """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only.
     `holds_recompute_buffer`: whether the device holds the full / sac re-materialisation buffer
-    (it recomputes a block of such a kind in any of its chunks); None: as `recompute` says."""
+    (it recomputes a block of such a kind in any of its chunks); None: as `recompute` says.
+    `parts_flight`: the micro-batches the embedding / head parts are held for (`chunk_in_flight`);
+    None: `flight`, as the blocks."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
     block = profile.blocks[0]
     # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
@@ -232,7 +260,7 @@ def chunk_memory(
     wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept)
     b = micro_batch
     moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
-    act0 = flight * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
+    act0 = (flight if parts_flight is None else parts_flight) * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
     act_blk = flight * b * part_saved_bytes(block, tp, sp, **moe)
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0

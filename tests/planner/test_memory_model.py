@@ -2,7 +2,7 @@
 
 import pytest
 from smplan.hwprofiles import load_cluster
-from smplan.planner.memory_model import chunk_memory, in_flight, model_state_bytes
+from smplan.planner.memory_model import chunk_in_flight, chunk_memory, in_flight, model_state_bytes
 
 from tests.planner.gpt_profile_fixture import gpt_profile, korthikanti_activation_bytes
 
@@ -63,6 +63,35 @@ def test_the_stacks_gradient_dtype_reaches_a_chunks_memory():
                         **common)
     assert fp32.grads_blk == pytest.approx(2 * bf16.grads_blk)
     assert (fp32.weights_blk, fp32.optimizer_blk) == (bf16.weights_blk, bf16.optimizer_blk)
+
+
+def test_interleaving_with_as_many_micro_batches_as_stages_holds_them_all():
+    # Megatron-LM runs every forward first when m == pp (all_warmup_microbatches)
+    assert in_flight("interleaved", 4, 2, 4, 3) == 4 and in_flight("interleaved", 4, 2, 8, 3) == 2.5
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 2, 16), (8, 3, 32), (4, 4, 8), (16, 8, 64)])
+def test_the_chunks_around_the_blocks_hold_what_their_own_chunk_does(p, v, m):
+    """The review's case: the last rank's head + loss chunk runs each backward right after its
+    forward (1 micro-batch, not the device's mean); rank 0's first chunk starts every round (2p)."""
+    assert chunk_in_flight("interleaved", p, v, m, p - 1, v - 1) == 1
+    assert chunk_in_flight("interleaved", p, v, m, 0, 0) == 2 * p
+    for d in range(p):
+        assert chunk_in_flight("1f1b", p, 1, m, d, 0) == in_flight("1f1b", p, 1, m, d)
+        assert max(chunk_in_flight("interleaved", p, v, m, d, k) for k in range(v)) <= in_flight("interleaved", p, v, m, d) * v
+
+
+def test_an_interleaved_last_rank_counts_its_logits_once():
+    from smplan.planner import plan_costs, profile_model
+    from smplan.planner.memory_model import part_saved_bytes
+    from smplan.simulator.inputs import resolve_target
+
+    plan, profile, cluster = resolve_target("examples/gpt.py:tiny", hw="h100x8", nodes=1, model_args={"layers": 8},
+                                            plan_text="pp=4,dp=2,schedule=interleaved,v=2,mbs=2,gbs=32")[:3]
+    last = plan_costs(plan, profile, cluster).stages[-1].memory
+    post = sum(part_saved_bytes(part, 1, False) for part in profile.post) * plan.micro_batch
+    blocks = plan.stages[-1].num_blocks * part_saved_bytes(profile.blocks[0], 1, False) * plan.micro_batch
+    assert last.activations_bytes == pytest.approx(post + blocks * in_flight("interleaved", 4, 2, 8, 3))
 
 
 def test_model_state_per_gpu_175b_tp8_pp8():
