@@ -82,7 +82,7 @@ def test_the_chunks_around_the_blocks_hold_what_their_own_chunk_does(p, v, m):
 
 
 def test_an_interleaved_last_rank_counts_its_logits_once():
-    from smplan.planner import plan_costs, profile_model
+    from smplan.planner import plan_costs
     from smplan.planner.memory_model import part_saved_bytes
     from smplan.simulator.inputs import resolve_target
 
