@@ -48,6 +48,7 @@ ZERO_GRANULARITIES = ("bucket", "block")  # Efficiency.zero_granularity
 GRAD_REDUCE_DTYPES = ("weights", "fp32")  # Efficiency.grad_reduce_dtype
 EP_DISPATCHERS = ("all_to_all", "node_dedup")  # Efficiency.ep_dispatcher
 CP_COMMS = ("all_gather", "p2p")  # Efficiency.cp_comm
+PP_SENDS = ("full", "tp_slice")  # Efficiency.pp_send
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class Efficiency:
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overheads,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives, zero_granularity,
-    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, cp_comm, grad_reduce_dtype) are set by the
+    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, cp_comm, grad_reduce_dtype, pp_send) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -231,6 +232,12 @@ class Efficiency:
     # Megatron-Core's cp_comm_type default: cp-1 send/recv steps, one NIC a step across nodes,
     # and backward K/V with their gradients, twice the bytes; TE AttnFuncWithCPAndKVP2P).
     cp_comm: str = "all_gather"
+    # What one tp rank sends to the next pipeline stage without sequence parallelism: "full"
+    # (its whole replicated activation, s x b x h: Megatron-Core's p2p_communication, torch
+    # pipelining under DTensor TP) or "tp_slice" (1/tp of it, all-gathered over NVLink on
+    # arrival: 2021 Megatron-LM's scatter_gather_tensors_in_pipeline, Narayanan et al. 2021,
+    # section 4.1). Under sequence parallelism the activation is already 1/tp a rank.
+    pp_send: str = "full"
     # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
     # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
     tp_comm_overlap: float = 0.0
@@ -544,6 +551,8 @@ def _validate(c: Cluster) -> None:
             f"efficiency.grad_reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {e.grad_reduce_dtype!r}")
     if e.cp_comm not in CP_COMMS:
         raise HardwareProfileError(f"efficiency.cp_comm must be one of {', '.join(CP_COMMS)}, got {e.cp_comm!r}")
+    if e.pp_send not in PP_SENDS:
+        raise HardwareProfileError(f"efficiency.pp_send must be one of {', '.join(PP_SENDS)}, got {e.pp_send!r}")
     if e.ep_dispatcher not in EP_DISPATCHERS:
         raise HardwareProfileError(
             f"efficiency.ep_dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {e.ep_dispatcher!r}")

@@ -318,6 +318,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         'ep_dispatcher = "all_to_all"     # which are torch.distributed all_to_all_single calls',
         'zero_granularity = "block"             # its ZeRO-1/2/3 is FSDP2, one collective per block',
         'cp_comm = "all_gather"           # its context parallelism all-gathers K/V before attention',
+        'pp_send = "full"                 # its pipeline stages send their whole output',
         "",
     ]
     return "\n".join(lines)

@@ -28,7 +28,10 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 - `cp_comm`: how context parallelism moves K/V: "all_gather" (NCCL collectives: torchtitan,
   Llama 3, smplan execute) or "p2p" (Transformer Engine's ring: Megatron-Core);
 - `grad_reduce_dtype`: the dtype gradients cross the data-parallel group in: "weights" (bf16 /
-  fp16 under mixed precision) or "fp32" (torchtitan's FSDP2 `reduce_dtype`), twice the bytes.
+  fp16 under mixed precision) or "fp32" (torchtitan's FSDP2 `reduce_dtype`), twice the bytes;
+- `pp_send`: what a tp rank sends to the next pipeline stage without sequence parallelism:
+  "full" (its whole activation: Megatron-Core, torch pipelining) or "tp_slice" (1/tp of it:
+  2021 Megatron-LM's scatter/gather, Narayanan et al. 2021, section 4.1).
 
 All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
 stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
@@ -61,6 +64,7 @@ from .cluster import (
     EP_DISPATCHERS,
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
+    PP_SENDS,
     ZERO_COLLECTIVES,
     ZERO_GRANULARITIES,
     Cluster,
@@ -74,7 +78,7 @@ DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
               "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity",
-              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "cp_comm", "grad_reduce_dtype")
+              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send")
 
 
 # A CUDA kernel launch alone takes a few microseconds of CPU time (3.8 us per short kernel launched
@@ -108,6 +112,7 @@ class Stack:
     ep_dispatcher: str = Efficiency.ep_dispatcher
     cp_comm: str = Efficiency.cp_comm
     grad_reduce_dtype: str = Efficiency.grad_reduce_dtype
+    pp_send: str = Efficiency.pp_send
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -120,7 +125,7 @@ _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_r
 _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel",
          "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity", "tp_comm_overlap",
          "ep_a2a_overlap",
-         "ep_dispatcher", "cp_comm", "grad_reduce_dtype")
+         "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send")
 
 
 # Keys only a stack file has at its top level (a hardware file states them under [efficiency]),
@@ -199,13 +204,14 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     dispatcher = _choice(data, "ep_dispatcher", source, EP_DISPATCHERS, Stack.ep_dispatcher)
     cp_comm = _choice(data, "cp_comm", source, CP_COMMS, Stack.cp_comm)
     reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
+    pp_send = _choice(data, "pp_send", source, PP_SENDS, Stack.pp_send)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, host_overhead_us_per_moe_layer=moe_host,
                  elementwise_fusion=fusion,
                  overlap_grad_reduce=data["overlap_grad_reduce"], attention_kernel=kernel,
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll, zero_granularity=zero_granularity,
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
-                 cp_comm=cp_comm, grad_reduce_dtype=reduce_dtype,
+                 cp_comm=cp_comm, grad_reduce_dtype=reduce_dtype, pp_send=pp_send,
                  source=source)
 
 
@@ -293,7 +299,8 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "ep_a2a_overlap": f"{stack.ep_a2a_overlap:.6g}",
               "ep_dispatcher": _quoted(stack.ep_dispatcher),
               "cp_comm": _quoted(stack.cp_comm),
-              "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype)}
+              "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype),
+              "pp_send": _quoted(stack.pp_send)}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ import numpy as np
 from smplan.hwprofiles.perf import p2p_time_s
 from smplan.hwprofiles.topology import ParallelLayout
 
-from .cost_model import CostModel, MeshKey
+from .cost_model import CostModel, MeshKey, pp_send_bytes
 from .feasibility import effective_zero
 from .memory_model import chunk_in_flight, chunk_memory, in_flight
 from .search_space import Candidate
@@ -145,7 +145,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     rec_blk = bp.backward_with(cand.kind)[1] if cand.kind != "none" else 0.0
     # sends
     layout = ParallelLayout(pp=p, dp=cand.dp * cand.cp, tp=cand.tp, gpus_per_node=cl.fast_domain_gpus)
-    send_bytes = block.output_bytes_per_sample * cand.mbs / (cand.tp * cand.cp)
+    send_bytes = pp_send_bytes(block, cand.mbs, cand.tp, cand.cp, cand.sp, cl)
     s_in = p2p_time_s(send_bytes, False, cl) if p > 1 else 0.0
     s_out = p2p_time_s(send_bytes, True, cl) if p > 1 else 0.0
     crosses = [layout.stage_boundary_crosses_node(d) for d in range(p)]

@@ -309,7 +309,7 @@ class CostModel:
         pts = [self.pass_of(p, key) for p in parts]
         b_rec, rec_s, tp_rec = bp.backward_with(recompute)
         full = recompute == "full"
-        send_bytes = 0.0 if last else block.output_bytes_per_sample * key.micro_batch / (key.tp * key.cp)
+        send_bytes = 0.0 if last else pp_send_bytes(block, key.micro_batch, key.tp, key.cp, key.sp, cl)
         crosses = False if last else layout.stage_boundary_crosses_node(device)
         send_s = p2p_time_s(send_bytes, crosses, cl) if send_bytes else 0.0
         # DP: gradient bytes of the chunk's local parameters, once per step; under gradient
@@ -492,6 +492,14 @@ def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], 
     return dict(zero_pre=tuple(_zero_unit(p, overlapped) for p in pre), zero_blk=_zero_unit(block, overlapped),
                 zero_rec_s=recompute_s, zero_post=tuple(_zero_unit(p, overlapped) for p in post),
                 zero_crosses_node=crosses_node)
+
+
+def pp_send_bytes(block: BlockProfile, micro_batch: int, tp: int, cp: int, sp: bool, cluster: Cluster) -> float:
+    """Bytes one GPU sends to the next pipeline stage per micro-batch: its cp rank's share of a
+    block's output, / tp under sequence parallelism or where the stack slices it
+    (efficiency.pp_send "tp_slice"); else each tp rank sends its whole replicated copy."""
+    split = tp if (sp or cluster.efficiency.pp_send == "tp_slice") else 1
+    return block.output_bytes_per_sample * micro_batch / (split * cp)
 
 
 def grad_reduce_bytes_per_param(dtype: str, cluster: Cluster) -> float:

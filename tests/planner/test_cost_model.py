@@ -310,3 +310,16 @@ def test_a_stage_recomputing_no_block_costs_as_none():
     kw = dict(virtual_stages=2, schedule="interleaved")
     held = [plan_costs(_plan(stages=tuple(st), **kw), PROF, cl).stages[0].memory.buffers_bytes for st in (mixed, swapped)]
     assert held[0] == pytest.approx(held[1]) and held[0] > 0
+
+
+@pytest.mark.parametrize("stack,sp,divided", [("megatron-core", False, 1), ("megatron-core", True, 2),
+                                              ("megatron-deepspeed", False, 2), ("torchtitan", False, 1)])
+def test_a_stage_sends_its_whole_activation_unless_sp_or_the_stack_slices_it(stack, sp, divided):
+    """Megatron-Core dropped 2021 Megatron-LM's scatter/gather (Narayanan et al. 2021, section 4.1):
+    without sp each tp rank sends all of (s, b, h); the sends were / tp for every stack."""
+    from smplan.hwprofiles.perf import p2p_time_s
+
+    cluster = load_cluster("a100x8", nodes=2, stack=stack)
+    first = plan_costs(_plan(sequence_parallel=sp), PROF, cluster).stages[0]
+    whole = PROF.blocks[0].output_bytes_per_sample  # micro-batch 1
+    assert first.send_s == pytest.approx(p2p_time_s(whole / divided, first.send_crosses_node, cluster))
