@@ -79,6 +79,10 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     mp_policy = mp_policy or grad_compress.mixed_precision(compress)
     powersgd = None
     meta = build_meta(model_file, plan.model_args, seed)  # parameters on meta, buffers real
+    if device.type == "cpu" and plan.dtype == "fp32":
+        # no autocast on CPU: the parameters' dtype computes; an hf: config built in bf16 runs
+        # the fp32 a CPU profile's plan was priced in (planner feasibility.default_dtype)
+        meta = meta.to(dtype=torch.float32)
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)

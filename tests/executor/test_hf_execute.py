@@ -142,3 +142,17 @@ def test_mixtral_runs_dp2(tmp_path):
         assert tp.returncode == 2 and "packed_colwise" in tp.stdout and "Traceback" not in tp.stdout
     else:  # 5.25 shards attention only; the experts stay replicated on both tp ranks
         assert tp.returncode == 0, tp.stdout[-3000:]
+
+
+def test_a_bf16_config_runs_the_fp32_its_cpu_plan_was_priced_in(tmp_path):
+    """A config saved in bf16 built bf16 parameters, and the CPU run computed in bf16 against a
+    plan priced in fp32 (a review's finding): the plan's dtype runs."""
+    import json
+
+    folder = tmp_path / "llama_bf16"
+    transformers.LlamaConfig(**TINY, torch_dtype="bfloat16").save_pretrained(folder)
+    out = tmp_path / "run"
+    result = run_execute("dtype=fp32,mbs=1,gbs=2", out, "--steps", "2", model=f"hf:{folder}", timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert json.loads((out / "summary.json").read_text())["compute_dtype"] == "fp32"
+    assert "(ran in" not in result.stdout
