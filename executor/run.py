@@ -396,7 +396,13 @@ def _keep_note(cfg: RunConfig) -> str | None:
 
 
 def _zero_note(plan: Plan) -> str | None:
-    """A ZeRO stage the pipeline turns into another (planner feasibility.effective_zero): what runs."""
+    """A ZeRO stage the pipeline turns into another (planner feasibility.effective_zero), or that
+    FSDP2 has not (ZeRO-1 without pipeline stages): what runs."""
+    if plan.zero == 1 and plan.pp == 1 and plan.dp * plan.cp > 1:
+        return ("note: zero=1 without pipeline stages runs as FSDP2 keeping the parameters gathered from forward "
+                "to backward (ZeRO-2: it shards the gradients with the optimizer states; FSDP has no ZeRO-1); the "
+                "prediction is of a ZeRO-1 that reduces once a step (a plan under an FSDP stack, --stack torchtitan, "
+                "prices what runs)")
     ran = effective_zero(plan.zero, plan.pp)
     if ran == plan.zero:
         return None

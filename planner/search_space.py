@@ -305,6 +305,11 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                                       "gradients and gathered parameters stay until the last micro-batch, "
                                       "feasibility.effective_zero); fix pp=1 for ZeRO-2/3, or zero=1")
                     continue
+                if fixed.get("zero") == 1 and pp == 1 and cluster.efficiency.zero_granularity == "block":
+                    reject("zero", 0, "zero=1 without pipeline stages is not FSDP's: this stack's ZeRO "
+                                      "(zero_granularity = block) shards the gradients with the optimizer states, "
+                                      "so it would run as ZeRO-2; fix zero=2 (or 0), or pp > 1 for ZeRO-1")
+                    continue
                 dp = world // (tp * cp * pp)
                 if fixed.get("dp", dp) != dp:
                     reject("shape", 0, (world, tp, pp, dp))
@@ -408,7 +413,7 @@ def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_
         return "candidates exist"  # not reached by search(), which calls this only when there are none
     gbs = fixed["global_batch"]
     zeros = [r for r in reasons if r[0] == "zero"]
-    if zeros and fixed.get("pp", 1) > 1:  # only pp > 1 was asked for: ZeRO-2/3 are what rule it out
+    if zeros and (fixed.get("pp", 1) > 1 or fixed.get("zero") == 1):  # the fixed ZeRO stage rules the shapes out
         return zeros[0][2]
     fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
     if fills:

@@ -321,6 +321,17 @@ def test_fixed_zero3_is_searched_without_pipeline_stages(cli_runner):
     assert shape.exit_code == 2 and "no mesh of 8 GPUs has dp=3" in shape.output, shape.output
 
 
+def test_fixed_zero1_under_an_fsdp_stack_is_searched_with_pipeline_stages(cli_runner):
+    # FSDP has no ZeRO-1: without pp it runs as ZeRO-2 (smplan execute's FSDP2 too; a review's finding)
+    result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--stack", "torchtitan", "--fix", "zero=1",
+                                     "--top", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    assert all(p["pp"] > 1 for p in json.loads(result.stdout)["plans"] if p["zero"] == 1)
+    flat = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--stack", "torchtitan", "--fix", "zero=1,pp=1"])
+    assert flat.exit_code == 2 and "would run as ZeRO-2; fix zero=2" in flat.output, flat.output
+    assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=1,pp=1"]).exit_code == 0  # Megatron's
+
+
 def test_a_degree_no_mesh_has_is_named_before_the_batch(cli_runner):
     # "--global-batch 6 or 9" for dp=3 on 8 GPUs led to a second error, "no mesh has dp=3" (a review's finding)
     result = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "dp=3"])

@@ -20,3 +20,11 @@ def test_zero_3_under_pipelining_is_recorded_and_said_as_zero_1(tmp_path):
     assert (ran["zero"], ran["zero_planned"]) == (1, 3)
     flat, _ = resolve_plan("dp=2,zero=3,mbs=1,gbs=4", model=GPT_TINY)
     assert _zero_note(flat) is None and "zero_planned" not in summarize(tmp_path, None, flat.to_dict(), "cpu")["plan"]
+
+
+def test_zero_1_without_pp_is_said_to_run_as_fsdps_zero_2():
+    """FSDP2 has no ZeRO-1: the executor runs it with the parameters kept from forward to backward (a review)."""
+    plan, _ = resolve_plan("dp=2,zero=1,mbs=1,gbs=4", model=GPT_TINY)
+    assert _zero_note(plan).startswith("note: zero=1 without pipeline stages runs as FSDP2")
+    alone, _ = resolve_plan("zero=1,mbs=1,gbs=4", model=GPT_TINY)
+    assert _zero_note(alone) is None  # nothing to shard over
