@@ -188,7 +188,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
         # whether it resumes, as an interrupted run's record says (README: stopped.json); after the last
         # step there is nothing to resume, which mark_stopped says itself
-        how = "" if _every_step_ran(cfg) else _how_to_continue(cfg)  # mark_stopped says that one
+        how = "" if _every_step_ran(cfg) else _how_to_continue(cfg, failed=True)  # mark_stopped says that one
         mark_stopped(out, "failed", failure_line(rank, first.exitcode, log) + (f"; {how}" if how else ""))
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}" + (f"\n{how}" if how else ""),
                           run_dir=out) from None
@@ -201,14 +201,18 @@ def _every_step_ran(cfg: RunConfig) -> bool:
     return bool(ran) and ran[-1]["step"] >= cfg.steps
 
 
-def _how_to_continue(cfg: RunConfig) -> str:
-    """What a stopped run's record tells the user: a resume needs a checkpoint to continue from."""
+def _how_to_continue(cfg: RunConfig, failed: bool = False) -> str:
+    """What a stopped run's record tells the user: a resume needs a checkpoint to continue from.
+    `failed`: a rank raised (not an interruption), which before the first step repeats on a rerun."""
     from .checkpoint import latest
 
     found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
     if _every_step_ran(cfg):  # stopped in the shutdown: a resume would find no step to run
         return "every step ran and was recorded, so there is nothing left to resume"
     if not found and not read_metrics(cfg.out_dir):  # nothing ran: the folder takes the same command again
+        if failed:  # a model, data or plan error: a rerun meets it again
+            return ("it failed before its first step, where a rerun fails the same way: fix what the error says, "
+                    "then the same `smplan execute` command starts it again")
         return "it stopped before its first step: the same `smplan execute` command starts it again"
     if found:  # -o named: a run without it was given a new folder (run.py), so the same command would start afresh
         return (f"the same `smplan execute` command with -o {cfg.out_dir} resumes it from its newest checkpoint "
