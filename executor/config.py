@@ -193,7 +193,7 @@ _MAX_VALUE_CHARS = 24  # a value longer than this (a stage_blocks list) is cut
 
 def describe_changes(theirs: dict, ours: dict) -> str:
     """What differs between a checkpoint's fingerprint inputs and this run's, in one line:
-    "layout: dp 2 -> 1, tp 1 -> 2; the model file's contents changed" (checkpoint -> run)."""
+    "layout: dp 2 -> 1, tp 1 -> 2; the model file's contents differ (an edited file, or another one)" (checkpoint -> run)."""
     changes = [(key, item) for key in sorted(theirs.keys() | ours.keys(), key=_change_rank)
                for item in _changes(key, theirs.get(key), ours.get(key))]
     named, groups = changes[:MAX_CHANGES_NAMED], {}
@@ -213,7 +213,7 @@ def _changes(key: str, theirs, ours) -> list[str]:
     if theirs == ours:
         return []
     if key == "model_sha256":
-        return ["the model file's contents changed"]
+        return ["the model file's contents differ (an edited file, or another one)"]
     if key == "model":
         return [f"builder {_shown(theirs)} -> {_shown(ours)}"]
     if isinstance(theirs, dict) and isinstance(ours, dict):

@@ -126,7 +126,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
           --lr 3e-4 --lr-schedule cosine --warmup-steps 100 --min-lr 3e-5
 
     \b
-    RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-N.jsonl (every rank's step
+    RUN_DIR gets metrics.jsonl (one line per step), ranks/rank-00000.jsonl ... (every rank's step
     time, wait, phases and memory), summary.json, run_config.json (what was launched),
     elastic/ (each attempt's stderr of every rank and stdout of the ranks the console does not
     show: the first place to look after a failure, whose message names the log) and, with

@@ -39,7 +39,7 @@ def _inputs(**changes) -> dict:
 @pytest.mark.parametrize(("changes", "said"), [
     ({"dp": 1, "tp": 2}, "layout: dp 2 -> 1, tp 1 -> 2"),
     ({"micro_batch": 1}, "layout: micro_batch 2 -> 1"),
-    ({"model_sha256": "b" * 64}, "the model file's contents changed"),
+    ({"model_sha256": "b" * 64}, "the model file's contents differ (an edited file, or another one)"),
     ({"layers": 4}, "model_args: layers 2 -> 4"),
     ({"model": "tiny", "seq_len": 64}, "seq_len null -> 64; builder model -> tiny"),
 ])
@@ -113,7 +113,7 @@ def test_an_edited_model_file_is_refused_as_such(saved):
     with model_file.path.open("a") as f:
         f.write("# a comment\n")
     _, edited = resolve_plan("dp=2,mbs=2,gbs=8", model=str(model_file.path))
-    assert "(checkpoint -> this run: the model file's contents changed)" in _refusal(root, plan, edited.sha256)
+    assert "(checkpoint -> this run: the model file's contents differ (an edited file, or another one))" in _refusal(root, plan, edited.sha256)
 
 
 def test_a_checkpoint_without_inputs_is_refused_with_the_fingerprints(saved):
