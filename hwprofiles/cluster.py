@@ -211,8 +211,8 @@ class Efficiency:
     # Gpu.attention): "flash1" (flash-attn 1, Triton flash), "flash2" (torch SDPA, flash-attn 2)
     # or "cudnn" (Transformer Engine).
     attention_kernel: str = "flash2"
-    # ZeRO-3 parameters gathered at once, at most (0: no cap). FSDP gathers whole wrapped blocks
-    # (the one in use and the prefetched next); DeepSpeed gathers module by module and keeps at
+    # ZeRO-3 parameters gathered at once, at most (0: no cap). FSDP gathers whole wrapped units
+    # (the one in use, a block or the embedding or head, and the next block prefetched); DeepSpeed gathers module by module and keeps at
     # most `stage3_max_live_parameters` (1e9 by default, DeepSpeed config docs) of them.
     zero3_max_live_params: float = 0.0
     # Share of each MoE block's expert all-to-alls that runs hidden behind the compute of the

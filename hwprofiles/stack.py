@@ -10,8 +10,8 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
   default for a plan's `overlap_dp` when the user does not fix it;
 - `attention_kernel`: the fused attention kernel SDPA-style attention runs on ("flash1",
   "flash2", "cudnn"), timed at the GPU's published rate for it (`gpu.attention`);
-- `zero3_max_live_params`: ZeRO-3 parameters gathered at once, at most (0: FSDP's two whole
-  blocks; DeepSpeed's `stage3_max_live_parameters`);
+- `zero3_max_live_params`: ZeRO-3 parameters gathered at once, at most (0: FSDP's whole
+  units, two at a time; DeepSpeed's `stage3_max_live_parameters`);
 - `single_nic_network`: the share of one GPU's NIC that the layer-by-layer collectives of
   ZeRO-2/3 / FSDP reach across nodes (small per-module messages in DeepSpeed, one flat
   parameter per block in FSDP);

@@ -31,9 +31,13 @@ Sources:
 - Buffers: the logits and their gradient on the last stage (/ tp only when the head is
   vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward (on a device that recomputes
-  at least one block with full or sac: the ILP's one binary per device); under ZeRO-3 two blocks'
-  gathered parameters (the one in use and the prefetched next; FSDP), at most
-  `efficiency.zero3_max_live_params` of them (DeepSpeed gathers module by module).
+  at least one block with full or sac: the ILP's one binary per device); under ZeRO-3 the
+  gathered parameters of the unit in use and of the next block prefetched, and the unit's
+  unsharded gradients before their reduce-scatter (with an fp32 copy where the stack reduces
+  in fp32: FSDP2's reduce_dtype), the unit being the largest of a block and the parts around
+  the blocks (an embedding or head is an FSDP unit of its own, often larger than a block:
+  Llama 3 8B's head holds 525M parameters to a block's 218M); at most
+  `efficiency.zero3_max_live_params` gathered (DeepSpeed gathers module by module).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
 - Context parallelism: activations, the logits buffer and the recompute buffer / cp (each
   rank keeps its share of the sequence); the dense model states are replicated over cp and
@@ -273,11 +277,25 @@ def chunk_memory(
             rec_buffer = b * part_saved_bytes(block, tp, sp, **moe)
             buffers += rec_buffer
         if zero >= 3:
-            gathered = 2.0 * sum(split_params(block, tp, ep))
-            cap = cluster.efficiency.zero3_max_live_params
-            buffers += (min(gathered, cap) if cap > 0 else gathered) * state_bytes_per_param(dtype)[0]
+            buffers += zero3_transient_bytes(block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer)
+
+
+def zero3_transient_bytes(block: BlockProfile, parts: tuple[BlockProfile, ...], tp: int, ep: int, dtype: str,
+                          cluster: Cluster) -> float:
+    """ZeRO-3's whole-size buffers on one GPU (see the module docstring): the unit in use (the
+    largest of a block and `parts`) and the next block gathered, and the unit's gradients before
+    their reduce-scatter; the gathered parameters at most efficiency.zero3_max_live_params."""
+    w = state_bytes_per_param(dtype)[0]
+    per_block = sum(split_params(block, tp, ep))
+    unit = max([per_block, *(sum(split_params(p, tp, ep)) for p in parts)])
+    cap = cluster.efficiency.zero3_max_live_params
+    gathered = unit + per_block
+    if cap > 0:
+        gathered, unit = min(gathered, cap), min(unit, cap)
+    grad_bytes = w + (4.0 if cluster.efficiency.grad_reduce_dtype == "fp32" else 0.0)  # autograd's, + fp32 copy
+    return gathered * w + unit * grad_bytes
 
 
 def capacity_bytes(cluster: Cluster) -> float:

@@ -110,3 +110,21 @@ def test_in_flight_micro_batches():
     # Narayanan et al. 2021: interleaving holds (1 + (p-1)/(p v)) of 1F1B's activations
     p, v = 8, 4
     assert in_flight("interleaved", p, v, 64, 0) * v / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+def test_zero3_holds_the_largest_fsdp_unit_and_its_gradients():
+    """Llama 3 8B's head (525M parameters) is an FSDP unit of its own, larger than a block (218M);
+    torchtitan reduces in fp32, so the unit's gradients take an fp32 copy too (an audit's finding)."""
+    from smplan.planner import profile_model
+
+    profile = profile_model("examples/gpt.py:llama3_8b", {"layers": 2})
+    cluster = load_cluster("h100x8", nodes=8, stack="torchtitan")
+
+    def buffers(zero):
+        return chunk_memory(profile, cluster, tp=1, dp=64, sp=False, zero=zero, micro_batch=1, flight=1.0,
+                            recompute="none", first=True, last=True, device_first_chunk=True, dtype="bf16").buffers
+
+    head = max(p.params for p in profile.post)
+    block = profile.blocks[0].params
+    assert head == pytest.approx(4096 * 128256, rel=1e-4) and block < head  # (with the final norm)
+    assert buffers(3) - buffers(2) == pytest.approx((head + block) * 2 + head * (2 + 4))
