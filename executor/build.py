@@ -24,6 +24,7 @@ from smplan.model.structure import (
     find_layout,
     owned_blocks,
     present_parts,
+    recomputable_parts_before,
 )
 
 from . import float8, grad_compress
@@ -88,6 +89,7 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
     chunks, expert_banks = [], []
     fp8_linears = (0, 0, 0)
+    pre_kind = pre_recompute_kind(stages, stage_ids)
     for sid in stage_ids:
         spec = stages[sid]
         chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
@@ -110,6 +112,9 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
         names = [layout.block_names[i] for i, _ in owned_blocks(chunk, layout)][: spec.num_recomputed]
         if names:
             apply_recompute(blocks_of(chunk, layout), names, spec.recompute)
+        if sid == 0 and pre_kind:
+            for container, name in recomputable_parts_before(chunk, layout):
+                apply_recompute(container, [name], pre_kind)
         blocks = [m for _, m in owned_blocks(chunk, layout)]  # now the wrapped ones
         use_ddp = False
         # ZeRO-3 reshards after forward; with pipeline stages torchtitan keeps the parameters
@@ -141,6 +146,17 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                       loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
                       expert_banks=expert_banks, powersgd=powersgd,
                       fp8_linears=fp8_linears if plan.dtype == "fp8" else None)
+
+
+def pre_recompute_kind(stages, stage_ids) -> str | None:
+    """The kind this rank recomputes its stage 0's parts before the blocks with (those with
+    matmul work: smplan.model.structure.recomputable_parts_before): that of its first stage
+    recomputing a block with full or sac, as the planner prices it (memory_model.pre_recompute);
+    None if it has no stage 0 or recomputes no block so."""
+    if 0 not in stage_ids:
+        return None
+    return next((stages[s].recompute for s in stage_ids
+                 if stages[s].num_recomputed and stages[s].recompute in ("full", "sac")), None)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

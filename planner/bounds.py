@@ -163,7 +163,9 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
             # the recompute buffer only where every block recomputes: a device may recompute none
             rec_buffer = 0.0 if cand.recompute_all else mem.recompute_buffer
             states = mem.weights0 + mem.grads0 + mem.optimizer0 + mem.buffers - rec_buffer + mem.reserve
-            kinds[k] = (states, mem.act0, mem.weights_blk + mem.grads_blk + mem.optimizer_blk, mem.act_blk, mem.act_rec_blk)
+            # less what recomputing the parts before the blocks frees (a device may: a lower bound)
+            kinds[k] = (states, mem.act0 - mem.pre_recompute_saved, mem.weights_blk + mem.grads_blk + mem.optimizer_blk,
+                        mem.act_blk, mem.act_rec_blk)
         return kinds[k]
 
     min_needed, rec_needed = 0.0, 0.0

@@ -54,6 +54,7 @@ from .memory_model import (
     chunk_in_flight,
     chunk_memory,
     in_flight,
+    pre_recompute,
     split_params,
     state_bytes_per_param,
 )
@@ -132,6 +133,11 @@ class ChunkModel:
     # of f / b: the GPU waiting for the host's launches (PassTimes.host_wait_*); rb_blk what a
     # recomputed block takes off it (<= 0: its recomputed work fills the wait)
     host_wait: PassSeconds = PassSeconds()
+    # The parts before the blocks recomputed (memory_model.pre_recompute): rec0_s the backward
+    # seconds it adds where applied (a plan's device recomputes a block with full / sac);
+    # pre_rec_s what it would add, for the ILP, which applies it with that device's binary.
+    rec0_s: float = 0.0
+    pre_rec_s: float = 0.0
 
     @property
     def _rerun_comm_blk(self) -> float:
@@ -150,8 +156,8 @@ class ChunkModel:
     def stage_costs(self, n: int, r: int) -> StageCosts:
         return StageCosts(
             forward_s=self.f0 + self.f_blk * n,
-            backward_s=self.b0 + self.b_blk * n + self.r_blk * r,
-            recompute_s=max(0.0, self.r_blk - self._rerun_comm_blk) * r,
+            backward_s=self.b0 + self.rec0_s + self.b_blk * n + self.r_blk * r,
+            recompute_s=self.rec0_s + max(0.0, self.r_blk - self._rerun_comm_blk) * r,
             tp_comm_forward_s=self.tp.forward(n, r),
             tp_comm_backward_s=self.tp.backward(n, r),
             send_bytes=self.send_bytes,
@@ -295,9 +301,13 @@ class CostModel:
                                       without_zero=passes((0.0, 0.0, overlap)))
         return out
 
-    def chunk(self, key: MeshKey, chunk: int, recompute: str, holds_recompute_buffer: bool | None = None) -> ChunkModel:
+    def chunk(self, key: MeshKey, chunk: int, recompute: str, holds_recompute_buffer: bool | None = None,
+              pre_kind: str | None = None) -> ChunkModel:
         """Coefficients of model chunk `chunk` (0 .. pp*v-1) recomputing with `recompute`
-        (`holds_recompute_buffer`: memory_model.chunk_memory's)."""
+        (`holds_recompute_buffer`: memory_model.chunk_memory's). `pre_kind`: the first chunk's
+        parts before the blocks are recomputed with it (a plan whose device 0 recomputes a block
+        with full / sac); None: not applied, only offered to the ILP (`pre_rec_s`,
+        `ChunkMemory.pre_recompute_saved`) for the candidate's `recompute`."""
         prof, cl = self.profile, self.cluster
         chunks = key.pp * key.v
         first, last = chunk == 0, chunk == chunks - 1
@@ -383,7 +393,12 @@ class CostModel:
             capacity_factor=key.capacity_factor,
             fp8_scaling=key.fp8_scaling,
             holds_recompute_buffer=holds_recompute_buffer,
+            pre_kind=pre_kind,
         )
+        kind = recompute if pre_kind is None else pre_kind
+        pre_rec = [self.pass_of(p, key).backward_with(pre_recompute(p, kind))[1] if first else 0.0 for p in prof.pre]
+        if pre_kind is not None:
+            mem = dataclasses.replace(mem, act0=mem.act0 - mem.pre_recompute_saved)
         if spec.kind == "powersgd" and spans["dp"].size > 1:
             # torch's hook keeps an error-feedback residual of every bucket (Vogels et al. 2019,
             # Algorithm 2, e): the local dense gradients once more, counted with them
@@ -428,7 +443,10 @@ class CostModel:
             **_zero_fields(bp, [self.pass_of(p, key) for p in prof.pre] if first else [],
                            [self.pass_of(p, key) for p in prof.post] if last else [],
                            recompute, key.overlap_dp,
-                           spans["dp"].crosses_nodes or (eb > 0 and spans["edp"].crosses_nodes)),
+                           spans["dp"].crosses_nodes or (eb > 0 and spans["edp"].crosses_nodes),
+                           pre_rec if pre_kind is not None else ()),
+            rec0_s=sum(pre_rec) if pre_kind is not None else 0.0,
+            pre_rec_s=sum(pre_rec) if kind in RECOMPUTE_BUFFER_KINDS else 0.0,
         )
 
     def plan_costs(self, plan: Plan) -> PlanCosts:
@@ -439,8 +457,11 @@ class CostModel:
         for i, st in enumerate(stages):
             # A stage recomputing no block is costed as its plan file records it, `none`; a device's
             # first chunk holds the device's re-materialisation buffer if any of its chunks needs one.
-            holds = any(s.num_recomputed and s.recompute in RECOMPUTE_BUFFER_KINDS for s in stages[i::key.pp])
-            cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none", holds if i < key.pp else None)
+            kinds = [s.recompute for s in stages[i::key.pp] if s.num_recomputed and s.recompute in RECOMPUTE_BUFFER_KINDS]
+            # device 0 recomputing a block with full / sac recomputes the parts before the blocks too
+            pre_kind = kinds[0] if i == 0 and kinds else None
+            cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none", bool(kinds) if i < key.pp else None,
+                            pre_kind)
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
             rec_flops += cm.rec_flops_blk * st.num_recomputed
         return self._assemble(plan, tuple(out), rec_flops)
@@ -484,12 +505,16 @@ def _zero_unit(p: PassTimes, overlapped: bool) -> ZeroUnit:
 
 
 def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], recompute: str,
-                 overlapped: bool, crosses_node: bool) -> dict:
-    """ChunkModel's ZeRO-2/3 units: each part's passes without its collectives, and the collectives."""
+                 overlapped: bool, crosses_node: bool, pre_rec: tuple | list = ()) -> dict:
+    """ChunkModel's ZeRO-2/3 units: each part's passes without its collectives, and the collectives
+    (`pre_rec`: the seconds each part before the blocks recomputes in its backward, if it does)."""
     if block.without_zero is None:
         return {}
     recompute_s = (block.without_zero if overlapped else block).backward_with(recompute)[1]
-    return dict(zero_pre=tuple(_zero_unit(p, overlapped) for p in pre), zero_blk=_zero_unit(block, overlapped),
+    units = [_zero_unit(p, overlapped) for p in pre]
+    units = [dataclasses.replace(u, backward_s=u.backward_s + s, recompute_s=s) for u, s in zip(units, pre_rec, strict=True)] \
+        if pre_rec else units
+    return dict(zero_pre=tuple(units), zero_blk=_zero_unit(block, overlapped),
                 zero_rec_s=recompute_s, zero_post=tuple(_zero_unit(p, overlapped) for p in post),
                 zero_crosses_node=crosses_node)
 

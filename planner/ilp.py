@@ -111,8 +111,19 @@ def solve_partition(
         return sum(getattr(chunks[c], attr) for c in groups[g])
 
     ch = chunks[0]  # per-block coefficients are the same in every chunk
+    # y[g] = 1 where device g (group g: its chunks) recomputes a block (r > 0): it then holds
+    # the re-materialisation buffer, and device 0 recomputes the parts before the blocks too
+    # (ChunkModel.pre_rec_s, ChunkMemory.pre_recompute_saved)
+    y = {}
+    if allow_recompute:
+        for g in range(G):
+            if sum(chunks[c].memory.recompute_buffer for c in groups[g]):
+                y[g] = var(f"y{g}", cat="Binary")
+                prob += r[g] <= num_blocks * y[g]
+                prob += y[g] <= r[g]  # and only there
     f = [gsum(g, "f0") + ch.f_blk * n[g] for g in range(G)]
-    b = [gsum(g, "b0") + ch.b_blk * n[g] + ch.r_blk * r[g] for g in range(G)]
+    b = [gsum(g, "b0") + ch.b_blk * n[g] + ch.r_blk * r[g] + (gsum(g, "pre_rec_s") * y[g] if g in y else 0.0)
+         for g in range(G)]
     s = [ch_.send_s for ch_ in chunks]
     sends = [sum(s[c] + (s[c - 1] if c else 0.0) for c in groups[g]) for g in range(G)]
     device_groups = [[d] for d in range(p)]
@@ -142,13 +153,11 @@ def solve_partition(
             - chunks[groups[g][0]].memory.saved_by_recompute() * r[g]
             for g in gs
         )
-        rec_buffer = sum(chunks[c].memory.recompute_buffer for g in gs for c in groups[g])
-        if allow_recompute and rec_buffer:
-            # the re-materialisation buffer only on a device that recomputes a block (y = 1 if r > 0)
-            y = var(f"y{gs[0]}", cat="Binary")
-            for g in gs:
-                prob += r[g] <= num_blocks * y
-            mem = mem + rec_buffer * y
+        for g in gs:
+            if g in y:
+                rec_buffer = sum(chunks[c].memory.recompute_buffer - chunks[c].memory.pre_recompute_saved
+                                 for c in groups[g])
+                mem = mem + rec_buffer * y[g]
         prob += mem <= capacity_bytes
     prob += t_pipe + Z
     if cutoff is not None:

@@ -38,6 +38,10 @@ Sources:
   the blocks (an embedding or head is an FSDP unit of its own, often larger than a block:
   Llama 3 8B's head holds 525M parameters to a block's 218M); at most
   `efficiency.zero3_max_live_params` gathered (DeepSpeed gathers module by module).
+- Recomputation covers the parts before the blocks that do matmul work too (DeepSeek-V3's dense
+  layers; not an embedding) on a device that recomputes a block with full or sac: Megatron-Core's
+  full recomputation takes every transformer layer, dense ones included; they keep their input
+  only (`ChunkMemory.pre_recompute_saved`, `pre_recompute`; the executor checkpoints them so).
 - Reserve: `efficiency.memory_reserve_gib` (CUDA context, allocator fragmentation, NCCL).
 - Context parallelism: activations, the logits buffer and the recompute buffer / cp (each
   rank keeps its share of the sequence); the dense model states are replicated over cp and
@@ -141,6 +145,17 @@ def chunk_in_flight(schedule: str, pp: int, v: int, m: int, device: int, local_c
     return float(mine[total == total.max()].max())
 
 
+def pre_recompute(part: BlockProfile, recompute: str) -> str:
+    """The kind a part before the blocks recomputes with on a device recomputing with `recompute`:
+    none for a part without matmul work (an embedding lookup keeps nothing a rerun would free;
+    Megatron's recomputation leaves it out too, and so does the executor: smplan.model
+    .structure.recomputable_parts); full as the blocks; sac where the profile says what sac
+    keeps of it."""
+    if part.forward_flops_per_sample <= 0:
+        return "none"
+    return recompute if recompute == "full" or (recompute == "sac" and part.supports_sac) else "none"
+
+
 def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1, ep: int = 1,
                      capacity_factor: float = 1.0) -> float:
     """Activation bytes per sample `part` keeps on one GPU: / cp; the routed experts' share
@@ -205,6 +220,9 @@ class ChunkMemory:
     # of the buffers: the one block full / sac recomputation re-materialises during its backward,
     # held on a device's first chunk; the ILP counts it only where the device recomputes a block
     recompute_buffer: float = 0.0
+    # of act0: what recomputing the parts before the blocks frees (the cost model subtracts it
+    # where the device recomputes a block with full / sac, as the executor then does)
+    pre_recompute_saved: float = 0.0
 
     def breakdown(self, n: int, r: int) -> MemoryBreakdown:
         return MemoryBreakdown(
@@ -248,12 +266,14 @@ def chunk_memory(
     fp8_scaling: str = "tensor",
     holds_recompute_buffer: bool | None = None,
     parts_flight: float | None = None,
+    pre_kind: str | None = None,
 ) -> ChunkMemory:
     """Memory terms of one chunk; buffers and reserve sit on a device's first chunk only.
     `holds_recompute_buffer`: whether the device holds the full / sac re-materialisation buffer
     (it recomputes a block of such a kind in any of its chunks); None: as `recompute` says.
     `parts_flight`: the micro-batches the embedding / head parts are held for (`chunk_in_flight`);
-    None: `flight`, as the blocks."""
+    None: `flight`, as the blocks. `pre_kind`: the recomputation the device's blocks use, which
+    `pre_recompute_saved` prices for the parts before them; None: `recompute`."""
     parts = (profile.pre if first else ()) + (profile.post if last else ())
     block = profile.blocks[0]
     # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
@@ -264,7 +284,12 @@ def chunk_memory(
     wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept)
     b = micro_batch
     moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
-    act0 = (flight if parts_flight is None else parts_flight) * b * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
+    held = (flight if parts_flight is None else parts_flight) * b
+    act0 = held * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
+    pre_saved, kind = 0.0, recompute if pre_kind is None else pre_kind
+    if first and kind in RECOMPUTE_BUFFER_KINDS:  # the embedding / dense layers then keep their input only
+        pre_saved = held * sum(part_saved_bytes(p, tp, sp, **moe) - part_saved_bytes(p, tp, sp, pre_recompute(p, kind), **moe)
+                               for p in profile.pre)
     act_blk = flight * b * part_saved_bytes(block, tp, sp, **moe)
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0
@@ -279,7 +304,7 @@ def chunk_memory(
         if zero >= 3:
             buffers += zero3_transient_bytes(block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
-    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer)
+    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0))
 
 
 def zero3_transient_bytes(block: BlockProfile, parts: tuple[BlockProfile, ...], tp: int, ep: int, dtype: str,

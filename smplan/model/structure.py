@@ -223,6 +223,24 @@ def blocks_of(model: nn.Module, layout: Layout) -> nn.Module | None:
     return None if layout.container is None else model.get_submodule(layout.container)
 
 
+def recomputable_parts_before(chunk: nn.Module, layout: Layout) -> list[tuple[nn.Module, str]]:
+    """(parent, name) of the parts before the blocks that this chunk holds and that do matmul
+    work (hold an nn.Linear: DeepSeek-V3's dense layers, not an embedding): what a device that
+    recomputes its blocks with full or sac recomputes too (planner memory_model.pre_recompute,
+    which asks the profile for forward FLOPs)."""
+    out = []
+    for fqn in layout.before:
+        parent, _, name = fqn.rpartition(".")
+        try:
+            container = chunk.get_submodule(parent)
+        except AttributeError:  # the parent itself was cut away
+            continue
+        module = container._modules.get(name)
+        if module is not None and any(isinstance(m, nn.Linear) for m in module.modules()):
+            out.append((container, name))
+    return out
+
+
 def present_parts(chunk: nn.Module, layout: Layout, which: str = "both") -> list[nn.Module]:
     """The parts before ("before"), after ("after") or around ("both") the blocks that this
     chunk holds (not None)."""

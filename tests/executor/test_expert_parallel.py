@@ -163,3 +163,18 @@ def test_the_expert_grid_must_fold_into_the_dp_x_cp_x_tp_ranks():
     assert ParallelDims(pp=1, dp=1, tp=2, cp=2, world_size=4, ep=4).ep_enabled
     with pytest.raises(MeshError, match="ep=4 must divide dp\\*cp\\*tp=6"):
         ParallelDims(pp=1, dp=3, tp=2, world_size=6, ep=4)
+
+
+def test_recomputing_the_dense_layer_before_the_blocks_keeps_the_losses(tmp_path, single_process):
+    """A rank recomputing a block with full or sac recomputes moe.py's dense layer too (as the
+    planner prices it: memory_model.pre_recompute); the losses stay the single process's."""
+    from smplan.executor.build import pre_recompute_kind
+    from smplan.planner.plan import Stage
+
+    stages = [Stage(0, 1, "full", 0), Stage(1, 2, "none", 0), Stage(2, 3, "full", 1)]
+    assert pre_recompute_kind(stages, [0, 2]) == "full" and pre_recompute_kind(stages, [1]) is None
+    assert pre_recompute_kind(stages[:2], [0, 1]) is None
+    result = run_execute("mbs=1,gbs=4,recompute=full", tmp_path / "run", "--steps", str(STEPS), model=MOE, timeout=240)
+    assert result.returncode == 0, result.stdout[-4000:]
+    for ref, got in zip(single_process, metrics(tmp_path / "run"), strict=True):
+        assert got["loss"] == pytest.approx(ref["loss"], rel=RTOL)

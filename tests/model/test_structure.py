@@ -134,3 +134,16 @@ class _Stage(nn.ModuleList):  # a list subclass with its own forward is called: 
 def test_a_list_subclass_with_a_forward_is_a_block():
     layout = find_layout(_meta(lambda: nn.ModuleDict({"stages": nn.ModuleList(_Stage() for _ in range(4))})))
     assert (layout.container, layout.block_names) == ("stages", ("0", "1", "2", "3"))
+
+
+def test_the_parts_before_the_blocks_that_recompute_are_those_with_matmul_work():
+    """DeepSeek-V3's dense layers, not the embedding (planner memory_model.pre_recompute's rule)."""
+    from smplan.planner.model_file import load_model_file
+
+    from smplan.model.structure import recomputable_parts_before
+
+    model = load_model_file("examples/moe.py:tiny").build({}, device="meta")
+    layout = find_layout(model)
+    assert [name for _, name in recomputable_parts_before(model, layout)] == ["dense"]
+    gpt = load_model_file("examples/gpt.py:tiny").build({}, device="meta")
+    assert recomputable_parts_before(gpt, find_layout(gpt)) == []

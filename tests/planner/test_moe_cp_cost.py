@@ -318,3 +318,30 @@ def test_the_step_timeline_shows_the_exposed_all_to_alls(moe):
         exposed = result.figures.breakdown["ep_all_to_all"]
         assert sum(e.end - e.start for e in a2a) == pytest.approx(exposed, rel=1e-6)
     assert result.step_time_s == pytest.approx(estimate(plan, moe, cl).step_time_s, rel=1e-9)
+
+
+def test_a_device_recomputing_its_blocks_recomputes_the_dense_layers_before_them():
+    """DeepSeek-V3's published layout (PP16, EP64, ZeRO-1, 2048 GPUs) did not fit: its three dense
+    layers kept all their activations for 16 micro-batches (an audit's finding)."""
+    from smplan.planner import Plan, even_stages
+    from smplan.planner.memory_model import in_flight, part_saved_bytes
+
+    profile = profile_model("examples/moe.py:tiny")
+    dense = next(p for p in profile.pre if p.name == "dense")
+    cluster = load_cluster("h100x8", nodes=1)
+
+    stages = {kind: even_stages(profile.num_blocks, 2, kind) for kind in ("none", "full")}
+
+    def first_stage(recompute):
+        plan = Plan(model="examples/moe.py:tiny", hw="h100x8", nodes=1, dp=4, pp=2, micro_batch=1, global_batch=8,
+                    stages=stages[recompute])
+        return plan_costs(plan, profile, cluster).stages[0]
+
+    kept, full = first_stage("none"), first_stage("full")
+    held = in_flight("1f1b", 2, 1, 2, 0)
+    def frees(part):
+        return held * (part_saved_bytes(part, 1, False) - part_saved_bytes(part, 1, False, "full"))
+
+    freed, blocks = frees(dense), stages["full"][0].num_blocks * frees(profile.blocks[0])
+    assert kept.memory.activations_bytes - full.memory.activations_bytes == pytest.approx(freed + blocks, rel=1e-6)
+    assert full.recompute_s > 0 and full.backward_s > kept.backward_s

@@ -139,3 +139,18 @@ def test_plan_refuses_cf_on_a_dense_model_in_one_line(cli_runner):
     assert [line for line in result.output.splitlines() if line.startswith("error")] == [
         "error: cf=2 sets the busiest expert's load, but examples/gpt.py:tiny has no routed experts; drop cf"]
     assert "Traceback" not in result.output and result.stdout == ""
+
+
+@pytest.mark.parametrize("memory_gib", [0.006, 0.01])
+def test_ilp_equals_brute_force_where_recomputing_frees_the_dense_layers(memory_gib):
+    """A device recomputing a block recomputes the dense layers before the blocks too (one binary
+    per device in the ILP, the plan's counts in the estimate): both must agree."""
+    prof = profile_model("examples/moe.py:tiny", args={"layers": 5, "dense_layers": 2}, seq_len=512)
+    cluster = load_cluster("h100x8", nodes=1, overrides={"gpu.memory_gib": memory_gib, "efficiency.memory_reserve_gib": 0.0})
+    cm = CostModel(prof, cluster)
+    fixed = validate_constraints(prof, cluster, "pp=2,dp=4,mbs=4,zero=1", 64, None, None, "bf16")
+    cand = next(c for c in enumerate_candidates(prof, cluster, fixed, None) if c.kind == "full" and not c.recompute_all)
+    plan = _polished(cm, cand, capacity_bytes(cluster), 64, "m")
+    assert plan.stages[0].num_recomputed > 0  # the memory asks for it
+    assert plan.predicted.step_time_s == pytest.approx(_brute_force(cm, cand, 64), rel=1e-9)
+    assert plan.predicted.peak_memory_gib <= memory_gib
