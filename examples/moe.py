@@ -33,8 +33,8 @@ per-expert bookkeeping. The expert compute stays one GEMM per weight, not E smal
 
 Tensor parallelism: `tp_plan(block)` shards attention and the shared experts,
 `tp_plan_outer(model)` the embedding and the head (vocab-parallel, logits sharded into the
-loss under loss_parallel); the dense blocks, the routed experts and the final norm stay
-replicated. Neither takes sequence_parallel, so sp=0.
+loss under loss_parallel) and the dense layers before the MoE blocks as `tp_plan` does a
+block; the routed experts and the final norm stay replicated. Neither takes sequence_parallel, so sp=0.
 
 `params_active` (smplan profile): a module with integer attributes `num_experts` and
 `top_k` is a bank of routed experts, of which each token uses top_k / num_experts; here
@@ -462,11 +462,17 @@ def tp_plan(block: Block) -> dict:
 
 def tp_plan_outer(model: MoE) -> dict:
     """The vocab-parallel embedding and head around the blocks (Shoeybi et al. 2019 section 3),
-    by module path from the root; the logits stay sharded into the loss (loss_parallel)."""
+    by module path from the root; the logits stay sharded into the loss (loss_parallel). The
+    dense layers before the MoE blocks (DeepSeek-V3's first three) as `tp_plan` shards a block:
+    Megatron-Core's tensor parallelism takes every layer."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    return {
+    plan = {
         "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
         "head.out": ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1), use_local_output=False),
     }
+    dense = getattr(model, "dense", None)  # None: no dense layers, or a pipeline stage without them
+    for i, block in enumerate(dense.layers if dense is not None else ()):
+        plan.update({f"dense.layers.{i}.{key}": style for key, style in tp_plan(block).items()})
+    return plan

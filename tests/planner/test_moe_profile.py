@@ -130,3 +130,16 @@ def test_profile_prints_the_expert_figures(cli_runner):
     assert result.exit_code == 0, result.output
     assert "4 routed, top_k=2" in result.output and "all-to-all MiB/sample" in result.output
     assert "router GFLOPs/sample" in result.output
+
+
+def test_the_dense_layers_before_the_moe_blocks_are_tensor_parallel():
+    """DeepSeek-V3's first three layers were whole on every tp rank (an audit's finding): they
+    shard as a block does, with a block's collectives per layer."""
+    profile = profile_model(f"{MOE}:tiny", args={"dense_layers": 2, "layers": 4})
+    dense = next(p for p in profile.pre if p.name == "dense")
+    block = profile.blocks[0]
+    assert dense.params_tp_sharded and dense.params_per_gpu(2) < 0.6 * dense.params
+    def count(part):
+        return sum(c.phase == "forward" for c in part.tp_collectives)
+
+    assert count(dense) == 2 * count(block) > 0
