@@ -80,10 +80,8 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     mp_policy = mp_policy or grad_compress.mixed_precision(compress)
     powersgd = None
     meta = build_meta(model_file, plan.model_args, seed)  # parameters on meta, buffers real
-    if device.type == "cpu" and plan.dtype == "fp32":
-        # no autocast on CPU: the parameters' dtype computes; an hf: config built in bf16 runs
-        # the fp32 a CPU profile's plan was priced in (planner feasibility.default_dtype)
-        meta = meta.to(dtype=torch.float32)
+    if plan.dtype == "fp32":
+        half_to_fp32(meta)
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
@@ -146,6 +144,15 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                       loss_parallel=dims.tp_enabled and vocab_parallel(model_file, meta, plan.sequence_parallel),
                       expert_banks=expert_banks, powersgd=powersgd,
                       fp8_linears=fp8_linears if plan.dtype == "fp8" else None)
+
+
+def half_to_fp32(model: nn.Module) -> None:
+    """An fp32 plan runs no autocast: the parameters' dtype computes, so an hf: config built in
+    bf16 runs the fp32 it was priced in (a CPU profile's default: feasibility.default_dtype).
+    Only half-precision tensors: a complex rotary buffer or an fp64 one stays as it is."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.dtype in (torch.bfloat16, torch.float16):
+            tensor.data = tensor.data.float()
 
 
 def pre_recompute_kind(stages, stage_ids) -> str | None:

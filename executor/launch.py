@@ -211,8 +211,8 @@ def _how_to_continue(cfg: RunConfig, failed: bool = False) -> str:
         return "every step ran and was recorded, so there is nothing left to resume"
     if not found and not read_metrics(cfg.out_dir):  # nothing ran: the folder takes the same command again
         if failed:  # a model, data or plan error: a rerun meets it again
-            return ("it failed before its first step, where a rerun fails the same way: fix what the error says, "
-                    "then the same `smplan execute` command starts it again")
+            return ("it failed before its first step, where a rerun is likely to fail the same way: fix what the "
+                    "error says, then the same `smplan execute` command starts it again")
         return "it stopped before its first step: the same `smplan execute` command starts it again"
     if found:  # -o named: a run without it was given a new folder (run.py), so the same command would start afresh
         return (f"the same `smplan execute` command with -o {cfg.out_dir} resumes it from its newest checkpoint "

@@ -11,8 +11,9 @@ should think"):
 - ZeRO-2 reduce-scatters each block's gradients in every micro-batch's backward, ZeRO-3
   also all-gathers each block's parameters in forward and in backward (Rajbhandari et al.
   2020); with `overlap_dp` they overlap the pass (max), else they add to it.
-- Pipeline sends: each TP rank sends its 1/tp slice of the stage output (Narayanan et
-  al. 2021, section 4.1 scatter/gather).
+- Pipeline sends: each TP rank sends the stage output whole (Megatron-Core), its 1/tp slice
+  under sequence parallelism or where the stack scatters it (`pp_send = "tp_slice"`:
+  Narayanan et al. 2021, section 4.1 scatter/gather; `pp_send_bytes`).
 - DP gradients once per step (all-reduce; ZeRO-1 reduce-scatter + all-gather; ZeRO-2 the
   parameter all-gather), overlapping the last backward when `overlap_dp`.
 - Optimizer: Adam streams its local states through HBM (memory-bound).
@@ -138,6 +139,7 @@ class ChunkModel:
     # pre_rec_s what it would add, for the ILP, which applies it with that device's binary.
     rec0_s: float = 0.0
     pre_rec_s: float = 0.0
+    rec0_flops: float = 0.0  # FLOPs per sample the applied recompute of those parts re-runs
 
     @property
     def _rerun_comm_blk(self) -> float:
@@ -396,7 +398,8 @@ class CostModel:
             pre_kind=pre_kind,
         )
         kind = recompute if pre_kind is None else pre_kind
-        pre_rec = [self.pass_of(p, key).backward_with(pre_recompute(p, kind))[1] if first else 0.0 for p in prof.pre]
+        pre_kinds = [pre_recompute(p, kind) if first else "none" for p in prof.pre]
+        pre_rec = [self.pass_of(p, key).backward_with(k)[1] for p, k in zip(prof.pre, pre_kinds, strict=True)]
         if pre_kind is not None:
             mem = dataclasses.replace(mem, act0=mem.act0 - mem.pre_recompute_saved)
         if spec.kind == "powersgd" and spans["dp"].size > 1:
@@ -444,8 +447,10 @@ class CostModel:
                            [self.pass_of(p, key) for p in prof.post] if last else [],
                            recompute, key.overlap_dp,
                            spans["dp"].crosses_nodes or (eb > 0 and spans["edp"].crosses_nodes),
-                           pre_rec if pre_kind is not None else ()),
+                           pre_kinds if pre_kind is not None else ()),
             rec0_s=sum(pre_rec) if pre_kind is not None else 0.0,
+            rec0_flops=sum(self.pass_of(p, key).recompute_flops[k] for p, k in zip(prof.pre, pre_kinds, strict=True))
+            if pre_kind is not None else 0.0,
             pre_rec_s=sum(pre_rec) if kind in RECOMPUTE_BUFFER_KINDS else 0.0,
         )
 
@@ -463,7 +468,7 @@ class CostModel:
             cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none", bool(kinds) if i < key.pp else None,
                             pre_kind)
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
-            rec_flops += cm.rec_flops_blk * st.num_recomputed
+            rec_flops += cm.rec_flops_blk * st.num_recomputed + cm.rec0_flops
         return self._assemble(plan, tuple(out), rec_flops)
 
     def _assemble(self, plan: Plan, stages: tuple[StageCosts, ...], rec_flops_per_sample: float) -> PlanCosts:
@@ -505,15 +510,17 @@ def _zero_unit(p: PassTimes, overlapped: bool) -> ZeroUnit:
 
 
 def _zero_fields(block: PassTimes, pre: list[PassTimes], post: list[PassTimes], recompute: str,
-                 overlapped: bool, crosses_node: bool, pre_rec: tuple | list = ()) -> dict:
+                 overlapped: bool, crosses_node: bool, pre_kinds: tuple | list = ()) -> dict:
     """ChunkModel's ZeRO-2/3 units: each part's passes without its collectives, and the collectives
-    (`pre_rec`: the seconds each part before the blocks recomputes in its backward, if it does)."""
+    (`pre_kinds`: the recomputation each part before the blocks runs in its backward, if any)."""
     if block.without_zero is None:
         return {}
     recompute_s = (block.without_zero if overlapped else block).backward_with(recompute)[1]
     units = [_zero_unit(p, overlapped) for p in pre]
-    units = [dataclasses.replace(u, backward_s=u.backward_s + s, recompute_s=s) for u, s in zip(units, pre_rec, strict=True)] \
-        if pre_rec else units
+    if pre_kinds:  # on the units' own base: the passes without their collectives where they overlap
+        recs = [(p.without_zero if overlapped and p.without_zero else p).backward_with(k)[1]
+                for p, k in zip(pre, pre_kinds, strict=True)]
+        units = [dataclasses.replace(u, backward_s=u.backward_s + s, recompute_s=s) for u, s in zip(units, recs, strict=True)]
     return dict(zero_pre=tuple(units), zero_blk=_zero_unit(block, overlapped),
                 zero_rec_s=recompute_s, zero_post=tuple(_zero_unit(p, overlapped) for p in post),
                 zero_crosses_node=crosses_node)

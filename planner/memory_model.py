@@ -21,7 +21,7 @@ Sources:
   warm-up count; Narayanan et al. 2021, section 2.2.2: 1 + (p-1)/(pv) of 1F1B's memory;
   all m·v when m == pp, where Megatron-LM runs every forward before the first backward),
   spread evenly over its chunks' blocks. Not so the parts around the blocks: when device d
-  holds the most, its first chunk holds up to 2·pp - 1 of them (it starts the next round of
+  holds the most, its first chunk holds up to 2·pp of them (it starts the next round of
   micro-batches first) and the last rank's last chunk one (its backward follows its forward),
   so the embedding and the head with its loss count those (`chunk_in_flight`: the
   schedule's own order replayed).
@@ -37,7 +37,8 @@ Sources:
   in fp32: FSDP2's reduce_dtype), the unit being the largest of a block and the parts around
   the blocks (an embedding or head is an FSDP unit of its own, often larger than a block:
   Llama 3 8B's head holds 525M parameters to a block's 218M); at most
-  `efficiency.zero3_max_live_params` gathered (DeepSpeed gathers module by module).
+  `efficiency.zero3_max_live_params` gathered (DeepSpeed gathers module by module); FSDP's
+  ZeRO-2 (`zero_granularity` "block") holds that unit's unsharded gradients too.
 - Recomputation covers the parts before the blocks that do matmul work too (DeepSeek-V3's dense
   layers; not an embedding) on a device that recomputes a block with full or sac: Megatron-Core's
   full recomputation takes every transformer layer, dense ones included; they keep their input
@@ -119,6 +120,12 @@ def model_state_bytes(params_per_gpu: float, dtype: str, zero: int, dp: int,
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _orders(schedule: str, pp: int, m: int, v: int) -> list:
+    """The schedule's per-device task arrays, once per shape (every device's counts read them)."""
+    return device_arrays(schedule, pp, m, v)
+
+
 @functools.lru_cache(maxsize=4096)
 def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
     """Micro-batches whose activations one model chunk on `device` holds at its peak."""
@@ -126,7 +133,7 @@ def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
         return float(m)
     if schedule == "interleaved" and v > 1:
         # Megatron-LM's warm-up + 1, or all m*v when m == pp (it then runs every forward first)
-        forward = device_arrays(schedule, pp, m, v)[device][0]
+        forward = _orders(schedule, pp, m, v)[device][0]
         return float(np.cumsum(np.where(forward, 1, -1)).max()) / v
     return float(min(pp - device, m))
 
@@ -138,7 +145,7 @@ def chunk_in_flight(schedule: str, pp: int, v: int, m: int, device: int, local_c
     schedule's task order (planner.schedules.device_arrays). in_flight itself without interleaving."""
     if schedule != "interleaved" or v <= 1:
         return in_flight(schedule, pp, v, m, device)
-    forward, chunk, _ = device_arrays(schedule, pp, m, v)[device]
+    forward, chunk, _ = _orders(schedule, pp, m, v)[device]
     step = np.where(forward, 1, -1)
     total = np.cumsum(step)
     mine = np.cumsum(np.where(chunk == local_chunk * pp + device, step, 0))
@@ -301,25 +308,29 @@ def chunk_memory(
         if holds:
             rec_buffer = b * part_saved_bytes(block, tp, sp, **moe)
             buffers += rec_buffer
-        if zero >= 3:
-            buffers += zero3_transient_bytes(block, parts, tp, ep, dtype, cluster)
+        buffers += sharded_transient_bytes(zero, block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0))
 
 
-def zero3_transient_bytes(block: BlockProfile, parts: tuple[BlockProfile, ...], tp: int, ep: int, dtype: str,
-                          cluster: Cluster) -> float:
-    """ZeRO-3's whole-size buffers on one GPU (see the module docstring): the unit in use (the
-    largest of a block and `parts`) and the next block gathered, and the unit's gradients before
-    their reduce-scatter; the gathered parameters at most efficiency.zero3_max_live_params."""
+def sharded_transient_bytes(zero: int, block: BlockProfile, parts: tuple[BlockProfile, ...], tp: int, ep: int,
+                            dtype: str, cluster: Cluster) -> float:
+    """Whole-size buffers of sharded data parallelism on one GPU (see the module docstring): under
+    ZeRO-3 the unit in use (the largest of a block and `parts`) and the next block gathered, at
+    most efficiency.zero3_max_live_params; under ZeRO-3, and FSDP's ZeRO-2 (zero_granularity
+    "block": one reduce-scatter per unit), the unit's gradients before their reduce-scatter."""
+    fsdp2 = zero == 2 and cluster.efficiency.zero_granularity == "block"
+    if zero < 3 and not fsdp2:
+        return 0.0
     w = state_bytes_per_param(dtype)[0]
     per_block = sum(split_params(block, tp, ep))
     unit = max([per_block, *(sum(split_params(p, tp, ep)) for p in parts)])
     cap = cluster.efficiency.zero3_max_live_params
-    gathered = unit + per_block
+    gathered = 0.0 if fsdp2 else unit + per_block
     if cap > 0:
         gathered, unit = min(gathered, cap), min(unit, cap)
-    grad_bytes = w + (4.0 if cluster.efficiency.grad_reduce_dtype == "fp32" else 0.0)  # autograd's, + fp32 copy
+    # autograd's gradients, and their fp32 copy where the stack reduces in fp32 from half precision
+    grad_bytes = w + (4.0 if cluster.efficiency.grad_reduce_dtype == "fp32" and w < 4.0 else 0.0)
     return gathered * w + unit * grad_bytes
 
 

@@ -305,7 +305,8 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                                       "gradients and gathered parameters stay until the last micro-batch, "
                                       "feasibility.effective_zero); fix pp=1 for ZeRO-2/3, or zero=1")
                     continue
-                if fixed.get("zero") == 1 and pp == 1 and cluster.efficiency.zero_granularity == "block":
+                if (fixed.get("zero") == 1 and pp == 1 and cluster.efficiency.zero_granularity == "block"
+                        and world // (tp * pp) > 1):  # dp x cp ranks to shard over
                     reject("zero", 0, "zero=1 without pipeline stages is not FSDP's: this stack's ZeRO "
                                       "(zero_granularity = block) shards the gradients with the optimizer states, "
                                       "so it would run as ZeRO-2; fix zero=2 (or 0), or pp > 1 for ZeRO-1")

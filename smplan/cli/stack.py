@@ -38,6 +38,9 @@ def stack() -> None:
       cp_comm                         all_gather (NCCL all-gather of K/V: torchtitan, smplan execute)
                                       or p2p (Transformer Engine's ring under attention: megatron-core)
       grad_reduce_dtype               weights (bf16 / fp16) or fp32: the dtype gradients cross DP in
+                                      (fp32: held in an fp32 buffer below ZeRO-3 too)
+      pp_send                         full (each tp rank sends its whole activation to the next
+                                      stage without sp) or tp_slice (1/tp: 2021 Megatron-LM)
 
     plan, simulate, whatif (also --vary stack=A,B), reliability and calibrate take --stack
     NAME|PATH; the default is megatron-core, and a plan file records its stack. --hw-set
@@ -57,12 +60,13 @@ def list_stacks(as_json: bool) -> None:
              s.host_overhead_us_per_moe_layer, s.elementwise_fusion, s.attention_kernel, s.zero_collectives,
              s.single_nic_network, s.zero_granularity,
              f"{s.zero3_max_live_params:.3g}" if s.zero3_max_live_params else "-", s.tp_comm_overlap, s.ep_a2a_overlap,
-             s.ep_dispatcher, s.cp_comm, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.description]
+             s.ep_dispatcher, s.cp_comm, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.pp_send,
+             s.description]
             for s in stacks]
     click.echo(format_table(["name", "host us/layer", "+ per MoE layer", "fusion", "attention", "ZeRO colls",
                              "NIC share", "ZeRO steps by", "zero3 live params", "TP overlap", "a2a overlap",
-                             "dispatch", "CP K/V", "overlap grad reduce", "grad reduce", "description"], rows,
-                             align="lrrrllrlrrrlllll"))
+                             "dispatch", "CP K/V", "overlap grad reduce", "grad reduce", "pp send", "description"],
+                             rows, align="lrrrllrlrrrllllll"))
     click.echo("\nDetails and sources: smplan stack show NAME; use one with --stack NAME or --stack PATH.toml")
 
 

@@ -223,11 +223,17 @@ def blocks_of(model: nn.Module, layout: Layout) -> nn.Module | None:
     return None if layout.container is None else model.get_submodule(layout.container)
 
 
+# Modules whose forward is a matmul (or a convolution): what the profile's FLOP count sees, so
+# what planner memory_model.pre_recompute's "forward FLOPs > 0" matches.
+MATMUL_MODULES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
 def recomputable_parts_before(chunk: nn.Module, layout: Layout) -> list[tuple[nn.Module, str]]:
-    """(parent, name) of the parts before the blocks that this chunk holds and that do matmul
-    work (hold an nn.Linear: DeepSeek-V3's dense layers, not an embedding): what a device that
-    recomputes its blocks with full or sac recomputes too (planner memory_model.pre_recompute,
-    which asks the profile for forward FLOPs)."""
+    """(parent, name) of what to checkpoint of the parts before the blocks that this chunk holds
+    and that do matmul work (DeepSeek-V3's dense layers, a conv stem; not an embedding): what a
+    device that recomputes its blocks with full or sac recomputes too (planner
+    memory_model.pre_recompute). A part that only holds a list of layers gives each layer, so
+    a backward re-materialises one at a time, as it does a block."""
     out = []
     for fqn in layout.before:
         parent, _, name = fqn.rpartition(".")
@@ -236,7 +242,12 @@ def recomputable_parts_before(chunk: nn.Module, layout: Layout) -> list[tuple[nn
         except AttributeError:  # the parent itself was cut away
             continue
         module = container._modules.get(name)
-        if module is not None and any(isinstance(m, nn.Linear) for m in module.modules()):
+        if module is None or not any(isinstance(m, MATMUL_MODULES) for m in module.modules()):
+            continue
+        children = list(module.children())
+        if len(children) == 1 and isinstance(children[0], nn.ModuleList | nn.Sequential) and len(children[0]) > 1:
+            out += [(children[0], key) for key in children[0]._modules]
+        else:
             out.append((container, name))
     return out
 

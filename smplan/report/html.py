@@ -82,7 +82,8 @@ def render_html(record: dict) -> str:
     for name, file in charts.items():
         parts.append(
             f'<figure id="chart-{escape(name)}"><img src="{escape(file)}" alt="{escape(TITLES.get(name, name))} chart">'
-            f"<figcaption><b>{escape(TITLES.get(name, name))}.</b> {escape(CAPTIONS.get(name, ''))}</figcaption></figure>"
+            f"<figcaption><b>{escape(TITLES.get(name, name))}.</b> {escape(_picked(record, CAPTIONS.get(name, '')))}"
+            "</figcaption></figure>"
         )
     parts.append("<h2>Points</h2>")
     parts.append(_table(record))
@@ -90,6 +91,11 @@ def render_html(record: dict) -> str:
                  "(schema in <code>smplan.report.points</code>).</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _picked(record: dict, text: str) -> str:
+    """`text` saying "best case" for "recommended" where the sweep varied conditions only."""
+    return text.replace("recommended", "best-case") if record.get("best_case_only") else text
 
 
 def _recommendation(record: dict) -> str:
@@ -158,7 +164,7 @@ def _table(record: dict) -> str:
             trained = _num(run.get("tokens"), "{:.3g}") if days_given else (escape(days_text(run["days"])) if run.get("days") is not None else "—")
             cells += [trained, _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}"),
                       _num(run.get("checkpoint_interval_min"), "{:.1f}")]
-        note = p.get("reason") or ("recommended" if p["id"] == record.get("recommended") else "")
+        note = p.get("reason") or (_picked(record, "recommended") if p["id"] == record.get("recommended") else "")
         if p["id"] in set(record.get("pareto") or []):
             note = (note + "; " if note else "") + "Pareto"
         cells.append(_text(note))

@@ -330,6 +330,8 @@ def test_fixed_zero1_under_an_fsdp_stack_is_searched_with_pipeline_stages(cli_ru
     flat = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--stack", "torchtitan", "--fix", "zero=1,pp=1"])
     assert flat.exit_code == 2 and "would run as ZeRO-2; fix zero=2" in flat.output, flat.output
     assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=1,pp=1"]).exit_code == 0  # Megatron's
+    alone = ["plan", TINY, "--hw", "gb200nvl72", "--nodes", "1", "--stack", "torchtitan", "--fix", "zero=1,pp=1,tp=4"]
+    assert cli_runner.invoke(cli, alone).exit_code == 0  # 4 GPUs, all tp: nothing to shard
 
 
 def test_a_degree_no_mesh_has_is_named_before_the_batch(cli_runner):

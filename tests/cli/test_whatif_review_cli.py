@@ -173,7 +173,7 @@ def test_a_sweep_of_conditions_has_a_best_case_not_a_recommendation(cli_runner, 
     assert record["best_case_only"] and "\nbest case: #" in result.output and "recommended:" not in result.output
     low, high = sorted(record["points"], key=lambda p: p["run"]["goodput"])
     assert f"Goodput runs from {low['run']['goodput']:.1%} (#{low['id']}" in record["recommendation"]
-    assert "<h2>Best case</h2>" in page
+    assert "<h2>Best case</h2>" in page and "the recommended plan" not in page and '">best-case' in page
     chosen, record, _ = whatif(cli_runner, tmp_path / "c", "--hw", "a100x8", "--plan", "dp=8,mbs=1", "--tokens", "1e10",
                                "--vary", "storage.checkpoint_write_gbps=1,5")  # storage is bought: a choice
     assert not record["best_case_only"] and "recommended: #" in chosen.output

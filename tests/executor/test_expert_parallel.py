@@ -6,6 +6,8 @@ the single-process ones, and a SIGKILLed run resumes bit for bit from its DCP ch
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,6 +167,23 @@ def test_the_expert_grid_must_fold_into_the_dp_x_cp_x_tp_ranks():
         ParallelDims(pp=1, dp=3, tp=2, world_size=6, ep=4)
 
 
+# One process builds moe.py:tiny recomputing every block fully: its dense layer is checkpointed, its embedding not.
+WRAPPED = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{init}", rank=0, world_size=1)
+from smplan.executor.build import build_model_parts
+from smplan.executor.mesh import ParallelDims
+from smplan.planner.model_file import load_model_file
+from smplan.planner.plan import Plan, even_stages
+plan = Plan(model="{model}", hw="local", nodes=1, global_batch=4, dtype="fp32", stages=even_stages(3, 1, "full"))
+dims = ParallelDims(1, 1, 1, 1, gpus_per_node=1)
+dims.build_mesh("cpu")
+chunk = build_model_parts(plan, load_model_file("{model}"), dims, torch.device("cpu"), seed=1, loss_fn=None).chunks[0]
+print(type(chunk.dense).__name__, type(chunk.embed).__name__)
+dist.destroy_process_group()
+"""
+
+
 def test_recomputing_the_dense_layer_before_the_blocks_keeps_the_losses(tmp_path, single_process):
     """A rank recomputing a block with full or sac recomputes moe.py's dense layer too (as the
     planner prices it: memory_model.pre_recompute); the losses stay the single process's."""
@@ -174,6 +193,9 @@ def test_recomputing_the_dense_layer_before_the_blocks_keeps_the_losses(tmp_path
     stages = [Stage(0, 1, "full", 0), Stage(1, 2, "none", 0), Stage(2, 3, "full", 1)]
     assert pre_recompute_kind(stages, [0, 2]) == "full" and pre_recompute_kind(stages, [1]) is None
     assert pre_recompute_kind(stages[:2], [0, 1]) is None
+    built = subprocess.run([sys.executable, "-c", WRAPPED.format(model=MOE, init=tmp_path / "init")], capture_output=True,
+                           text=True, timeout=120)
+    assert built.stdout.split() == ["CheckpointWrapper", "Embedding"], built.stdout + built.stderr
     result = run_execute("mbs=1,gbs=4,recompute=full", tmp_path / "run", "--steps", str(STEPS), model=MOE, timeout=240)
     assert result.returncode == 0, result.stdout[-4000:]
     for ref, got in zip(single_process, metrics(tmp_path / "run"), strict=True):

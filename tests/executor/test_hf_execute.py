@@ -156,3 +156,15 @@ def test_a_bf16_config_runs_the_fp32_its_cpu_plan_was_priced_in(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     assert json.loads((out / "summary.json").read_text())["compute_dtype"] == "fp32"
     assert "(ran in" not in result.stdout
+
+
+def test_only_half_precision_tensors_are_cast_for_an_fp32_plan():
+    import torch
+    from smplan.executor.build import half_to_fp32
+
+    model = torch.nn.Linear(2, 2).to(torch.bfloat16)
+    model.register_buffer("freqs", torch.polar(torch.ones(3), torch.arange(3.0)))  # torchtitan's complex rotary
+    model.register_buffer("wide", torch.ones(2, dtype=torch.float64))
+    half_to_fp32(model)
+    assert model.weight.dtype == torch.float32 and model.freqs.dtype == torch.complex64
+    assert model.wide.dtype == torch.float64

@@ -443,7 +443,7 @@ def test_a_stopped_run_is_promised_a_resume_only_with_a_checkpoint(tmp_path):
     cfg = RunConfig(plan={}, model_ref="m.py", out_dir=str(tmp_path), steps=10, checkpoint_dir=str(ckpt))
     assert "stopped before its first step: the same `smplan execute` command starts it again" in _how_to_continue(cfg)
     # a rank that raised before its first step raises again on a rerun (a review's finding)
-    assert "failed before its first step, where a rerun fails the same way: fix" in _how_to_continue(cfg, failed=True)
+    assert "failed before its first step, where a rerun is likely to fail the same way: fix" in _how_to_continue(cfg, failed=True)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 4.0}\n')
     assert "cannot be resumed" in _how_to_continue(cfg)
     (ckpt / "step-4").mkdir(parents=True)

@@ -122,7 +122,7 @@ def test_sdpa_model_steps_faster_than_explicit_attention_at_long_sequences():
 
 
 def test_zero3_gathered_parameters_capped_by_max_live_params():
-    """DeepSpeed keeps at most stage3_max_live_parameters gathered; FSDP two whole blocks, and
+    """DeepSpeed keeps at most stage3_max_live_parameters gathered; FSDP the unit in use and the next block, and
     the one in use's unsharded gradients (bf16: the a100x8 default stack reduces in the weights' dtype)."""
     profile = profile_model("examples/gpt.py:gpt3_175b", {"layers": 2}, cache=False)
 

@@ -345,3 +345,16 @@ def test_a_device_recomputing_its_blocks_recomputes_the_dense_layers_before_them
     freed, blocks = frees(dense), stages["full"][0].num_blocks * frees(profile.blocks[0])
     assert kept.memory.activations_bytes - full.memory.activations_bytes == pytest.approx(freed + blocks, rel=1e-6)
     assert full.recompute_s > 0 and full.backward_s > kept.backward_s
+    # the hardware FLOPs count the dense layer's re-run forward too (a review's finding)
+    cm = CostModel(profile, cluster)
+
+    def hardware(recompute):
+        plan = Plan(model="examples/moe.py:tiny", hw="h100x8", nodes=1, dp=4, pp=2, micro_batch=1, global_batch=8,
+                    stages=stages[recompute])
+        return cm.plan_costs(plan).hardware_flops_per_step
+
+    key = mesh_key(Plan(model="m", hw="h100x8", nodes=1, dp=4, pp=2, micro_batch=1, global_batch=8,
+                        stages=stages["full"]))
+    rerun = profile.num_blocks * cm.pass_of(profile.blocks[0], key).recompute_flops["full"] \
+        + cm.pass_of(dense, key).recompute_flops["full"]
+    assert hardware("full") - hardware("none") == pytest.approx(8 * rerun, rel=1e-9)
