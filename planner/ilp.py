@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import pulp
 
-from .cost_model import ChunkModel
+from .chunk_model import ChunkModel
 
 # A partition problem that HiGHS has not proven within this time keeps its best integer
 # solution (observed only for 1F1B with 64+ stages; small cases always prove optimality).
