@@ -7,6 +7,7 @@ import math
 import click
 
 from smplan.display import days_text
+from smplan.planner import estimate
 from smplan.simulator.failures import (
     MIN_SWEEP_FAILURES,
     ReliabilityError,
@@ -15,6 +16,7 @@ from smplan.simulator.failures import (
     weibull_shape_problem,
 )
 from smplan.simulator.inputs import resolve_target
+from smplan.simulator.prediction import stale_prediction_note
 from smplan.simulator.reliability import RunTarget, checkpoint_write_gbps, plan_reliability
 
 from .checks import FiniteFloat
@@ -161,6 +163,12 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,
         spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
     )
+    as_planned = not (hw or stack or nodes or hw_set)  # the file's own figures, as simulate checks them
+    stale = (stale_prediction_note(target, plan, result.step_time_s, estimate(plan, profile, cluster).step_time_s)
+             if as_planned and plan.predicted is not None else None)
+    if stale:  # the recorded step is not what this run's goodput is priced at (a review's finding)
+        notes.append(stale)
+        click.echo(stale, err=True)
     if not result.fits_memory:  # on stderr: --json keeps stdout to its one object
         notes.append(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan))
         click.echo(notes[-1], err=True)

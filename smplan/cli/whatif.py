@@ -273,6 +273,8 @@ def points_table(record: dict) -> str:
     if timed:
         headers += [f"{unit}s" if days_given else "days", "cost $", "goodput", "ckpt min"]
     rows = []
+    trained = [p["run"]["tokens"] for p in record["points"] if p["feasible"] and p.get("run")]
+    digits = distinct_digits(trained)
     for p in record["points"]:
         f = p.get("figures") or {}
         if not p["feasible"]:
@@ -283,10 +285,19 @@ def points_table(record: dict) -> str:
                f"{f['mfu']:.1%}", memory_gib_text(f["peak_memory_gib"])]
         if timed:  # the checkpoint interval the run was simulated at: the failure simulation's best, or the given
             r = p["run"]
-            row += [f"{r['tokens']:.3g}" if days_given else days_text(r["days"]), round(r["usd"]),
+            row += [f"{r['tokens']:.{digits}g}" if days_given else days_text(r["days"]), round(r["usd"]),
                     f"{r['goodput']:.1%}", _minutes(r["checkpoint_interval_min"])]
         rows.append(row)
     return format_table(headers, rows, align="llrlrrrr" + ("rrrr" if timed else ""))
+
+
+def distinct_digits(values: list[float], least: int = 3, most: int = 6) -> int:
+    """Significant digits (least..most) that print values that differ differently: a batch sweep
+    whose points train 0.1% apart read "2.46e+12" thrice (a review's finding)."""
+    for digits in range(least, most + 1):
+        if len({f"{v:.{digits}g}" for v in values}) == len(set(values)):
+            return digits
+    return most
 
 
 def _minutes(minutes: float) -> str:

@@ -169,3 +169,16 @@ def test_tokens_train_in_whole_steps_as_whatif_counts_them(cli_runner, tmp_path)
     assert wi.exit_code == 0, wi.output
     run = json.loads(wi.stdout)["points"][0]["run"]
     assert run["steps"] == 1 and run["goodput"] == pytest.approx(data["goodput_mean"], rel=1e-6)
+
+
+def test_a_plan_file_whose_recorded_step_is_not_its_own_is_noted(cli_runner, tmp_path):
+    """simulate said so and reliability did not, pricing goodput at another step (a review's finding)."""
+    plan = tmp_path / "plan.json"
+    assert cli_runner.invoke(cli, ["plan", GPT, "--hw", "a100x8", "--global-batch", "16", "-o", str(plan)]).exit_code == 0
+    run = ["reliability", str(plan), "--days", "1", "--seeds", "5"]
+    assert "records a predicted step" not in cli_runner.invoke(cli, run).output
+    data = json.loads(plan.read_text())
+    data["predicted"]["step_time_s"] = 99.0  # hand-edited
+    plan.write_text(json.dumps(data))
+    result = cli_runner.invoke(cli, run)
+    assert result.exit_code == 0 and f"note: {plan} records a predicted step of 99 s but simulating it gives" in result.output

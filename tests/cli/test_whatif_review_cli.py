@@ -197,3 +197,10 @@ def test_whatif_help_states_the_recommendation_rule(cli_runner):
     text = " ".join(cli_runner.invoke(cli, ["whatif", "--help"]).output.split())
     assert f"within {NEAR_BEST:g}x of the best" in text and "cost.usd_per_gpu_hour" in text
     assert "smplan reliability" in " ".join(cli_runner.invoke(cli, ["simulate", "--help"]).output.split())
+
+
+def test_tokens_trained_print_with_the_digits_that_tell_points_apart():
+    from smplan.cli.whatif import distinct_digits
+
+    assert distinct_digits([2.461e12, 2.4635e12, 2.4642e12]) == 5 and distinct_digits([1e12, 2e12]) == 3
+    assert distinct_digits([1.0, 1.0]) == 3
