@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from smplan.planner.feasibility import effective_zero
 from smplan.planner.grad_compress import parse as parse_grad_compress
+from smplan.planner.memory_model import device_recompute_kind
 from smplan.planner.plan import Plan, even_stages
 from torch import nn
 
@@ -87,7 +88,8 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
     stage_ids = chunks_of_rank(dims.coord("pp"), plan.pp, plan.virtual_stages)
     chunks, expert_banks = [], []
     fp8_linears = (0, 0, 0)
-    pre_kind = pre_recompute_kind(stages, stage_ids)
+    # a rank recomputing a block with full / sac recomputes its stage 0's parts before the blocks too
+    pre_kind = device_recompute_kind(stages, stage_ids[0], plan.pp) if 0 in stage_ids else None
     for sid in stage_ids:
         spec = stages[sid]
         chunk = cut_chunk(meta, layout, spec.first_block, spec.last_block,
@@ -153,17 +155,6 @@ def half_to_fp32(model: nn.Module) -> None:
     for tensor in (*model.parameters(), *model.buffers()):
         if tensor.dtype in (torch.bfloat16, torch.float16):
             tensor.data = tensor.data.float()
-
-
-def pre_recompute_kind(stages, stage_ids) -> str | None:
-    """The kind this rank recomputes its stage 0's parts before the blocks with (those with
-    matmul work: smplan.model.structure.recomputable_parts_before): that of its first stage
-    recomputing a block with full or sac, as the planner prices it (memory_model.pre_recompute);
-    None if it has no stage 0 or recomputes no block so."""
-    if 0 not in stage_ids:
-        return None
-    return next((stages[s].recompute for s in stage_ids
-                 if stages[s].num_recomputed and stages[s].recompute in ("full", "sac")), None)
 
 
 def vocab_parallel(model_file, meta: nn.Module, sequence_parallel: bool) -> bool:

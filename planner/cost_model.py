@@ -54,6 +54,7 @@ from .memory_model import (
     capacity_bytes,
     chunk_in_flight,
     chunk_memory,
+    device_recompute_kind,
     in_flight,
     pre_recompute,
     split_params,
@@ -343,11 +344,10 @@ class CostModel:
         for i, st in enumerate(stages):
             # A stage recomputing no block is costed as its plan file records it, `none`; a device's
             # first chunk holds the device's re-materialisation buffer if any of its chunks needs one.
-            kinds = [s.recompute for s in stages[i::key.pp] if s.num_recomputed and s.recompute in RECOMPUTE_BUFFER_KINDS]
+            kind = device_recompute_kind(stages, i % key.pp, key.pp)
             # device 0 recomputing a block with full / sac recomputes the parts before the blocks too
-            pre_kind = kinds[0] if i == 0 and kinds else None
-            cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none", bool(kinds) if i < key.pp else None,
-                            pre_kind)
+            cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none",
+                            kind is not None if i < key.pp else None, kind if i == 0 else None)
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
             rec_flops += cm.rec_flops_blk * st.num_recomputed + cm.rec0_flops
         return self._assemble(plan, tuple(out), rec_flops)

@@ -152,6 +152,14 @@ def chunk_in_flight(schedule: str, pp: int, v: int, m: int, device: int, local_c
     return float(mine[total == total.max()].max())
 
 
+def device_recompute_kind(stages, device: int, pp: int) -> str | None:
+    """The full / sac kind device `device` recomputes its blocks with (that of its first chunk
+    recomputing a block so), or None: what holds the re-materialisation buffer and, on device 0,
+    recomputes the parts before the blocks (`pre_recompute`; the executor does the same)."""
+    return next((s.recompute for s in stages[device::pp] if s.num_recomputed and s.recompute in RECOMPUTE_BUFFER_KINDS),
+                None)
+
+
 def pre_recompute(part: BlockProfile, recompute: str) -> str:
     """The kind a part before the blocks recomputes with on a device recomputing with `recompute`:
     none for a part without matmul work (an embedding lookup keeps nothing a rerun would free;

@@ -11,7 +11,7 @@ import click
 
 from smplan.display import days_text, memory_gib_text
 from smplan.hwprofiles import load_stack
-from smplan.report.points import unit_of
+from smplan.report.points import picked_word, unit_of
 
 from .checks import FiniteFloat, check_can_write
 from .main import UserError
@@ -135,8 +135,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
             click.echo(line)
         if record["recommended"] is not None:
             rec = record["points"][record["recommended"]]
-            said = "best case" if record.get("best_case_only") else "recommended"
-            click.echo(f"\n{said}: #{rec['id']} {rec['label']}: {rec['plan_label']}")
+            click.echo(f"\n{picked_word(record)}: #{rec['id']} {rec['label']}: {rec['plan_label']}")
             click.echo(f"  {record['recommendation']}")
     click.echo(f"report: {index}", err=as_json)
     if record["recommended"] is None:  # the report says why each point failed; a script must see it failed

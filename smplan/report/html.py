@@ -10,7 +10,7 @@ from html import escape
 
 from smplan.display import days_text, memory_gib_text
 
-from .points import unit_of
+from .points import picked_word, unit_of
 
 CAPTIONS = {
     "scaling": "Throughput and scaling efficiency as GPUs are added, one line per GPU type "
@@ -25,10 +25,10 @@ CAPTIONS = {
               "bar is the GPU's capacity. Hatched bars do not fit.",
     "breakdown": "Where one training step's time goes (exposed communication only); the black "
                  "bar is the simulated step time.",
-    "gantt": "One simulated step of the recommended plan: each row is a pipeline stage.",
+    "gantt": "One simulated step of the {picked} plan: each row is a pipeline stage.",
     "goodput": "Share of wall-clock time that trains the model, over the whole run, from the "
                "failure simulation (several seeds).",
-    "sensitivity": "How much the recommended plan's step time moves when one hardware figure "
+    "sensitivity": "How much the {picked} plan's step time moves when one hardware figure "
                    "is better or worse than its datasheet value.",
 }
 TITLES = {
@@ -82,7 +82,7 @@ def render_html(record: dict) -> str:
     for name, file in charts.items():
         parts.append(
             f'<figure id="chart-{escape(name)}"><img src="{escape(file)}" alt="{escape(TITLES.get(name, name))} chart">'
-            f"<figcaption><b>{escape(TITLES.get(name, name))}.</b> {escape(_picked(record, CAPTIONS.get(name, '')))}"
+            f"<figcaption><b>{escape(TITLES.get(name, name))}.</b> {escape(CAPTIONS.get(name, '').format(picked=picked_word(record)))}"
             "</figcaption></figure>"
         )
     parts.append("<h2>Points</h2>")
@@ -91,11 +91,6 @@ def render_html(record: dict) -> str:
                  "(schema in <code>smplan.report.points</code>).</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
-
-
-def _picked(record: dict, text: str) -> str:
-    """`text` saying "best case" for "recommended" where the sweep varied conditions only."""
-    return text.replace("recommended", "best-case") if record.get("best_case_only") else text
 
 
 def _recommendation(record: dict) -> str:
@@ -124,7 +119,7 @@ def _recommendation(record: dict) -> str:
         ]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{_code(v) if k == 'as --plan' else escape(v)}</dd>" for k, v in rows)
     why = escape(record.get("recommendation", ""))
-    title = "Best case" if record.get("best_case_only") else "Recommended plan"
+    title = "Best case" if picked_word(record) == "best case" else "Recommended plan"
     return f'<h2>{title}</h2><div class="recommend"><p>{why}</p><dl>{items}</dl></div>'
 
 
@@ -164,7 +159,7 @@ def _table(record: dict) -> str:
             trained = _num(run.get("tokens"), "{:.3g}") if days_given else (escape(days_text(run["days"])) if run.get("days") is not None else "—")
             cells += [trained, _num(run.get("usd"), "{:,.0f}"), _num(run.get("goodput"), "{:.1%}"),
                       _num(run.get("checkpoint_interval_min"), "{:.1f}")]
-        note = p.get("reason") or (_picked(record, "recommended") if p["id"] == record.get("recommended") else "")
+        note = p.get("reason") or (picked_word(record) if p["id"] == record.get("recommended") else "")
         if p["id"] in set(record.get("pareto") or []):
             note = (note + "; " if note else "") + "Pareto"
         cells.append(_text(note))

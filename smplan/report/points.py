@@ -53,7 +53,6 @@ Schema (version 1; all times in seconds unless the key names another unit)::
       "pareto": [int],               # ids on the time-to-train vs cost frontier (derive())
       "recommended": int | null,     # the id of the recommended point
       "recommendation": str,         # why it was chosen
-      "best_case_only": bool,        # every varied key is a condition (reliability.*): no choice to recommend
       "details": {                   # for the recommended point (null when not computed)
         "gantt": null | {"point": int, "step_time_s": float, "stages": int,
                          "tasks": [{"stage": int, "kind": str, "microbatch": int|null,
@@ -135,6 +134,18 @@ WORK_PER_STEP_KEYS = ("global_batch", "gbs", "seq_len")
 # Varied settings that describe the cluster rather than a choice its user makes: a sweep of them
 # has a best case, not a recommendation (smplan.whatif.sweep).
 CONDITION_PREFIXES = ("reliability.",)
+
+
+def conditions_only(keys) -> bool:
+    """Whether every varied key (at least one) is a condition of the cluster (CONDITION_PREFIXES)."""
+    keys = list(keys)
+    return bool(keys) and all(key.startswith(CONDITION_PREFIXES) for key in keys)
+
+
+def picked_word(record: dict) -> str:
+    """What the chosen point is called: "best case" where the sweep varied conditions only (no
+    choice to recommend), else "recommended"."""
+    return "best case" if conditions_only(record["question"].get("vary") or {}) else "recommended"
 
 
 def versus_metric(key: str, points: list[dict]) -> str:

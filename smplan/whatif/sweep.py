@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from smplan.hwprofiles import load_stack
 from smplan.planner import parse_inline
-from smplan.report.points import CONDITION_PREFIXES, POINTS_VERSION, derive, unit_of
+from smplan.report.points import POINTS_VERSION, conditions_only, derive, unit_of
 
 from .details import details
 from .grid import PointSpec, grid
@@ -53,10 +53,9 @@ def run_whatif(q: Question, jobs: int | None = None, progress=None, note=None) -
         why = (f"The points build different models ({', '.join(models)} varies), whose {q.unit}s are not worth "
                f"the same: this compares their cost and speed only. {why}")
     keys = [v.key for v in q.varies]
-    best_case = rid is not None and bool(keys) and all(key.startswith(CONDITION_PREFIXES) for key in keys)
-    if best_case:
+    if rid is not None and conditions_only(keys):
         why = _best_case(points, rid, keys)
-    record["recommended"], record["recommendation"], record["best_case_only"] = rid, why, best_case
+    record["recommended"], record["recommendation"] = rid, why
     record["details"] = {}
     if rid is not None:
         point = points[rid]

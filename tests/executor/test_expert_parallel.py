@@ -187,12 +187,12 @@ dist.destroy_process_group()
 def test_recomputing_the_dense_layer_before_the_blocks_keeps_the_losses(tmp_path, single_process):
     """A rank recomputing a block with full or sac recomputes moe.py's dense layer too (as the
     planner prices it: memory_model.pre_recompute); the losses stay the single process's."""
-    from smplan.executor.build import pre_recompute_kind
+    from smplan.planner.memory_model import device_recompute_kind
     from smplan.planner.plan import Stage
 
-    stages = [Stage(0, 1, "full", 0), Stage(1, 2, "none", 0), Stage(2, 3, "full", 1)]
-    assert pre_recompute_kind(stages, [0, 2]) == "full" and pre_recompute_kind(stages, [1]) is None
-    assert pre_recompute_kind(stages[:2], [0, 1]) is None
+    # pp=2, v=2: device 0 holds stages 0 and 2; its second chunk recomputes, so its first's parts do too
+    stages = [Stage(0, 1, "full", 0), Stage(1, 2, "none", 0), Stage(2, 3, "full", 1), Stage(3, 4, "none", 0)]
+    assert device_recompute_kind(stages, 0, 2) == "full" and device_recompute_kind(stages, 1, 2) is None
     built = subprocess.run([sys.executable, "-c", WRAPPED.format(model=MOE, init=tmp_path / "init")], capture_output=True,
                            text=True, timeout=120)
     assert built.stdout.split() == ["CheckpointWrapper", "Embedding"], built.stdout + built.stderr
