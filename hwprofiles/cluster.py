@@ -49,6 +49,7 @@ GRAD_REDUCE_DTYPES = ("weights", "fp32")  # Efficiency.grad_reduce_dtype
 EP_DISPATCHERS = ("all_to_all", "node_dedup")  # Efficiency.ep_dispatcher
 CP_COMMS = ("all_gather", "p2p")  # Efficiency.cp_comm
 PP_SENDS = ("full", "tp_slice")  # Efficiency.pp_send
+SP_SAVED_INPUTS = ("shard", "gathered")  # Efficiency.sp_saved_input
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ class Efficiency:
     Defaults were fitted once to published Megatron-LM and vTrain A100 runs (docs/DESIGN.md, Validation).
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overheads,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives, zero_granularity,
-    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, cp_comm, grad_reduce_dtype, pp_send) are set by the
+    tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, cp_comm, grad_reduce_dtype, pp_send,
+    sp_saved_input) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -238,6 +240,12 @@ class Efficiency:
     # arrival: 2021 Megatron-LM's scatter_gather_tensors_in_pipeline, Narayanan et al. 2021,
     # section 4.1). Under sequence parallelism the activation is already 1/tp a rank.
     pp_send: str = "full"
+    # What sequence parallelism keeps for backward of the input a column-parallel linear gathers
+    # to full length (the norms' outputs): "shard" (its local slice, all-gathered again in
+    # backward: Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication, Korthikanti et al.
+    # 2022, section 4.2.2) or "gathered" (the whole tensor, as autograd saves a DTensor
+    # redistribute's output: torchtitan, smplan execute).
+    sp_saved_input: str = "shard"
     # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
     # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
     tp_comm_overlap: float = 0.0
@@ -553,6 +561,9 @@ def _validate(c: Cluster) -> None:
         raise HardwareProfileError(f"efficiency.cp_comm must be one of {', '.join(CP_COMMS)}, got {e.cp_comm!r}")
     if e.pp_send not in PP_SENDS:
         raise HardwareProfileError(f"efficiency.pp_send must be one of {', '.join(PP_SENDS)}, got {e.pp_send!r}")
+    if e.sp_saved_input not in SP_SAVED_INPUTS:
+        raise HardwareProfileError(
+            f"efficiency.sp_saved_input must be one of {', '.join(SP_SAVED_INPUTS)}, got {e.sp_saved_input!r}")
     if e.ep_dispatcher not in EP_DISPATCHERS:
         raise HardwareProfileError(
             f"efficiency.ep_dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {e.ep_dispatcher!r}")

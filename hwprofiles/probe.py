@@ -319,6 +319,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         'zero_granularity = "block"             # its ZeRO-1/2/3 is FSDP2, one collective per block',
         'cp_comm = "all_gather"           # its context parallelism all-gathers K/V before attention',
         'pp_send = "full"                 # its pipeline stages send their whole output',
+        'sp_saved_input = "gathered"      # its sequence parallelism (DTensor) keeps gathered linear inputs',
         "",
     ]
     return "\n".join(lines)

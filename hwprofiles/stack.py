@@ -31,7 +31,11 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
   fp16 under mixed precision) or "fp32" (torchtitan's FSDP2 `reduce_dtype`), twice the bytes;
 - `pp_send`: what a tp rank sends to the next pipeline stage without sequence parallelism:
   "full" (its whole activation: Megatron-Core, torch pipelining) or "tp_slice" (1/tp of it:
-  2021 Megatron-LM's scatter/gather, Narayanan et al. 2021, section 4.1).
+  2021 Megatron-LM's scatter/gather, Narayanan et al. 2021, section 4.1);
+- `sp_saved_input`: what sequence parallelism keeps of the input a column-parallel linear
+  gathers to full length: "shard" (the local slice, gathered again in backward: Megatron,
+  Korthikanti et al. 2022, section 4.2.2) or "gathered" (the whole gathered tensor: DTensor's
+  autograd under torchtitan's and smplan execute's TP plans).
 
 All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
 stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
@@ -65,6 +69,7 @@ from .cluster import (
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
     PP_SENDS,
+    SP_SAVED_INPUTS,
     ZERO_COLLECTIVES,
     ZERO_GRANULARITIES,
     Cluster,
@@ -78,7 +83,8 @@ DEFAULT_STACK = "megatron-core"
 # The Efficiency fields a stack sets (the rest of [efficiency] is the hardware's).
 STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
               "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity",
-              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send")
+              "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send",
+              "sp_saved_input")
 
 
 # A CUDA kernel launch alone takes a few microseconds of CPU time (3.8 us per short kernel launched
@@ -113,6 +119,7 @@ class Stack:
     cp_comm: str = Efficiency.cp_comm
     grad_reduce_dtype: str = Efficiency.grad_reduce_dtype
     pp_send: str = Efficiency.pp_send
+    sp_saved_input: str = Efficiency.sp_saved_input
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -125,7 +132,7 @@ _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_r
 _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel",
          "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity", "tp_comm_overlap",
          "ep_a2a_overlap",
-         "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send")
+         "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send", "sp_saved_input")
 
 
 # Keys only a stack file has at its top level (a hardware file states them under [efficiency]),
@@ -205,6 +212,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     cp_comm = _choice(data, "cp_comm", source, CP_COMMS, Stack.cp_comm)
     reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
     pp_send = _choice(data, "pp_send", source, PP_SENDS, Stack.pp_send)
+    sp_saved = _choice(data, "sp_saved_input", source, SP_SAVED_INPUTS, Stack.sp_saved_input)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, host_overhead_us_per_moe_layer=moe_host,
                  elementwise_fusion=fusion,
@@ -212,7 +220,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll, zero_granularity=zero_granularity,
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
                  cp_comm=cp_comm, grad_reduce_dtype=reduce_dtype, pp_send=pp_send,
-                 source=source)
+                 sp_saved_input=sp_saved, source=source)
 
 
 def seconds_as_us_warning(where: str, key: str, value: object) -> str | None:
@@ -300,7 +308,8 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "ep_dispatcher": _quoted(stack.ep_dispatcher),
               "cp_comm": _quoted(stack.cp_comm),
               "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype),
-              "pp_send": _quoted(stack.pp_send)}
+              "pp_send": _quoted(stack.pp_send),
+              "sp_saved_input": _quoted(stack.sp_saved_input)}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
     return "\n".join(lines) + "\n"

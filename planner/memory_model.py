@@ -28,6 +28,10 @@ Sources:
 - Parameters per GPU: the tp-sharded ones / tp, the replicated ones whole (as the profile
   says: `BlockProfile.params_per_gpu`; an embedding or head the model file's TP plan does
   not shard is held whole by every tp rank).
+- Sequence parallelism divides the replicated activations by tp (Korthikanti et al. 2022,
+  section 4.2.2), but for the inputs column-parallel linears gather to full length where the
+  stack keeps them gathered (`efficiency.sp_saved_input = "gathered"`: DTensor's autograd saves
+  the redistributed tensor; Megatron saves its shard and gathers it again in backward).
 - Buffers: the logits and their gradient on the last stage (/ tp only when the head is
   vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward (on a device that recomputes
@@ -172,11 +176,13 @@ def pre_recompute(part: BlockProfile, recompute: str) -> str:
 
 
 def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1, ep: int = 1,
-                     capacity_factor: float = 1.0) -> float:
+                     capacity_factor: float = 1.0, sp_keeps_gathered: bool = False) -> float:
     """Activation bytes per sample `part` keeps on one GPU: / cp; the routed experts' share
     times the capacity factor (the busiest expert's buffer; GShard) and / tp under ep > 1
-    (each tp rank routes its own tokens, as the expert compute in pass_model)."""
-    base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute) / cp
+    (each tp rank routes its own tokens, as the expert compute in pass_model).
+    `sp_keeps_gathered`: the stack's sequence parallelism keeps column-parallel inputs whole."""
+    base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute,
+                                    sp_keeps_gathered=sp_keeps_gathered) / cp
     expert = part.saved_bytes_expert_per_sample
     if recompute in ("full", "sac") or not expert:
         return base  # sac: the expert GEMMs are batched (not aten.mm): recomputed, as full
@@ -298,7 +304,8 @@ def chunk_memory(
     w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
     wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept)
     b = micro_batch
-    moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor)
+    moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor,
+               sp_keeps_gathered=cluster.efficiency.sp_saved_input == "gathered")
     held = (flight if parts_flight is None else parts_flight) * b
     act0 = held * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
     pre_saved, kind = 0.0, recompute if pre_kind is None else pre_kind

@@ -108,6 +108,12 @@ class BlockProfile:
     # Of saved_bytes_replicated_per_sample: what the routed experts keep (their GEMM inputs and
     # activations); it grows with the capacity factor and, under ep > 1, is split over tp.
     saved_bytes_expert_per_sample: float = 0.0
+    # Of saved_bytes_replicated_per_sample: the inputs of column-parallel modules (the norms'
+    # outputs before QKV and the first MLP linear), which sequence parallelism all-gathers to
+    # full length there. Megatron's linear saves its local shard and gathers it again in backward
+    # (/ tp, Korthikanti et al. 2022, section 4.2.2); DTensor's autograd keeps the gathered tensor
+    # (whole: the stack's sp_saved_input = "gathered"). 0 in profiles before PROFILER_VERSION 30.
+    saved_bytes_gathered_per_sample: float = 0.0
     # Op-level selective checkpointing (recompute "sac", torchtitan's policy: the outputs of
     # every other linear GEMM and of the attention kernels are saved, the rest re-run in
     # backward): what it keeps besides the part's input, by what divides it under tp
@@ -149,8 +155,11 @@ class BlockProfile:
             + self.saved_bytes_attention_core_per_sample
         )
 
-    def saved_bytes_per_gpu(self, tp: int = 1, sequence_parallel: bool = False, recompute: str = "none") -> float:
-        """Activation bytes per sample this part keeps on one GPU until its backward."""
+    def saved_bytes_per_gpu(self, tp: int = 1, sequence_parallel: bool = False, recompute: str = "none",
+                            sp_keeps_gathered: bool = False) -> float:
+        """Activation bytes per sample this part keeps on one GPU until its backward.
+        `sp_keeps_gathered`: sequence parallelism keeps the gathered inputs of column-parallel
+        modules whole (DTensor), not / tp (Megatron)."""
         kept_input = self.input_bytes_per_sample / (tp if sequence_parallel else 1)
         if recompute == "full":
             return kept_input
@@ -158,6 +167,8 @@ class BlockProfile:
             return (kept_input + self.saved_bytes_sac_tp_sharded_per_sample / tp + self.saved_bytes_sac_unsplit_per_sample
                     + self.saved_bytes_sac_replicated_per_sample / (tp if sequence_parallel else 1))
         replicated = self.saved_bytes_replicated_per_sample / (tp if sequence_parallel else 1)
+        if sequence_parallel and sp_keeps_gathered:
+            replicated += self.saved_bytes_gathered_per_sample * (1.0 - 1.0 / tp)
         sharded = self.saved_bytes_tp_sharded_per_sample / tp
         core = 0.0 if recompute == "selective" else self.saved_bytes_attention_core_per_sample / tp
         return replicated + sharded + core

@@ -400,7 +400,11 @@ def pass_times(
     full_extra = hidden - bwd + back
     saved = part.saved_bytes_per_sample
     core_share = part.saved_bytes_attention_core_per_sample / saved if saved else 0.0
-    sel_extra = core_gemm + elem * core_share
+    # Megatron's selective recompute checkpoints the core attention whatever its kernel
+    # (Megatron-Core attention.py, _checkpointed_attention_forward): a fused kernel's forward,
+    # and under context parallelism its K/V ring, run again in backward; they free only the
+    # kernel's log-sum-exp (Korthikanti et al. 2022's saving is the unfused s x s scores).
+    sel_extra = core_gemm + elem * core_share + flash_f + cp_f
     # Selective recompute runs inside the backward pass: its extra time is what it adds to
     # that pass once the pass is longer than the host's launch time.
     sel_extra = max(busy(bwd_gpu + sel_extra, link_b), host_b) - bwd
@@ -415,9 +419,10 @@ def pass_times(
                                   launches=mm.count)
     sac_tp = tp_f * (0.5 if sp else 1.0)
     sac_extra = max(busy(bwd_gpu + sac_gemm + elem + sac_tp, link_b), host_b) - bwd
-    core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" and mm.kernel == "gemm")
     # the FLOPs a re-run forward executes: a causal flash kernel skips its masked half
     masked = part.causal_masked_flops_per_sample if dtype in FLASH_DTYPES else 0.0
+    # selective re-runs the core attention: its batched GEMMs, or the fused kernel
+    core_flops = sum(mm.flops for mm in part.matmuls if mm.tp_dim == "batch" or mm.kernel != "gemm") - masked
     flops = {"none": 0.0, "selective": core_flops, "full": part.forward_flops_per_sample - masked,
              "sac": sum(mm.flops for mm in part.sac_recompute_matmuls)}
     return PassTimes(fwd, bwd, tp_f, tp_b, sel_extra, full_extra, flops, ep_f, ep_b, cp_f, cp_b,

@@ -290,6 +290,8 @@ def _tp_hooks(name: str, module: nn.Module, style: str, tracer: Tracer) -> list:
     def pre(mod, args, kwargs):
         tracer.tp_stack.append(style)
         tracer.tp_called.add(name)
+        if style == "col":
+            tracer.column_input((args, kwargs))
 
     def post(mod, args, kwargs, output):
         tracer.tp_stack.pop()
@@ -531,6 +533,7 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         all_to_all_bytes_per_sample=stats.dispatch_bytes * per,
         attention_kv_bytes_per_sample=stats.kv_bytes * per,
         saved_bytes_expert_per_sample=stats.saved_expert * per,
+        saved_bytes_gathered_per_sample=stats.saved_gathered * per,
         saved_bytes_sac_tp_sharded_per_sample=stats.sac_saved["tp_sharded"] * per,
         saved_bytes_sac_replicated_per_sample=stats.sac_saved["replicated"] * per,
         saved_bytes_sac_unsplit_per_sample=stats.sac_saved["unsplit"] * per,

@@ -104,6 +104,9 @@ class PartStats:
     # the key's, but the query's where one key head serves them all (MQA keeps it whole on every rank)
     kv_heads: int = 0
     saved_expert: float = 0.0  # of saved["replicated"]: what the expert bank's GEMMs keep
+    # of saved["replicated"]: inputs of column-parallel modules, which sequence parallelism
+    # gathers to full length there (`BlockProfile.saved_bytes_gathered_per_sample`)
+    saved_gathered: float = 0.0
     # Op-level selective checkpointing (SAC_SAVE_OPS): bytes of the outputs it saves, by what
     # divides them ("unsplit": a row-parallel GEMM's partial sums, whole on every tp rank), the
     # GEMMs it re-runs ((m, n, k, batch, tp_dim, kernel) -> count) and the matmuls seen so far.
@@ -138,6 +141,7 @@ class Tracer(TorchDispatchMode):
         self.sharded: set[int] = set()
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
         self.tp_called: set[str] = set()  # the tp_plan modules the forward called (by their plan names)
+        self.col_inputs: set[int] = set()  # storages a column-parallel module took as its input
         self.in_experts = 0  # > 0 inside a routed expert bank: its GEMMs are tagged "expert"
         self.in_router = 0  # > 0 inside a router
         self._alive: list = []  # keep storages alive so their keys are never reused
@@ -162,6 +166,14 @@ class Tracer(TorchDispatchMode):
 
     def is_sharded(self, t: torch.Tensor) -> bool:
         return storage_key(t) in self.sharded
+
+    def column_input(self, obj) -> None:
+        """`obj` enters a column-parallel module: under sequence parallelism, the tensor gathered
+        to full length there (the saved-bytes split `saved_gathered` reads it)."""
+        for t in tree_leaves(obj):
+            if isinstance(t, torch.Tensor):
+                self.col_inputs.add(storage_key(t))
+                self._alive.append(t)  # its key must not be reused by a later tensor
 
     # -- ops ------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -296,6 +308,8 @@ class Tracer(TorchDispatchMode):
                 part.saved[category] += nbytes
                 if self.in_experts and category == "replicated":
                     part.saved_expert += nbytes
+                elif category == "replicated" and key in self.col_inputs:
+                    part.saved_gathered += nbytes
         return t
 
     def _category(self, t: torch.Tensor, key: int) -> str:

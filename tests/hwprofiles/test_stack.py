@@ -124,6 +124,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'ep_dispatcher' must be one of all_to_all, node_dedup"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\npp_send = "half"\n',
      "'pp_send' must be one of full, tp_slice"),
+    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nsp_saved_input = "full"\n',
+     "'sp_saved_input' must be one of shard, gathered"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\n'
      'host_overhead_us_per_moe_layer = "x"\n', "'host_overhead_us_per_moe_layer' must be a number from 0"),
 ])
@@ -205,6 +207,9 @@ def test_the_stack_names_its_attention_kernel_and_zero3_gather_cap(tmp_path):
                       "torchtitan": "fp32"}
     sends = {s: load_cluster("a100x8", stack=s).efficiency.pp_send for s in bundled_stacks()}
     assert sends == {"megatron-core": "full", "megatron-deepspeed": "tp_slice", "pytorch-fsdp": "full", "torchtitan": "full"}
+    kept = {s: load_cluster("a100x8", stack=s).efficiency.sp_saved_input for s in bundled_stacks()}
+    assert kept == {"megatron-core": "shard", "megatron-deepspeed": "shard", "pytorch-fsdp": "gathered",
+                    "torchtitan": "gathered"}
     plain = load_stack(str(_stack_file(tmp_path)))
     assert (plain.attention_kernel, plain.zero3_max_live_params) == ("flash2", 0.0)
     assert load_stack(str(_stack_file(tmp_path, name="fa1", extra='attention_kernel = "flash1"\n'))).attention_kernel == "flash1"

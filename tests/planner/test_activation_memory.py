@@ -159,3 +159,23 @@ def test_executor_recompute_policies_give_the_same_gradients(mode, attention):
         mf.hook("loss")(model(x), y).backward()
     for (name, a), b in zip(ref.named_parameters(), sac.parameters(), strict=True):
         assert torch.equal(a.grad, b.grad), name
+
+
+def test_selective_recompute_of_a_fused_attention_reruns_its_kernel():
+    """Megatron-Core checkpoints the core attention under selective whatever its kernel: with a
+    flash kernel the re-run costs its forward and frees (next to) nothing, so selective is slower
+    than none at the same memory, and the hardware FLOPs count the re-run kernel."""
+    from smplan.hwprofiles import load_cluster
+    from smplan.planner import estimate
+
+    p = profile_model(GPT, dict(layers=4, hidden=4096, heads=32, kv_heads=8, ffn=14336, seq_len=8192, vocab=256,
+                                attention="sdpa", mlp="swiglu", norm="rmsnorm", learned_positions=False, dropout=0.0),
+                      cache=False)
+    cluster = load_cluster("h100x8", nodes=1)
+    figs = {r: estimate(plan_from_inline(f"dp=8,tp=1,pp=1,mbs=1,gbs=16,recompute={r}", model=GPT, hw="h100x8",
+                                         nodes=1, gpus_per_node=8, num_blocks=p.num_blocks, model_args=p.args),
+                        p, cluster) for r in ("none", "selective")}
+    assert figs["selective"].step_time_s > 1.02 * figs["none"].step_time_s
+    assert figs["selective"].peak_memory_gib == pytest.approx(figs["none"].peak_memory_gib, rel=1e-3)
+    work = {r: f.hardware_tflops_per_gpu * f.step_time_s for r, f in figs.items()}
+    assert work["selective"] > work["none"]
