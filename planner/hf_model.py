@@ -166,6 +166,12 @@ class HFModel:
                 cause = first_line(err.__cause__ or err)
                 raise ModelFileError(f"{self.ref}: --arg {key}={value!r} is refused ({cause}); "
                                      "pass a value of that type") from None
+        layers, kinds = overrides.get("num_hidden_layers"), getattr(cfg, "layer_types", None)
+        if isinstance(layers, int) and layers > 0 and "layer_types" not in overrides and isinstance(kinds, list) \
+                and kinds and len(kinds) != layers:
+            # a per-layer list (Gemma 2's sliding / full attention) follows the layer count: its own
+            # pattern from the first layer on, as transformers builds it (else validate() refuses)
+            cfg.layer_types = [kinds[i % len(kinds)] for i in range(layers)]
         if overrides and hasattr(cfg, "validate"):  # transformers' @strict architecture checks (heads | hidden)
             try:
                 cfg.validate()

@@ -28,6 +28,9 @@ Sources:
 - Parameters per GPU: the tp-sharded ones / tp, the replicated ones whole (as the profile
   says: `BlockProfile.params_per_gpu`; an embedding or head the model file's TP plan does
   not shard is held whole by every tp rank).
+- Fused kernels (`efficiency.elementwise_fusion`) recompute in backward the element-wise outputs
+  that only element-wise ops keep and that are made of tensors kept anyway (SwiGLU's silu(gate):
+  Megatron-Core's bias_swiglu saves its input only; `BlockProfile.saved_bytes_refusable_*`).
 - Sequence parallelism divides the replicated activations by tp (Korthikanti et al. 2022,
   section 4.2.2), but for the inputs column-parallel linears gather to full length where the
   stack keeps them gathered (`efficiency.sp_saved_input = "gathered"`: DTensor's autograd saves
@@ -57,8 +60,10 @@ Sources:
   (Megatron-Core MoE parallel folding, Liu et al. 2025, section 3); ep = 1 keeps them with
   the dense parameters (replicated on the tp ranks, as the model file's tp_plan does).
 - FP8 (dtype fp8): bf16 weights, grads and the fp32 Adam states as bf16 training, plus the
-  FP8 copy of every weight that Transformer Engine caches for the step's micro-batches
-  (1 B/param; TE `is_first_microbatch`, torchao float8 keeps none but we take the larger),
+  FP8 copies of every weight that Transformer Engine caches for the step's micro-batches
+  (`fp8_weight_copies`: the weight and its transpose on Hopper, 1 B/param each; TE
+  `is_first_microbatch`; torchao float8 keeps none but we take the larger); the linears keep
+  their inputs' FP8 cast (`BlockProfile.saved_bytes_fp8_input_*`);
   plus the delayed-scaling amax history: 1024 fp32 values for each of the input, weight and
   gradient of every FP8 GEMM (TE `DelayedScaling(amax_history_len=1024)`). Block-scaled FP8
   (`fp8_scaling=block`, MXFP8) keeps a row-wise and a column-wise copy with their per-32-element
@@ -82,11 +87,12 @@ GIB = 2.0**30
 RECOMPUTE_BUFFER_KINDS = ("full", "sac")
 
 
-# FP8 training's extra weight bytes: the cached FP8 copy (see the module docstring). TE 1.x's
-# Linear also takes a cached transposed copy (weight_t_fp8), but 2 B/param here puts NeMo 24.07's
-# Llama 3 8B on 8 H100 (tp1 cp2 dp4, as published) at 81.6 GiB, a run that ran in 80 GB: measured
-# with `benchmarks/validate_published.py --rows --sources nemo_2407`, 2026-12-05.
+# FP8 training's extra weight bytes: one cached FP8 copy (see the module docstring), 1 B/param;
+# `fp8_weight_copies` says how many a GPU needs.
 FP8_WEIGHT_COPY_BYTES_PER_PARAM = 1.0
+# The FP8 cast a linear GEMM keeps of its input under per-tensor and block scaling (one E8M0 scale
+# byte per 32 elements: OCP Microscaling Formats spec v1.0), bytes an element.
+FP8_INPUT_BYTES = {"tensor": 1.0, "block": 1.0 + 1.0 / 32}
 # TE DelayedScaling: amax_history_len=1024 fp32 entries x (input, weight, grad) per FP8 GEMM.
 FP8_AMAX_BYTES_PER_GEMM = 1024 * 4 * 3
 # Block-scaled FP8 (fp8_scaling=block, MXFP8): TE's MXFP8Tensor keeps a row-wise and a
@@ -176,13 +182,17 @@ def pre_recompute(part: BlockProfile, recompute: str) -> str:
 
 
 def part_saved_bytes(part: BlockProfile, tp: int, sp: bool, recompute: str = "none", cp: int = 1, ep: int = 1,
-                     capacity_factor: float = 1.0, sp_keeps_gathered: bool = False) -> float:
+                     capacity_factor: float = 1.0, sp_keeps_gathered: bool = False, fp8_input_bytes: float = 0.0,
+                     fusion: float = 0.0) -> float:
     """Activation bytes per sample `part` keeps on one GPU: / cp; the routed experts' share
     times the capacity factor (the busiest expert's buffer; GShard) and / tp under ep > 1
     (each tp rank routes its own tokens, as the expert compute in pass_model).
-    `sp_keeps_gathered`: the stack's sequence parallelism keeps column-parallel inputs whole."""
-    base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute,
-                                    sp_keeps_gathered=sp_keeps_gathered) / cp
+    `sp_keeps_gathered`: the stack's sequence parallelism keeps column-parallel inputs whole;
+    `fp8_input_bytes` (FP8 training, blocks only: the embedding and head stay bf16) and `fusion`
+    as `BlockProfile.saved_bytes_per_gpu` takes them."""
+    fp8 = fp8_input_bytes if part.kind == "block" else 0.0
+    base = part.saved_bytes_per_gpu(tp=tp, sequence_parallel=sp, recompute=recompute, sp_keeps_gathered=sp_keeps_gathered,
+                                    fp8_input_bytes=fp8, fusion=fusion) / cp
     expert = part.saved_bytes_expert_per_sample
     if recompute in ("full", "sac") or not expert:
         return base  # sac: the expert GEMMs are batched (not aten.mm): recomputed, as full
@@ -199,27 +209,39 @@ def split_params(part: BlockProfile, tp: int, ep: int) -> tuple[float, float]:
     return local - part.params_expert, part.params_expert / ep
 
 
-def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str, fp8_scaling: str = "tensor") -> float:
-    """FP8 weight copies and amax histories of `local_params` on one GPU (0 unless fp8; 0 for the
-    embedding and the output head, which stay bf16: pass_model._gemm_dtype)."""
+def fp8_weight_copies(cluster: Cluster) -> int:
+    """Per-tensor FP8 weight copies Transformer Engine caches: the weight and its transpose on GPUs
+    whose FP8 GEMMs take only the TN layout (Hopper, Ada: TE 1.x `weight_t_fp8`, TE 2.x a
+    Float8Tensor's transpose, kept where `is_non_tn_fp8_gemm_supported()` is false, below compute
+    capability 10.0); one on Blackwell, whose 5th-generation tensor cores (`gpu.block_scaled_fp8`
+    marks them) take either layout."""
+    return 1 if cluster.gpu.block_scaled_fp8 else 2
+
+
+def fp8_extra_bytes(part: BlockProfile, local_params: float, dtype: str, fp8_scaling: str = "tensor",
+                    copies: int = 1) -> float:
+    """FP8 weight copies (`copies` per-tensor ones: `fp8_weight_copies`) and amax histories of
+    `local_params` on one GPU (0 unless fp8; 0 for the embedding and the output head, which stay
+    bf16: pass_model._gemm_dtype)."""
     if dtype != "fp8" or part.kind != "block":
         return 0.0
     if fp8_scaling == "block":
         return local_params * FP8_BLOCK_WEIGHT_BYTES_PER_PARAM
     gemms = sum(mm.count for mm in part.matmuls if mm.tp_dim != "batch")
-    return local_params * FP8_WEIGHT_COPY_BYTES_PER_PARAM + gemms * FP8_AMAX_BYTES_PER_GEMM
+    return local_params * copies * FP8_WEIGHT_COPY_BYTES_PER_PARAM + gemms * FP8_AMAX_BYTES_PER_GEMM
 
 
 def part_state_bytes(part: BlockProfile, *, tp: int, dp: int, cp: int, ep: int, zero: int, dtype: str,
-                     fp8_scaling: str = "tensor", grad_reduce_dtype: str = "weights") -> tuple[float, float, float]:
+                     fp8_scaling: str = "tensor", grad_reduce_dtype: str = "weights",
+                     fp8_copies: int = 1) -> tuple[float, float, float]:
     """(weights, grads, optimizer) bytes of `part` on one GPU: dense states over dp*cp, expert
     states over edp = tp*cp*dp/ep, plus FP8 copies (ZeRO-3 shards them with the weights)."""
     dense, expert = split_params(part, tp, ep)
     edp = max(1, tp * cp * dp // ep)
     wd, gd, od = model_state_bytes(dense, dtype, zero, dp * cp, grad_reduce_dtype)
     we, ge, oe = model_state_bytes(expert, dtype, zero, edp, grad_reduce_dtype)
-    fp8 = fp8_extra_bytes(part, dense, dtype, fp8_scaling) / (dp * cp if zero >= 3 else 1) \
-        + fp8_extra_bytes(part, expert, dtype, fp8_scaling) * (expert > 0) / (edp if zero >= 3 else 1)
+    fp8 = fp8_extra_bytes(part, dense, dtype, fp8_scaling, fp8_copies) / (dp * cp if zero >= 3 else 1) \
+        + fp8_extra_bytes(part, expert, dtype, fp8_scaling, fp8_copies) * (expert > 0) / (edp if zero >= 3 else 1)
     return wd + we + fp8, gd + ge, od + oe
 
 
@@ -299,13 +321,16 @@ def chunk_memory(
     block = profile.blocks[0]
     # tp-sharded parameters / tp, replicated ones (norms, a head the model file does not shard)
     # whole, routed experts / ep; states sharded by ZeRO over dp*cp (dense) or edp (experts)
-    kept = dict(dtype=dtype, fp8_scaling=fp8_scaling, grad_reduce_dtype=cluster.efficiency.grad_reduce_dtype)
+    kept = dict(dtype=dtype, fp8_scaling=fp8_scaling, grad_reduce_dtype=cluster.efficiency.grad_reduce_dtype,
+                fp8_copies=fp8_weight_copies(cluster))
     states = [part_state_bytes(p, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept) for p in parts]
     w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
     wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept)
     b = micro_batch
     moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor,
-               sp_keeps_gathered=cluster.efficiency.sp_saved_input == "gathered")
+               sp_keeps_gathered=cluster.efficiency.sp_saved_input == "gathered",
+               fp8_input_bytes=FP8_INPUT_BYTES[fp8_scaling] if dtype == "fp8" else 0.0,
+               fusion=cluster.efficiency.elementwise_fusion)
     held = (flight if parts_flight is None else parts_flight) * b
     act0 = held * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
     pre_saved, kind = 0.0, recompute if pre_kind is None else pre_kind

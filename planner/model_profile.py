@@ -114,6 +114,19 @@ class BlockProfile:
     # (/ tp, Korthikanti et al. 2022, section 4.2.2); DTensor's autograd keeps the gathered tensor
     # (whole: the stack's sp_saved_input = "gathered"). 0 in profiles before PROFILER_VERSION 30.
     saved_bytes_gathered_per_sample: float = 0.0
+    # Of the two categories above: what only linear GEMMs keep (their inputs; FP8 training keeps
+    # their FP8 cast instead, 1 B an element: Transformer Engine's Linear, torchao's Float8Linear),
+    # linear inputs another op keeps too (attention's output: FP8 adds the cast beside it), and
+    # element-wise outputs that only element-wise ops keep, made of tensors kept anyway (SwiGLU's
+    # silu(gate)), which a fused kernel recomputes in backward (Megatron-Core's bias_swiglu saves its
+    # input only; torch.compile's min-cut partitioner): `efficiency.elementwise_fusion` of them go.
+    # 0 in profiles before PROFILER_VERSION 31.
+    saved_bytes_fp8_input_tp_sharded_per_sample: float = 0.0
+    saved_bytes_fp8_input_replicated_per_sample: float = 0.0
+    saved_bytes_fp8_shared_tp_sharded_per_sample: float = 0.0
+    saved_bytes_fp8_shared_replicated_per_sample: float = 0.0
+    saved_bytes_refusable_tp_sharded_per_sample: float = 0.0
+    saved_bytes_refusable_replicated_per_sample: float = 0.0
     # Op-level selective checkpointing (recompute "sac", torchtitan's policy: the outputs of
     # every other linear GEMM and of the attention kernels are saved, the rest re-run in
     # backward): what it keeps besides the part's input, by what divides it under tp
@@ -156,22 +169,38 @@ class BlockProfile:
         )
 
     def saved_bytes_per_gpu(self, tp: int = 1, sequence_parallel: bool = False, recompute: str = "none",
-                            sp_keeps_gathered: bool = False) -> float:
+                            sp_keeps_gathered: bool = False, fp8_input_bytes: float = 0.0,
+                            fusion: float = 0.0) -> float:
         """Activation bytes per sample this part keeps on one GPU until its backward.
         `sp_keeps_gathered`: sequence parallelism keeps the gathered inputs of column-parallel
-        modules whole (DTensor), not / tp (Megatron)."""
+        modules whole (DTensor), not / tp (Megatron). `fp8_input_bytes`: bytes an element of
+        the FP8 cast the linear GEMMs keep of their inputs (0: not FP8). `fusion`: the share of
+        the re-computable element-wise outputs that fused kernels do not keep."""
         kept_input = self.input_bytes_per_sample / (tp if sequence_parallel else 1)
         if recompute == "full":
             return kept_input
         if recompute == "sac":
             return (kept_input + self.saved_bytes_sac_tp_sharded_per_sample / tp + self.saved_bytes_sac_unsplit_per_sample
                     + self.saved_bytes_sac_replicated_per_sample / (tp if sequence_parallel else 1))
-        replicated = self.saved_bytes_replicated_per_sample / (tp if sequence_parallel else 1)
-        if sequence_parallel and sp_keeps_gathered:
+        rep_split = tp if sequence_parallel else 1
+        gathered = sequence_parallel and sp_keeps_gathered
+        replicated = self.saved_bytes_replicated_per_sample / rep_split
+        if gathered:
             replicated += self.saved_bytes_gathered_per_sample * (1.0 - 1.0 / tp)
         sharded = self.saved_bytes_tp_sharded_per_sample / tp
         core = 0.0 if recompute == "selective" else self.saved_bytes_attention_core_per_sample / tp
-        return replicated + sharded + core
+        refused = fusion * (self.saved_bytes_refusable_tp_sharded_per_sample / tp
+                            + self.saved_bytes_refusable_replicated_per_sample / rep_split)
+        fp8_kept = 0.0
+        if fp8_input_bytes:  # the profile's bf16 inputs (2 B an element) kept as their FP8 cast
+            fp8_rep = self.saved_bytes_fp8_input_replicated_per_sample
+            fp8 = self.saved_bytes_fp8_input_tp_sharded_per_sample / tp + fp8_rep / rep_split
+            if gathered:  # the gathered column-parallel inputs are linear inputs too
+                fp8 += min(self.saved_bytes_gathered_per_sample, fp8_rep) * (1.0 - 1.0 / tp)
+            shared = (self.saved_bytes_fp8_shared_tp_sharded_per_sample / tp
+                      + self.saved_bytes_fp8_shared_replicated_per_sample / rep_split)
+            fp8_kept = fp8 * (1.0 - fp8_input_bytes / 2.0) - shared * fp8_input_bytes / 2.0
+        return replicated + sharded + core - refused - fp8_kept
 
 
 @dataclass(frozen=True)

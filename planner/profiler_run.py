@@ -96,6 +96,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
                 parts.leave()
             tracer.keep(outputs)
             tracer.finish_fusion()
+            tracer.finish_saved(parts.ordered())
     finally:
         for h in handles:
             h.remove()
@@ -534,6 +535,12 @@ def _block_profile(stats: PartStats, params: int, samples: int) -> BlockProfile:
         attention_kv_bytes_per_sample=stats.kv_bytes * per,
         saved_bytes_expert_per_sample=stats.saved_expert * per,
         saved_bytes_gathered_per_sample=stats.saved_gathered * per,
+        saved_bytes_fp8_input_tp_sharded_per_sample=stats.saved_fp8_input["tp_sharded"] * per,
+        saved_bytes_fp8_input_replicated_per_sample=stats.saved_fp8_input["replicated"] * per,
+        saved_bytes_fp8_shared_tp_sharded_per_sample=stats.saved_fp8_shared["tp_sharded"] * per,
+        saved_bytes_fp8_shared_replicated_per_sample=stats.saved_fp8_shared["replicated"] * per,
+        saved_bytes_refusable_tp_sharded_per_sample=stats.saved_refusable["tp_sharded"] * per,
+        saved_bytes_refusable_replicated_per_sample=stats.saved_refusable["replicated"] * per,
         saved_bytes_sac_tp_sharded_per_sample=stats.sac_saved["tp_sharded"] * per,
         saved_bytes_sac_replicated_per_sample=stats.sac_saved["replicated"] * per,
         saved_bytes_sac_unsplit_per_sample=stats.sac_saved["unsplit"] * per,

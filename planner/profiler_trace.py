@@ -83,6 +83,7 @@ class PartStats:
     flops: float = 0.0
     saved: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0, "attention_core": 0.0})
     saved_keys: set = field(default_factory=set)
+    saved_categories: dict = field(default_factory=dict)  # storage -> (bytes, category) of what it saved
     input_bytes: float | None = None  # of the first call
     output_bytes: float = 0.0  # of the last call
     output_sharded: bool = False  # the last call's output is split over the tp ranks (tp-sharded tag)
@@ -107,6 +108,12 @@ class PartStats:
     # of saved["replicated"]: inputs of column-parallel modules, which sequence parallelism
     # gathers to full length there (`BlockProfile.saved_bytes_gathered_per_sample`)
     saved_gathered: float = 0.0
+    # by category (`Tracer.finish_saved`): saved tensors only linear GEMMs keep (their input, which
+    # FP8 training keeps as its FP8 cast), and element-wise outputs kept only by element-wise ops
+    # whose inputs are kept too (a fused kernel recomputes them in backward)
+    saved_fp8_input: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0})
+    saved_fp8_shared: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0})
+    saved_refusable: dict[str, float] = field(default_factory=lambda: {"tp_sharded": 0.0, "replicated": 0.0})
     # Op-level selective checkpointing (SAC_SAVE_OPS): bytes of the outputs it saves, by what
     # divides them ("unsplit": a row-parallel GEMM's partial sums, whole on every tp rank), the
     # GEMMs it re-runs ((m, n, k, batch, tp_dim, kernel) -> count) and the matmuls seen so far.
@@ -142,6 +149,11 @@ class Tracer(TorchDispatchMode):
         self.tp_stack: list[str] = []  # "col" / "row" of the enclosing tp_plan modules
         self.tp_called: set[str] = set()  # the tp_plan modules the forward called (by their plan names)
         self.col_inputs: set[int] = set()  # storages a column-parallel module took as its input
+        # For `finish_saved`: how often each storage was saved for backward, how many linear GEMMs
+        # took it as their input, and the inputs of the pointwise op that made it.
+        self.save_counts: Counter = Counter()
+        self.gemm_input_uses: Counter = Counter()
+        self.pointwise_inputs: dict[int, tuple[int, ...]] = {}
         self.in_experts = 0  # > 0 inside a routed expert bank: its GEMMs are tagged "expert"
         self.in_router = 0  # > 0 inside a router
         self._alive: list = []  # keep storages alive so their keys are never reused
@@ -207,6 +219,13 @@ class Tracer(TorchDispatchMode):
             # unfused attention's probs [., s, s] @ V: K is as large as V (what CP all-gathers)
             part.kv_bytes += 2 * tensor_bytes(args[1])
         self._track_core(packet, inputs, out)
+        if packet in (aten.mm, aten.addmm) and not self.in_experts:  # a linear layer: (bias,) input, weight^T
+            self.gemm_input_uses[storage_key(args[-2])] += 1
+        elif torch.Tag.pointwise in func.tags:
+            made_of = tuple(storage_key(t) for t in inputs if storage_key(t) not in self.excluded)
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self.pointwise_inputs[storage_key(t)] = made_of
         sac_saved = self._sac(part, packet, out, sharded)
         if packet in _GEMM_LIKE or (not func.is_view and packet not in _NO_TRAFFIC):
             part.kernels += 1
@@ -275,6 +294,29 @@ class Tracer(TorchDispatchMode):
         """`obj` leaves its part (a part's output): its element-wise producer must write it."""
         self.needed.update(storage_key(t) for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
 
+    def finish_saved(self, parts) -> None:
+        """File each part's saved bytes that FP8 or a fused kernel keeps otherwise (PartStats
+        `saved_fp8_input`, `saved_refusable`); call once the forward has run. A tensor every save
+        of which is a linear GEMM's (a norm's output before QKV, the SwiGLU product before the down
+        projection) is kept as the GEMM's FP8 cast under FP8 (Transformer Engine's Linear saves its
+        quantised input; torchao's Float8Linear too); one another op keeps too (the attention
+        kernel's output, the projection's input) gets that cast beside it. A pointwise op's output that no GEMM keeps and
+        whose inputs are kept (SwiGLU's silu(gate), kept for the product's backward) is recomputed
+        from them by a fused kernel (Megatron-Core's fused bias_swiglu saves only its input;
+        torch.compile's min-cut partitioner recomputes such ops)."""
+        for part in parts:
+            for key, (nbytes, category) in part.saved_categories.items():
+                if category not in part.saved_fp8_input:
+                    continue
+                uses = self.gemm_input_uses[key]
+                if uses and self.save_counts[key] <= uses:
+                    part.saved_fp8_input[category] += nbytes
+                elif uses:  # kept by another op too (attention's output): FP8 adds the GEMM's cast
+                    part.saved_fp8_shared[category] += nbytes
+                elif not uses and self.pointwise_inputs.get(key) and all(
+                        k in self.save_counts for k in self.pointwise_inputs[key]):
+                    part.saved_refusable[category] += nbytes
+
     def finish_fusion(self) -> None:
         """Credit each part with the element-wise writes nothing outside its chains needed."""
         for key, (part, nbytes) in self.produced.items():
@@ -297,6 +339,8 @@ class Tracer(TorchDispatchMode):
         self.needed.add(storage_key(t))  # saved for backward: written to HBM
         if part is not None:
             key = storage_key(t)
+            if key not in self.excluded and key not in self.counted_elsewhere:
+                self.save_counts[key] += 1
             if key not in self.excluded and key not in self.counted_elsewhere and key not in part.saved_keys:
                 part.saved_keys.add(key)
                 self._alive.append(t)
@@ -306,6 +350,8 @@ class Tracer(TorchDispatchMode):
                     nbytes = t.numel() * t.element_size()
                 category = self._category(t, key)
                 part.saved[category] += nbytes
+                if not self.in_experts:
+                    part.saved_categories[key] = (nbytes, category)
                 if self.in_experts and category == "replicated":
                     part.saved_expert += nbytes
                 elif category == "replicated" and key in self.col_inputs:

@@ -60,6 +60,61 @@ def test_flash_swiglu_block_matches_the_hand_count(s, h, heads, kv_heads, ffn):
     assert block.saved_bytes_per_gpu(recompute="selective") == block.saved_bytes_per_gpu(recompute="none")
 
 
+def megatron_count(s: int, h: int, heads: int, kv_heads: int, ffn: int, fp8: bool = False) -> float:
+    """What Megatron-Core with Transformer Engine keeps of the same block: the norms' inputs and
+    rstd, their outputs (the QKV and MLP linears' inputs), q k v, the attention output and
+    log-sum-exp, fc1's gate and up outputs (the fused bias_swiglu keeps only its input) and the
+    down projection's input. Under FP8 the linears keep their inputs' FP8 cast (1 B), and the
+    projection's beside the attention output the kernel keeps."""
+    kv = h // heads * kv_heads
+    norms = 2 * (2 * s * h + 4 * s)
+    linear_inputs = 2 * (2 * s * h) + 2 * s * ffn  # the norm outputs, the SwiGLU product
+    attention = 2 * s * (h + 2 * kv) + 2 * s * h + 4 * heads * s
+    fc1 = 2 * 2 * s * ffn
+    fp8_copy = s * h if fp8 else 0
+    return norms + (linear_inputs / 2 if fp8 else linear_inputs) + attention + fc1 + fp8_copy
+
+
+@pytest.mark.parametrize("s,h,heads,kv_heads,ffn", [(128, 256, 8, 2, 704), (256, 256, 4, 4, 512)])
+def test_fused_and_fp8_stacks_keep_what_megatron_keeps(s, h, heads, kv_heads, ffn):
+    """The eager trace less what fused kernels recompute (silu(gate), the grouped query's copy made
+    of the QKV buffer they keep anyway), and under FP8 the linears' FP8 inputs."""
+    block = llama(s, h, heads, kv_heads, ffn).blocks[0]
+    fused = block.saved_bytes_per_gpu(fusion=1.0)
+    assert fused == pytest.approx(megatron_count(s, h, heads, kv_heads, ffn), abs=32)
+    assert block.saved_bytes_per_gpu(fusion=1.0, fp8_input_bytes=1.0) == pytest.approx(
+        megatron_count(s, h, heads, kv_heads, ffn, fp8=True), abs=32)
+    assert block.saved_bytes_per_gpu(fusion=0.0) == block.saved_bytes_per_sample  # eager keeps them all
+    # the memory model reads both from the cluster: megatron-core fuses, torchtitan runs eager
+    from smplan.hwprofiles import load_cluster
+
+    p = llama(s, h, heads, kv_heads, ffn)
+    common = dict(tp=1, dp=1, sp=False, zero=0, micro_batch=1, flight=1.0, first=False, last=False,
+                  device_first_chunk=False, recompute="none")
+    act = {(stack, dtype): chunk_memory(p, load_cluster("h100x8", stack=stack), dtype=dtype, **common).act_blk
+           for stack in ("megatron-core", "torchtitan") for dtype in ("bf16", "fp8")}
+    assert act["torchtitan", "bf16"] == pytest.approx(block.saved_bytes_per_sample)
+    assert act["megatron-core", "bf16"] == pytest.approx(fused)
+    assert act["megatron-core", "fp8"] == pytest.approx(megatron_count(s, h, heads, kv_heads, ffn, fp8=True), abs=32)
+
+
+def test_fp8_weights_take_a_transposed_copy_below_blackwell():
+    """Transformer Engine caches the FP8 weight and its transpose where FP8 GEMMs take only the TN
+    layout (H100), the weight alone on Blackwell (B200)."""
+    from smplan.hwprofiles import load_cluster
+
+    p = llama(128, 256, 8, 2, 704)
+    common = dict(tp=1, dp=1, sp=False, zero=0, micro_batch=1, flight=1.0, first=False, last=False,
+                  device_first_chunk=False, recompute="none")
+    extra = {}
+    for hw in ("h100x8", "b200x8"):
+        cl = load_cluster(hw)
+        extra[hw] = (chunk_memory(p, cl, dtype="fp8", **common).weights_blk
+                     - chunk_memory(p, cl, dtype="bf16", **common).weights_blk)
+    params = p.blocks[0].params
+    assert extra["h100x8"] - extra["b200x8"] == pytest.approx(params)  # one more byte per parameter
+
+
 def test_rmsnorm_keeps_its_bf16_input_not_fp32_copies():
     """The meta device runs RMSNorm's composite (fp32 input copy + fp32 product, 8 B/element);
     the profile counts the CUDA kernel's 2 B/element plus rstd."""

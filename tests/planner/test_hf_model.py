@@ -436,3 +436,13 @@ def test_profile_of_a_bank_ep_cannot_split_prints_no_ep_figures(cli_runner, tmp_
     assert result.exit_code == 0, result.output
     assert "ep not offered, see below" in result.output and "ep will not be offered:" in result.output
     assert "all-to-all MiB/sample" not in result.output and "split over ep ranks" not in result.output
+
+
+def test_a_smaller_layer_count_takes_its_share_of_layer_types(tmp_path):
+    """Gemma 2's config lists each layer's attention; --arg num_hidden_layers=N keeps the pattern
+    for the first N layers instead of failing transformers' check (review: no --arg could fix it)."""
+    ref = write_config(tmp_path / "g2", transformers.Gemma2Config, num_hidden_layers=4, head_dim=16)
+    p = profile_model(ref, args={"num_hidden_layers": 2}, cache=False)
+    assert p.num_blocks == 2
+    cfg = load_model_file(ref).config({"num_hidden_layers": 3})
+    assert cfg.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
