@@ -70,7 +70,7 @@ class ExecuteOptions:
     rdzv_endpoint: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None  # None: 0, or on a resumed run the interval it ran with
-    keep_checkpoints: int = 0  # 0: keep every checkpoint
+    keep_checkpoints: int | None = None  # None: 0 (keep every one), or on a resumed run what it kept
     max_restarts: int = 0
     launcher: str = "local"
     out: str | None = None
@@ -248,6 +248,8 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     if given is not None and given < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
     every = given if given is not None else earlier_checkpoint_every(out, ckpt_dir)
+    keep = (opts.keep_checkpoints if opts.keep_checkpoints is not None
+            else earlier_checkpoint_every(out, ckpt_dir, "keep_checkpoints"))
     if opts.grad_norms_every < 0:
         raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
     if opts.tensorboard:
@@ -276,7 +278,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
             raise PlanMismatchError(f"{found[1]} is at step {found[0]}, so --steps {opts.steps} leaves nothing to "
                                     f"run; pass --steps N with N > {found[0]} to train on")
         if every:  # it saves there: not over another run's checkpoints, nor a folder of the user's
-            refuse_checkpoints_not_ours(Path(ckpt_dir), out, opts.keep_checkpoints)
+            refuse_checkpoints_not_ours(Path(ckpt_dir), out, keep)
     if found:  # a resume loads its own checkpoint: --init-from weights are not what it continues from
         earlier = earlier_config(out)
         init_from = earlier.init_from if earlier is not None else None
@@ -292,7 +294,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
         clip=opts.clip,
         checkpoint_dir=ckpt_dir,
         checkpoint_every=every,
-        keep_checkpoints=opts.keep_checkpoints,
+        keep_checkpoints=keep,
         force_resume=opts.force_resume,
         fail_at_step=opts.fail_at_step,
         fingerprint=fp,
@@ -387,6 +389,15 @@ def _shared_cores(nproc: int, launcher: str) -> str | None:
     return None if launcher != "local" or torch.cuda.is_available() else shared_cores_note(nproc)
 
 
+def _synthetic_data_note(cfg: RunConfig, model_file) -> str | None:
+    """An hf: model trained without --data: its batch() draws uniform random tokens, whose
+    cross-entropy cannot fall below ln(vocab) (a new user read the flat loss as a broken run)."""
+    if cfg.data or not getattr(model_file, "is_hf_config", False):
+        return None
+    return ("note: no --data: training on uniform random tokens (an hf: model's batch()), whose loss falls to "
+            "ln(vocab) and no lower; --data FILE.bin trains on real tokens")
+
+
 def _keep_note(cfg: RunConfig) -> str | None:
     """--keep-checkpoints on a run that saves none (no --checkpoint-every, given or continued)."""
     if not cfg.keep_checkpoints or cfg.checkpoint_every:
@@ -479,6 +490,8 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
 def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     cfg = prepare(plan, model_file, opts)
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
+    if progress and _synthetic_data_note(cfg, model_file):
+        progress(_synthetic_data_note(cfg, model_file))
     earlier = claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
     try:
         return _launch(cfg, plan, opts, nproc, progress)

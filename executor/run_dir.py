@@ -115,13 +115,14 @@ def _writer(path: Path) -> str | None:
         return ""
 
 
-def earlier_checkpoint_every(out: Path, ckpt_dir: str | None) -> int:
-    """The --checkpoint-every of the run this one continues (its run_config.json), so that a
-    resumed run keeps checkpointing as it did and a later resume does not redo its steps; 0
-    when there is nothing to continue or it cannot be read."""
+def earlier_checkpoint_every(out: Path, ckpt_dir: str | None, field: str = "checkpoint_every") -> int:
+    """The --checkpoint-every (or another checkpoint count, `field`: "keep_checkpoints") of the run
+    this one continues (its run_config.json), so that a resumed run keeps checkpointing, and
+    pruning, as it did and a later resume does not redo its steps; 0 when there is nothing to
+    continue or it cannot be read."""
     earlier = earlier_config(out) if ckpt_dir and checkpoint.latest(ckpt_dir) else None
     try:
-        return max(0, int(earlier.checkpoint_every)) if earlier is not None else 0
+        return max(0, int(getattr(earlier, field))) if earlier is not None else 0
     except (ValueError, TypeError):  # a hand-edited value
         return 0
 

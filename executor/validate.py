@@ -98,7 +98,7 @@ def validate_plan(plan: Plan, model_file, world_size: int | None = None) -> Chec
 
 
 def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
-    ref = model_file.path.name
+    ref = ("hf:" if getattr(model_file, "is_hf_config", False) else "") + model_file.path.name
     _check_executable(plan)
     meta = model_file.build(plan.model_args, device="meta")
     layout = find_layout(meta)
@@ -258,7 +258,9 @@ def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict) -> None:
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:
     tp = plan.tp
     if not model_file.has_tp_plan:
-        raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref} defines no tp_plan(block); use tp=1")
+        what = ("its config (and transformers' class for it) has no base_model_tp_plan"
+                if getattr(model_file, "is_hf_config", False) else "defines no tp_plan(block)")
+        raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref} {what}; use tp=1")
     # examples/gpt.py's names, then transformers' (num_attention_heads, num_key_value_heads)
     counts = {}
     for name, alias in (("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads")):

@@ -28,6 +28,7 @@ requested device, the meta device for profiling.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fnmatch
 import functools
 import hashlib
@@ -203,7 +204,9 @@ class HFModel:
         args = dict(args or {})
         unknown = [k for k in args if not self.accepts(k)]
         if unknown:
-            raise ModelFileError(f"{self.ref}: config.json has no field {unknown[0]!r}; --arg sets config fields "
+            near = difflib.get_close_matches(unknown[0], list(self.builder_parameters()), n=1)
+            raise ModelFileError(f"{self.ref}: config.json has no field {unknown[0]!r}"
+                                 f"{f' (did you mean {near[0]!r}?)' if near else ''}; --arg sets config fields "
                                  f"(e.g. num_hidden_layers) or seq_len")
         for key, value in args.items():  # counts and sizes: transformers builds a negative one without a word
             if ((key.startswith("num_") or key.endswith("_size")) and isinstance(value, int | float)

@@ -465,7 +465,7 @@ def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ModelFileError(f"--arg {item!r} needs the form key=value, e.g. --arg layers=24")
+            raise ModelFileError(f"--arg {item!r} needs the form key=value, e.g. --arg {item.strip() or 'layers'}=VALUE")
         key, raw = (s.strip() for s in item.split("=", 1))
         if key in out:
             raise ModelFileError(f"--arg {key} is given twice ({key}={out[key]!r} and {item!r}); keep one")

@@ -60,7 +60,8 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     vs measured step time, then fits the profile's few global factors (matmul_max,
     matmul_half_dim, memory_bound, network, host_overhead_us_per_layer; never one per
     plan) and writes the profile with them to -o; factors that miss these plans by more than
-    HW's own are not kept, and nothing is written. Without -o nothing is written either.
+    HW's own are not kept, and nothing is written (exit code 2 where -o asked for a file). Without
+    -o nothing is written either.
     --check stops before the fit. A fit to plans of one dp/tp/pp layout says which layouts (and
     ZeRO/FSDP, never run here) it did not measure.
 
@@ -81,8 +82,11 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     check_can_write(runs_dir, "--runs-dir", folder=True)
     report = run_calibration(model, model_args_from(model_args), hw, opts,
                              progress=lambda line: click.echo(line, err=True))
+    unwritten = (output or stack_output) and report.kept_input and not check
     if as_json:
         echo_json(report.to_dict())
+        if unwritten:  # after the object, as reliability does: a script's `calibrate -o X && plan --hw X` stops
+            raise UserError(report.kept_input)
         return
     headers = ["plan", "measured ms", "predicted ms", "simulated ms", "pred/meas"]
 
@@ -112,6 +116,8 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     if report.coverage:
         click.echo(f"note: {report.coverage}")
     if report.kept_input:
+        if unwritten:  # exit 2: what -o asked for is not there
+            raise UserError(report.kept_input)
         click.echo(f"note: {report.kept_input}")
         return
     if report.output:

@@ -46,9 +46,10 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Save every S steps (and at the end); 0: never. Default: 0, or on a run that resumes "
                    "from RUN_DIR the interval it was started with.")
-@click.option("--keep-checkpoints", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+@click.option("--keep-checkpoints", type=click.IntRange(min=0), default=None, metavar="K",
               help="After each save, remove all but the newest K of this run's step-N checkpoints (those of its "
-                   "plan, up to the step saved), as torchtitan's keep_latest_k; 0 keeps every one.")
+                   "plan, up to the step saved), as torchtitan's keep_latest_k; 0 keeps every one. Default: 0, or "
+                   "on a run that resumes from RUN_DIR the K it was started with.")
 @click.option("--force-resume", is_flag=True, help="Resume from a checkpoint of another plan of the same model (DCP reshards it).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Restarts torchrun's agent allows after a worker fails.")

@@ -13,8 +13,8 @@ from .options import echo_json, json_option
 @click.command()
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("-o", "--output", "out", default=None, metavar="FILE.html",
-              help="Where the page goes (default RUN_DIR/report.html, rewritten on every call).")
-@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
+              help="Where the page goes (default RUN_DIR/report.html, rewritten on every call; a file of that name smplan did not write needs --force).")
+@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE (or a RUN_DIR/report.html of yours).")
 @threshold_options
 @json_option(help="Print one JSON object (the page's path and the run directory) instead of the line.")
 def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_json):
@@ -28,6 +28,7 @@ def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_j
     from pathlib import Path
 
     from smplan.monitor import Thresholds, load_run, report_path_problem, write_run_report
+    from smplan.monitor.report import is_run_report
 
     run = load_run(run_dir)  # first: a wrong RUN_DIR is named as such, not as -o's folder
     target = out or Path(run_dir) / "report.html"
@@ -36,6 +37,9 @@ def report(run_dir, out, force, straggler_pct, straggler_steps, memory_pct, as_j
         raise UserError(problem)
     if out and Path(out).is_file() and not force:
         raise UserError(f"{out} exists; pass --force to overwrite it, or choose another -o")
+    if not out and target.is_file() and not force and not is_run_report(target):  # not a page of ours
+        raise UserError(f"{target} exists and is not a run report smplan wrote; pass --force to overwrite it, "
+                        "or choose another -o")
     check_can_write(str(target), "-o/--output")
     path = write_run_report(run, target, Thresholds(straggler_pct, straggler_steps, memory_pct))
     if as_json:

@@ -61,9 +61,9 @@ def pipeline_problem(model: nn.Module, layout: Layout, inputs, call, fix: str = 
             return (f"{name}'s blocks are called by {caller}.forward, which does not skip the layers "
                     f"another stage holds ({type(err).__name__}: {first_line}); call them from a forward of your "
                     "own that skips None layers, as examples/gpt.py does, to allow pp")
-        if fix != PIPELINE_FIX:  # transformers' code: neither its line nor its layers are the user's to edit
-            return (f"{name}.forward does not skip the layers another stage holds ({type(err).__name__}: "
-                    f"{first_line}); {fix}")
+        if fix != PIPELINE_FIX:  # transformers' code: neither its line nor its layers (nor its exception,
+            # a None layer called inside it) are the user's to act on
+            return f"{name}.forward does not skip the layers another stage holds; {fix}"
         where = _user_line(model, err)  # the user's own line: what to edit, and what was None there
         return (f"{name}.forward does not skip the layers another stage holds{': ' + where + ' ' if where else ' '}"
                 f"({type(err).__name__}: {first_line}); {_none_on_a_stage(layout)}; {fix}")

@@ -106,7 +106,7 @@ def render_run_html(run: RunData, thresholds: Thresholds | None = None) -> str:
                                                                       "global_batch", "zero") if k in plan)))
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>smplan run report: {escape(run.run_dir.name)}</title>",
+        f"<title>{PAGE_TITLE}{escape(run.run_dir.name)}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>Run {escape(run.run_dir.name)}</h1>",
         f'<p class="question">{escape(headline(run, status))}</p>',
@@ -147,6 +147,20 @@ def _run_entry_owner(out: Path) -> tuple[Path, str] | None:
             if entry in (*RUN_ENTRIES, LOCK_FILE):
                 return folder, entry
     return None
+
+
+PAGE_TITLE = "smplan run report: "  # how `is_run_report` knows a page this module wrote
+
+
+def is_run_report(path: str | Path) -> bool:
+    """Whether the file at `path` is a page `write_run_report` wrote (which a later call may
+    rewrite), not one of the user's."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return f"<title>{PAGE_TITLE}" in head
 
 
 def report_path_problem(out: str | Path) -> str | None:

@@ -90,8 +90,9 @@ def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
     result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "2", "--steps", "2",
                                      "--nproc-per-node", "2", "--global-batch", "4", "-o", str(out),
                                      "--runs-dir", str(tmp_path / "runs"), "--json"])
-    assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    # a fit not kept writes no -o: exit 2 after the object, so `calibrate -o X && plan --hw X` stops
+    assert result.exit_code == (0 if report["fit_kept"] else 2), result.output
     assert len(report["plans"]) == 2 and not report["failed"]
     assert all(row["measured_s"] > 0 for row in report["plans"])
     assert report["fit_loss_after"] <= report["fit_loss_before"]
@@ -261,12 +262,15 @@ def test_a_fit_worse_than_the_input_is_not_written(cli_runner, probed, tmp_path,
     args = ["calibrate", GPT_TINY, "--hw", str(probed), "--plans", "3", "-o", str(out), "--runs-dir",
             str(tmp_path / "runs")]
     result = cli_runner.invoke(cli, args)
-    assert result.exit_code == 0, result.output
+    # -o was asked for and not written: exit 2 (review: 0 let `calibrate -o X && plan --hw X` go on)
+    assert result.exit_code == 2, result.output
     assert not out.exists() and "wrote" not in result.output and "warning:" not in result.output
-    notes = [line for line in result.output.splitlines() if line.startswith("note: kept")]
-    assert len(notes) == 1 and f"so nothing was written to {out}" in notes[0], result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: kept")]
+    assert len(errors) == 1 and f"so nothing was written to {out}" in errors[0], result.output
     assert "fitted (not kept):" in result.output
-    report = json.loads(cli_runner.invoke(cli, [*args[:-1], str(tmp_path / "runs2"), "--json"]).stdout)
+    again = cli_runner.invoke(cli, [*args[:-1], str(tmp_path / "runs2"), "--json"])
+    assert again.exit_code == 2
+    report = json.loads(again.stdout)
     assert report["fit_kept"] is False and report["output"] is None and not out.exists()
     assert report["median_ape_after"] > report["median_ape_before"]
 

@@ -174,6 +174,13 @@ def test_report_is_one_self_contained_page(cli_runner, tmp_path):
     assert "rank 1 is a straggler" in html
     assert cli_runner.invoke(cli, ["report", str(run)]).exit_code == 0
     assert (run / "report.html").exists()
+    assert cli_runner.invoke(cli, ["report", str(run)]).exit_code == 0  # its own page: rewritten
+    # a report.html of the user's in the run folder is theirs (review: it was replaced without a word)
+    (run / "report.html").write_text("<h1>my notes</h1>")
+    refused = cli_runner.invoke(cli, ["report", str(run)])
+    assert refused.exit_code == 2 and "is not a run report smplan wrote; pass --force" in refused.output
+    assert (run / "report.html").read_text() == "<h1>my notes</h1>"
+    assert cli_runner.invoke(cli, ["report", str(run), "--force"]).exit_code == 0
     # a run with a validation set and an lr schedule: both on the page, the lr in a chart of its own
     trained = write_run(tmp_path / "t", steps=8, val_every=3, lr_warmup=4)
     assert cli_runner.invoke(cli, ["report", str(trained), "-o", str(tmp_path / "t.html")]).exit_code == 0

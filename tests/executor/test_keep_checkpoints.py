@@ -38,7 +38,8 @@ def test_a_run_keeps_its_newest_checkpoints_and_resumes_from_them(tmp_path):
     first = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "4", "--checkpoint-every", "1", "--keep-checkpoints", "2")
     assert first.returncode == 0, first.stdout
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-3", "step-4"]
-    more = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "6", "--checkpoint-every", "1", "--keep-checkpoints", "2")
+    # the continuation keeps checkpointing and pruning as the run was started (neither flag repeated)
+    more = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "6")
     assert more.returncode == 0, more.stdout
     assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4, 5, 6]
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-5", "step-6"]
