@@ -110,13 +110,15 @@ def flash_attention_efficiency(head_dim: int, keys_per_query: float, cluster: Cl
 
 def flash_attention_time_s(
     queries: int, keys: int, head_dim: int, heads: int, causal: bool, cluster: Cluster, backward: bool = False,
-    dtype: str = "bf16",
+    dtype: str = "bf16", keys_per_call: float | None = None,
 ) -> float:
     """Seconds of one fused attention call (forward, or its backward) over `heads` (batch x heads),
     in half precision `dtype` ("bf16" or "fp16": the kernels take no other).
 
     FLOPs: q k^T and p v, 2 x 2 x queries x keys x head_dim per head, half of it under a
     causal mask (the kernels skip masked tiles; Dao 2023); backward 2.5x that.
+    `keys_per_call`: the keys per query each kernel launch sees, where the work is split over
+    several (context parallelism's ring steps); None: this one call's.
     """
     _check_dims(queries, keys, head_dim)
     if dtype not in ("bf16", "fp16"):
@@ -126,7 +128,8 @@ def flash_attention_time_s(
     if backward:
         flops *= FLASH_BACKWARD_FLOPS_RATIO
     peak = cluster.gpu.peak_tflops.for_dtype(dtype) * 1e12
-    return flops / (peak * flash_attention_efficiency(head_dim, keys_per_query, cluster))
+    rate_keys = keys_per_query if keys_per_call is None else keys_per_call
+    return flops / (peak * flash_attention_efficiency(head_dim, rate_keys, cluster))
 
 
 def memory_bound_time_s(bytes_moved: float, cluster: Cluster) -> float:

@@ -305,8 +305,14 @@ def pass_times(
         if mm.kernel != "gemm" and dtype in FLASH_DTYPES:
             causal = mm.kernel == "flash_causal"  # a fused attention call: queries, keys, head dim
             half = "fp16" if dtype == "fp16" else "bf16"  # an fp8 plan's attention runs in bf16
-            flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster, dtype=half)
-            flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True, dtype=half)
+            # Context parallelism runs a rank's attention as cp kernel calls, one per ring step, each
+            # on a chunk pair: its s/cp queries against half a rank's keys under causal load
+            # balancing (s / 2cp), the diagonal step's causal block the same work (TE
+            # AttnFuncWithCPAndKVP2P; torch's _templated_ring_attention): shorter rows, a lower rate.
+            call = n / (2.0 * cp) if cp > 1 else None
+            flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster, dtype=half, keys_per_call=call)
+            flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True, dtype=half,
+                                              keys_per_call=call)
             continue
         t = matmul_time_s(m, n, k, cluster, dtype=_gemm_dtype(mm, dtype, part.kind), batch=batch, launches=mm.count)
         gemm += t

@@ -3,7 +3,8 @@
 Every problem is one line naming the key, what was given and what is expected; all of them
 are collected and raised as one PlanError. Unknown keys are rejected (naming the nearest
 known key, as the hardware TOML loader names the known ones). A plan FILE must give the
-shape keys (`REQUIRED`); the rest have the defaults of the Plan dataclass. Keys that
+shape keys (`REQUIRED`), and one stating version 2 the layout keys (`REQUIRED_V2`); the rest
+have the defaults of the Plan dataclass. Keys that
 `Plan.to_dict` derives (`recompute`, `num_microbatches`, `stage_blocks`) are accepted and
 must agree with the plan.
 """
@@ -17,6 +18,11 @@ import math
 import sys
 
 REQUIRED = ("model", "hw", "nodes", "dp", "tp", "pp", "micro_batch", "global_batch")
+# What a file stating "version": 2 must also give: the layout keys `smplan plan -o` writes, whose
+# default would run another plan than the one planned (review: a deleted "cp" of a cp=2 plan
+# read as cp=1 and failed on the node count; a deleted "zero" re-priced it at ZeRO-0). A file
+# without "version" is a hand-written one: those keys take the Plan dataclass's defaults.
+REQUIRED_V2 = ("ep", "cp", "zero", "schedule", "virtual_stages", "sequence_parallel", "dtype")
 DERIVED = ("recompute", "num_microbatches", "stage_blocks")
 # Llama 4 Scout (Meta, 2025) has the longest published context, 10M tokens; a longer seq_len
 # is a typo, and the profiler's example batch (seq_len tokens) would take its memory for real.
@@ -209,6 +215,11 @@ def check_plan_dict(data, source: str = "plan") -> dict:
     for key in REQUIRED:
         if key not in data:
             p.append(f"{key}: missing; a plan file must give it")
+    if data.get("version") == 2:
+        for key in REQUIRED_V2:
+            if key not in data:
+                p.append(f"{key}: missing; a version-2 plan file gives every layout key (without \"version\" "
+                         "it takes the default)")
     check = {
         "model": _text,
         "hw": _text,

@@ -333,3 +333,15 @@ def test_inline_stages_errors_name_the_fix(text, needle):
 
     with pytest.raises(PlanError, match=re.escape(needle)):
         plan_from_inline(text, model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=8)
+
+
+def test_a_version_2_file_gives_every_layout_key():
+    """`plan -o` writes them all; one deleted by hand would run another plan (review: a cp=2 plan
+    without its "cp" failed on the node count; without "zero" it was priced at ZeRO-0). A file
+    without "version" is hand-written: the defaults apply."""
+    full = Plan.from_dict(_plan()).to_dict()
+    assert full["version"] == 2 and Plan.from_dict(full).cp == 1
+    for key in ("cp", "ep", "zero", "schedule", "virtual_stages", "sequence_parallel", "dtype"):
+        with pytest.raises(PlanError, match=rf"{key}: missing; a version-2 plan file gives every layout key"):
+            Plan.from_dict({k: v for k, v in full.items() if k != key}, source="plan file 'p.json'")
+    assert Plan.from_dict(_plan()).zero == 0  # no "version": hand-written, defaults
