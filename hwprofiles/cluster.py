@@ -50,6 +50,7 @@ EP_DISPATCHERS = ("all_to_all", "node_dedup")  # Efficiency.ep_dispatcher
 CP_COMMS = ("all_gather", "p2p")  # Efficiency.cp_comm
 PP_SENDS = ("full", "tp_slice")  # Efficiency.pp_send
 SP_SAVED_INPUTS = ("shard", "gathered")  # Efficiency.sp_saved_input
+CROSS_ENTROPIES = ("in_place", "traced")  # Efficiency.cross_entropy
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class Efficiency:
     The keys that belong to the training framework (hwprofiles.stack.STACK_KEYS: host overheads,
     element-wise fusion, attention kernel, ZeRO-3 gather cap, single_nic_network, zero_collectives, zero_granularity,
     tp_comm_overlap, ep_a2a_overlap, ep_dispatcher, cp_comm, grad_reduce_dtype, pp_send,
-    sp_saved_input) are set by the
+    sp_saved_input, cross_entropy) are set by the
     software stack (`--stack`) when a cluster is loaded; the defaults here apply without one.
     """
 
@@ -246,6 +247,11 @@ class Efficiency:
     # 2022, section 4.2.2) or "gathered" (the whole tensor, as autograd saves a DTensor
     # redistribute's output: torchtitan, smplan execute).
     sp_saved_input: str = "shard"
+    # How the loss's memory peaks on the last stage: "in_place" (Megatron's vocab-parallel
+    # cross-entropy: one fp32 copy of the logits that becomes the softmax and then, in place, the
+    # gradient: 3x the bf16 logits' bytes at the peak; Megatron-Core tensor_parallel/cross_entropy.py)
+    # or "traced" (the model file's loss as it runs: its measured peak, ModelProfile's loss part).
+    cross_entropy: str = "in_place"
     # Share of the sequence-parallel TP all-gathers / reduce-scatters hidden under the linear
     # GEMMs they feed or follow (Transformer Engine userbuffers, `tp_comm_overlap`). 0: each waits.
     tp_comm_overlap: float = 0.0
@@ -561,6 +567,9 @@ def _validate(c: Cluster) -> None:
         raise HardwareProfileError(f"efficiency.cp_comm must be one of {', '.join(CP_COMMS)}, got {e.cp_comm!r}")
     if e.pp_send not in PP_SENDS:
         raise HardwareProfileError(f"efficiency.pp_send must be one of {', '.join(PP_SENDS)}, got {e.pp_send!r}")
+    if e.cross_entropy not in CROSS_ENTROPIES:
+        raise HardwareProfileError(
+            f"efficiency.cross_entropy must be one of {', '.join(CROSS_ENTROPIES)}, got {e.cross_entropy!r}")
     if e.sp_saved_input not in SP_SAVED_INPUTS:
         raise HardwareProfileError(
             f"efficiency.sp_saved_input must be one of {', '.join(SP_SAVED_INPUTS)}, got {e.sp_saved_input!r}")

@@ -320,6 +320,7 @@ def to_toml(result: ProbeResult, name: str = "local") -> str:
         'cp_comm = "all_gather"           # its context parallelism all-gathers K/V before attention',
         'pp_send = "full"                 # its pipeline stages send their whole output',
         'sp_saved_input = "gathered"      # its sequence parallelism (DTensor) keeps gathered linear inputs',
+        'cross_entropy = "traced"         # it runs the model file\'s loss as written',
         "",
     ]
     return "\n".join(lines)

@@ -35,7 +35,10 @@ A stack (Megatron-Core, torchtitan, PyTorch FSDP, Megatron-DeepSpeed) sets:
 - `sp_saved_input`: what sequence parallelism keeps of the input a column-parallel linear
   gathers to full length: "shard" (the local slice, gathered again in backward: Megatron,
   Korthikanti et al. 2022, section 4.2.2) or "gathered" (the whole gathered tensor: DTensor's
-  autograd under torchtitan's and smplan execute's TP plans).
+  autograd under torchtitan's and smplan execute's TP plans);
+- `cross_entropy`: how the loss's memory peaks on the last stage: "in_place" (Megatron's
+  vocab-parallel cross-entropy, one fp32 copy of the logits reused in place) or "traced" (the
+  model file's loss as it runs, its peak measured by the profiler: torchtitan, smplan execute).
 
 All but `overlap_grad_reduce` are `Efficiency` fields of the Cluster (`STACK_KEYS`); `with_stack` puts a
 stack's values there. Bundled stacks are TOML files in `hwprofiles/stacks/`; `--stack
@@ -65,6 +68,7 @@ from pathlib import Path
 from .cluster import (
     ATTENTION_KERNELS,
     CP_COMMS,
+    CROSS_ENTROPIES,
     EP_DISPATCHERS,
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
@@ -84,7 +88,7 @@ DEFAULT_STACK = "megatron-core"
 STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "elementwise_fusion",
               "attention_kernel", "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity",
               "tp_comm_overlap", "ep_a2a_overlap", "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send",
-              "sp_saved_input")
+              "sp_saved_input", "cross_entropy")
 
 
 # A CUDA kernel launch alone takes a few microseconds of CPU time (3.8 us per short kernel launched
@@ -120,6 +124,7 @@ class Stack:
     grad_reduce_dtype: str = Efficiency.grad_reduce_dtype
     pp_send: str = Efficiency.pp_send
     sp_saved_input: str = Efficiency.sp_saved_input
+    cross_entropy: str = Efficiency.cross_entropy
     source: str = ""  # where it was read: "bundled stack 'megatron-core'" or "stack file 'PATH'"
 
     def efficiency(self) -> dict[str, float | str]:
@@ -132,7 +137,8 @@ _REQUIRED = ("host_overhead_us_per_layer", "elementwise_fusion", "overlap_grad_r
 _KEYS = ("name", "description", *_REQUIRED, "host_overhead_us_per_moe_layer", "attention_kernel",
          "zero3_max_live_params", "single_nic_network", "zero_collectives", "zero_granularity", "tp_comm_overlap",
          "ep_a2a_overlap",
-         "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send", "sp_saved_input")
+         "ep_dispatcher", "cp_comm", "grad_reduce_dtype", "pp_send", "sp_saved_input",
+         "cross_entropy")
 
 
 # Keys only a stack file has at its top level (a hardware file states them under [efficiency]),
@@ -213,6 +219,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
     reduce_dtype = _choice(data, "grad_reduce_dtype", source, GRAD_REDUCE_DTYPES, Stack.grad_reduce_dtype)
     pp_send = _choice(data, "pp_send", source, PP_SENDS, Stack.pp_send)
     sp_saved = _choice(data, "sp_saved_input", source, SP_SAVED_INPUTS, Stack.sp_saved_input)
+    entropy = _choice(data, "cross_entropy", source, CROSS_ENTROPIES, Stack.cross_entropy)
     return Stack(name=data.get("name", default_name), description=data.get("description", ""),
                  host_overhead_us_per_layer=host, host_overhead_us_per_moe_layer=moe_host,
                  elementwise_fusion=fusion,
@@ -220,7 +227,7 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  zero3_max_live_params=live, single_nic_network=nic, zero_collectives=zero_coll, zero_granularity=zero_granularity,
                  tp_comm_overlap=tp_overlap, ep_a2a_overlap=a2a, ep_dispatcher=dispatcher,
                  cp_comm=cp_comm, grad_reduce_dtype=reduce_dtype, pp_send=pp_send,
-                 sp_saved_input=sp_saved, source=source)
+                 sp_saved_input=sp_saved, cross_entropy=entropy, source=source)
 
 
 def seconds_as_us_warning(where: str, key: str, value: object) -> str | None:
@@ -309,7 +316,8 @@ def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str]
               "cp_comm": _quoted(stack.cp_comm),
               "grad_reduce_dtype": _quoted(stack.grad_reduce_dtype),
               "pp_send": _quoted(stack.pp_send),
-              "sp_saved_input": _quoted(stack.sp_saved_input)}
+              "sp_saved_input": _quoted(stack.sp_saved_input),
+              "cross_entropy": _quoted(stack.cross_entropy)}
     lines = [f"# {n}" for n in notes]
     lines += [f"{k} = {v}" + (f"  # {comments[k]}" if comments.get(k) else "") for k, v in values.items()]
     return "\n".join(lines) + "\n"

@@ -341,8 +341,7 @@ def chunk_memory(
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0
     if last:
-        # logits and their gradient while the loss runs (/ tp where the head is vocab-parallel, / cp)
-        buffers += 2.0 * b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
+        buffers += b * loss_peak_bytes(profile, cluster, tp, sp, cp)
     if device_first_chunk:
         holds = recompute in RECOMPUTE_BUFFER_KINDS if holds_recompute_buffer is None else holds_recompute_buffer
         if holds:
@@ -351,6 +350,27 @@ def chunk_memory(
         buffers += sharded_transient_bytes(zero, block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0))
+
+
+def loss_peak_bytes(profile: ModelProfile, cluster: Cluster, tp: int, sp: bool, cp: int) -> float:
+    """Bytes per sample the last stage holds while the loss runs, beyond the loss's saved bytes of
+    one micro-batch (counted with the activations): the logits (/ tp where the head is
+    vocab-parallel, / cp) and the loss's own peak. Megatron's in-place vocab-parallel loss
+    (`efficiency.cross_entropy = "in_place"`) peaks at 3x the bf16 logits (the logits beside an
+    fp32 copy that becomes the softmax and the gradient); the file's loss as it runs ("traced") at
+    its measured peak, the logits included while the loss reads them (planner/loss_memory.py:
+    12 B a logit for an fp32 cross-entropy, in its backward). A profile without the measurement
+    (before PROFILER_VERSION 32): the logits and their gradient."""
+    logits = sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
+    loss = next((p for p in profile.post if p.loss_peak_bytes_per_sample), None)
+    if loss is None and cluster.efficiency.cross_entropy != "in_place":
+        return 2.0 * logits
+    kept = sum(part_saved_bytes(p, tp, sp, cp=cp) for p in profile.post if p.name == "loss")
+    if cluster.efficiency.cross_entropy == "in_place":
+        return max(0.0, 3.0 * logits - kept)
+    head = max(profile.post, key=lambda p: p.output_bytes_per_sample)  # the logits' part
+    split = head.output_bytes_per_sample / head.output_bytes_per_gpu(tp)  # tp where vocab-parallel (loss_parallel)
+    return max(0.0, loss.loss_peak_bytes_per_sample / (split * cp) - kept)
 
 
 def sharded_transient_bytes(zero: int, block: BlockProfile, parts: tuple[BlockProfile, ...], tp: int, ep: int,

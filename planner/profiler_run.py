@@ -30,6 +30,7 @@ from smplan.model import (
 from smplan.model.structure import find_blocks, qualname, siblings
 
 from .hf_model import TPUnsupported
+from .loss_memory import loss_peak_bytes
 from .model_file import ModelFile, ModelFileError, first_line
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
 from .profiler_trace import GPUKernels, PartStats, Tracer, storage_key, tensor_bytes
@@ -103,6 +104,9 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         for b in blocks[1:]:
             b.__dict__.pop("forward", None)
 
+    # the loss's own peak, forward and backward, beyond the logits (outside the trace: its backward
+    # must not count as the model's work)
+    loss_peak = loss_peak_bytes(loss_fn or default_loss, outputs, targets) if targets is not None else None
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
                   or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called))
@@ -119,6 +123,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         bp = dataclasses.replace(bp, params_active=round(active_of.get(stats.name, 0)),
                                  params_tp_sharded=sharded_of.get(stats.name, 0),
                                  params_expert=expert_of.get(stats.name, 0))
+        if stats.name == "loss" and loss_peak is not None:
+            bp = dataclasses.replace(bp, loss_peak_bytes_per_sample=loss_peak / samples)
         if stats.kind == "block":
             block = bp
         elif bp.params or bp.forward_flops_per_sample or bp.saved_bytes_per_sample or stats.name == "loss":

@@ -173,7 +173,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         notes.append(out_of_memory_warning(result.peak_memory_gib, result.memory_capacity_gib, cluster.gpu.name, plan))
         click.echo(notes[-1], err=True)
     if as_json:
-        echo_json({**result.to_dict(), "notes": notes})  # every line said on stderr
+        # what was run, as `simulate --json` says it (review: the object named no model or plan)
+        echo_json({**result.to_dict(), "model": plan.model, "hw": cluster.name, "stack": plan.stack,
+                   "plan": plan.to_dict(), "notes": notes})  # every line said on stderr
     if not result.finishes:  # after --json's object (feasible: false), as whatif prints its record, then exit 2
         raise RunDoesNotFinish(result.reason)
     if as_json:

@@ -44,6 +44,9 @@ def stack() -> None:
       sp_saved_input                  shard (sp keeps 1/tp of a column-parallel linear's input and
                                       gathers it again in backward: Megatron) or gathered (the whole
                                       gathered input: DTensor, torchtitan and smplan execute)
+      cross_entropy                   in_place (Megatron's vocab-parallel loss: one fp32 copy of the
+                                      logits, 3x their bytes at the peak) or traced (the model
+                                      file's loss as it runs, its peak measured: torchtitan, execute)
 
     plan, simulate, whatif (also --vary stack=A,B), reliability and calibrate take --stack
     NAME|PATH; the default is megatron-core, and a plan file records its stack. --hw-set
@@ -64,12 +67,12 @@ def list_stacks(as_json: bool) -> None:
              s.single_nic_network, s.zero_granularity,
              f"{s.zero3_max_live_params:.3g}" if s.zero3_max_live_params else "-", s.tp_comm_overlap, s.ep_a2a_overlap,
              s.ep_dispatcher, s.cp_comm, "yes" if s.overlap_grad_reduce else "no", s.grad_reduce_dtype, s.pp_send,
-             s.sp_saved_input, s.description]
+             s.sp_saved_input, s.cross_entropy, s.description]
             for s in stacks]
     click.echo(format_table(["name", "host us/layer", "+ per MoE layer", "fusion", "attention", "ZeRO colls",
                              "NIC share", "ZeRO steps by", "zero3 live params", "TP overlap", "a2a overlap",
                              "dispatch", "CP K/V", "overlap grad reduce", "grad reduce", "pp send", "sp keeps",
-                             "description"], rows, align="lrrrllrlrrrlllllll"))
+                             "loss", "description"], rows, align="lrrrllrlrrrllllllll"))
     click.echo("\nDetails and sources: smplan stack show NAME; use one with --stack NAME or --stack PATH.toml")
 
 

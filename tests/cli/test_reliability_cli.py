@@ -163,6 +163,8 @@ def test_tokens_train_in_whole_steps_as_whatif_counts_them(cli_runner, tmp_path)
     assert rel.exit_code == 0, rel.output
     data = json.loads(rel.output)
     assert data["work_s"] == pytest.approx(data["step_time_s"])
+    # what was run, named as simulate --json names it
+    assert data["model"] == GPT and data["hw"] == "a100x8" and data["plan"]["dp"] == 8
     short = json.loads(cli_runner.invoke(cli, ["reliability", GPT, *plan[:-4], "--days", "1e-16", "--json"]).output)
     assert short["work_s"] == pytest.approx(data["step_time_s"])  # --days too: at least one whole step
     wi = cli_runner.invoke(cli, ["whatif", GPT, *plan, "--json", "-o", str(tmp_path / "w")])

@@ -81,6 +81,7 @@ def test_bad_stack_files_are_one_line_exit_2(cli_runner, tmp_path):
     ("efficiency.grad_reduce_dtype=fp16", "efficiency.grad_reduce_dtype must be one of weights, fp32"),
     ("efficiency.pp_send=half", "efficiency.pp_send must be one of full, tp_slice"),
     ("efficiency.sp_saved_input=all", "efficiency.sp_saved_input must be one of shard, gathered"),
+    ("efficiency.cross_entropy=fused", "efficiency.cross_entropy must be one of in_place, traced"),
     ("gpu.matmul_ceiling.bf16=1.5", "gpu.matmul_ceiling.bf16 must be in (0, 1]"),
 ])
 def test_new_stack_and_hardware_keys_out_of_range_are_one_line_exit_2(cli_runner, setting, expected):

@@ -126,6 +126,8 @@ def test_bad_name_or_path_is_one_line(ref, expected):
      "'pp_send' must be one of full, tp_slice"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\nsp_saved_input = "full"\n',
      "'sp_saved_input' must be one of shard, gathered"),
+    ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\ncross_entropy = "fused"\n',
+     "'cross_entropy' must be one of in_place, traced"),
     ('host_overhead_us_per_layer = 1\nelementwise_fusion = 1\noverlap_grad_reduce = true\n'
      'host_overhead_us_per_moe_layer = "x"\n', "'host_overhead_us_per_moe_layer' must be a number from 0"),
 ])
@@ -210,6 +212,9 @@ def test_the_stack_names_its_attention_kernel_and_zero3_gather_cap(tmp_path):
     kept = {s: load_cluster("a100x8", stack=s).efficiency.sp_saved_input for s in bundled_stacks()}
     assert kept == {"megatron-core": "shard", "megatron-deepspeed": "shard", "pytorch-fsdp": "gathered",
                     "torchtitan": "gathered"}
+    losses = {s: load_cluster("a100x8", stack=s).efficiency.cross_entropy for s in bundled_stacks()}
+    assert losses == {"megatron-core": "in_place", "megatron-deepspeed": "in_place", "pytorch-fsdp": "traced",
+                      "torchtitan": "traced"}
     plain = load_stack(str(_stack_file(tmp_path)))
     assert (plain.attention_kernel, plain.zero3_max_live_params) == ("flash2", 0.0)
     assert load_stack(str(_stack_file(tmp_path, name="fa1", extra='attention_kernel = "flash1"\n'))).attention_kernel == "flash1"
