@@ -85,6 +85,14 @@ def cli() -> None:
       smplan whatif examples/gpt.py:gpt3_175b --hw a100x8 --vary nodes=64,128 --tokens 3e11
                                                        # sweep, chart, recommend (-o REPORT_DIR)
       smplan execute plan.json --steps 20              # run it for real
+
+    \b
+    Environment:
+      SMPLAN_CACHE_DIR       where model profiles are cached (default ~/.cache/smplan)
+      SMPLAN_VALIDATION_DIR  published measurements benchmarks/ read (default shared/validation)
+      SMPLAN_FAIL_AT_STEP, SMPLAN_FAIL_RANK, SMPLAN_SLOW_RANK
+                             fault injection for the executor's tests (kill or slow a rank);
+                             never set them for a real run
     """
 
 

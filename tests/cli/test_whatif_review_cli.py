@@ -130,6 +130,8 @@ def test_help_names_the_reliability_keys_and_wall_clock_days(cli_runner):
     top = cli_runner.invoke(cli, ["--help"]).output
     flow = top[top.index("Typical flow"):]
     assert "smplan whatif " in flow and "smplan reliability " in flow
+    # the environment it reads, the executor's fault-injection hooks included (a review found them undocumented)
+    assert all(name in top for name in ("SMPLAN_CACHE_DIR", "SMPLAN_VALIDATION_DIR", "SMPLAN_FAIL_AT_STEP"))
 
 
 def test_an_all_infeasible_sweep_gives_its_reasons_in_the_points_order(cli_runner, tmp_path):
