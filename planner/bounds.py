@@ -188,6 +188,8 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
             const += count * (st + q_parts.get(cat, q) * a0)
         slope = state_blk + q * act_blk
         saved = q * (act_blk - act_rec) if cand.kind != "none" else 0.0
+        if not cand.recompute_all:  # a kind that keeps more than none (sac beside FP8 or fused inputs):
+            saved = max(saved, 0.0)  # a device that may choose recomputes none of its blocks
         room = cap - const
         free = room / slope if room > 0 else 0.0
         full = room / (slope - saved) if (room > 0 and slope > saved) else (math.inf if room > 0 else 0.0)

@@ -6,7 +6,8 @@ This module composes parts into pipeline stages and a step (DESIGN.md "How the p
 should think"):
 - Recomputation: full re-runs the forward pass (with its TP collectives) inside backward;
   selective re-runs the attention core (batched per-head GEMMs and its share of the
-  element-wise work, Korthikanti et al. 2022 section 5); sac (torchtitan's op-level selective
+  element-wise work, Korthikanti et al. 2022 section 5; a fused kernel's forward and its CP ring,
+  as Megatron-Core checkpoints core_attn whatever the kernel); sac (torchtitan's op-level selective
   activation checkpointing) re-runs every other linear GEMM and the element-wise work.
 - ZeRO-2 reduce-scatters each block's gradients in every micro-batch's backward, ZeRO-3
   also all-gathers each block's parameters in forward and in backward (Rajbhandari et al.

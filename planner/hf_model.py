@@ -170,9 +170,14 @@ class HFModel:
         layers, kinds = overrides.get("num_hidden_layers"), getattr(cfg, "layer_types", None)
         if isinstance(layers, int) and layers > 0 and "layer_types" not in overrides and isinstance(kinds, list) \
                 and kinds and len(kinds) != layers:
-            # a per-layer list (Gemma 2's sliding / full attention) follows the layer count: its own
-            # pattern from the first layer on, as transformers builds it (else validate() refuses)
-            cfg.layer_types = [kinds[i % len(kinds)] for i in range(layers)]
+            # a per-layer list (Gemma 2's sliding / full attention) follows the layer count (else
+            # validate() refuses): the file's first N, or for more layers than it lists the class's
+            # own pattern, as transformers builds it without the list
+            if layers < len(kinds):
+                cfg.layer_types = kinds[:layers]
+            else:
+                fields = {k: v for k, v in cfg.to_dict().items() if k != "layer_types"}
+                cfg = type(cfg)(**fields)
         if overrides and hasattr(cfg, "validate"):  # transformers' @strict architecture checks (heads | hidden)
             try:
                 cfg.validate()

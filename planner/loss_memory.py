@@ -70,24 +70,58 @@ def _key(t: torch.Tensor) -> int:
         return id(t)
 
 
-def loss_peak_bytes(loss_fn: Callable, outputs, targets) -> float | None:
-    """Peak bytes while `loss_fn(outputs, targets)` and its backward to the outputs run, the
-    outputs included until the loss has read them (a training loop passes the logits straight to
-    the loss, as torchtitan and `smplan execute` do, so nothing holds them after; their gradients
-    count once made), on meta copies of `outputs`; None where that cannot run (a loss that
-    returns no tensor, outputs of a kind pytree cannot copy)."""
+def loss_peak_bytes(loss_fn: Callable, outputs, targets) -> tuple[float, float] | None:
+    """(bytes per sample, fixed bytes) of the peak while `loss_fn(outputs, targets)` and its
+    backward to the outputs run: measured on one sample and on two (the first one twice), since a
+    chunked loss's temporaries (examples/gpt.py's loss="chunked") do not grow with the batch; None
+    where that cannot run (a loss that returns no tensor, outputs pytree cannot copy or slice)."""
     try:
-        copies = tree_map(lambda t: _copy(t) if isinstance(t, torch.Tensor) else t, outputs)
-        leaves = [t for t in tree_leaves(copies) if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not leaves:
-            return None
-        with torch.enable_grad(), LiveBytes() as live:
-            loss = loss_fn(copies, targets)
-            forward_peak = live.peak
-            if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
-                return None
-            torch.autograd.grad(loss, leaves, allow_unused=True)
-        logits = sum(t.untyped_storage().nbytes() for t in leaves)
-        return float(max(logits + forward_peak, live.peak))
-    except (RuntimeError, TypeError, ValueError, NotImplementedError):  # the profile goes on without it
+        one = _peak(loss_fn, *_samples((outputs, targets), 1))
+        two = _peak(loss_fn, *_samples((outputs, targets), 2))
+    except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError):  # the profile goes on without it
         return None
+    if one is None or two is None:
+        return None
+    per_sample = max(two - one, 0.0)
+    return per_sample, max(one - per_sample, 0.0)
+
+
+def _samples(batch, n: int):
+    """`batch` cut to its first sample, repeated `n` times (dim 0 of every tensor that has one),
+    with the attributes a model sets on its output for its loss (examples/gpt.py's `smplan_loss`)."""
+    def cut(t):
+        if not isinstance(t, torch.Tensor) or not t.dim():
+            return t
+        out = torch.cat([t[:1]] * n)
+        out.__dict__.update(t.__dict__)
+        return out
+
+    return tree_map(cut, batch)
+
+
+def _peak(loss_fn: Callable, outputs, targets) -> float | None:
+    """Peak bytes while the loss and its backward to `outputs` run, on meta copies of them: the
+    outputs included until the loss has read them (a training loop passes the logits straight to
+    the loss, as torchtitan and `smplan execute` do, so nothing holds them after) or, where the
+    loss saves them for its backward (a chunked or fused cross-entropy), throughout; their
+    gradients once made."""
+    copies = tree_map(lambda t: _copy(t) if isinstance(t, torch.Tensor) else t, outputs)
+    leaves = [t for t in tree_leaves(copies) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not leaves:
+        return None
+    own = {_key(t) for t in leaves}
+    saves_logits = []
+
+    def pack(t):
+        if _key(t) in own:
+            saves_logits.append(True)
+        return t
+
+    with torch.enable_grad(), LiveBytes() as live, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn(copies, targets)
+        forward_peak = live.peak
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            return None
+        torch.autograd.grad(loss, leaves, allow_unused=True)
+    logits = sum(t.untyped_storage().nbytes() for t in leaves)
+    return float(max(logits + forward_peak, live.peak + (logits if saves_logits else 0)))

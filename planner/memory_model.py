@@ -35,8 +35,9 @@ Sources:
   section 4.2.2), but for the inputs column-parallel linears gather to full length where the
   stack keeps them gathered (`efficiency.sp_saved_input = "gathered"`: DTensor's autograd saves
   the redistributed tensor; Megatron saves its shard and gathers it again in backward).
-- Buffers: the logits and their gradient on the last stage (/ tp only when the head is
-  vocab-parallel); under full or op-level selective (`sac`) recomputation the
+- Buffers: the loss's peak on the last stage beyond what it saves (`loss_peak_bytes`: by the
+  stack's `cross_entropy`, Megatron's in-place loss or the file's loss as measured; / tp only
+  when the head is vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward (on a device that recomputes
   at least one block with full or sac: the ILP's one binary per device); under ZeRO-3 the
   gathered parameters of the unit in use and of the next block prefetched, and the unit's
@@ -341,7 +342,7 @@ def chunk_memory(
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0
     if last:
-        buffers += b * loss_peak_bytes(profile, cluster, tp, sp, cp)
+        buffers += loss_peak_bytes(profile, cluster, tp, sp, b, **moe)
     if device_first_chunk:
         holds = recompute in RECOMPUTE_BUFFER_KINDS if holds_recompute_buffer is None else holds_recompute_buffer
         if holds:
@@ -352,25 +353,28 @@ def chunk_memory(
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0))
 
 
-def loss_peak_bytes(profile: ModelProfile, cluster: Cluster, tp: int, sp: bool, cp: int) -> float:
-    """Bytes per sample the last stage holds while the loss runs, beyond the loss's saved bytes of
-    one micro-batch (counted with the activations): the logits (/ tp where the head is
-    vocab-parallel, / cp) and the loss's own peak. Megatron's in-place vocab-parallel loss
-    (`efficiency.cross_entropy = "in_place"`) peaks at 3x the bf16 logits (the logits beside an
-    fp32 copy that becomes the softmax and the gradient); the file's loss as it runs ("traced") at
-    its measured peak, the logits included while the loss reads them (planner/loss_memory.py:
-    12 B a logit for an fp32 cross-entropy, in its backward). A profile without the measurement
-    (before PROFILER_VERSION 32): the logits and their gradient."""
-    logits = sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
+def loss_peak_bytes(profile: ModelProfile, cluster: Cluster, tp: int, sp: bool, micro_batch: int,
+                    **saved_kw) -> float:
+    """Bytes the last stage holds while the loss of a micro-batch runs, beyond the loss's saved
+    bytes (counted with the activations; `saved_kw` as they count them): the logits (/ tp where
+    the head is vocab-parallel, / cp) and the loss's own peak. Megatron's in-place vocab-parallel
+    loss (`efficiency.cross_entropy = "in_place"`) peaks at 3x the bf16 logits (the logits beside
+    an fp32 copy that becomes the softmax and the gradient); the file's loss as it runs ("traced")
+    at its measured peak (planner/loss_memory.py: 12 B a logit for an fp32 cross-entropy, in its
+    backward). A profile without the measurement (before PROFILER_VERSION 32): the logits and
+    their gradient."""
+    b, cp = micro_batch, saved_kw.get("cp", 1)
+    logits = b * sum(p.output_bytes_per_gpu(tp) for p in profile.post) / cp
     loss = next((p for p in profile.post if p.loss_peak_bytes_per_sample), None)
     if loss is None and cluster.efficiency.cross_entropy != "in_place":
         return 2.0 * logits
-    kept = sum(part_saved_bytes(p, tp, sp, cp=cp) for p in profile.post if p.name == "loss")
+    kept = b * sum(part_saved_bytes(p, tp, sp, **saved_kw) for p in profile.post if p.name == "loss")
     if cluster.efficiency.cross_entropy == "in_place":
         return max(0.0, 3.0 * logits - kept)
     head = max(profile.post, key=lambda p: p.output_bytes_per_sample)  # the logits' part
     split = head.output_bytes_per_sample / head.output_bytes_per_gpu(tp)  # tp where vocab-parallel (loss_parallel)
-    return max(0.0, loss.loss_peak_bytes_per_sample / (split * cp) - kept)
+    peak = b * loss.loss_peak_bytes_per_sample + loss.loss_peak_fixed_bytes
+    return max(0.0, peak / (split * cp) - kept)
 
 
 def sharded_transient_bytes(zero: int, block: BlockProfile, parts: tuple[BlockProfile, ...], tp: int, ep: int,

@@ -128,10 +128,12 @@ class BlockProfile:
     saved_bytes_refusable_tp_sharded_per_sample: float = 0.0
     saved_bytes_refusable_replicated_per_sample: float = 0.0
     # The loss part only: the peak bytes while its forward and backward run, the logits included
-    # while it reads them and their gradient once made, as measured running it
-    # (planner/loss_memory.py: an fp32 cross-entropy peaks at 12 B a bf16 logit, in its backward).
-    # 0: not measured (profiles before PROFILER_VERSION 32).
+    # while it reads them (throughout where it saves them) and their gradient once made, as
+    # measured running it (planner/loss_memory.py: an fp32 cross-entropy peaks at 12 B a bf16 logit
+    # in its backward): per sample, and what does not grow with the batch (a chunked loss's
+    # temporaries). 0: not measured (profiles before PROFILER_VERSION 32).
     loss_peak_bytes_per_sample: float = 0.0
+    loss_peak_fixed_bytes: float = 0.0
     # Op-level selective checkpointing (recompute "sac", torchtitan's policy: the outputs of
     # every other linear GEMM and of the attention kernels are saved, the rest re-run in
     # backward): what it keeps besides the part's input, by what divides it under tp

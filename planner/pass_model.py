@@ -307,9 +307,10 @@ def pass_times(
             half = "fp16" if dtype == "fp16" else "bf16"  # an fp8 plan's attention runs in bf16
             # Context parallelism runs a rank's attention as cp kernel calls, one per ring step, each
             # on a chunk pair: its s/cp queries against half a rank's keys under causal load
-            # balancing (s / 2cp), the diagonal step's causal block the same work (TE
-            # AttnFuncWithCPAndKVP2P; torch's _templated_ring_attention): shorter rows, a lower rate.
-            call = n / (2.0 * cp) if cp > 1 else None
+            # balancing (s / 2cp), the diagonal step's causal block the same work, or all of them
+            # without a mask (s / cp) (TE AttnFuncWithCPAndKVP2P; torch's _templated_ring_attention):
+            # shorter rows, a lower rate.
+            call = (n / (2.0 * cp) if causal else n / cp) if cp > 1 else None
             flash_f += flash_attention_time_s(m, n, k, batch, causal, cluster, dtype=half, keys_per_call=call)
             flash_b += flash_attention_time_s(m, n, k, batch, causal, cluster, backward=True, dtype=half,
                                               keys_per_call=call)

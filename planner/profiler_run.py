@@ -124,7 +124,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
                                  params_tp_sharded=sharded_of.get(stats.name, 0),
                                  params_expert=expert_of.get(stats.name, 0))
         if stats.name == "loss" and loss_peak is not None:
-            bp = dataclasses.replace(bp, loss_peak_bytes_per_sample=loss_peak / samples)
+            bp = dataclasses.replace(bp, loss_peak_bytes_per_sample=loss_peak[0], loss_peak_fixed_bytes=loss_peak[1])
         if stats.kind == "block":
             block = bp
         elif bp.params or bp.forward_flops_per_sample or bp.saved_bytes_per_sample or stats.name == "loss":

@@ -221,11 +221,15 @@ class Tracer(TorchDispatchMode):
         self._track_core(packet, inputs, out)
         if packet in (aten.mm, aten.addmm) and not self.in_experts:  # a linear layer: (bias,) input, weight^T
             self.gemm_input_uses[storage_key(args[-2])] += 1
-        elif torch.Tag.pointwise in func.tags:
-            made_of = tuple(storage_key(t) for t in inputs if storage_key(t) not in self.excluded)
-            for t in tree_leaves(out):
-                if isinstance(t, torch.Tensor):
-                    self.pointwise_inputs[storage_key(t)] = made_of
+        made_of = tuple(storage_key(t) for t in inputs if storage_key(t) not in self.excluded)
+        pointwise = torch.Tag.pointwise in func.tags
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                key = storage_key(t)
+                if key in made_of:  # written in place: no longer what made it, nor a recomputable copy
+                    self.pointwise_inputs.pop(key, None)
+                elif pointwise:
+                    self.pointwise_inputs[key] = made_of
         sac_saved = self._sac(part, packet, out, sharded)
         if packet in _GEMM_LIKE or (not func.is_view and packet not in _NO_TRAFFIC):
             part.kernels += 1

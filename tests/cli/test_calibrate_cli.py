@@ -91,8 +91,10 @@ def test_two_plans_end_to_end(cli_runner, probed, tmp_path):
                                      "--nproc-per-node", "2", "--global-batch", "4", "-o", str(out),
                                      "--runs-dir", str(tmp_path / "runs"), "--json"])
     report = json.loads(result.stdout)
-    # a fit not kept writes no -o: exit 2 after the object, so `calibrate -o X && plan --hw X` stops
-    assert result.exit_code == (0 if report["fit_kept"] else 2), result.output
+    # the exit code, the file and the object agree: a fit not kept writes no -o and exits 2 after
+    # the object, so `calibrate -o X && plan --hw X` stops
+    assert (result.exit_code == 0) == report["fit_kept"] == out.exists(), result.output
+    assert result.exit_code in (0, 2)
     assert len(report["plans"]) == 2 and not report["failed"]
     assert all(row["measured_s"] > 0 for row in report["plans"])
     assert report["fit_loss_after"] <= report["fit_loss_before"]

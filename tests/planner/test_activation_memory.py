@@ -234,3 +234,54 @@ def test_selective_recompute_of_a_fused_attention_reruns_its_kernel():
     assert figs["selective"].peak_memory_gib == pytest.approx(figs["none"].peak_memory_gib, rel=1e-3)
     work = {r: f.hardware_tflops_per_gpu * f.step_time_s for r, f in figs.items()}
     assert work["selective"] > work["none"]
+
+
+GLU_FILE = '''
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):  # a gated MLP whose up projection is scaled {how}
+    def __init__(self, d=32):
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(d, 64), nn.Linear(d, 64), nn.Linear(64, d)
+
+    def forward(self, x):
+        u = self.up(x)
+        {scale}
+        return x + self.down(F.silu(self.gate(x)) * u)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.blocks, self.out = nn.Embedding(64, 32), nn.ModuleList([Block() for _ in range(2)]), nn.Linear(32, 64)
+
+    def forward(self, t):
+        x = self.emb(t)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.out(x)
+
+
+def model():
+    return Net()
+
+
+def batch(micro_batch_size, model=None, seed=0):
+    x = torch.randint(0, 64, (micro_batch_size, 17), generator=torch.Generator().manual_seed(seed))
+    return x[:, :-1], x[:, 1:]
+'''
+
+
+@pytest.mark.parametrize("how, scale", [("out of place", "u = u * 2.0"), ("in place", "u.mul_(2.0)")])
+def test_only_silu_of_the_gate_is_recomputable_whatever_scales_up_in_place(tmp_path, how, scale):
+    """A fused kernel recomputes silu(gate) from the gate output it keeps; the up projection's
+    output, scaled in place, is no longer what made it and is not recomputable (a review: an
+    in-place op's output counted its own storage among its inputs)."""
+    path = tmp_path / "glu.py"
+    path.write_text(GLU_FILE.replace("{how}", how).replace("{scale}", scale))
+    block = profile_model(str(path), cache=False).blocks[0]
+    silu = 2 * 16 * 64  # bf16, 16 tokens, 64 wide
+    assert block.saved_bytes_refusable_tp_sharded_per_sample + block.saved_bytes_refusable_replicated_per_sample == silu

@@ -446,3 +446,6 @@ def test_a_smaller_layer_count_takes_its_share_of_layer_types(tmp_path):
     assert p.num_blocks == 2
     cfg = load_model_file(ref).config({"num_hidden_layers": 3})
     assert cfg.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
+    # more layers than the file lists: the class's own pattern, as transformers builds it
+    assert load_model_file(ref).config({"num_hidden_layers": 6}).layer_types == ["sliding_attention",
+                                                                                 "full_attention"] * 3

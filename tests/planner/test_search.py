@@ -265,3 +265,32 @@ def test_the_nodes_hint_plans_each_node_counts_default_batch(monkeypatch):
         search(prof, load_cluster("a100x8", nodes=1, overrides={"gpu.memory_gib": 4}), top=1)
     assert len(seen) > 3 and all(batch == gpus for gpus, batch in seen), seen
 
+
+
+def test_a_recompute_kind_that_keeps_more_than_none_does_not_make_the_bound_refuse():
+    """Under FP8 and fused kernels a block can keep less without recompute than under sac (the
+    linears' FP8 inputs and silu(gate) gone from none; sac keeps bf16 GEMM outputs): a device may
+    then recompute none of its blocks, so a sac candidate fits where none does (a review: the
+    bound read the negative saving as a shortfall and refused it). Here sac is made to keep more."""
+    import dataclasses
+
+    from smplan.planner import profile_model
+
+    prof = profile_model("examples/gpt.py:llama3_8b", {"layers": 4, "attention": "sdpa"}, seq_len=2048)
+    heavy = dataclasses.replace(prof.blocks[0], saved_bytes_sac_tp_sharded_per_sample=4 * prof.blocks[0].saved_bytes_per_sample)
+    prof = dataclasses.replace(prof, blocks=(heavy,) * prof.num_blocks)
+    cand = Candidate(8, 8, 1, 1, 4, 2, "1f1b", 1, True, 1, "sac", False, True, "fp8")
+
+    def memory_gib(cm, kind):
+        plan = Plan(model="m", hw="h100x8", nodes=1, dp=1, tp=8, pp=1, micro_batch=4, global_batch=8, zero=1,
+                    sequence_parallel=True, dtype="fp8", stages=(Stage(0, prof.num_blocks, kind),))
+        return estimate_from_costs(cm.plan_costs(plan)).peak_memory_gib
+
+    probe = CostModel(prof, load_cluster("h100x8", nodes=1))
+    none, sac = memory_gib(probe, "none"), memory_gib(probe, "sac")
+    assert sac > none
+    cluster = load_cluster("h100x8", nodes=1, overrides={"gpu.memory_gib": none * 1.001})
+    cm = CostModel(prof, cluster)
+    bound, why, _ = lower_bound(cm, cand, capacity_bytes(cluster))
+    assert not why
+    assert bound <= _brute_force(cm, cand, 8)[0] * (1 + 1e-9)
