@@ -226,7 +226,7 @@ class Tracer(TorchDispatchMode):
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 key = storage_key(t)
-                if key in made_of:  # written in place: no longer what made it, nor a recomputable copy
+                if key in made_of and func._schema.is_mutable:  # written in place: no longer what made it
                     self.pointwise_inputs.pop(key, None)
                 elif pointwise:
                     self.pointwise_inputs[key] = made_of
