@@ -51,6 +51,11 @@ CP_COMMS = ("all_gather", "p2p")  # Efficiency.cp_comm
 PP_SENDS = ("full", "tp_slice")  # Efficiency.pp_send
 SP_SAVED_INPUTS = ("shard", "gathered")  # Efficiency.sp_saved_input
 CROSS_ENTROPIES = ("in_place", "traced")  # Efficiency.cross_entropy
+# Efficiency key -> the values it may take (checked by `_validate`).
+CHOICE_KEYS = {"zero_granularity": ZERO_GRANULARITIES, "zero_collectives": ZERO_COLLECTIVES,
+               "grad_reduce_dtype": GRAD_REDUCE_DTYPES, "cp_comm": CP_COMMS, "pp_send": PP_SENDS,
+               "cross_entropy": CROSS_ENTROPIES, "sp_saved_input": SP_SAVED_INPUTS, "ep_dispatcher": EP_DISPATCHERS,
+               "attention_kernel": ATTENTION_KERNELS}
 
 
 @dataclass(frozen=True)
@@ -555,27 +560,6 @@ def _validate(c: Cluster) -> None:
         value = getattr(c.gpu.attention, kernel)
         if not 0 < value <= 1:
             raise HardwareProfileError(f"gpu.attention.{kernel} must be in (0, 1], got {value}")
-    if e.zero_granularity not in ZERO_GRANULARITIES:
-        raise HardwareProfileError(f"efficiency.zero_granularity must be one of {', '.join(ZERO_GRANULARITIES)}, got {e.zero_granularity!r}")
-    if e.zero_collectives not in ZERO_COLLECTIVES:
-        raise HardwareProfileError(
-            f"efficiency.zero_collectives must be one of {', '.join(ZERO_COLLECTIVES)}, got {e.zero_collectives!r}")
-    if e.grad_reduce_dtype not in GRAD_REDUCE_DTYPES:
-        raise HardwareProfileError(
-            f"efficiency.grad_reduce_dtype must be one of {', '.join(GRAD_REDUCE_DTYPES)}, got {e.grad_reduce_dtype!r}")
-    if e.cp_comm not in CP_COMMS:
-        raise HardwareProfileError(f"efficiency.cp_comm must be one of {', '.join(CP_COMMS)}, got {e.cp_comm!r}")
-    if e.pp_send not in PP_SENDS:
-        raise HardwareProfileError(f"efficiency.pp_send must be one of {', '.join(PP_SENDS)}, got {e.pp_send!r}")
-    if e.cross_entropy not in CROSS_ENTROPIES:
-        raise HardwareProfileError(
-            f"efficiency.cross_entropy must be one of {', '.join(CROSS_ENTROPIES)}, got {e.cross_entropy!r}")
-    if e.sp_saved_input not in SP_SAVED_INPUTS:
-        raise HardwareProfileError(
-            f"efficiency.sp_saved_input must be one of {', '.join(SP_SAVED_INPUTS)}, got {e.sp_saved_input!r}")
-    if e.ep_dispatcher not in EP_DISPATCHERS:
-        raise HardwareProfileError(
-            f"efficiency.ep_dispatcher must be one of {', '.join(EP_DISPATCHERS)}, got {e.ep_dispatcher!r}")
-    if e.attention_kernel not in ATTENTION_KERNELS:
-        raise HardwareProfileError(
-            f"efficiency.attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {e.attention_kernel!r}")
+    for key, choices in CHOICE_KEYS.items():  # the efficiency keys that name one of a few ways
+        if getattr(e, key) not in choices:
+            raise HardwareProfileError(f"efficiency.{key} must be one of {', '.join(choices)}, got {getattr(e, key)!r}")
