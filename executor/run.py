@@ -50,7 +50,7 @@ from .nodes import check_even_split, names_plan_file
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .run_dir import (
     claim_run_dir,
-    earlier_checkpoint_every,
+    earlier_checkpoint_setting,
     earlier_config,
     keep_a_slurm_script,
     recorded_checkpoint_dir,
@@ -247,9 +247,9 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
                 or (str(own) if given or checkpoint.latest(own) else None))
     if given is not None and given < 0:
         raise PlanMismatchError("--checkpoint-every must be >= 0")
-    every = given if given is not None else earlier_checkpoint_every(out, ckpt_dir)
+    every = given if given is not None else earlier_checkpoint_setting(out, ckpt_dir)
     keep = (opts.keep_checkpoints if opts.keep_checkpoints is not None
-            else earlier_checkpoint_every(out, ckpt_dir, "keep_checkpoints"))
+            else earlier_checkpoint_setting(out, ckpt_dir, "keep_checkpoints"))
     if opts.grad_norms_every < 0:
         raise PlanMismatchError("--grad-norms-every must be >= 0 (0: never)")
     if opts.tensorboard:

@@ -115,7 +115,7 @@ def _writer(path: Path) -> str | None:
         return ""
 
 
-def earlier_checkpoint_every(out: Path, ckpt_dir: str | None, field: str = "checkpoint_every") -> int:
+def earlier_checkpoint_setting(out: Path, ckpt_dir: str | None, field: str = "checkpoint_every") -> int:
     """The --checkpoint-every (or another checkpoint count, `field`: "keep_checkpoints") of the run
     this one continues (its run_config.json), so that a resumed run keeps checkpointing, and
     pruning, as it did and a later resume does not redo its steps; 0 when there is nothing to

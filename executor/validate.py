@@ -258,9 +258,9 @@ def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict) -> None:
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:
     tp = plan.tp
     if not model_file.has_tp_plan:
-        what = ("its config (and transformers' class for it) has no base_model_tp_plan"
-                if getattr(model_file, "is_hf_config", False) else "defines no tp_plan(block)")
-        raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref} {what}; use tp=1")
+        what = ("'s config (and transformers' class for it) has no base_model_tp_plan"
+                if getattr(model_file, "is_hf_config", False) else " defines no tp_plan(block)")
+        raise PlanMismatchError(f"tp={tp} needs tensor parallelism but {ref}{what}; use tp=1")
     # examples/gpt.py's names, then transformers' (num_attention_heads, num_key_value_heads)
     counts = {}
     for name, alias in (("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads")):

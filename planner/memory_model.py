@@ -35,7 +35,7 @@ Sources:
   section 4.2.2), but for the inputs column-parallel linears gather to full length where the
   stack keeps them gathered (`efficiency.sp_saved_input = "gathered"`: DTensor's autograd saves
   the redistributed tensor; Megatron saves its shard and gathers it again in backward).
-- Buffers: the loss's peak on the last stage beyond what it saves (`loss_peak_bytes`: by the
+- Buffers: the loss's peak on the last stage beyond what it saves (`loss_buffer_bytes`: by the
   stack's `cross_entropy`, Megatron's in-place loss or the file's loss as measured; / tp only
   when the head is vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward (on a device that recomputes
@@ -328,32 +328,32 @@ def chunk_memory(
     w0, g0, o0 = (sum(x[i] for x in states) for i in range(3))
     wb, gb, ob = part_state_bytes(block, tp=tp, dp=dp, cp=cp, ep=ep, zero=zero, **kept)
     b = micro_batch
-    moe = dict(cp=cp, ep=ep, capacity_factor=capacity_factor,
+    saved_kw = dict(cp=cp, ep=ep, capacity_factor=capacity_factor,
                sp_keeps_gathered=cluster.efficiency.sp_saved_input == "gathered",
                fp8_input_bytes=FP8_INPUT_BYTES[fp8_scaling] if dtype == "fp8" else 0.0,
                fusion=cluster.efficiency.elementwise_fusion)
     held = (flight if parts_flight is None else parts_flight) * b
-    act0 = held * sum(part_saved_bytes(p, tp, sp, **moe) for p in parts)
+    act0 = held * sum(part_saved_bytes(p, tp, sp, **saved_kw) for p in parts)
     pre_saved, kind = 0.0, recompute if pre_kind is None else pre_kind
     if first and kind in RECOMPUTE_BUFFER_KINDS:  # the embedding / dense layers then keep their input only
-        pre_saved = held * sum(part_saved_bytes(p, tp, sp, **moe) - part_saved_bytes(p, tp, sp, pre_recompute(p, kind), **moe)
+        pre_saved = held * sum(part_saved_bytes(p, tp, sp, **saved_kw) - part_saved_bytes(p, tp, sp, pre_recompute(p, kind), **saved_kw)
                                for p in profile.pre)
-    act_blk = flight * b * part_saved_bytes(block, tp, sp, **moe)
-    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **moe) if recompute != "none" else act_blk
+    act_blk = flight * b * part_saved_bytes(block, tp, sp, **saved_kw)
+    act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **saved_kw) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0
     if last:
-        buffers += loss_peak_bytes(profile, cluster, tp, sp, b, **moe)
+        buffers += loss_buffer_bytes(profile, cluster, tp, sp, b, **saved_kw)
     if device_first_chunk:
         holds = recompute in RECOMPUTE_BUFFER_KINDS if holds_recompute_buffer is None else holds_recompute_buffer
         if holds:
-            rec_buffer = b * part_saved_bytes(block, tp, sp, **moe)
+            rec_buffer = b * part_saved_bytes(block, tp, sp, **saved_kw)
             buffers += rec_buffer
         buffers += sharded_transient_bytes(zero, block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
     return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0))
 
 
-def loss_peak_bytes(profile: ModelProfile, cluster: Cluster, tp: int, sp: bool, micro_batch: int,
+def loss_buffer_bytes(profile: ModelProfile, cluster: Cluster, tp: int, sp: bool, micro_batch: int,
                     **saved_kw) -> float:
     """Bytes the last stage holds while the loss of a micro-batch runs, beyond the loss's saved
     bytes (counted with the activations; `saved_kw` as they count them): the logits (/ tp where

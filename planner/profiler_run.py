@@ -86,7 +86,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
             what = "loss" if loss_fn is not None else f"the default loss ({DEFAULT_LOSS}; the file has no loss())"
             if targets is not None:
                 parts.enter("loss", force_kind="post")
-                # The logits count in the memory model's loss peak (memory_model.loss_peak_bytes);
+                # The logits count in the memory model's loss peak (memory_model.loss_buffer_bytes);
                 # the loss part counts what it keeps beyond them (an fp32 log-softmax, or nothing).
                 tracer.counted_elsewhere.update(storage_key(t) for t in tree_leaves(outputs)
                                                 if isinstance(t, torch.Tensor))

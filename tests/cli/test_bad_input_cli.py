@@ -502,3 +502,51 @@ def test_execute_names_the_fix_for_a_sequence_length_the_plan_was_not_made_for(c
     result = cli_runner.invoke(cli, ["execute", str(plan), "--arg", "seq_len=16", "-o", str(out)])
     assert result.exit_code == 2 and not out.exists()
     assert "the plan says seq_len=32 but gpt.py's batches have 16; plan again with --seq-len 16" in result.output
+
+
+def test_a_version_2_plan_file_without_a_layout_key_is_one_line(cli_runner, tmp_path):
+    """`plan -o` writes every layout key; one deleted by hand (cp of a cp plan) ran another plan."""
+    import json
+
+    plan = tmp_path / "plan.json"
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "tp=1,pp=1", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    data = json.loads(plan.read_text())
+    del data["cp"]
+    plan.write_text(json.dumps(data))
+    before = plan.read_text()
+    for command in (["simulate", str(plan)], ["reliability", str(plan), "--days", "1"]):
+        result = cli_runner.invoke(cli, command)
+        line = _error_line(result)
+        assert result.exit_code == 2 and "cp: missing; a version-2 plan file gives every layout key" in line, line
+    assert plan.read_text() == before  # the user's file is left as it was
+
+
+def test_a_misspelt_hf_config_field_is_named_with_the_nearest(cli_runner, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             vocab_size=128, intermediate_size=128,
+                             max_position_embeddings=32).save_pretrained(tmp_path / "llama")
+    result = cli_runner.invoke(cli, ["profile", f"hf:{tmp_path / 'llama'}", "--arg", "num_hiden_layers=1"])
+    line = _error_line(result)
+    assert result.exit_code == 2
+    assert "config.json has no field 'num_hiden_layers' (did you mean 'num_hidden_layers'?)" in line, line
+
+
+def test_executing_tp_on_an_hf_config_without_a_tp_plan_names_base_model_tp_plan(cli_runner, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=32).save_pretrained(
+        tmp_path / "gpt2")
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", "tp=2,mbs=1,gbs=2", "--model", f"hf:{tmp_path / 'gpt2'}",
+                                     "--launcher", "slurm", "-o", str(out)])
+    line = _error_line(result)
+    assert result.exit_code == 2 and "tp=2 needs tensor parallelism but hf:gpt2's config" in line, line
+    assert "base_model_tp_plan" in line and not out.exists()
+
+
+def test_an_arg_without_a_value_names_its_own_key(cli_runner):
+    """`--arg num_hidden_layers` (no value) was told "e.g. --arg layers=24", a key hf: configs lack."""
+    result = cli_runner.invoke(cli, ["profile", TINY, "--arg", "hidden"])
+    line = _error_line(result)
+    assert result.exit_code == 2 and "--arg 'hidden' needs the form key=value, e.g. --arg hidden=VALUE" in line, line

@@ -256,14 +256,14 @@ def test_a_resumed_run_keeps_the_checkpoint_interval_it_ran_with(tmp_path, monke
     fields = {f.name: None for f in dataclasses.fields(RunConfig)}
     (tmp_path / "run_config.json").write_text(json.dumps({**fields, "checkpoint_every": 2}))
     ckpt = tmp_path / "checkpoints"
-    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 0  # nothing to continue: nothing inherited
+    assert run_dir.earlier_checkpoint_setting(tmp_path, str(ckpt)) == 0  # nothing to continue: nothing inherited
     monkeypatch.setattr(checkpoint, "latest", lambda root: (4, Path(root) / "step-4"))
-    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 2
+    assert run_dir.earlier_checkpoint_setting(tmp_path, str(ckpt)) == 2
     (tmp_path / "run_config.json").write_text(json.dumps({**fields, "checkpoint_every": 2, "keep_checkpoints": 1}))
     # --keep-checkpoints continues too (review: a resume kept every checkpoint it then wrote)
-    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt), "keep_checkpoints") == 1
+    assert run_dir.earlier_checkpoint_setting(tmp_path, str(ckpt), "keep_checkpoints") == 1
     (tmp_path / "run_config.json").write_text("{not json")
-    assert run_dir.earlier_checkpoint_every(tmp_path, str(ckpt)) == 0
+    assert run_dir.earlier_checkpoint_setting(tmp_path, str(ckpt)) == 0
 
 
 def _started_run(folder: Path, **fields):

@@ -9,7 +9,7 @@ import torch
 from smplan.hwprofiles import load_cluster
 from smplan.planner import load_model_file, profile_model
 from smplan.planner.loss_memory import loss_peak_bytes
-from smplan.planner.memory_model import loss_peak_bytes as buffer_bytes
+from smplan.planner.memory_model import loss_buffer_bytes as buffer_bytes
 
 from smplan.model.loss import default_loss
 from tests.conftest import EXAMPLES
