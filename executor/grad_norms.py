@@ -11,15 +11,14 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-# Wrappers that put a component into parameter names without changing what they address.
-_WRAPPERS = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
+from .materialize import canonical_name
 
 
 def block_index(param_name: str, layout) -> int | None:
     """The block a parameter belongs to, e.g. "module.blocks.2._checkpoint_wrapped_module.w"
     -> 2 for blocks named blocks.0, blocks.1, ... in `layout` (smplan.model.Layout); None for
     parameters outside the repeated blocks (embedding, head)."""
-    parts = [p for p in param_name.split(".") if p not in _WRAPPERS]
+    parts = canonical_name(param_name).split(".")
     if parts and parts[0] == "module":  # DDP's prefix
         parts = parts[1:]
     depth = len(layout.container.split(".")) if layout.container else 0

@@ -29,9 +29,10 @@ from torch import nn
 from smplan.model import tied_groups
 
 INIT_HOOK = "init_weights"  # optional model-file function init_weights(module) -> None
-# torch.distributed.algorithms._checkpoint.checkpoint_wrapper._CHECKPOINT_PREFIX: the
-# attribute apply_recompute's wrapper inserts into module names (state dicts drop it).
-_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.",)
+# Wrappers that put a segment into module and parameter names without changing what they
+# address: apply_recompute's checkpoint_wrapper (torch.distributed.algorithms._checkpoint.
+# checkpoint_wrapper._CHECKPOINT_PREFIX; state dicts drop it), FSDP1's and torch.compile's.
+WRAPPER_ATTRIBUTES = frozenset({"_checkpoint_wrapped_module", "_fsdp_wrapped_module", "_orig_mod"})
 
 
 class MaterializeError(ValueError):
@@ -45,10 +46,10 @@ def module_seed(seed: int, fqn: str) -> int:
 
 
 def canonical_name(fqn: str) -> str:
-    """`fqn` without the recomputation wrapper's attribute (the name in a plain model)."""
-    for prefix in _WRAPPER_PREFIXES:
-        fqn = fqn.replace(prefix, "")
-    return fqn
+    """`fqn` without the wrappers' segments (the name in a plain model), wherever they are:
+    a last one names the wrapped module itself, which holds parameters of its own when a
+    block registers one directly (a layer-scale gamma, a position table)."""
+    return ".".join(part for part in fqn.split(".") if part not in WRAPPER_ATTRIBUTES)
 
 
 def _has_init(module: nn.Module, hook) -> bool:

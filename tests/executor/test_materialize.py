@@ -88,6 +88,24 @@ def tiny_tied(**args):
     return tiny_llama(tie=True, **args)
 
 
+class ScaledBlock(Block):
+    """A block that registers a parameter of its own (a layer-scale gamma, as in CaiT and many
+    ViTs): under recomputation the wrapped module itself holds it."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__(hidden, heads)
+        self.gamma = nn.Parameter(torch.full((hidden,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.gamma * (super().forward(x) - x)
+
+
+def tiny_scaled(vocab: int = 64, hidden: int = 32, heads: int = 4, layers: int = 2):
+    model = TinyLlama(vocab, hidden, heads, layers, tie=False)
+    model.blocks = nn.ModuleList(ScaledBlock(hidden, heads) for _ in range(layers))
+    return model
+
+
 # -- helpers -------------------------------------------------------------------------------
 def _batches(vocab: int = 64):
     gen = torch.Generator().manual_seed(1234)
@@ -288,6 +306,26 @@ def _init_worker(rank: int, world: int, spec: str, init_file: str) -> None:
                 assert torch.equal(_full(tensor), expected[name]), f"{spec}: initial {name} differs"
                 seen += 1
         assert seen > 0
+
+
+def test_canonical_name_drops_every_wrapper_segment():
+    from smplan.executor.materialize import canonical_name
+
+    assert canonical_name("blocks.0._checkpoint_wrapped_module.proj.weight") == "blocks.0.proj.weight"
+    assert canonical_name("blocks.0._checkpoint_wrapped_module") == "blocks.0"  # the wrapped block itself
+    assert canonical_name("_orig_mod.blocks.1._checkpoint_wrapped_module.gamma") == "blocks.1.gamma"
+
+
+@pytest.mark.parametrize("recompute", ["full", "sac", "selective"])
+def test_recomputed_block_with_a_parameter_of_its_own_materialises(one_process, recompute):
+    from smplan.executor.build import full_initial_state
+
+    _, model_file, parts = _parts(f"mbs=2,gbs=2,recompute={recompute}", f"{HERE}:tiny_scaled", 1)
+    expected = full_initial_state(model_file, {}, 7)
+    state = {name: _full(t) for chunk in parts.chunks for name, t in chunk.state_dict().items()}
+    assert state.keys() == expected.keys() and "blocks.0.gamma" in state
+    for name, tensor in state.items():
+        assert torch.equal(tensor, expected[name]), f"{recompute}: initial {name} differs"
 
 
 @pytest.mark.parametrize("spec", ["tp=2,dp=2,zero=3,mbs=1,gbs=2", "pp=2,tp=2,mbs=1,gbs=2"])
