@@ -14,15 +14,16 @@ from pathlib import Path
 # AdamW keeps, per parameter, its weight, its gradient and two moments, each in the parameter's
 # dtype (torch.optim.AdamW's exp_avg and exp_avg_sq are zeros_like(param); Kingma & Ba 2015):
 # 4 x the parameter bytes. However the plan shards them, the run holds each at least once: a
-# lower bound on host memory, activations not counted.
+# lower bound on host memory, activations not counted (`state_copies` adds the replicas a
+# plan's data parallelism keeps).
 ADAMW_COPIES_PER_PARAM = 4
 GIB = 2**30
-# What one training process holds of its own before any model: the Python interpreter, torch
-# 2.13's CPU build, a gloo process group and smplan.executor imported (RssAnon 150 MiB of its
-# 230 MiB RSS, measured on this project's 2-core CI machine, Linux x86-64; the other 80 MiB are
-# file pages the processes share). A plan for 32 GPUs started on one CPU machine pays it 32
-# times, however small its model.
-PROCESS_RUNTIME_BYTES = 150 * 2**20
+# What one training process holds of its own, however small its model: the Python interpreter,
+# torch 2.13's CPU build, a gloo process group, smplan.executor, autograd and the optimizer
+# running (RssAnon 224 MiB of each worker of `execute "dp=4,zero=1" --model examples/gpt.py:tiny`
+# while it trained, measured on this project's 2-core machine, Linux x86-64; file pages the
+# processes share come on top). A plan for 32 GPUs started on one CPU machine pays it 32 times.
+PROCESS_RUNTIME_BYTES = 224 * 2**20
 # cgroup v2's limit and usage of this process's group (a container, a Slurm job's cgroup):
 # MemAvailable is the machine's, and the kernel kills the group at its own limit.
 CGROUP = Path("/sys/fs/cgroup")
@@ -58,12 +59,31 @@ def available_host_bytes(cgroup: Path = CGROUP, meminfo: Path = MEMINFO) -> int 
     return machine
 
 
+def state_copies(dp: int, zero: int, pp: int = 1, cp: int = 1, ep: int = 1) -> int:
+    """Copies of the model's parameters the whole run holds at least, as weights, gradients and
+    AdamW's two moments, under `execute`'s data parallelism over dp x cp replicas
+    (executor/build.py). DDP (zero=0) keeps all four on every replica. FSDP2 (zero>=1) keeps
+    one sharded copy of each, and beside it every replica's gathered weights from forward to
+    backward unless ZeRO-3 reshards them (not with pipeline stages: planner
+    feasibility.effective_zero), and its whole gradients where pipeline stages defer the
+    reduce-scatter to the last backward. Tensor and pipeline parallelism split a replica
+    without copying it. With experts (ep>1) the routed weights are replicated fewer times: one
+    replica is counted, a lower bound still."""
+    replicas = dp * cp if ep <= 1 else 1
+    if zero <= 0 or replicas == 1:
+        return ADAMW_COPIES_PER_PARAM * replicas
+    gathered = 0 if zero >= 3 and pp == 1 else replicas
+    whole_grads = replicas if pp > 1 else 0
+    return ADAMW_COPIES_PER_PARAM + gathered + whole_grads
+
+
 def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gpus: int | None,
-                         available_bytes: int | None) -> str | None:
+                         available_bytes: int | None, copies: int = ADAMW_COPIES_PER_PARAM) -> str | None:
     """Why `local_processes` processes of a run over `nnodes` nodes cannot start here, or None.
 
     `param_bytes`: the model's parameters in their dtype; `gpus`: this machine's CUDA devices
-    (None: no CUDA, the processes train on CPU, each also holding PROCESS_RUNTIME_BYTES).
+    (None: no CUDA, the processes train on CPU, each also holding PROCESS_RUNTIME_BYTES);
+    `copies`: of the parameters, the whole run's weights, gradients and moments (`state_copies`).
     """
     if gpus is not None:
         if local_processes > gpus:
@@ -74,13 +94,14 @@ def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gp
     if available_bytes is None or param_bytes <= 0:
         return None
     runtime = local_processes * PROCESS_RUNTIME_BYTES
-    need = ADAMW_COPIES_PER_PARAM * param_bytes / nnodes + runtime
+    need = copies * param_bytes / nnodes + runtime
     if need <= available_bytes:
         return None
     across = f" across {nnodes} nodes" if nnodes > 1 else ""
+    held = "at least once" if copies <= ADAMW_COPIES_PER_PARAM else f"{copies} copies in all"
     return (f"on CPU this run needs at least {need / GIB:.1f} GiB of host memory here (the model's "
-            f"{param_bytes / GIB:.1f} GiB of parameters, with their gradients and AdamW's two moments, held at "
-            f"least once{across}, and {runtime / GIB:.1f} GiB for its {local_processes} processes' torch runtime), "
+            f"{param_bytes / GIB:.1f} GiB of parameters, with their gradients and AdamW's two moments, held "
+            f"{held}{across}, and {runtime / GIB:.1f} GiB for its {local_processes} processes' torch runtime), "
             f"but this machine has {available_bytes / GIB:.1f} GiB available; run it on the GPUs it was planned "
             "for, or plan fewer GPUs or a smaller model here")
 

@@ -33,7 +33,12 @@ from .config import (
     parse_slow_rank,
 )
 from .float8 import fp8_device_problem
-from .host_fit import available_host_bytes, shared_cores_note, this_machine_problem
+from .host_fit import (
+    available_host_bytes,
+    shared_cores_note,
+    state_copies,
+    this_machine_problem,
+)
 from .launch import (
     LaunchError,
     LaunchInterrupted,
@@ -227,7 +232,7 @@ def prepare(plan: Plan, model_file, opts: ExecuteOptions) -> RunConfig:
     checked = validate_plan(plan, model_file, world_size=nproc * opts.nnodes)
     meta_profile(plan, model_file)  # a forward that fails on meta for a reason real data meets too: refused
     if opts.launcher == "local":  # Slurm's nodes are not this machine
-        check_this_machine(nproc, opts.nnodes, checked.param_bytes, fp8=plan.dtype == "fp8")
+        check_this_machine(nproc, opts.nnodes, checked.param_bytes, plan)
     seq_len, vocab = _resolve_data(plan, model_file, opts, checked.tokens_per_sample)
     init_from = _check_init_from(opts.init_from, plan, model_file)
     # the sequence length the run trains at (its batch()'s tokens a sample): an inline plan (no seq_len)
@@ -340,15 +345,17 @@ def slurm_gpus_per_node(plan: Plan, nproc: int) -> int:
     return 0 if on_cpu else nproc
 
 
-def check_this_machine(nproc: int, nnodes: int, param_bytes: int, fp8: bool = False) -> None:
-    """Raise PlanMismatchError when this machine cannot start `nproc` processes of the run
-    (executor/host_fit.py): its GPUs, or on CPU its free host memory; under `fp8`, GPUs
+def check_this_machine(nproc: int, nnodes: int, param_bytes: int, plan: Plan) -> None:
+    """Raise PlanMismatchError when this machine cannot start `nproc` processes of `plan`'s run
+    (executor/host_fit.py): its GPUs, or on CPU its free host memory for the copies of the
+    parameters the plan's data parallelism keeps (host_fit.state_copies); under fp8, GPUs
     without FP8 units (executor/float8.py)."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
-    problem = this_machine_problem(nproc, nnodes, param_bytes, gpus, available_host_bytes())
-    if not problem and fp8:
+    copies = state_copies(plan.dp, plan.zero, plan.pp, plan.cp, plan.ep)
+    problem = this_machine_problem(nproc, nnodes, param_bytes, gpus, available_host_bytes(), copies)
+    if not problem and plan.dtype == "fp8":
         problem = fp8_device_problem(torch.cuda.get_device_capability(0) if gpus else None)
     if problem:
         raise PlanMismatchError(problem)

@@ -310,7 +310,7 @@ def check_plans(labelled: Sequence[tuple[str, Plan]], model_file, profile, clust
         try:
             estimate(plan, profile, cluster)
             checked = validate_plan(plan, model_file, world_size=nproc)
-            check_this_machine(nproc, 1, checked.param_bytes)  # calibrate runs every plan on this machine
+            check_this_machine(nproc, 1, checked.param_bytes, plan)  # calibrate runs every plan on this machine
         except (PlanError, PlanMismatchError) as err:
             raise PlanError(f"plan {label}: {err}; nothing was run") from None
 
