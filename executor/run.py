@@ -128,12 +128,15 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     """PLAN is a plan.json path or inline keys ("tp=2,pp=2,dp=1,mbs=1,gbs=4") with --model."""
     if names_plan_file(plan_arg):
         plan = Plan.load(plan_arg)
-        if model or model_args:
-            plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
         missing = not model and model_not_found(plan, plan_arg, "pass --model PATH (or fix its \"model\" key)")
         if missing:
             raise PlanMismatchError(missing)
-        return plan, load_model_file(plan.model)
+        model_file = load_model_file(model or plan.model)
+        if model and not _same_model(model_file, plan.model):  # its seq_len is the file's model's
+            plan = plan.replace(seq_len=None)
+        if model or model_args:
+            plan = plan.replace(model=model or plan.model, model_args={**plan.model_args, **(model_args or {})})
+        return plan, model_file
     if not model and "=" not in plan_arg:  # a model where the plan goes: `smplan execute examples/gpt.py:tiny`
         raise PlanMismatchError(
             f"{plan_arg!r} is not a plan: give a plan file (smplan plan {plan_arg} --hw NAME -o plan.json), or inline "
@@ -155,6 +158,14 @@ def resolve_plan(plan_arg: str, model: str | None = None, model_args: dict | Non
     except PlanError as err:  # execute's processes are --nproc-per-node x --nnodes, not --nodes
         raise PlanError(str(err).replace("add --nodes", "give --nproc-per-node / --nnodes for them")) from None
     return plan, model_file
+
+
+def _same_model(model_file, other: str) -> bool:
+    """Whether `other` (a plan file's model) names the file and builder `model_file` loaded."""
+    try:
+        return load_model_file(other).absolute_ref == model_file.absolute_ref
+    except (ValueError, OSError):  # ModelFileError: a model that moved away is another model
+        return False
 
 
 def check_options(opts: ExecuteOptions) -> None:

@@ -162,6 +162,10 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
     if plan.ep > 1:
         _check_ep(plan, meta, _to_meta(inputs) if batch is not None else None, _library_fix(model_file, "ep"))
+    if plan.seq_len and tokens == 1 and not model_file.accepts("seq_len"):  # planner profiler_run's rule too
+        raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref} takes no seq_len argument and its "
+                                "batches have no token sequences: the plan was made for another model; plan this "
+                                "one (smplan plan), or run it inline")
     if plan.seq_len and plan.seq_len != tokens and tokens != 1:
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref}'s batches have {tokens}; plan again "
                                 f"with --seq-len {tokens}, or build the model with {plan.seq_len} tokens "

@@ -62,9 +62,10 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     samples = max(int(first.shape[0]), 1) if first is not None and first.dim() else 1
     profile_seq = sequence_length(inputs)  # execute counts its tokens by the same rule
     if batch_must_have is not None and profile_seq != batch_must_have:
-        raise ModelFileError(f"{mf.path}: --seq-len {batch_must_have} given but {mf.builder_name}() takes no seq_len "
-                             f"argument and its batch() has {profile_seq or 'no'} tokens per sample; drop --seq-len or "
-                             "add the argument to the builder")
+        raise ModelFileError(f"{mf.path}: seq_len {batch_must_have} given (--seq-len, or a plan file's seq_len) but "
+                             f"{mf.builder_name}() takes no seq_len argument and its batch() has {profile_seq or 'no'} "
+                             "tokens per sample; drop --seq-len or add the argument to the builder, or plan this model "
+                             "anew (a plan file made for another model)")
 
     container, run = find_blocks(model)
     blocks = [container.get_submodule(n) for n in run]

@@ -504,6 +504,28 @@ def test_execute_names_the_fix_for_a_sequence_length_the_plan_was_not_made_for(c
     assert "the plan says seq_len=32 but gpt.py's batches have 16; plan again with --seq-len 16" in result.output
 
 
+def test_a_plan_file_pointed_at_a_model_without_sequences_is_refused(cli_runner, tmp_path):
+    """A plan of gpt.py:tiny edited to name mlp.py: its seq_len and predicted figures are gpt's;
+    execute ran it, compared with gpt's figures, and simulate blamed a --seq-len never given."""
+    import json
+    from pathlib import Path
+
+    plan = tmp_path / "p.json"
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "tp=1,pp=1", "-o", str(plan)])
+    assert made.exit_code == 0, made.output
+    data = json.loads(plan.read_text())
+    data.update(model=str(Path("examples/mlp.py").resolve()), model_args={})
+    plan.write_text(json.dumps(data))
+    out = tmp_path / "run"
+    ran = cli_runner.invoke(cli, ["execute", str(plan), "--steps", "1", "-o", str(out)])
+    line = _error_line(ran)
+    assert ran.exit_code == 2 and not out.exists(), ran.output
+    assert "seq_len=16 but mlp.py takes no seq_len argument" in line and "made for another model" in line
+    simulated = cli_runner.invoke(cli, ["simulate", str(plan)])
+    line = _error_line(simulated)
+    assert simulated.exit_code == 2 and "a plan file's seq_len" in line and "--seq-len 16 given" not in line
+
+
 def test_a_version_2_plan_file_without_a_layout_key_is_one_line(cli_runner, tmp_path):
     """`plan -o` writes every layout key; one deleted by hand (cp of a cp plan) ran another plan."""
     import json
