@@ -115,7 +115,8 @@ def skewed_mean_note(r: RunReport) -> str | None:
                    "checkpoints add to its wall-clock (at most 3650). Not `smplan whatif --days`, which is "
                    "wall-clock days.")
 @click.option("--tokens", type=FiniteFloat(max_value=1e15, limit_note="64x the tokens of Llama 3"), default=None,
-              help="Tokens to train on (e.g. 3e11; at most 1e15).")
+              help="Tokens to train on (e.g. 3e11; at most 1e15); samples for a model without token sequences "
+                   "(an MLP, a CNN, a ViT on images), as `plan` counts them.")
 @click.option("--checkpoint-interval-min", "--checkpoint-interval", "interval", cls=OneSpelling,
               old_names=("--checkpoint-interval",), default="auto", show_default=True, metavar="auto|MIN",
               help="Minutes of training between checkpoints; auto takes the sweep's best.")
@@ -174,7 +175,8 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         click.echo(notes[-1], err=True)
     if as_json:
         # what was run, as `simulate --json` says it (review: the object named no model or plan)
-        echo_json({**result.to_dict(), "model": plan.model, "hw": cluster.name, "stack": plan.stack,
+        echo_json({**result.to_dict(), "unit": "token" if profile.seq_len else "sample",
+                   "model": plan.model, "hw": cluster.name, "stack": plan.stack,
                    "plan": plan.to_dict(), "notes": notes})  # every line said on stderr
     if not result.finishes:  # after --json's object (feasible: false), as whatif prints its record, then exit 2
         raise RunDoesNotFinish(result.reason)
@@ -182,8 +184,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         return
     r = result.report
     day = 86400.0
+    unit = "tokens" if profile.seq_len else "samples"  # a model without sequences counts samples, as plan does
     click.echo(f"{plan.model}: {result.num_gpus} GPUs, step {result.step_time_s:.3g} s, "
-               f"{result.tokens_per_s:,.0f} tokens/s, failure-free {r.work_s / day:.2f} days")
+               f"{result.tokens_per_s:,.0f} {unit}/s, failure-free {r.work_s / day:.2f} days")
     if checkpoint_minutes is None:  # say what the write time assumes: it scales with the nodes writing
         writers, per_node = result.nodes, cluster.storage.checkpoint_write_gbps
         rate = f", {writers} node{'s' if writers != 1 else ''} writing {per_node:g} GB/s each"

@@ -22,6 +22,19 @@ def test_reliability_json(cli_runner):
     assert data["best_interval_s"] == pytest.approx(data["daly_interval_s"], rel=0.3)
 
 
+def test_a_model_without_sequences_counts_samples(cli_runner):
+    """--tokens of an MLP are samples, as plan and whatif count them; the report said tokens/s."""
+    base = ["reliability", f"{EXAMPLES / 'mlp.py'}", "--hw", "a100x8", "--plan", "dp=8,mbs=4,gbs=32",
+            "--tokens", "1e9", "--seeds", "5"]
+    text = cli_runner.invoke(cli, base)
+    assert text.exit_code == 0, text.output
+    assert " samples/s, failure-free" in text.output and "tokens/s" not in text.output
+    data = json.loads(cli_runner.invoke(cli, base + ["--json"]).output)
+    assert data["unit"] == "sample"
+    tokens = json.loads(cli_runner.invoke(cli, BASE + ["--days", "1", "--seeds", "5", "--json"]).output)
+    assert tokens["unit"] == "token"
+
+
 def test_reliability_table_tokens_and_options(cli_runner):
     result = cli_runner.invoke(cli, BASE + ["--tokens", "1e10", "--checkpoint-interval-min", "30", "--mtbf-hours", "20000",
                                             "--restart-minutes", "5", "--async-checkpoint", "--spares", "8",
