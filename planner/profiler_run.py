@@ -423,17 +423,40 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
         frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == mf.path.resolve()]
         line = f" (line {frames[-1].lineno} of {mf.path.name})" if frames else ""
         hint = ""
+        meta = _meta_device_error(err)
         if what == "forward" and isinstance(err, TypeError) and "argument" in str(err):
             # a signature mismatch, not the meta device: say how batch()'s inputs reach forward
             hint = ("; batch()'s inputs reach forward as forward(**inputs) for a dict, forward(*inputs) for a "
                     "tuple or list, forward(inputs) for a tensor")
-        elif what == "forward":
+        elif what in ("forward", "loss") and meta:
             hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes"
         elif what.startswith("the default loss"):
             hint = f"; define loss(outputs, targets) in {mf.path.name} for what forward returns and batch()'s targets"
-        elif what == "loss":
-            hint = "; the profiler runs it on the meta device (no data): avoid .item() and data-dependent shapes"
+        elif what == "loss":  # a plain mismatch (a shape, a dtype): what the loss was given
+            hint = f"; it was given {_shapes(args[0])} from forward and {_shapes(args[1])} from batch()'s targets"
         raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
+
+
+# What torch says when code needs a tensor's values and the tensor is on the meta device (no data):
+# .item() / .tolist(), a copy out, an op with a data-dependent output shape (nonzero, unique).
+META_DEVICE_SIGNS = ("meta", "data-dependent", "data dependent")
+
+
+def _meta_device_error(err: Exception) -> bool:
+    """Whether `err` is the meta device's doing (code that needs data), not a mismatch real data meets too."""
+    text = str(err).lower()
+    return isinstance(err, NotImplementedError) or any(sign in text for sign in META_DEVICE_SIGNS)
+
+
+def _shapes(tree) -> str:
+    """The shapes of the tensors in `tree`, for one line: [4, 10], or {input_ids: [4, 8]}."""
+    if isinstance(tree, torch.Tensor):
+        return str(list(tree.shape))
+    if isinstance(tree, dict):
+        return "{" + ", ".join(f"{k}: {_shapes(v)}" for k, v in tree.items()) + "}"
+    if isinstance(tree, tuple | list):
+        return "(" + ", ".join(_shapes(v) for v in tree) + ")"
+    return type(tree).__name__
 
 
 def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):

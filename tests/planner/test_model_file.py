@@ -40,7 +40,41 @@ BROKEN = {
         def model():
             return Net()
     """), {}, "forward raised"),
+    "forward_item_on_meta": (GOOD_TAIL + textwrap.dedent("""
+        class Net(nn.Module):
+            def forward(self, x):
+                return x * x.sum().item()
+
+        def model():
+            return Net()
+    """), {}, "the profiler runs it on the meta device (no data): avoid .item()"),
+    "loss_shape": (textwrap.dedent("""
+        import torch
+        from torch import nn
+        import torch.nn.functional as F
+
+        def batch(n, model=None):
+            return torch.randn(n, 4), torch.randn(n, 3)
+
+        def model():
+            return nn.Linear(4, 10)
+
+        def loss(out, targets):
+            return F.cross_entropy(out, targets.argmax(-1, keepdim=True))
+    """), {}, "loss raised AssertionError"),
 }
+
+
+def test_a_plain_loss_mismatch_names_the_shapes_not_the_meta_device(tmp_path):
+    """A loss given targets of the wrong shape fails on real data too: the line says what it was
+    given, not that the meta device has no data (a review's finding)."""
+    path = tmp_path / "loss_shape.py"
+    path.write_text(BROKEN["loss_shape"][0])
+    with pytest.raises(ModelFileError) as info:
+        profile_model(str(path), {}, cache=False)
+    message = str(info.value)
+    assert "it was given [1, 10] from forward and [1, 3] from batch()'s targets" in message, message
+    assert "meta device" not in message
 
 
 @pytest.fixture(params=sorted(BROKEN))
