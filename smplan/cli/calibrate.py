@@ -31,13 +31,14 @@ from .table import format_table
               help="Override a hardware value before calibrating (dotted key). Repeatable.")
 @model_args_option
 @click.option("--plans", "num_plans", type=int, default=3, show_default=True,
-              help="How many plans to run; they differ in dp/tp/pp, recomputation and micro-batch.")
+              help="How many plans to run (at least 1 without --plan); they differ in dp/tp/pp, recomputation and "
+                   "micro-batch.")
 @click.option("--plan", "choices", multiple=True, metavar="KEYS",
               help='Run this plan instead of the automatic pick, e.g. "dp=2,mbs=4,recompute=full". Repeatable.')
 @click.option("--steps", type=int, default=5, show_default=True,
-              help="Steps per plan; the first is warm-up, the fastest of the rest is the measurement.")
+              help="Steps per plan, at least 2: the first is warm-up, the fastest of the rest is the measurement.")
 @click.option("--rounds", type=int, default=1, show_default=True,
-              help="Run the list of plans this many times and keep each plan's fastest (busy machines).")
+              help="Run the list of plans this many times (at least 1) and keep each plan's fastest (busy machines).")
 @click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
 @click.option("--global-batch", "--gbs", "global_batch", cls=OneSpelling, old_names=("--gbs",), type=click.IntRange(min=1), default=8, show_default=True,
               help="Global batch of every plan (samples per step).")

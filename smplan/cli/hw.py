@@ -30,7 +30,8 @@ def hw() -> None:
 @hw.command("list")
 @json_option
 def list_profiles(as_json: bool) -> None:
-    """Table of the bundled profiles (name, GPU, memory, bf16 TFLOP/s, bandwidths, $/GPU-h)."""
+    """Table of the bundled profiles (name, GPU, memory, bf16 TFLOP/s, bandwidths, $/GPU-h, and checked:
+    whether published runs on that GPU are among the validation data)."""
     clusters = [load_cluster(name) for name in bundled_profiles()]
     if as_json:
         echo_json({"profiles": [c.to_dict() for c in clusters]})

@@ -89,7 +89,7 @@ def cli() -> None:
     \b
     Environment:
       SMPLAN_CACHE_DIR       where model profiles are cached (default ~/.cache/smplan)
-      SMPLAN_VALIDATION_DIR  published measurements benchmarks/ read (default shared/validation)
+      SMPLAN_VALIDATION_DIR  published measurements benchmarks/ read (default ../shared/validation, beside the checkout)
       SMPLAN_FAIL_AT_STEP, SMPLAN_FAIL_RANK, SMPLAN_SLOW_RANK
                              fault injection for the executor's tests (kill or slow a rank);
                              never set them for a real run

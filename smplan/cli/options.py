@@ -22,8 +22,9 @@ def stack_option(fn=None, *, plan_files: bool = False):
         metavar="NAME|PATH",
         help="Software stack: what the training framework, not the GPU, decides (host launch time per layer "
              "and per MoE layer, kernel fusion, fused attention kernel, ZeRO-3 gather cap, how sharded-DP "
-             "collectives cross nodes, TP-comm and MoE all-to-all overlap, the MoE dispatcher, DP gradient-reduce "
-             "overlap and dtype). A bundled name "
+             "collectives cross nodes and ZeRO-1/2 step them, TP-comm and MoE all-to-all overlap, the MoE "
+             "dispatcher, context parallelism's K/V exchange, pipeline sends, DP gradient-reduce overlap and dtype, "
+             "what sequence parallelism and the loss keep). A bundled name "
              f"({', '.join(bundled_stacks())}; smplan stack list) or a path to a .toml file. "
              f"Default: {default}. --hw-set efficiency.KEY=... still wins.",
     )(fn)

@@ -119,11 +119,13 @@ def skewed_mean_note(r: RunReport) -> str | None:
                    "(an MLP, a CNN, a ViT on images), as `plan` counts them.")
 @click.option("--checkpoint-interval-min", "--checkpoint-interval", "interval", cls=OneSpelling,
               old_names=("--checkpoint-interval",), default="auto", show_default=True, metavar="auto|MIN",
-              help="Minutes of training between checkpoints; auto takes the sweep's best.")
+              help="Minutes of training between checkpoints; auto takes the sweep's best. (Not "
+                   "--checkpoint-minutes, the time one checkpoint takes to write.)")
 @click.option("--mtbf-hours", type=FiniteFloat(), default=None, help="Per-GPU MTBF (default: the hardware profile's).")
 @click.option("--restart-minutes", type=FiniteFloat(allow_zero=True), default=None, help="Detection + restart (default: the profile's).")
 @click.option("--checkpoint-minutes", type=FiniteFloat(), default=None,
-              help="Checkpoint write time (default: weights + optimizer state over nodes x "
+              help="Minutes one checkpoint takes to write (not the interval between them: "
+                   "--checkpoint-interval-min). Default: weights + optimizer state over nodes x "
                    "storage.checkpoint_write_gbps, at most the file system's storage.filesystem_write_gbps).")
 @click.option("--async-checkpoint", is_flag=True,
               help="Training blocks only for the GPU->host snapshot; a write still ends before the next starts, "

@@ -48,7 +48,7 @@ def stack() -> None:
                                       logits, 3x their bytes at the peak) or traced (the model
                                       file's loss as it runs, its peak measured: torchtitan, execute)
 
-    plan, simulate, whatif (also --vary stack=A,B), reliability and calibrate take --stack
+    plan, simulate, whatif (also --vary stack=A,B), reliability, calibrate and hw show take --stack
     NAME|PATH; the default is megatron-core, and a plan file records its stack. --hw-set
     efficiency.KEY=VALUE still wins over the stack.
     """

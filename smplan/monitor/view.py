@@ -86,7 +86,7 @@ def render_status(status: dict) -> str:
     if lr:
         lines.append(f"  lr          {lr['last']:.3g} now ({describe_lr(lr)})  {lr['sparkline']}")
     if status["ranks"]:
-        lines.append("  rank  steps   step time =  own time +    waited   peak GiB")
+        lines.append("  rank  steps   mean step =  own time +    waited   peak GiB")
         rows = status["ranks"]
         if len(rows) > MAX_RANK_ROWS:  # the slowest ranks are the ones worth a line
             lines.append(f"  ({MAX_RANK_ROWS} of {len(rows)} ranks: the longest own step time)")
