@@ -27,7 +27,9 @@ from smplan.model import (
     sequence_length,
     tensor_parallel_problem,
 )
+from smplan.model.inputs import describe_shapes
 from smplan.model.structure import find_blocks, qualname, siblings
+from smplan.model.tp_forward import InputSpec, tp_forward_problem
 
 from .hf_model import TPUnsupported
 from .loss_memory import loss_peak_bytes
@@ -78,6 +80,9 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     tracer = Tracer(profile_seq, excluded)
     parts = _Parts(tracer)
     handles = _install_hooks(model, container, run, blocks, {**tp_modules, **outer_modules}, parts, tracer)
+    first_input = InputSpec()  # the first block's inputs, rebuilt after the trace to try them on tp's shards
+    if tp_modules:
+        handles.append(blocks[0].register_forward_pre_hook(first_input.record, with_kwargs=True))
     try:
         with torch.enable_grad(), GPUKernels(tracer), tracer, \
                 torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
@@ -108,11 +113,13 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     # the loss's own peak, forward and backward, beyond the logits (outside the trace: its backward
     # must not count as the model's work)
     loss_peak = loss_peak_bytes(loss_fn or default_loss, outputs, targets) if targets is not None else None
-    tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
-                  or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
-                  or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called))
     hf = mf.is_hf_config  # transformers' own code: what a model file would change is not the user's to change
     fix = (lambda dim: {"fix": hf_config_fix(dim)}) if hf else (lambda dim: {})
+    tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
+                  or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
+                  or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called)
+                  or (tp_forward_problem(blocks[0], *first_input.rebuilt(), tp_modules, **fix("tp"))
+                      if first_input.recorded else None))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
     cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), ref if hf else Path(str(mf.path)).name, **fix("cp"))
     ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf), **fix("ep"))
@@ -433,7 +440,7 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
         elif what.startswith("the default loss"):
             hint = f"; define loss(outputs, targets) in {mf.path.name} for what forward returns and batch()'s targets"
         elif what == "loss":  # a plain mismatch (a shape, a dtype): what the loss was given
-            hint = f"; it was given {_shapes(args[0])} from forward and {_shapes(args[1])} from batch()'s targets"
+            hint = f"; it was given {describe_shapes(args[0])} from forward and {describe_shapes(args[1])} from batch()'s targets"
         raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
 
 
@@ -446,17 +453,6 @@ def _meta_device_error(err: Exception) -> bool:
     """Whether `err` is the meta device's doing (code that needs data), not a mismatch real data meets too."""
     text = str(err).lower()
     return isinstance(err, NotImplementedError) or any(sign in text for sign in META_DEVICE_SIGNS)
-
-
-def _shapes(tree) -> str:
-    """The shapes of the tensors in `tree`, for one line: [4, 10], or {input_ids: [4, 8]}."""
-    if isinstance(tree, torch.Tensor):
-        return str(list(tree.shape))
-    if isinstance(tree, dict):
-        return "{" + ", ".join(f"{k}: {_shapes(v)}" for k, v in tree.items()) + "}"
-    if isinstance(tree, tuple | list):
-        return "(" + ", ".join(_shapes(v) for v in tree) + ")"
-    return type(tree).__name__
 
 
 def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):

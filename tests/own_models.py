@@ -63,3 +63,7 @@ class Block(nn.Module):
     def forward(self, x):
         return x + self.fc(self.attn(x, x, x, need_weights=False)[0])
 ''', tp_plan='{"attn.out_proj": RowwiseParallel(), "fc": ColwiseParallel()}')
+
+# OWN_MODEL with its views sized by every head (the whole width): it runs unsharded and fails on
+# tp's local shards, where q/k/v give d / tp columns.
+WHOLE_WIDTH_MODEL = OWN_MODEL.replace("f(x).view(b, s, -1, self.hd)", "f(x).view(b, s, 4, self.hd)")

@@ -50,3 +50,14 @@ def tokens_per_sample(inputs) -> int:
 def first_tensor(inputs) -> torch.Tensor | None:
     """The first tensor among the inputs (the token ids of a Hugging Face batch), or None."""
     return next((t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)), None)
+
+
+def describe_shapes(tree) -> str:
+    """The shapes of the tensors in `tree`, for one line: [4, 10], or {input_ids: [4, 8]}."""
+    if isinstance(tree, torch.Tensor):
+        return str(list(tree.shape))
+    if isinstance(tree, dict):
+        return "{" + ", ".join(f"{k}: {describe_shapes(v)}" for k, v in tree.items()) + "}"
+    if isinstance(tree, tuple | list):
+        return "(" + ", ".join(describe_shapes(v) for v in tree) + ")"
+    return type(tree).__name__

@@ -224,6 +224,25 @@ def test_a_tp_plan_sharding_a_module_forward_never_calls_refuses_tp(tmp_path):
     assert why.startswith("tp_plan() shards attn.out_proj, which the forward never calls as a module")
 
 
+def test_a_forward_that_sizes_a_view_by_the_whole_width_refuses_tp(cli_runner, tmp_path):
+    """It profiled with tp on offer, plan ranked tp=4 first, and execute failed in every rank at
+    launch (a review's finding): the block now runs once on tp's local shards in the profile."""
+    from smplan.cli.main import cli
+    from tests.own_models import WHOLE_WIDTH_MODEL
+
+    path = tmp_path / "whole.py"
+    path.write_text(WHOLE_WIDTH_MODEL)
+    why = profile_model(str(path), cache=False).unsupported["tp"]
+    assert why.startswith("the block's forward fails on tp=2's local shards (RuntimeError: shape '[1, 8, 4, 8]'")
+    assert "line 15 of whole.py" in why and "size views by the local width" in why
+    run = cli_runner.invoke(cli, ["execute", "tp=2,mbs=1,gbs=2", "--model", str(path), "-o", str(tmp_path / "r")])
+    assert run.exit_code == 2 and "tp=2: the block's forward fails on tp=2's local shards" in run.output
+    assert not (tmp_path / "r").exists()
+    fine = tmp_path / "local.py"
+    fine.write_text(OWN_MODEL)  # the same block sized by -1: tp stays on offer
+    assert "tp" not in profile_model(str(fine), cache=False).unsupported
+
+
 def test_heads_of_a_model_without_config_come_from_its_attention_and_mqa_takes_the_query_heads(tmp_path):
     path = tmp_path / "mine.py"
     path.write_text(OWN_MODEL)
