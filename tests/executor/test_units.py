@@ -65,34 +65,6 @@ def test_global_batch_is_the_same_under_dp(gpt_file):
     assert not torch.equal(other[0][0], single[0][0])
 
 
-def test_global_batch_is_the_same_under_any_micro_batch(gpt_file):
-    """mbs=4 on one replica, mbs=2 on two, mbs=1 on four: the same eight samples of step 5."""
-    ref = gpt_file.build({}, device="meta")
-
-    def global_batch(mbs, dp):
-        per_replica = 8 // (mbs * dp)
-        parts = [mb for r in range(dp) for mb in BatchSource(gpt_file, ref, mbs, per_replica, r, dp, seed=3)
-                 .microbatches(step=5)]
-        return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
-
-    x, y = global_batch(4, 1)
-    assert x.shape[0] == 8
-    for mbs, dp in ((2, 2), (1, 4), (8, 1)):
-        x2, y2 = global_batch(mbs, dp)
-        assert torch.equal(x, x2) and torch.equal(y, y2), (mbs, dp)
-
-
-def test_samples_that_do_not_stack_are_left_to_the_batch_function():
-    from smplan.executor.data import stack_samples
-
-    one = (torch.zeros(1, 3, dtype=torch.long), {"mask": torch.ones(1, 3), "n": 3})
-    stacked = stack_samples([one, one])
-    assert stacked[0].shape == (2, 3) and stacked[1]["mask"].shape == (2, 3) and stacked[1]["n"] == 3
-    assert stack_samples([(torch.tensor(1.0),), (torch.tensor(2.0),)]) is None  # a 0-dim leaf
-    assert stack_samples([(torch.zeros(1, 3),), (torch.zeros(1, 4),)]) is None  # other lengths
-    assert stack_samples([(torch.zeros(1, 3), 1), (torch.zeros(1, 3), 2)]) is None  # other non-tensor leaves
-
-
 def _fake_checkpoint(root, step, fp, complete=True):
     path = root / f"step-{step}"
     path.mkdir(parents=True)
