@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import inspect
+import re
 import traceback
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from smplan.model import (
 )
 from smplan.model.inputs import describe_shapes
 from smplan.model.structure import find_blocks, qualname, siblings
-from smplan.model.tp_forward import InputSpec, tp_forward_problem
+from smplan.model.tp_forward import InputSpec, keeps_whole_width, tp_forward_problem
 
 from .hf_model import TPUnsupported
 from .loss_memory import loss_peak_bytes
@@ -72,7 +73,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     container, run = find_blocks(model)
     blocks = [container.get_submodule(n) for n in run]
     try:
-        tp_modules, tp_refused = (_tp_modules(mf, blocks[0]) if blocks else {}), None
+        tp_whole: set[str] = set()
+        tp_modules, tp_refused = (_tp_modules(mf, blocks[0], tp_whole) if blocks else {}), None
     except TPUnsupported as err:  # a plan torch's styles cannot express: tp off, with the reason
         tp_modules, tp_refused = {}, str(err)
     outer_modules = _tp_outer_modules(mf, model, container, run) if tp_modules else {}
@@ -115,10 +117,13 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     loss_peak = loss_peak_bytes(loss_fn or default_loss, outputs, targets) if targets is not None else None
     hf = mf.is_hf_config  # transformers' own code: what a model file would change is not the user's to change
     fix = (lambda dim: {"fix": hf_config_fix(dim)}) if hf else (lambda dim: {})
+    # the config's, else the blocks' SDPA calls' (a model of one's own states none)
+    heads = _num_heads(model) or next((p.kv_heads for p in parts.ordered() if p.kind == "block" and p.kv_heads), 0)
+    local = {n: style for n, style in tp_modules.items() if n not in tp_whole}
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
                   or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called)
-                  or (tp_forward_problem(blocks[0], *first_input.rebuilt(), tp_modules, **fix("tp"))
+                  or (tp_forward_problem(blocks[0], *first_input.rebuilt(), local, heads, **fix("tp"))
                       if first_input.recorded else None))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
     cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), ref if hf else Path(str(mf.path)).name, **fix("cp"))
@@ -158,8 +163,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
         post=tuple(post),
         has_tp_plan=bool(tp_modules),
         supports_sequence_parallel=takes_sp and sp_problem is None,
-        # the config's, else the blocks' SDPA calls' (a model of one's own states none)
-        num_heads=_num_heads(model) or next((p.kv_heads for p in parts.ordered() if p.kind == "block" and p.kv_heads), 0),
+        num_heads=heads,
         file_sha256=mf.sha256,
         unsupported={dim: why for dim, why in (("tp", tp_problem), ("pp", pp_problem), ("cp", cp_problem),
                                                 ("ep", ep_problem), ("sp", sp_problem)) if why},
@@ -337,8 +341,9 @@ def _uncalled_tp_module(tp_modules: dict, outer_modules: dict, called: set[str])
     return None
 
 
-def _tp_modules(mf: ModelFile, block: nn.Module) -> dict[str, tuple[nn.Module, str]]:
-    """{name in block: (module, "col" | "row")} from the file's tp_plan(block)."""
+def _tp_modules(mf: ModelFile, block: nn.Module, whole: set | None = None) -> dict[str, tuple[nn.Module, str]]:
+    """{name in block: (module, "col" | "row")} from the file's tp_plan(block); `whole` gets the
+    names whose style hands the block whole-width tensors (tp_forward.keeps_whole_width)."""
     fn = mf.hook("tp_plan")
     if fn is None:
         return {}
@@ -351,10 +356,11 @@ def _tp_modules(mf: ModelFile, block: nn.Module) -> dict[str, tuple[nn.Module, s
         raise ModelFileError(f"{mf.path}: tp_plan() returned {type(plan).__name__}; return a dict "
                              "{submodule name: ColwiseParallel() | RowwiseParallel() | ...}")
     named = {n: m for n, m in block.named_modules() if n}
-    return _styled(mf, "tp_plan", plan, named, "submodule of the block")
+    return _styled(mf, "tp_plan", plan, named, "submodule of the block", whole)
 
 
-def _styled(mf: ModelFile, hook: str, plan: dict, named: dict, what: str) -> dict[str, tuple[nn.Module, str]]:
+def _styled(mf: ModelFile, hook: str, plan: dict, named: dict, what: str,
+            whole: set | None = None) -> dict[str, tuple[nn.Module, str]]:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     out = {}
@@ -366,6 +372,8 @@ def _styled(mf: ModelFile, hook: str, plan: dict, named: dict, what: str) -> dic
                                  f"use one of {', '.join(named)}")
         if kind is not None:
             out.update({n: (named[n], kind) for n in matches})
+            if whole is not None and keeps_whole_width(style):
+                whole.update(matches)
     return out
 
 
@@ -445,14 +453,14 @@ def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
 
 
 # What torch says when code needs a tensor's values and the tensor is on the meta device (no data):
-# .item() / .tolist(), a copy out, an op with a data-dependent output shape (nonzero, unique).
-META_DEVICE_SIGNS = ("meta", "data-dependent", "data dependent")
+# .item() / .tolist() ("... on meta tensors"), a copy out, an op without a Meta kernel ("from the
+# 'Meta' backend"), an op with a data-dependent output shape (nonzero, unique).
+META_DEVICE_SIGNS = re.compile(r"\bmeta\b|register_meta|data[- ](?:in)?dependent|no data", re.IGNORECASE)
 
 
 def _meta_device_error(err: Exception) -> bool:
     """Whether `err` is the meta device's doing (code that needs data), not a mismatch real data meets too."""
-    text = str(err).lower()
-    return isinstance(err, NotImplementedError) or any(sign in text for sign in META_DEVICE_SIGNS)
+    return bool(META_DEVICE_SIGNS.search(str(err)))
 
 
 def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):

@@ -4,12 +4,14 @@ Under torch's ColwiseParallel / RowwiseParallel (use_local_output, the default) 
 sees plain local tensors: a column-parallel linear returns out_features / tp columns, a
 row-parallel one takes in_features / tp. Code that sizes a view by the model's whole width
 (`view(b, s, self.heads, -1)` with every head) fails there, after launch. Running the block
-once on the meta device with its tp_plan's linears narrowed so finds it before any plan offers tp.
+once on the meta device with its tp_plan's linears narrowed so, at the smallest degree a plan
+could use, finds it before any plan offers tp.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import traceback
 from pathlib import Path
 
@@ -17,8 +19,6 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-# The degree tried: the smallest split shows a view sized by the whole width as well as any.
-TRIAL_TP = 2
 TP_FORWARD_FIX = ("size views by the local width (-1, or heads // tp from the weight's shape), as examples/gpt.py "
                   "does, to allow tp")
 
@@ -49,43 +49,60 @@ class _TensorSpec:
         return torch.empty(self.shape, dtype=self.dtype, device="meta")
 
 
-def _narrowed(linear: nn.Linear, kind: str, tp: int) -> nn.Linear | None:
-    """`linear` as one of `tp` ranks holds it (meta), or None where tp does not divide it."""
+def _narrowed(linear: nn.Linear, kind: str, tp: int) -> nn.Linear:
+    """`linear` as one of `tp` ranks holds it (meta); tp divides the width it splits."""
     out_f, in_f = linear.out_features, linear.in_features
     if kind == "col":
-        if out_f % tp:
-            return None
         out_f //= tp
     else:
-        if in_f % tp:
-            return None
         in_f //= tp
     return nn.Linear(in_f, out_f, bias=linear.bias is not None, device="meta", dtype=linear.weight.dtype)
 
 
+def keeps_whole_width(style) -> bool:
+    """Whether a ColwiseParallel / RowwiseParallel `style` hands the block's code whole-width
+    tensors at that module (a replicated or DTensor output, a replicated input the style shards
+    itself: transformers' colwise_rep / rowwise_rep): the trial leaves such a linear whole."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    if isinstance(style, ColwiseParallel):
+        return not (style.use_local_output and isinstance(style.output_layouts[0], Shard))
+    return not isinstance(style.input_layouts[0], Shard)
+
+
+def trial_degree(styled: dict[str, tuple[nn.Module, str]], heads: int) -> int | None:
+    """The smallest tp > 1 that divides the model's (key/value) head count, 0 when unknown, and
+    every width the linears of `styled` split: the smallest degree a plan could run (the
+    planner offers only tp dividing the heads); None when there is none."""
+    widths = [m.out_features if kind == "col" else m.in_features
+              for m, kind in styled.values() if isinstance(m, nn.Linear)]
+    if not widths:
+        return None
+    common = math.gcd(heads, *widths) if heads else math.gcd(*widths)
+    return next((d for d in range(2, common + 1) if common % d == 0), None)
+
+
 def tp_forward_problem(block: nn.Module, args: tuple, kwargs: dict, styled: dict[str, tuple[nn.Module, str]],
-                       fix: str = TP_FORWARD_FIX) -> str | None:
+                       heads: int = 0, fix: str = TP_FORWARD_FIX) -> str | None:
     """Why `block` (meta) cannot run `forward(*args, **kwargs)` with the linears of `styled`
-    (name in block -> (module, "col" | "row")) narrowed to one of TRIAL_TP ranks, or None.
-    Modules other than nn.Linear, and dimensions tp does not divide, are left to the other checks."""
+    (name in block -> (module, "col" | "row"), those whose style hands it local shards) narrowed
+    to one of `trial_degree` ranks, or None. Modules other than nn.Linear are left whole."""
+    tp = trial_degree(styled, heads)
+    if tp is None:
+        return None
     local = copy.deepcopy(block)
-    narrowed = 0
     for name, (module, kind) in styled.items():
-        if not isinstance(module, nn.Linear) or kind not in ("col", "row"):
+        if not isinstance(module, nn.Linear):
             continue
-        replacement = _narrowed(module, kind, TRIAL_TP)
-        if replacement is None:
-            return None
+        replacement = _narrowed(module, kind, tp)
         parent_name, _, attr = name.rpartition(".")
         setattr(local.get_submodule(parent_name) if parent_name else local, attr, replacement)
-        narrowed += 1
-    if not narrowed:
-        return None
     try:
         with torch.no_grad():
             local(*args, **kwargs)
     except Exception as err:  # noqa: BLE001 - the user's forward: any error is the reason
-        return f"the block's forward fails on tp={TRIAL_TP}'s local shards ({type(err).__name__}: " \
+        return f"the block's forward fails on tp={tp}'s local shards ({type(err).__name__}: " \
                f"{str(err).splitlines()[0] if str(err) else ''}{_where(block, err)}); {fix}"
     return None
 

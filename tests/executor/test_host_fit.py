@@ -90,7 +90,7 @@ def test_a_cluster_plan_run_here_counts_its_replicas():
     fp32 = 4 * 300 * 10**6
     assert this_machine_problem(32, 1, fp32, gpus=None, available_bytes=16 * GIB) is None
     why = this_machine_problem(32, 1, fp32, gpus=None, available_bytes=16 * GIB, copies=state_copies(8, 1))
-    assert "needs at least 20.4 GiB" in why and "held 12 copies in all" in why and "\n" not in why
+    assert "needs at least 20.4 GiB" in why and "12 parameter-sized buffers in all" in why and "\n" not in why
 
 
 def test_execute_counts_the_replicas_of_its_plan(cli_runner, tmp_path, monkeypatch):
@@ -108,4 +108,4 @@ def test_execute_counts_the_replicas_of_its_plan(cli_runner, tmp_path, monkeypat
         AssertionError("launched")))
     result = cli_runner.invoke(cli, ["execute", "dp=2,zero=0,mbs=1,gbs=2", "--model", "examples/gpt.py:tiny",
                                      "--steps", "1", "-o", str(tmp_path / "run")])
-    assert result.exit_code == 2 and "held 8 copies in all" in result.output, result.output
+    assert result.exit_code == 2 and "8 parameter-sized buffers in all" in result.output, result.output

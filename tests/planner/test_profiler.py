@@ -243,6 +243,29 @@ def test_a_forward_that_sizes_a_view_by_the_whole_width_refuses_tp(cli_runner, t
     assert "tp" not in profile_model(str(fine), cache=False).unsupported
 
 
+def test_the_tp_trial_runs_at_a_degree_a_plan_could_use_and_leaves_replicated_outputs_whole(tmp_path):
+    """25 heads: tp=2 never runs, tp=5 does (a review found every tp refused at the fixed trial
+    tp=2); a ColwiseParallel(output_layouts=Replicate()) linear hands the block its whole width."""
+    from torch import nn
+
+    from smplan.model.tp_forward import trial_degree
+
+    p = profile_model(f"{EXAMPLES / 'gpt.py'}", {"layers": 2, "hidden": 1600, "heads": 25, "vocab": 512,
+                                                  "seq_len": 64}, cache=False)
+    assert "tp" not in p.unsupported and p.num_heads == 25
+    assert trial_degree({"fc": (nn.Linear(4, 30), "col")}, heads=25) == 5
+    assert trial_degree({"fc": (nn.Linear(4, 7), "col")}, heads=4) is None  # no degree divides both
+    replicated = OWN_MODEL.replace('"o": RowwiseParallel()}', '"o": RowwiseParallel(), "fc": ColwiseParallel('
+                                   'output_layouts=__import__("torch.distributed.tensor").distributed.tensor.Replicate())}')
+    replicated = replicated.replace("self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))",
+                                    "self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))\n"
+                                    "        self.fc = nn.Linear(d, d)")
+    replicated = replicated.replace("        return x + self.o(", "        x = x + self.fc(x)\n        return x + self.o(")
+    path = tmp_path / "rep.py"
+    path.write_text(replicated)
+    assert "tp" not in profile_model(str(path), cache=False).unsupported
+
+
 def test_heads_of_a_model_without_config_come_from_its_attention_and_mqa_takes_the_query_heads(tmp_path):
     path = tmp_path / "mine.py"
     path.write_text(OWN_MODEL)
