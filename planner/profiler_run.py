@@ -30,7 +30,7 @@ from smplan.model import (
 )
 from smplan.model.inputs import describe_shapes
 from smplan.model.structure import find_blocks, qualname, siblings
-from smplan.model.tp_forward import InputSpec, keeps_whole_width, tp_forward_problem
+from smplan.model.tp_forward import InputSpec, TPTrial, keeps_whole_width, tp_forward_trial
 
 from .hf_model import TPUnsupported
 from .loss_memory import loss_peak_bytes
@@ -120,11 +120,12 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     # the config's, else the blocks' SDPA calls' (a model of one's own states none)
     heads = _num_heads(model) or next((p.kv_heads for p in parts.ordered() if p.kind == "block" and p.kv_heads), 0)
     local = {n: style for n, style in tp_modules.items() if n not in tp_whole}
+    trial = tp_forward_trial(blocks[0], *first_input.rebuilt(), local, heads, **fix("tp")) \
+        if first_input.recorded else TPTrial()
+    heads = trial.largest or heads  # a repeat_kv attention shows SDPA the query heads, not the K/V ones
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
-                  or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called)
-                  or (tp_forward_problem(blocks[0], *first_input.rebuilt(), local, heads, **fix("tp"))
-                      if first_input.recorded else None))
+                  or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called) or trial.problem)
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
     cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), ref if hf else Path(str(mf.path)).name, **fix("cp"))
     ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf), **fix("ep"))

@@ -67,3 +67,21 @@ class Block(nn.Module):
 # OWN_MODEL with its views sized by every head (the whole width): it runs unsharded and fails on
 # tp's local shards, where q/k/v give d / tp columns.
 WHOLE_WIDTH_MODEL = OWN_MODEL.replace("f(x).view(b, s, -1, self.hd)", "f(x).view(b, s, 4, self.hd)")
+
+# Grouped-query attention with Llama's repeat_kv: 4 query heads, 2 key/value heads repeated up to 4
+# before SDPA, which then sees 4. tp=2 runs; tp=4 leaves k and v a fraction of a head each.
+REPEAT_KV_MODEL = _SHELL.format(block='''
+class Block(nn.Module):
+    def __init__(self, d=32, h=4, kv=2):
+        super().__init__()
+        self.hd = d // h
+        self.q, self.o = nn.Linear(d, d), nn.Linear(d, d)
+        self.k, self.v = nn.Linear(d, kv * self.hd), nn.Linear(d, kv * self.hd)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, -1, self.hd).transpose(1, 2)
+        k, v = (f(x).view(b, s, -1, self.hd).transpose(1, 2) for f in (self.k, self.v))
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+        return x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
+''', tp_plan='{"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}')

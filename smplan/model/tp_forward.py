@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -71,39 +72,61 @@ def keeps_whole_width(style) -> bool:
     return not isinstance(style.input_layouts[0], Shard)
 
 
-def trial_degree(styled: dict[str, tuple[nn.Module, str]], heads: int) -> int | None:
-    """The smallest tp > 1 that divides the model's (key/value) head count, 0 when unknown, and
-    every width the linears of `styled` split: the smallest degree a plan could run (the
-    planner offers only tp dividing the heads); None when there is none."""
+def trial_degrees(styled: dict[str, tuple[nn.Module, str]], heads: int) -> list[int]:
+    """The degrees > 1 a plan could run, ascending: those dividing the model's (key/value) head
+    count, 0 when unknown (the planner offers only tp dividing it), and every width the linears
+    of `styled` split."""
     widths = [m.out_features if kind == "col" else m.in_features
               for m, kind in styled.values() if isinstance(m, nn.Linear)]
     if not widths:
-        return None
+        return []
     common = math.gcd(heads, *widths) if heads else math.gcd(*widths)
-    return next((d for d in range(2, common + 1) if common % d == 0), None)
+    return [d for d in range(2, common + 1) if common % d == 0]
 
 
-def tp_forward_problem(block: nn.Module, args: tuple, kwargs: dict, styled: dict[str, tuple[nn.Module, str]],
-                       heads: int = 0, fix: str = TP_FORWARD_FIX) -> str | None:
-    """Why `block` (meta) cannot run `forward(*args, **kwargs)` with the linears of `styled`
-    (name in block -> (module, "col" | "row"), those whose style hands it local shards) narrowed
-    to one of `trial_degree` ranks, or None. Modules other than nn.Linear are left whole."""
-    tp = trial_degree(styled, heads)
-    if tp is None:
-        return None
+@dataclass(frozen=True)
+class TPTrial:
+    """What the block's forward ran on: `problem`, why it runs at no degree (None: it runs at
+    the smallest); `largest`, the largest degree it ran at below the first one it failed at
+    (None: it ran at every degree tried). A K/V repeated up to every head before attention (the
+    repeat_kv of Llama's code) shows the query heads to SDPA: the trial finds the key/value
+    heads' limit in the projections' widths."""
+
+    problem: str | None = None
+    largest: int | None = None
+
+
+def tp_forward_trial(block: nn.Module, args: tuple, kwargs: dict, styled: dict[str, tuple[nn.Module, str]],
+                     heads: int = 0, fix: str = TP_FORWARD_FIX) -> TPTrial:
+    """Run `block` (meta) as `forward(*args, **kwargs)` with the linears of `styled` (name in
+    block -> (module, "col" | "row"), those whose style hands it local shards) narrowed to one
+    of tp ranks, at each of `trial_degrees` in turn until one fails. Modules other than
+    nn.Linear are left whole."""
+    ran = None
+    for tp in trial_degrees(styled, heads):
+        error = _run_narrowed(block, args, kwargs, styled, tp)
+        if error is None:
+            ran = tp
+            continue
+        if ran is not None:
+            return TPTrial(largest=ran)
+        return TPTrial(problem=f"the block's forward fails on tp={tp}'s local shards ({type(error).__name__}: "
+                               f"{str(error).splitlines()[0] if str(error) else ''}{_where(block, error)}); {fix}")
+    return TPTrial()
+
+
+def _run_narrowed(block: nn.Module, args: tuple, kwargs: dict, styled: dict, tp: int) -> Exception | None:
     local = copy.deepcopy(block)
     for name, (module, kind) in styled.items():
         if not isinstance(module, nn.Linear):
             continue
-        replacement = _narrowed(module, kind, tp)
         parent_name, _, attr = name.rpartition(".")
-        setattr(local.get_submodule(parent_name) if parent_name else local, attr, replacement)
+        setattr(local.get_submodule(parent_name) if parent_name else local, attr, _narrowed(module, kind, tp))
     try:
         with torch.no_grad():
             local(*args, **kwargs)
     except Exception as err:  # noqa: BLE001 - the user's forward: any error is the reason
-        return f"the block's forward fails on tp={tp}'s local shards ({type(err).__name__}: " \
-               f"{str(err).splitlines()[0] if str(err) else ''}{_where(block, err)}); {fix}"
+        return err
     return None
 
 

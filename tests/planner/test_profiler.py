@@ -248,13 +248,13 @@ def test_the_tp_trial_runs_at_a_degree_a_plan_could_use_and_leaves_replicated_ou
     tp=2); a ColwiseParallel(output_layouts=Replicate()) linear hands the block its whole width."""
     from torch import nn
 
-    from smplan.model.tp_forward import trial_degree
+    from smplan.model.tp_forward import trial_degrees
 
     p = profile_model(f"{EXAMPLES / 'gpt.py'}", {"layers": 2, "hidden": 1600, "heads": 25, "vocab": 512,
                                                   "seq_len": 64}, cache=False)
     assert "tp" not in p.unsupported and p.num_heads == 25
-    assert trial_degree({"fc": (nn.Linear(4, 30), "col")}, heads=25) == 5
-    assert trial_degree({"fc": (nn.Linear(4, 7), "col")}, heads=4) is None  # no degree divides both
+    assert trial_degrees({"fc": (nn.Linear(4, 30), "col")}, heads=25) == [5]
+    assert trial_degrees({"fc": (nn.Linear(4, 7), "col")}, heads=4) == []  # no degree divides both
     replicated = OWN_MODEL.replace('"o": RowwiseParallel()}', '"o": RowwiseParallel(), "fc": ColwiseParallel('
                                    'output_layouts=__import__("torch.distributed.tensor").distributed.tensor.Replicate())}')
     replicated = replicated.replace("self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))",
@@ -264,6 +264,22 @@ def test_the_tp_trial_runs_at_a_degree_a_plan_could_use_and_leaves_replicated_ou
     path = tmp_path / "rep.py"
     path.write_text(replicated)
     assert "tp" not in profile_model(str(path), cache=False).unsupported
+
+
+def test_repeated_key_value_heads_limit_tp_to_their_count(cli_runner, tmp_path):
+    """repeat_kv shows SDPA 4 heads of a model with 2 key/value heads: tp=4 was offered, ranked,
+    and crashed every rank (a review's finding). The tp trial runs at 2, fails at 4: tp divides 2."""
+    from smplan.cli.main import cli
+    from tests.own_models import REPEAT_KV_MODEL
+
+    path = tmp_path / "gqa.py"
+    path.write_text(REPEAT_KV_MODEL)
+    p = profile_model(str(path), cache=False)
+    assert p.num_heads == 2 and "tp" not in p.unsupported
+    fixed = cli_runner.invoke(cli, ["plan", str(path), "--hw", "a100x8", "--fix", "tp=4"])
+    assert fixed.exit_code == 2 and "tp=4 does not divide the model's 2 key/value heads" in fixed.output
+    ok = cli_runner.invoke(cli, ["plan", str(path), "--hw", "a100x8", "--fix", "tp=2"])
+    assert ok.exit_code == 0, ok.output
 
 
 def test_heads_of_a_model_without_config_come_from_its_attention_and_mqa_takes_the_query_heads(tmp_path):
