@@ -118,7 +118,8 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         out = result.to_dict()
         # what was simulated, at the top level for scripts (the plan below holds the rest)
         out.update(model=plan.model, hw=cluster.name, nodes=cluster.nodes, num_gpus=plan.world_size, stack=plan.stack,
-                   hw_overrides=overrides)
+                   hw_overrides=overrides,
+                   unit="token" if profile.seq_len else "sample")  # what tokens_per_s counts, as whatif says it
         out["plan"] = plan.to_dict()
         out["notes"] = notes
         if trace_path:

@@ -26,8 +26,17 @@ def test_simulate_model_inline_json(cli_runner, tmp_path):
     for key in FIGURES:
         assert key in data
     assert data["step_time_s"] > 0 and len(data["stage_utilisation"]) == 2
+    assert data["unit"] == "token"  # what tokens_per_s counts
     assert json.loads(trace.read_text())["traceEvents"]
     assert gantt.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_model_without_sequences_says_its_rate_counts_samples(cli_runner):
+    result = cli_runner.invoke(cli, ["simulate", str(EXAMPLES / "mlp.py"), "--hw", "a100x8", "--plan",
+                                     "dp=8,mbs=4,gbs=32", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["unit"] == "sample" and data["tokens_per_s"] == data["samples_per_s"]
 
 
 def test_simulate_plan_file_table(cli_runner, tmp_path):
