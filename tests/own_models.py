@@ -2,44 +2,50 @@
 
 from __future__ import annotations
 
-# The shell every file shares: token embedding, two blocks, head; batch() of 8-token sequences.
-_SHELL = '''
-import torch
-import torch.nn.functional as F
-from torch import nn
 
-{block}
+def token_lm_file(block: str, vocab: int, width: int, seq: int = 16) -> str:
+    """A model file of `block` (the source of a class Block taking its width as d) twice, between a
+    token embedding and a head, with batch() of `seq`-token sequences: a block to profile alone."""
+    return ("import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n" + block.strip("\n")
+            + f"""
 
-class LM(nn.Module):
+
+class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.emb = nn.Embedding(64, 32)
-        self.blocks = nn.ModuleList(Block() for _ in range(2))
-        self.out = nn.Linear(32, 64)
+        self.emb, self.out = nn.Embedding({vocab}, {width}), nn.Linear({width}, {vocab})
+        self.blocks = nn.ModuleList([Block() for _ in range(2)])
 
-    def forward(self, idx):
-        x = self.emb(idx)
-        for block in self.blocks:
-            x = block(x)
+    def forward(self, t):
+        x = self.emb(t)
+        for blk in self.blocks:
+            x = blk(x)
         return self.out(x)
 
 
 def model():
-    return LM()
+    return Net()
 
 
 def batch(micro_batch_size, model=None, seed=0):
-    t = torch.randint(0, 64, (micro_batch_size, 9), generator=torch.Generator().manual_seed(seed))
-    return t[:, :-1], t[:, 1:]
+    x = torch.randint(0, {vocab}, (micro_batch_size, {seq + 1}), generator=torch.Generator().manual_seed(seed))
+    return x[:, :-1], x[:, 1:]
+""")
 
+
+def _own(block: str, tp_plan: str) -> str:
+    """The file every model here shares (token_lm_file: 64-token vocabulary, width 32, 8-token
+    sequences) with `block` and a tp_plan returning `tp_plan`."""
+    return token_lm_file(block, vocab=64, width=32, seq=8) + f"""
 
 def tp_plan(block):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
     return {tp_plan}
-'''
+"""
+
 
 # Its own attention through SDPA, 4 heads, no config: tp must take the heads from the SDPA call.
-OWN_MODEL = _SHELL.format(block='''
+OWN_MODEL = _own(block='''
 class Block(nn.Module):
     def __init__(self, d=32, h=4):
         super().__init__()
@@ -53,7 +59,7 @@ class Block(nn.Module):
 ''', tp_plan='{"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}')
 
 # nn.MultiheadAttention reads out_proj.weight itself: a tp_plan sharding out_proj cannot run.
-MHA_MODEL = _SHELL.format(block='''
+MHA_MODEL = _own(block='''
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -70,7 +76,7 @@ WHOLE_WIDTH_MODEL = OWN_MODEL.replace("f(x).view(b, s, -1, self.hd)", "f(x).view
 
 # Grouped-query attention with Llama's repeat_kv: 4 query heads, 2 key/value heads repeated up to 4
 # before SDPA, which then sees 4. tp=2 runs; tp=4 leaves k and v a fraction of a head each.
-REPEAT_KV_MODEL = _SHELL.format(block='''
+REPEAT_KV_MODEL = _own(block='''
 class Block(nn.Module):
     def __init__(self, d=32, h=4, kv=2):
         super().__init__()
@@ -85,3 +91,4 @@ class Block(nn.Module):
         k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
         return x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
 ''', tp_plan='{"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}')
+

@@ -22,6 +22,7 @@ from smplan.planner import Plan, PlanError, plan_from_inline, profile_model
 from smplan.planner.memory_model import chunk_memory, in_flight
 
 from tests.conftest import EXAMPLES
+from tests.own_models import token_lm_file
 
 GPT = str(EXAMPLES / "gpt.py")
 
@@ -236,12 +237,7 @@ def test_selective_recompute_of_a_fused_attention_reruns_its_kernel():
     assert work["selective"] > work["none"]
 
 
-GLU_FILE = '''
-import torch
-from torch import nn
-import torch.nn.functional as F
-
-
+GLU_FILE = token_lm_file('''
 class Block(nn.Module):  # a gated MLP whose up projection is scaled {how}
     def __init__(self, d=32):
         super().__init__()
@@ -251,28 +247,7 @@ class Block(nn.Module):  # a gated MLP whose up projection is scaled {how}
         u = self.up(x)
         {scale}
         return x + self.down(F.silu(self.gate(x)) * u)
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb, self.blocks, self.out = nn.Embedding(64, 32), nn.ModuleList([Block() for _ in range(2)]), nn.Linear(32, 64)
-
-    def forward(self, t):
-        x = self.emb(t)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.out(x)
-
-
-def model():
-    return Net()
-
-
-def batch(micro_batch_size, model=None, seed=0):
-    x = torch.randint(0, 64, (micro_batch_size, 17), generator=torch.Generator().manual_seed(seed))
-    return x[:, :-1], x[:, 1:]
-'''
+''', vocab=64, width=32)
 
 
 @pytest.mark.parametrize("how, scale", [("out of place", "u = u * 2.0"), ("in place", "u.mul_(2.0)")])

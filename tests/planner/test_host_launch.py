@@ -10,6 +10,8 @@ from smplan.hwprofiles import load_cluster
 from smplan.planner import profile_model
 from smplan.planner.pass_model import FITTED_LAYER_KERNELS, host_launch_s
 
+from tests.own_models import token_lm_file
+
 H100 = load_cluster("h100x8")
 PER_LAYER_S = H100.efficiency.host_overhead_us_per_layer * 1e-6
 
@@ -56,12 +58,7 @@ def test_a_transformer_layer_keeps_the_stacks_host_time():
     assert host_launch_s(H100, block) == pytest.approx(PER_LAYER_S)  # a transformer layer all the same
 
 
-LEAN_FILE = '''
-import torch
-from torch import nn
-import torch.nn.functional as F
-
-
+LEAN_FILE = token_lm_file('''
 class Block(nn.Module):  # a pre-norm transformer layer, fused qkv, torch SDPA, no tp_plan
     def __init__(self, d=64, h=4):
         super().__init__()
@@ -76,28 +73,7 @@ class Block(nn.Module):  # a pre-norm transformer layer, fused qkv, torch SDPA, 
         y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, s, d))
         return x + self.fc2(F.gelu(self.fc1(self.n2(x))))
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb, self.blocks, self.out = nn.Embedding(128, 64), nn.ModuleList([Block() for _ in range(2)]), nn.Linear(64, 128)
-
-    def forward(self, t):
-        x = self.emb(t)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.out(x)
-
-
-def model():
-    return Net()
-
-
-def batch(micro_batch_size, model=None, seed=0):
-    x = torch.randint(0, 128, (micro_batch_size, 17), generator=torch.Generator().manual_seed(seed))
-    return x[:, :-1], x[:, 1:]
-'''
+''', vocab=128, width=64)
 
 
 def test_a_lean_transformer_layer_without_a_tp_plan_keeps_it(tmp_path):

@@ -65,6 +65,19 @@ BROKEN = {
 }
 
 
+def test_profile_says_a_loss_mismatch_in_one_line_exit_2(cli_runner, tmp_path):
+    from smplan.cli.main import cli
+
+    path = tmp_path / "loss_shape.py"
+    path.write_text(BROKEN["loss_shape"][0])
+    before = path.read_text()
+    result = cli_runner.invoke(cli, ["profile", str(path)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert "it was given [1, 10] from forward and [1, 3] from batch()'s targets" in lines[0]
+    assert path.read_text() == before
+
+
 def test_a_plain_loss_mismatch_names_the_shapes_not_the_meta_device(tmp_path):
     """A loss given targets of the wrong shape fails on real data too: the line says what it was
     given, not that the meta device has no data (a review's finding)."""

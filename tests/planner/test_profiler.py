@@ -234,7 +234,7 @@ def test_a_forward_that_sizes_a_view_by_the_whole_width_refuses_tp(cli_runner, t
     path.write_text(WHOLE_WIDTH_MODEL)
     why = profile_model(str(path), cache=False).unsupported["tp"]
     assert why.startswith("the block's forward fails on tp=2's local shards (RuntimeError: shape '[1, 8, 4, 8]'")
-    assert "line 15 of whole.py" in why and "size views by the local width" in why
+    assert "line 13 of whole.py" in why and "size views by the local width" in why
     run = cli_runner.invoke(cli, ["execute", "tp=2,mbs=1,gbs=2", "--model", str(path), "-o", str(tmp_path / "r")])
     assert run.exit_code == 2 and "tp=2: the block's forward fails on tp=2's local shards" in run.output
     assert not (tmp_path / "r").exists()
