@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import inspect
-import re
-import traceback
 from pathlib import Path
 
 import torch
@@ -28,15 +25,24 @@ from smplan.model import (
     sequence_length,
     tensor_parallel_problem,
 )
-from smplan.model.inputs import describe_shapes
 from smplan.model.structure import find_blocks, qualname, siblings
-from smplan.model.tp_forward import InputSpec, TPTrial, keeps_whole_width, tp_forward_trial
+from smplan.model.tp_forward import InputSpec, TPTrial, tp_forward_trial
 
 from .hf_model import TPUnsupported
 from .loss_memory import loss_peak_bytes
-from .model_file import ModelFile, ModelFileError, first_line
+from .model_file import ModelFile, ModelFileError
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
+from .profiler_tp import (
+    hook_takes_sp,
+    sequence_parallel_problem,
+    sharded_params,
+    tp_hooks,
+    tp_modules_of,
+    tp_outer_modules_of,
+    uncalled_tp_module,
+)
 from .profiler_trace import GPUKernels, PartStats, Tracer, storage_key, tensor_bytes
+from .profiler_user import user_call
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -74,10 +80,10 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     blocks = [container.get_submodule(n) for n in run]
     try:
         tp_whole: set[str] = set()
-        tp_modules, tp_refused = (_tp_modules(mf, blocks[0], tp_whole) if blocks else {}), None
+        tp_modules, tp_refused = (tp_modules_of(mf, blocks[0], tp_whole) if blocks else {}), None
     except TPUnsupported as err:  # a plan torch's styles cannot express: tp off, with the reason
         tp_modules, tp_refused = {}, str(err)
-    outer_modules = _tp_outer_modules(mf, model, container, run) if tp_modules else {}
+    outer_modules = tp_outer_modules_of(mf, model, container, run) if tp_modules else {}
     excluded = {storage_key(t) for t in [*model.parameters(), *model.buffers()]}
     tracer = Tracer(profile_seq, excluded)
     parts = _Parts(tracer)
@@ -98,7 +104,7 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
                 # the loss part counts what it keeps beyond them (an fp32 log-softmax, or nothing).
                 tracer.counted_elsewhere.update(storage_key(t) for t in tree_leaves(outputs)
                                                 if isinstance(t, torch.Tensor))
-                loss = _user_call(mf, what, loss_fn or default_loss, outputs, targets)
+                loss = user_call(mf, what, loss_fn or default_loss, outputs, targets)
                 parts.current.input_bytes = tensor_bytes((outputs, targets))
                 parts.current.output_bytes = tensor_bytes(loss)
                 tracer.keep(loss)
@@ -125,11 +131,11 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     heads = trial.largest or heads  # a repeat_kv attention shows SDPA the query heads, not the K/V ones
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
-                  or _uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called) or trial.problem)
+                  or uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called) or trial.problem)
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
     cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), ref if hf else Path(str(mf.path)).name, **fix("cp"))
     ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf), **fix("ep"))
-    sharded = _sharded_params({**tp_modules, **outer_modules})
+    sharded = sharded_params({**tp_modules, **outer_modules})
     params_of, active_of, sharded_of, expert_of = _params_by_part(model, container, run, blocks, parts, sharded)
     pre, post, block = [], [], None
     for stats in parts.ordered():
@@ -151,8 +157,8 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     block_profiles = tuple(
         dataclasses.replace(block, name=f"{prefix}.{n}" if prefix else n) for n in run
     ) if block is not None else ()
-    takes_sp = bool(tp_modules) and profile_seq > 0 and _takes_sp(mf, "tp_plan") and _takes_sp(mf, "tp_plan_outer")
-    sp_problem = _sp_problem(mf, model, blocks[0]) if takes_sp else None
+    takes_sp = bool(tp_modules) and profile_seq > 0 and hook_takes_sp(mf, "tp_plan") and hook_takes_sp(mf, "tp_plan_outer")
+    sp_problem = sequence_parallel_problem(mf, model, blocks[0]) if takes_sp else None
     return ModelProfile(
         model=ref,
         args=args,
@@ -214,7 +220,7 @@ def _install_hooks(model, container, run, blocks, tp_modules, parts: _Parts, tra
     # both a part and TP-styled (a top-level vocab-parallel embedding or head) the collective is
     # recorded, and the output tagged sharded, while its part is still the current one
     for mod_name, (module, style) in tp_modules.items():
-        handles += _tp_hooks(mod_name, module, style, tracer)
+        handles += tp_hooks(mod_name, module, style, tracer)
 
     def part_hooks(module: nn.Module, name: str | None, kind: str | None = None, first_block: bool = False):
         def pre(mod, args, kwargs):
@@ -304,165 +310,7 @@ def _stub_identical_blocks(blocks: list[nn.Module]):
     return handle
 
 
-def _tp_hooks(name: str, module: nn.Module, style: str, tracer: Tracer) -> list:
-    """Megatron f/g: all-reduce a row-parallel output (forward), a column-parallel input grad (backward)."""
-
-    def pre(mod, args, kwargs):
-        tracer.tp_stack.append(style)
-        tracer.tp_called.add(name)
-        if style == "col":
-            tracer.column_input((args, kwargs))
-
-    def post(mod, args, kwargs, output):
-        tracer.tp_stack.pop()
-        part = tracer.part
-        if style == "col":
-            tracer.tag(output)
-            if part is not None:
-                part.collectives.append(TPCollective("all_reduce", "backward", tensor_bytes(args[:1]), name))
-        else:
-            tracer.tag(output, sharded=False)
-            if part is not None:
-                part.collectives.append(TPCollective("all_reduce", "forward", tensor_bytes(output), name))
-
-    return [module.register_forward_pre_hook(pre, with_kwargs=True), module.register_forward_hook(post, with_kwargs=True)]
-
-
-def _uncalled_tp_module(tp_modules: dict, outer_modules: dict, called: set[str]) -> str | None:
-    """Why tp cannot run when the TP plans shard a module the forward never calls as a module: its
-    weight, sharded, would meet whole tensors in the code that uses it (nn.MultiheadAttention
-    reads out_proj.weight directly; the executor failed in every rank with 'mixed torch.Tensor
-    and DTensor')."""
-    for hook, modules in (("tp_plan", tp_modules), ("tp_plan_outer", outer_modules)):
-        for name in modules:
-            if name not in called:
-                return (f"{hook}() shards {name}, which the forward never calls as a module (code that reads "
-                        f"its weight directly, as nn.MultiheadAttention does with out_proj, would mix sharded and "
-                        f"whole tensors); shard only modules the forward calls, and leave unused ones out")
-    return None
-
-
-def _tp_modules(mf: ModelFile, block: nn.Module, whole: set | None = None) -> dict[str, tuple[nn.Module, str]]:
-    """{name in block: (module, "col" | "row")} from the file's tp_plan(block); `whole` gets the
-    names whose style hands the block whole-width tensors (tp_forward.keeps_whole_width)."""
-    fn = mf.hook("tp_plan")
-    if fn is None:
-        return {}
-    try:
-        import torch.distributed.tensor.parallel  # noqa: F401
-    except ImportError:  # a torch built without distributed: profile without TP
-        return {}
-    plan = _user_call(mf, "tp_plan", fn, block)
-    if not isinstance(plan, dict):
-        raise ModelFileError(f"{mf.path}: tp_plan() returned {type(plan).__name__}; return a dict "
-                             "{submodule name: ColwiseParallel() | RowwiseParallel() | ...}")
-    named = {n: m for n, m in block.named_modules() if n}
-    return _styled(mf, "tp_plan", plan, named, "submodule of the block", whole)
-
-
-def _styled(mf: ModelFile, hook: str, plan: dict, named: dict, what: str,
-            whole: set | None = None) -> dict[str, tuple[nn.Module, str]]:
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
-
-    out = {}
-    for pattern, style in plan.items():
-        kind = "col" if isinstance(style, ColwiseParallel) else "row" if isinstance(style, RowwiseParallel) else None
-        matches = [n for n in named if fnmatch.fnmatchcase(n, pattern)]
-        if not matches:
-            raise ModelFileError(f"{mf.path}: {hook}() names {pattern!r}, which is no {what}; "
-                                 f"use one of {', '.join(named)}")
-        if kind is not None:
-            out.update({n: (named[n], kind) for n in matches})
-            if whole is not None and keeps_whole_width(style):
-                whole.update(matches)
-    return out
-
-
-def _sharded_params(modules: dict[str, tuple[nn.Module, str]]) -> set[int]:
-    """ids of the parameters TP splits: the weight of every column- or row-parallel module,
-    the bias of column-parallel ones (a row-parallel bias is added after the all-reduce)."""
-    out: set[int] = set()
-    for module, kind in modules.values():
-        for name in ("weight", "bias") if kind == "col" else ("weight",):
-            p = getattr(module, name, None)
-            if isinstance(p, torch.Tensor):
-                out.add(id(p))
-    return out
-
-
-def _takes_sp(mf: ModelFile, hook: str) -> bool:
-    fn = mf.hook(hook)
-    try:
-        return fn is not None and "sequence_parallel" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _sp_problem(mf: ModelFile, model: nn.Module, block: nn.Module) -> str | None:
-    """Why the file's TP hooks do not map sequence parallelism for this model, or None: they may
-    refuse a layer they cannot split by sequence (TPUnsupported; hf_model: Gemma2's sandwich
-    norms) or fail under sequence_parallel=True (a user's hook: ModelFileError), and then the
-    planner must not offer sp, which `execute` would fail on; the rest of the profile stands."""
-    try:
-        _user_call(mf, "tp_plan", mf.hook("tp_plan"), block, sequence_parallel=True)
-        _user_call(mf, "tp_plan_outer", mf.hook("tp_plan_outer"), model, sequence_parallel=True)
-    except (TPUnsupported, ModelFileError) as err:
-        return str(err)
-    return None
-
-
-def _tp_outer_modules(mf: ModelFile, model: nn.Module, container, run) -> dict[str, tuple[nn.Module, str]]:
-    """{path from the root: (module, "col" | "row")} of the parts around the blocks, from the
-    file's tp_plan_outer(model) (the same plan the executor applies; absent: replicated)."""
-    fn = mf.hook("tp_plan_outer")
-    if fn is None:
-        return {}
-    plan = _user_call(mf, "tp_plan_outer", fn, model)
-    if not isinstance(plan, dict):
-        raise ModelFileError(f"{mf.path}: tp_plan_outer() returned {type(plan).__name__}; return a dict "
-                             "{module path from the root: ColwiseParallel() | RowwiseParallel() | ...}")
-    prefix = qualname(model, container)
-    in_blocks = tuple(f"{prefix}.{n}" if prefix else n for n in run)
-    named = {n: m for n, m in model.named_modules()
-             if n and not any(n == b or n.startswith(b + ".") for b in in_blocks)}
-    return _styled(mf, "tp_plan_outer", plan, named, "module of the model outside the blocks")
-
-
 # -- running user code -------------------------------------------------------------------------
-
-def _user_call(mf: ModelFile, what: str, fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except ModelFileError:
-        raise
-    except Exception as err:  # noqa: BLE001 - any crash in user code becomes one line
-        frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).resolve() == mf.path.resolve()]
-        line = f" (line {frames[-1].lineno} of {mf.path.name})" if frames else ""
-        hint = ""
-        meta = _meta_device_error(err)
-        if what == "forward" and isinstance(err, TypeError) and "argument" in str(err):
-            # a signature mismatch, not the meta device: say how batch()'s inputs reach forward
-            hint = ("; batch()'s inputs reach forward as forward(**inputs) for a dict, forward(*inputs) for a "
-                    "tuple or list, forward(inputs) for a tensor")
-        elif what in ("forward", "loss") and meta:
-            hint = "; the profiler runs it on the meta device (no data): avoid .item(), .tolist() and data-dependent shapes"
-        elif what.startswith("the default loss"):
-            hint = f"; define loss(outputs, targets) in {mf.path.name} for what forward returns and batch()'s targets"
-        elif what == "loss":  # a plain mismatch (a shape, a dtype): what the loss was given
-            hint = f"; it was given {describe_shapes(args[0])} from forward and {describe_shapes(args[1])} from batch()'s targets"
-        raise ModelFileError(f"{mf.path}: {what} raised {type(err).__name__}: {first_line(err)}{line}{hint}") from None
-
-
-# What torch says when code needs a tensor's values and the tensor is on the meta device (no data):
-# .item() / .tolist() ("... on meta tensors"), a copy out, an op without a Meta kernel ("from the
-# 'Meta' backend"), an op with a data-dependent output shape (nonzero, unique).
-META_DEVICE_SIGNS = re.compile(r"\bmeta\b|register_meta|data[- ](?:in)?dependent|no data", re.IGNORECASE)
-
-
-def _meta_device_error(err: Exception) -> bool:
-    """Whether `err` is the meta device's doing (code that needs data), not a mismatch real data meets too."""
-    return bool(META_DEVICE_SIGNS.search(str(err)))
-
 
 def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):
     fn = mf.hook("batch")
@@ -473,7 +321,7 @@ def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):
         takes_model = "model" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         takes_model = False
-    data = _user_call(mf, "batch", fn, 1, model=model) if takes_model else _user_call(mf, "batch", fn, 1)
+    data = user_call(mf, "batch", fn, 1, model=model) if takes_model else user_call(mf, "batch", fn, 1)
     if not isinstance(data, tuple | list) or len(data) != 2:
         raise ModelFileError(f"{mf.path}: batch() returned {type(data).__name__}; return a pair (inputs, targets)")
 
@@ -486,7 +334,7 @@ def _example_batch(mf: ModelFile, model: nn.Module, dtype: torch.dtype):
 
 
 def _call(model: nn.Module, inputs, mf: ModelFile):
-    return _user_call(mf, "forward", call_model, model, inputs)
+    return user_call(mf, "forward", call_model, model, inputs)
 
 
 # -- assembling -------------------------------------------------------------------------------
