@@ -18,6 +18,7 @@ from .loader import (
     load_cluster,
     override_rule,
     parse_override,
+    parse_scalar,
 )
 from .perf import (
     ALGORITHMS,
@@ -85,6 +86,7 @@ __all__ = [
     "read_stack",
     "override_rule",
     "parse_override",
+    "parse_scalar",
     "settable_keys",
     "sharded_dp_collective_time_s",
     "single_nic_collective_time_s",

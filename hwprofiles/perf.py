@@ -6,8 +6,8 @@ per direction; the achievable fraction (`efficiency.network`, `efficiency.memory
 `efficiency.matmul_max`) is applied here and only here, so the planner and the simulator
 cannot disagree about it.
 
-Contention between groups that share a node's NICs (`ParallelLayout.groups_sharing_node`)
-is not modelled here: these are times on an otherwise idle fabric. The simulator adds it.
+Contention between transfers that share a link is not modelled here: these are times on an
+otherwise idle fabric. The simulator adds it (simulator/network.py).
 """
 
 from __future__ import annotations

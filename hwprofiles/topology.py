@@ -66,10 +66,6 @@ class ParallelLayout:
     def nodes(self) -> int:
         return -(-self.world_size // self.gpus_per_node)
 
-    @property
-    def tp_within_node(self) -> bool:
-        return self.span("tp").ranks_per_node == self.tp
-
     def rank(self, pp: int, dp: int, tp: int) -> int:
         return (pp * self.dp + dp) * self.tp + tp
 
@@ -107,8 +103,3 @@ class ParallelLayout:
         """Whether the send from pipeline stage `stage` to `stage + 1` leaves the node."""
         nxt = (stage + 1) % self.pp
         return self.node_of(self.rank(stage, 0, 0)) != self.node_of(self.rank(nxt, 0, 0))
-
-    def groups_sharing_node(self, dim: str) -> int:
-        """How many `dim` groups have members on one node (they share its NICs)."""
-        span = self.span(dim)
-        return max(1, min(self.world_size, self.gpus_per_node) // span.ranks_per_node)

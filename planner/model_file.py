@@ -25,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from smplan.hwprofiles import parse_scalar
+
 
 class ModelFileError(ValueError):
     """The model file or its arguments are wrong; the message says what to change."""
@@ -469,16 +471,6 @@ def parse_model_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
         key, raw = (s.strip() for s in item.split("=", 1))
         if key in out:
             raise ModelFileError(f"--arg {key} is given twice ({key}={out[key]!r} and {item!r}); keep one")
-        out[key] = _parse_arg(raw)
+        out[key] = parse_scalar(raw)  # as --hw-set parses its values
     return out
 
-
-def _parse_arg(raw: str):
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw

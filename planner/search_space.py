@@ -30,6 +30,10 @@ from .plan import (
 )
 
 MAX_MICRO_BATCH = 64  # larger micro-batches gain no GEMM efficiency and only cost memory
+# A search bound, not a limit of the schedule (a fixed v may be larger): interleaving's gain, the
+# bubble (p-1)/(v*m), shrinks as 1/v while the p2p sends grow with v (Narayanan et al. 2021,
+# section 2.2); Megatron-Bridge's published recipes use vp <= 8 in 253 of the 273 rows that state
+# one (validation folder, megatron_bridge_perf_summary.csv).
 MAX_VIRTUAL_STAGES = 8
 # Context parallelism is offered from this sequence length on (or when fixed): Megatron-Core's
 # and NeMo's long-context recipes start CP at 8K-16K tokens (NeMo "Context Parallelism" docs;

@@ -7,6 +7,7 @@ import importlib
 import click
 
 from smplan import __version__
+from smplan.errors import is_user_error
 
 # name -> "module:attribute"; a command's module is imported only when it runs, so
 # `smplan --help` stays fast and one broken command cannot take down the others.
@@ -24,7 +25,6 @@ COMMANDS = {
     "report": "smplan.cli.report:report",
     "export": "smplan.cli.export:export",
 }
-OUR_PACKAGES = {"planner", "simulator", "executor", "hwprofiles", "smplan"}
 
 
 def _available(name: str) -> bool:
@@ -94,12 +94,6 @@ def cli() -> None:
                              fault injection for the executor's tests (kill or slow a rank);
                              never set them for a real run
     """
-
-
-def is_user_error(err: BaseException) -> bool:
-    """A ValueError raised by one of our packages is the user's mistake, not a bug."""
-    package = type(err).__module__.split(".")[0]
-    return isinstance(err, ValueError) and package in OUR_PACKAGES
 
 
 def usage_line(err: click.UsageError) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from smplan.display import memory_need_text
+from smplan.errors import is_user_error
 from smplan.hwprofiles import DEFAULT_STACK, Cluster, load_cluster, load_stack
 from smplan.planner import ModelProfile, Plan, even_stages, parse_inline, plan_from_inline
 from smplan.planner.plan import idle_nodes_problem
@@ -18,8 +19,6 @@ from smplan.planner.plan import idle_nodes_problem
 from .grid import PointSpec
 from .question import Question
 from .run import run_record
-
-GIB = 2.0**30
 
 
 class InfeasiblePoint(ValueError):
@@ -111,23 +110,20 @@ def evaluate(q: Question, spec: PointSpec, profile: ModelProfile | str) -> dict:
         if q.timed:
             point["run"] = run_record(q, spec, plan, figures, cluster, profile.params)
         point["feasible"] = True
-    except ValueError as err:  # our packages' user-facing errors: this point cannot run
-        point["reason"] = str(err)
-    except Exception as err:  # a bug elsewhere must not lose the other points
-        point["reason"] = f"internal error ({type(err).__name__}: {err}); please report it"
+    except Exception as err:
+        if is_user_error(err):  # our packages' one-line errors: this point cannot run
+            point["reason"] = str(err)
+        else:  # a bug (a plain ValueError too) must not pass for an infeasible point, nor lose the others
+            point["reason"] = f"internal error ({type(err).__name__}: {err}); please report it"
     return point
 
 
 def simulate(plan: Plan, profile: ModelProfile, cluster: Cluster, record_events: bool = False):
     """(figures dict, usable GiB per GPU, StepResult) of one simulated step of `plan`."""
-    from smplan.hwprofiles.topology import ParallelLayout
-    from smplan.planner.cost_model import plan_costs
-    from smplan.simulator import simulate_step
+    from smplan.simulator import simulate_plan
 
-    costs = plan_costs(plan, profile, cluster)
-    layout = ParallelLayout(pp=plan.pp, dp=plan.dp * plan.cp, tp=plan.tp, gpus_per_node=cluster.fast_domain_gpus)
-    result = simulate_step(costs, layout, cluster, record_events=record_events)
-    return result.figures.to_dict(), costs.capacity_bytes / GIB, result
+    result = simulate_plan(plan, profile, cluster, record_events=record_events)
+    return result.figures.to_dict(), result.memory_capacity_gib, result
 
 
 def _plan_dict(plan: Plan) -> dict:

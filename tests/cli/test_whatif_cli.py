@@ -75,6 +75,26 @@ def test_points_that_do_not_fit_are_marked_not_fatal(cli_runner, tmp_path):
     assert len(small["reason"]) > 90 and f"  #{small['id']} {small['label']}: {small['reason']}" in result.output
 
 
+def test_a_bug_in_one_point_is_an_internal_error_not_an_infeasible_point(cli_runner, tmp_path, monkeypatch):
+    # a plain ValueError (math's "math domain error", numpy's) is a bug, not the user's plan: the
+    # point says so and asks for a report, and the other points stay
+    import smplan.simulator
+
+    real = smplan.simulator.simulate_plan
+
+    def flaky(plan, profile, cluster, *args, **kwargs):
+        if cluster.nodes == 2:
+            raise ValueError("math domain error")
+        return real(plan, profile, cluster, *args, **kwargs)
+
+    monkeypatch.setattr(smplan.simulator, "simulate_plan", flaky)
+    result = run(cli_runner, "--vary", "nodes=1,2", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    one, two = report.load(tmp_path / "r" / "points.json")["points"]
+    assert one["feasible"] and not two["feasible"]
+    assert two["reason"] == "internal error (ValueError: math domain error); please report it"
+
+
 def test_fixed_plan_that_overflows_memory_says_why(cli_runner, tmp_path):
     result = run(cli_runner, "--plan", "tp=1,pp=1", "--vary", "gpu.memory_gib=1,80", "-o", str(tmp_path / "r"),
                  "--format", "svg")

@@ -44,12 +44,11 @@ def test_span_matches_brute_force(pp, dp, tp, gpn, dim):
 def test_tp8_on_8_gpu_nodes_stays_inside_a_node():
     layout = ParallelLayout(pp=2, dp=4, tp=8, gpus_per_node=8)
     assert layout.span("tp") == GroupSpan(size=8, ranks_per_node=8)
-    assert not layout.span("tp").crosses_nodes and layout.tp_within_node
+    assert not layout.span("tp").crosses_nodes
     assert layout.group_ranks("tp", 13) == list(range(8, 16))
     # every dp and pp peer then lives on another node
     assert layout.span("dp") == GroupSpan(size=4, ranks_per_node=1)
     assert layout.span("pp") == GroupSpan(size=2, ranks_per_node=1)
-    assert layout.groups_sharing_node("dp") == 8  # eight dp rings share each node's NICs
     assert layout.nodes == 8
 
 
@@ -58,12 +57,11 @@ def test_dp_groups_cross_nodes():
     span = layout.span("dp")
     assert span == GroupSpan(size=8, ranks_per_node=4) and span.nodes == 2 and span.crosses_nodes
     assert layout.group_ranks("dp", 1) == [1, 3, 5, 7, 9, 11, 13, 15]
-    assert layout.groups_sharing_node("dp") == 2
 
 
 def test_tp_larger_than_node_crosses():
     layout = ParallelLayout(pp=1, dp=1, tp=16, gpus_per_node=8)
-    assert layout.span("tp") == GroupSpan(16, 8) and not layout.tp_within_node
+    assert layout.span("tp") == GroupSpan(16, 8) and layout.span("tp").crosses_nodes
 
 
 def test_stage_boundary_crosses_node():
