@@ -21,6 +21,12 @@ def is_path(name_or_path: str) -> bool:
     return path.suffix == ".toml" or path.is_file()
 
 
+def recorded_ref(name_or_path: str) -> str:
+    """A --hw or --stack value as a plan file records it: a bundled name, or a path made
+    absolute (`is_path`'s rule), so the file simulates from any folder on the hardware it names."""
+    return str(Path(name_or_path).resolve()) if is_path(name_or_path) else name_or_path
+
+
 def toml_path(name_or_path: str, folder: Path) -> Path | None:
     """The file `name_or_path` means (`is_path`'s rule; names are looked up in `folder`), or
     None for a name with no bundled file. A path is returned whether or not it exists."""

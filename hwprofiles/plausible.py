@@ -25,6 +25,18 @@ MAX_NIC_GBPS_PER_GPU = 100.0
 # 10 ns: below any GPU link's latency (one InfiniBand switch hop alone is ~130 ns port to port,
 # NVIDIA Quantum HDR QM8700 datasheet); a positive figure under it is seconds typed as microseconds.
 MIN_LINK_LATENCY_US = 0.01
+# PCIe x16 per direction: 5.0 carries 64 GB/s, 6.0 128 GB/s (PCI-SIG PCIe 5.0 / 6.0 base specifications,
+# 32 / 64 GT/s x 16 lanes / 8). A PCIe box (intra_node.fabric = "pcie") cannot pass more between its GPUs;
+# an NVSwitch gives each GPU at least 150 GB/s (DGX-2, V100: 6 NVLink2 links of 25 GB/s, NVIDIA DGX-2
+# datasheet), so a "switch" figure at PCIe 5.0's or below is a PCIe box that left fabric at its default.
+MAX_PCIE_GBPS = 128.0
+PCIE5_GBPS = 64.0
+# 1 ms: far above any link's latency (Ethernet across a data centre is tens of microseconds); a figure
+# past it is nanoseconds typed as microseconds.
+MAX_LINK_LATENCY_US = 1000.0
+# 10 million hours (over a thousand years) per GPU: Llama 3's 16,384 H100s saw 419 interruptions in 54
+# days, about 50,000 GPU-hours each (Dubey et al. 2024, section 3.3.4); a figure past it is seconds.
+MAX_GPU_MTBF_HOURS = 1e7
 # The smallest GPU figures, with headroom: NVIDIA T4, 65 fp16 TFLOP/s on 320 GB/s (T4 datasheet, 2018).
 # A probed CPU profile (gpu.name "cpu") measures far less and is not held to them.
 MIN_GPU_HALF_TFLOPS = 1.0
@@ -85,6 +97,11 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
                                       f"{PER_GPU_GBPS}"))
         elif key.endswith("latency_us") and 0 < value < MIN_LINK_LATENCY_US:
             found.append((key, value, f"{other} microseconds (multiply a seconds figure by 1e6)"))
+        elif key.endswith("latency_us") and value > MAX_LINK_LATENCY_US:
+            found.append((key, value, f"{other} microseconds (divide a nanoseconds figure by 1000)"))
+        elif key == "reliability.gpu_mtbf_hours" and value > MAX_GPU_MTBF_HOURS:
+            found.append((key, value, f"{other} hours per GPU (divide a seconds figure by 3600); large clusters see "
+                                      "about 50,000 hours (Llama 3's H100s)"))
         elif key == "cost.usd_per_gpu_hour" and value == 0 and not probed:  # a probed file states 0 (probe.py)
             found.append((key, value, "makes every $ figure 0, and whatif's cost charts and cheapest point say "
                                       "nothing; give the price of a GPU-hour (rented, or your own amortised)"))
@@ -93,7 +110,19 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
             if line:
                 found.append((key, value, line.split(f"{key} = {value:g} ", 1)[1]))
     inter, intra = values.get("inter_node.bandwidth_gbps"), values.get("intra_node.bandwidth_gbps")
+    fabric = values.get("intra_node.fabric", "switch")  # cluster.IntraLink's default
     flagged = {key for key, _, _ in found}
+    if isinstance(intra, int | float) and "intra_node.bandwidth_gbps" not in flagged and on_gpu:
+        if fabric == "pcie" and intra > MAX_PCIE_GBPS:
+            found.append(("intra_node.bandwidth_gbps", intra, f"is more than a PCIe 6.0 x16 slot carries ({MAX_PCIE_GBPS:g} "
+                                                              f"GB/s each way) on intra_node.fabric = \"pcie\"; it is read in "
+                                                              f"{PER_GPU_GBPS}"))
+        elif fabric == "switch" and intra <= PCIE5_GBPS:
+            found.append(("intra_node.bandwidth_gbps", intra, "is a PCIe figure, but intra_node.fabric is \"switch\" (NVSwitch, "
+                                                              "the default), where the stack's tp_comm_overlap hides tensor "
+                                                              "parallelism's collectives under the GEMMs; a box without NVLink "
+                                                              "sets fabric = \"pcie\""))
+        flagged = {key for key, _, _ in found}
     if (isinstance(inter, int | float) and isinstance(intra, int | float) and not flagged & {
             "inter_node.bandwidth_gbps", "intra_node.bandwidth_gbps"} and inter > intra):
         # a GPU's traffic to another node crosses its own PCIe / NVLink first: the faster of the two is inside
@@ -108,7 +137,7 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
 def _checked(key: str) -> bool:
     """Whether an override of `key` is one _findings looks at."""
     return (key in ("gpu.name", "gpu.memory_gib", "gpu.memory_bandwidth_gbps", "intra_node.bandwidth_gbps",
-                    "inter_node.bandwidth_gbps", "cost.usd_per_gpu_hour") or ".peak_tflops." in key or key.endswith("latency_us")
+                    "inter_node.bandwidth_gbps", "intra_node.fabric", "cost.usd_per_gpu_hour", "reliability.gpu_mtbf_hours") or ".peak_tflops." in key or key.endswith("latency_us")
             or (key.startswith("efficiency.") and key.split(".")[1] in US_KEYS))
 
 

@@ -157,7 +157,9 @@ def validate_constraints(
         tp_gpus = tp_domain_gpus(cluster)
         if tp > tp_gpus or tp_gpus % tp:
             ok = max(t for t in _divisors(tp_gpus) if t <= tp)
-            where = (f"the {tp_gpus} GPUs of a node (tensor parallelism stays on NVLink)" if tp_gpus == cluster.gpus_per_node
+            link = "PCIe" if cluster.intra_node.fabric == "pcie" else "NVLink"
+            where = (f"the {tp_gpus} GPUs of a node (tensor parallelism stays on the node's {link})"
+                     if tp_gpus == cluster.gpus_per_node
                      else f"{tp_gpus}: in {cluster.name}'s {cluster.fast_domain_gpus}-GPU NVLink domain tp is a power of two "
                           f"up to {tp_gpus}, as the Megatron-Bridge perf recipes keep it")
             raise PlanError(f"tp={tp} must divide {where}; use tp={ok}")

@@ -100,9 +100,19 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
                     value = cluster.gpu.matmul_ceiling.for_dtype("fp8")  # the figure an fp8 GEMM is priced at
                 if f"{section}.{key}" in borrowed and f"{section}.{key}" not in overridden:
                     meaning = "not in this profile: A100's measured figure"
+                if f"{section}.{key}" in ("intra_node.bandwidth_gbps", "inter_node.bandwidth_gbps") and value:
+                    meaning = bandwidth_meaning(value, cluster.gpus_per_node)
                 if f"{section}.{key}" == "efficiency.tp_comm_overlap" and value and cluster.intra_node.fabric == "pcie":
                     meaning = "unused here: TE's userbuffers need NVLink, not PCIe"  # planner.pass_model
                 click.echo(f"  {key} = {value}" + (f" ({meaning})" if meaning else ""))
+
+
+def bandwidth_meaning(gb_per_s: float, gpus_per_node: int) -> str:
+    """A link figure (GB/s per GPU per direction) in the units a datasheet or a NIC's name states
+    it, so a figure typed in Gb/s shows as eight times too fast: 50.0 -> '400 Gb/s per GPU, 3200 Gb/s per
+    node of 8, each direction'."""
+    return (f"GB/s per GPU per direction = {gb_per_s * 8:g} Gb/s per GPU, {gb_per_s * 8 * gpus_per_node:g} Gb/s "
+            f"per node of {gpus_per_node}")
 
 
 def _flatten(values: dict, prefix: str = ""):

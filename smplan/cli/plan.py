@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack, parse_override
-from smplan.hwprofiles.paths import is_path
+from smplan.hwprofiles.paths import recorded_ref
 from smplan.planner.explain import explain
 from smplan.planner.plan import is_plan_file_name
 from smplan.planner.search import plan_model
@@ -96,7 +96,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
         without_fix=show_explain,  # and the best against the best with --fix's layout keys free
         alternates=not closed_form,  # runner-ups of the best layouts, for the simulated ranking
     )
-    plans = [p.replace(stack=_hw_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
+    plans = [p.replace(stack=recorded_ref(stack) if stack else DEFAULT_STACK) for p in result.plans]
     simulated, alternates = False, []
     if not closed_form:
         # each as `smplan simulate PLAN.json` will run it: the plan's hardware, nodes and stack
@@ -108,7 +108,11 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                           "micro-batches to simulate quickly, so all keep the search's closed-form ranking "
                           "(`smplan simulate PLAN.json` may differ by a few %)")
             click.echo(before[-1], err=True)
-    plans = plans[:top]
+    # each as the -o file records it (the --hw given, a path made absolute, and --hw-set's values typed as
+    # the loader types them): `plan --json | jq .plans[0].plan` simulates as the plan file does
+    placed = {"hw": recorded_ref(hw), "hw_overrides": dict(parse_override(kv) for kv in hw_set)}
+    plans = [p.replace(**placed) for p in plans[:top]]
+
     def like_the_best(other):
         """Another search's best, priced as the best was (simulated where it was): or why there is none."""
         if isinstance(other, str | None):
@@ -122,8 +126,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
     without_fix = (result.freed, like_the_best(result.without_fix)) if result.without_fix is not None else None
     notes = _notes(plans[0], result, cluster, stack, model, model_args, seq_len)
     if output:
-        # the --hw the user gave (a path made absolute), and --hw-set values typed as the loader types them
-        plans[0].replace(hw=_hw_ref(hw), hw_overrides=dict(parse_override(kv) for kv in hw_set)).save(output)
+        plans[0].save(output)
     if as_json:
         record = {"plans": [_plan_json(p) for p in plans],
                   "search": {"candidates": result.candidates, "solved": result.solved, "seconds": result.seconds,
@@ -190,11 +193,6 @@ def _notes(best, result, cluster, stack, model, model_args, seq_len) -> list[str
              sac_stack_note(best, stack_name),
              a2a_overlap_note(best, cluster, stack_name))
     return [note for note in notes if note]
-
-
-def _hw_ref(hw: str) -> str:
-    """A --hw or --stack value as a plan file records it: a bundled name, or a path made absolute."""
-    return str(Path(hw).resolve()) if is_path(hw) else hw  # the loader's rule: a folder is not a profile
 
 
 def _recompute(p) -> str:

@@ -13,6 +13,7 @@ import dataclasses
 from smplan.display import memory_need_text
 from smplan.errors import is_user_error
 from smplan.hwprofiles import DEFAULT_STACK, Cluster, load_cluster, load_stack
+from smplan.hwprofiles.paths import recorded_ref
 from smplan.planner import ModelProfile, Plan, even_stages, parse_inline, plan_from_inline
 from smplan.planner.plan import idle_nodes_problem
 
@@ -47,8 +48,9 @@ def _stack(q: Question, spec: PointSpec) -> str:
 def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Cluster) -> Plan:
     """The fixed plan with this point's overrides, or the planner's best plan here."""
     gbs = spec.global_batch or q.global_batch
-    common = dict(model=q.model, hw=cluster.name, nodes=cluster.nodes)
-    stack = _stack(q, spec)
+    # the hardware and stack as a plan file records them (a path made absolute, not the file's name)
+    common = dict(model=q.model, hw=recorded_ref(spec.hw or q.hw), nodes=cluster.nodes)
+    stack = recorded_ref(_stack(q, spec))
     overlap_dp = load_stack(stack).overlap_grad_reduce  # the stack's default for an unfixed overlap_dp
     if q.plan is not None:
         keys = {"overlap_dp": overlap_dp, "dtype": point_dtype(q, spec, cluster), **parse_inline(q.plan),
@@ -77,7 +79,8 @@ def point_plan(q: Question, spec: PointSpec, profile: ModelProfile, cluster: Clu
     if not plans:
         raise InfeasiblePoint(f"no plan fits {cluster.num_gpus} x {cluster.gpu.name} ({cluster.gpu.memory_gib:g} GiB)")
     # as `smplan plan` picks: the search's best few, ranked by their simulated step
-    plans, alternates = ([p.replace(model=q.model, model_args=profile.args, hw_overrides=_overrides(q, spec), stack=stack)
+    plans, alternates = ([p.replace(model=q.model, model_args=profile.args, hw=common["hw"], hw_overrides=_overrides(q, spec),
+                                    stack=stack)
                           for p in some] for some in (plans, result.alternates))
     return rank_by_simulation(plans, lambda _: cluster, profile=profile, alternates=alternates)[0][0]
 

@@ -170,6 +170,30 @@ def test_plan_output_with_a_profile_path_simulates_from_elsewhere(cli_runner, tm
     assert _simulates(cli_runner, out).hw == str(hw.resolve())
 
 
+def test_plan_json_and_whatif_points_hold_the_plan_file_a_profile_path_makes(cli_runner, tmp_path):
+    # a profile file edited from a bundled one keeps its `name`: a plan that recorded the name
+    # simulated on the bundled profile, not on the file (a review's slower network was lost)
+    from smplan.hwprofiles.loader import PROFILE_DIR
+
+    hw = tmp_path / "mine.toml"
+    hw.write_text((PROFILE_DIR / "a100x8.toml").read_text().replace("bandwidth_gbps = 25.0", "bandwidth_gbps = 2.5"))
+    assert "bandwidth_gbps = 2.5" in hw.read_text()
+    out = tmp_path / "plan.json"
+    args = ["plan", TINY, "--hw", str(hw), "--nodes", "2", "--hw-set", "intra_node.latency_us=3"]
+    result = cli_runner.invoke(cli, [*args, "--json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)["plans"][0]["plan"]
+    written = json.loads(out.read_text())  # the object -o writes, its model named from the file's folder
+    assert {k: v for k, v in listed.items() if k != "model"} == {k: v for k, v in written.items() if k != "model"}
+    assert listed["hw"] == str(hw.resolve()) and listed["hw_overrides"] == {"intra_node.latency_us": 3}
+    report = tmp_path / "wf"
+    result = cli_runner.invoke(cli, ["whatif", TINY, "--hw", str(hw), "--jobs", "1", "--seeds", "2",
+                                     "--vary", "nodes=1,2", "--tokens", "1e8", "-o", str(report)])
+    assert result.exit_code == 0, result.output
+    for point in json.loads((report / "points.json").read_text())["points"]:
+        assert point["plan"]["hw"] == str(hw.resolve())
+
+
 def test_whatif_point_plans_round_trip(cli_runner, tmp_path):
     out = tmp_path / "wf"
     result = cli_runner.invoke(cli, ["whatif", TINY, "--jobs", "1", "--seeds", "2", "--vary", "nodes=1,2",
@@ -460,7 +484,8 @@ def test_sac_under_a_stack_without_op_level_checkpointing_says_what_is_nearest(c
 
 
 @pytest.mark.parametrize("hw, nodes, says", [
-    ("h100x8", "2", "tp=16 must divide the 8 GPUs of a node (tensor parallelism stays on NVLink); use tp=8"),
+    ("h100x8", "2", "tp=16 must divide the 8 GPUs of a node (tensor parallelism stays on the node's NVLink); use tp=8"),
+    ("l40sx8", "2", "tp=16 must divide the 8 GPUs of a node (tensor parallelism stays on the node's PCIe); use tp=8"),
     # the 72-GPU NVLink domain holds tp=16; 8 is the recipes' cap, not the node's size
     ("gb200nvl72", "18", "tp=16 must divide 8: in gb200nvl72's 72-GPU NVLink domain tp is a power of two up to 8"),
 ])

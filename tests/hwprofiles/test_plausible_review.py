@@ -87,3 +87,25 @@ def test_a_stack_with_seconds_for_microseconds_warns(cli_runner, tmp_path, monke
         shown = cli_runner.invoke(cli, show)
         assert shown.exit_code == 0, shown.output
         assert "host_overhead_us_per_layer = 0.001075 looks like another unit" in shown.stderr, show
+
+
+@pytest.mark.parametrize("hw, overrides, words", [
+    # a PCIe box that left intra_node.fabric at its default "switch" would get NVLink's TP overlap
+    ("h100x8", {"intra_node.bandwidth_gbps": 32}, 'is a PCIe figure, but intra_node.fabric is "switch"'),
+    ("l40sx8", {"intra_node.bandwidth_gbps": 256}, "more than a PCIe 6.0 x16 slot carries"),  # Gb/s typed
+    ("h100x8", {"inter_node.latency_us": 6000}, "divide a nanoseconds figure by 1000"),
+    ("h100x8", {"reliability.gpu_mtbf_hours": 1.8e8}, "divide a seconds figure by 3600"),
+])
+def test_a_link_or_reliability_figure_that_no_hardware_has_is_named(hw, overrides, words):
+    (warning,) = implausible_values(hw, overrides)
+    (key,) = overrides
+    assert warning.startswith(f"warning: --hw-set: {key} = ") and words in warning, warning
+
+
+def test_hw_show_states_a_link_figure_in_gbit_per_gpu_and_per_node(cli_runner):
+    # 100 Gb/s Ethernet typed as 100 passes every bound (an 800 Gb/s NIC per GPU is 100 GB/s):
+    # `hw show` says what the figure means, 800 Gb/s per GPU, 6400 Gb/s per node
+    result = cli_runner.invoke(cli, ["hw", "show", "h100x8", "--hw-set", "inter_node.bandwidth_gbps=100"])
+    assert result.exit_code == 0, result.output
+    assert ("bandwidth_gbps = 100.0 (GB/s per GPU per direction = 800 Gb/s per GPU, 6400 Gb/s per node of 8)"
+            in result.output), result.output
