@@ -205,16 +205,26 @@ _LOADED, _UNREADABLE, _FAILED = 0, 1, 2
 # What reading a damaged file raises: a missing or short file (OSError, EOFError), torch.load's
 # pickle of garbage (UnpicklingError), torch's zip reader on a cut archive ("PytorchStreamReader
 # failed reading zip archive"). Seen with truncated DCP shards, .metadata and rank-N.pt here.
-_READ_ERRORS = (OSError, EOFError, pickle.UnpicklingError)
+class UnreadableFileError(Exception):
+    """A checkpoint's file that does not read back: garbage where torch.load expects its archive
+    (a zeroed rank-N.pt raises KeyError "filename 'storages' not found", other bytes ValueError),
+    or missing beside the other ranks' files."""
+
+
+_READ_ERRORS = (OSError, EOFError, pickle.UnpicklingError, UnreadableFileError)
 _READ_ERROR_TEXT = ("PytorchStreamReader", "zip archive")
+# torch 2.13's DCP load asserts when no metadata reads back (state_dict_loader.py: "metadata is None;
+# global metadata read failed: <the UnpicklingError or FileNotFoundError>"), the cause kept as text only
+_METADATA_READ_TEXT = "metadata read failed"
 
 
 def _is_unreadable(err: BaseException) -> bool:
     failures = getattr(err, "failures", None)  # torch.distributed.checkpoint.api.CheckpointException
     if isinstance(failures, dict) and failures:
         return all(_is_unreadable(_inner(f)) for f in failures.values())
-    return isinstance(err, _READ_ERRORS) or (isinstance(err, RuntimeError)
-                                             and any(text in str(err) for text in _READ_ERROR_TEXT))
+    return (isinstance(err, _READ_ERRORS)
+            or (isinstance(err, RuntimeError) and any(text in str(err) for text in _READ_ERROR_TEXT))
+            or (isinstance(err, AssertionError) and _METADATA_READ_TEXT in str(err)))
 
 
 def _inner(failure) -> BaseException:
@@ -329,7 +339,15 @@ def load_rank_state(path: Path, rank: int) -> dict | None:
     import torch
 
     file = rank_state_file(path, rank)
-    return torch.load(file, weights_only=False) if file.is_file() else None
+    if not file.is_file():
+        if any(Path(path).glob("rank-*.pt")):  # the other ranks kept theirs: this one was lost
+            raise UnreadableFileError(f"{file.name} is missing")
+        return None  # a checkpoint written before per-rank states were kept
+    try:
+        return torch.load(file, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - whatever garbage raises, the file does not read back
+        why = (str(err).strip().splitlines() or [""])[0]
+        raise UnreadableFileError(f"{file.name} does not read back ({type(err).__name__}: {why})") from err
 
 
 def save(root: str | Path, step: int, chunks, optimizers, meta: dict, rank: int, barrier,

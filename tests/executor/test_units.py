@@ -164,6 +164,24 @@ def test_a_checkpoint_that_does_not_read_back_falls_back_to_the_one_before(tmp_p
     assert load_newest_readable(tmp_path / "none", "a", False, load, alone) is None
 
 
+def test_a_rank_file_or_metadata_that_does_not_read_back_is_damage_not_a_failure(tmp_path):
+    import torch
+    from smplan.executor.checkpoint import UnreadableFileError, _is_unreadable, load_rank_state
+
+    assert load_rank_state(tmp_path, 1) is None  # a checkpoint from before per-rank states: none to load
+    torch.save({"rng": 1}, tmp_path / "rank-0.pt")
+    assert load_rank_state(tmp_path, 0) == {"rng": 1}
+    with pytest.raises(UnreadableFileError, match="rank-1.pt is missing"):  # rank 0 kept its own: rank 1's was lost
+        load_rank_state(tmp_path, 1)
+    (tmp_path / "rank-0.pt").write_bytes(bytes(4096))  # zeroed: torch.load raises KeyError 'storages'
+    with pytest.raises(UnreadableFileError, match=r"rank-0.pt does not read back \(KeyError"):
+        load_rank_state(tmp_path, 0)
+    # torch 2.13's DCP asserts when no metadata reads back; any other assertion is a failure, not damage
+    assert _is_unreadable(_DCPFailure({0: (AssertionError("metadata is None; global metadata read failed: invalid "
+                                                          "load key, '\\x00'."), None)}))
+    assert not _is_unreadable(_DCPFailure({0: (AssertionError("Size mismatch"), None)}))
+
+
 def test_fingerprint_tracks_plan_and_model(gpt_file):
     plan, _ = resolve_plan("dp=2,mbs=1,gbs=4", model=GPT)
     same = fingerprint(plan, gpt_file.sha256)
