@@ -83,7 +83,14 @@ def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
         detail = (f"{reason} after the run's last step ({done} of {total}): every step ran and was recorded, "
                   f"only {SUMMARY_FILE} was not written; there is nothing left to resume{cause}")
     record = {"reason": reason, "detail": detail, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    (run_dir / STOPPED_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    # whole or not at all: a reader never meets half a record, and a full disk (the cause of many a
+    # stop) must not turn the launcher's report of the failure into a traceback of its own
+    tmp = run_dir / f".{STOPPED_FILE}.tmp"
+    try:
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        tmp.replace(run_dir / STOPPED_FILE)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _steps_done(run_dir: Path) -> tuple[int, int | None]:

@@ -413,6 +413,25 @@ def test_a_new_launch_clears_the_stopped_record(tmp_path):
     assert not (tmp_path / STOPPED_FILE).exists()
 
 
+def test_a_stop_record_on_a_full_disk_is_skipped_not_half_written(tmp_path, monkeypatch):
+    # a run on a full disk: the launcher reported its own OSError instead of the rank's failure, and
+    # left an empty stopped.json (review)
+    import errno
+    from pathlib import Path
+
+    from smplan.executor.metrics import STOPPED_FILE, mark_stopped
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")  # no exception
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")
+    assert [p.name for p in tmp_path.iterdir()] == [STOPPED_FILE]
+
+
 def test_a_run_that_checkpointed_elsewhere_continues_from_there(tmp_path, monkeypatch):
     # `execute -o RUN --checkpoint-dir CK`, then `execute -o RUN --steps 8`: RUN's run_config.json
     # names CK, so the second run resumes from it rather than refusing RUN as a finished run
