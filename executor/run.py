@@ -446,17 +446,24 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
     --steps may change (train longer); the rest is refused unless --force-resume."""
     step, path = found
     try:
-        theirs = dict(checkpoint.read_meta(path).get("recipe") or {})
+        meta = checkpoint.read_meta(path)
     except (OSError, ValueError):
         return  # checkpoint.check_resumable has read it; a newer one is not ours to judge here
+    theirs = dict(meta.get("recipe") or {})
     ours = cfg.recipe().to_dict()
     changed = [f"{k}={theirs[k]!r} (now {ours[k]!r})" for k in ours
                if k != "total_steps" and k in theirs and theirs[k] != ours[k]]
     earlier = earlier_config(out)
-    seed = earlier.seed if earlier is not None else cfg.seed
+    if earlier is None and meta.get(checkpoint.RUN_DIR):  # resumed into a new -o: the writer's own record
+        earlier = earlier_config(Path(meta[checkpoint.RUN_DIR]))
+    seed = earlier.seed if earlier is not None else meta.get("seed", cfg.seed)
     if seed != cfg.seed:
         changed.append(f"seed={seed} (now {cfg.seed})")
-    if earlier is not None:  # the data a resume reads on: the same stream at the step's position
+    if earlier is None:  # the writer's folder is gone: the data the checkpoint itself records
+        was = (meta.get("data") or {}).get("path")
+        if was != cfg.data:
+            changed.append(f"--data {was or 'not given'} (now {cfg.data or 'not given'})")
+    else:  # the data a resume reads on: the same stream at the step's position
         for key, option in (("data", "--data"), ("val_data", "--val-data"), ("data_dtype", "--data-dtype")):
             was, now = getattr(earlier, key), getattr(cfg, key)
             if (was or now) and was != now and not (key == "data_dtype" and not (earlier.data or cfg.data)):

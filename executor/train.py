@@ -376,7 +376,7 @@ class Trainer:
         # The lr schedule and the data position are functions of the step: recorded, not needed to resume.
         meta = {"fingerprint": self.cfg.fingerprint, checkpoint.FINGERPRINT_INPUTS: self.cfg.fingerprint_inputs,
                 "plan": self.cfg.plan, "model": self.cfg.model_ref, "recipe": self.recipe.to_dict(),
-                checkpoint.RUN_DIR: self.cfg.out_dir}
+                "seed": self.cfg.seed, checkpoint.RUN_DIR: self.cfg.out_dir}
         if self.cfg.data:
             meta["data"] = self.data.position(step)
         checkpoint.save(self.cfg.checkpoint_dir, step, self.parts.chunks, self.optimizers, meta,

@@ -328,6 +328,30 @@ def test_a_resume_refuses_other_data(tmp_path):
             run._refuse_a_changed_recipe(found, RunConfig(**{**started.__dict__, "steps": 8, **change}), tmp_path)
 
 
+def test_a_resume_into_a_new_run_folder_holds_the_writers_seed_and_data(tmp_path):
+    """`execute -o A --checkpoint-dir CK --data d.bin`, then `execute -o B --checkpoint-dir CK` without
+    --data (or with another --seed) resumed on synthetic batches: the recipe was held against B's
+    run_config.json, which B had none of yet (review). The writer's folder is read, or, gone, what
+    the checkpoint records itself."""
+    from smplan.executor import run
+    from smplan.executor.config import RunConfig
+
+    a, b = tmp_path / "A", tmp_path / "B"
+    a.mkdir()
+    b.mkdir()
+    started, (step, ckpt) = _started_run(a, seed=3, data="/d/train.bin")
+    (ckpt / "smplan.json").write_text(json.dumps({"recipe": started.recipe().to_dict(), "step": 4, "seed": 3,
+                                                   "run_dir": str(a), "data": {"path": "/d/train.bin"}}))
+    same = RunConfig(**{**started.__dict__, "steps": 8, "out_dir": str(b)})
+    for folder_a in ("kept", "removed"):
+        if folder_a == "removed":
+            (a / "run_config.json").unlink()
+        run._refuse_a_changed_recipe((step, ckpt), same, b)
+        for change, says in (({"seed": 0}, "seed=3 (now 0)"), ({"data": None}, "--data /d/train.bin (now not given)")):
+            with pytest.raises(PlanMismatchError, match=re.escape(says) + ".*--force-resume"):
+                run._refuse_a_changed_recipe((step, ckpt), RunConfig(**{**same.__dict__, **change}), b)
+
+
 def test_a_resume_refuses_another_file_at_the_same_data_path(tmp_path):
     """A review overwrote its --data file (20,000 tokens) with 9,000 and resumed without a word."""
     from smplan.executor import run
