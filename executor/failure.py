@@ -46,9 +46,29 @@ def exception_tail(text: str, max_lines: int = 10) -> list[str]:
     # frames are indented; the exception ("ValueError: ...") is the first line that is not
     end = next((i for i, line in enumerate(block) if line and not line[0].isspace()), len(block))
     message = block[end:end + max_lines]
+    cause = _dcp_cause(block[end:])
+    if cause:  # DCP's exception says only which ranks failed; the first one's exception says why
+        message = [message[0], cause][-max_lines:]
     frames = [line for line in block[:end] if line.strip() and set(line.strip()) != {"^"}]
     keep = max_lines - len(message)
     return (frames[-keep:] if keep > 0 else []) + message
+
+
+# torch.distributed.checkpoint's CheckpointException carries every failed rank's traceback in its
+# text, each headed "Traceback (most recent call last): (RANK n)" (torch/distributed/checkpoint/api.py)
+_DCP_RANK_TRACEBACK = re.compile(r"^Traceback \(most recent call last\): \(RANK (\d+)\)$")
+
+
+def _dcp_cause(lines: list[str]) -> str | None:
+    """'rank N: <its exception line>' for the first rank traceback in a CheckpointException's text
+    (a full disk's OSError, a damaged file's error), or None when `lines` hold none."""
+    for i, line in enumerate(lines):
+        header = _DCP_RANK_TRACEBACK.match(line.strip())
+        if header:
+            exc = next((later for later in lines[i + 1:] if later and not later[0].isspace()), None)
+            if exc and not _DCP_RANK_TRACEBACK.match(exc.strip()):
+                return f"rank {header.group(1)}: {exc}"
+    return None
 
 
 # What a worker prints when a collective failed because another rank died first (executor/worker.py).

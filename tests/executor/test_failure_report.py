@@ -172,3 +172,28 @@ def test_a_lost_peer_line_is_its_first_sentence_cut_at_a_word():
     assert first_line(RuntimeError("word " * 100), max_chars=22) == "word word word word ..."
     assert first_line(RuntimeError("")) == "RuntimeError"
     assert first_line(RuntimeError("a peer is gone, e.g. killed. Check its log")) == "a peer is gone, e.g. killed"
+
+
+def test_a_checkpoint_failure_names_the_ranks_own_exception(tmp_path):
+    # DCP gathers each rank's traceback into one CheckpointException whose first line names only the
+    # ranks: a full disk was reported as "CheckpointException ranks:dict_keys([0, 1])" (review)
+    log = "\n".join([
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "train.py", line 9, in _save',
+        "[rank0]:     dcp.save(state, checkpoint_id=path)",
+        "[rank0]: torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([0, 1])",
+        "[rank0]: Traceback (most recent call last): (RANK 0)",
+        '[rank0]:   File "filesystem.py", line 400, in write_data',
+        "[rank0]:     stream.write(data)",
+        "[rank0]: OSError: [Errno 28] No space left on device",
+        "[rank0]: Traceback (most recent call last): (RANK 1)",
+        '[rank0]:   File "filesystem.py", line 400, in write_data',
+        "[rank0]: OSError: [Errno 28] No space left on device",
+    ])
+    assert exception_tail(log, 1) == ["rank 0: OSError: [Errno 28] No space left on device"]
+    assert exception_tail(log, 3)[-2:] == [
+        "torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([0, 1])",
+        "rank 0: OSError: [Errno 28] No space left on device"]
+    path = tmp_path / "rank-0.log"
+    path.write_text(log)
+    assert "rank 0: OSError: [Errno 28] No space left on device" in failure_report(0, 1, path, tmp_path)
