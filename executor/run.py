@@ -6,6 +6,7 @@ ValueError line (exit code 2 on the CLI).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -502,10 +503,15 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
     not run beside it. Not across nodes: their launchers share the folder.
     """
     if opts.out and not (opts.launcher == "local" and opts.nnodes > 1):
-        with holding_run_dir(Path(opts.out).resolve()) as locked:
-            if not locked and progress:
+        out = Path(opts.out).resolve()
+        with contextlib.ExitStack() as held:
+            if not held.enter_context(holding_run_dir(out)) and progress:
                 progress(f"note: {opts.out}'s file system offers no file locks: nothing stops a second launch "
                          "into it while this one runs")
+            named = opts.checkpoint_dir or recorded_checkpoint_dir(out)  # as prepare() picks it
+            ckpt = Path(named).resolve() if named else None
+            if ckpt is not None and ckpt != out and out not in ckpt.parents:  # a folder other runs may share
+                held.enter_context(holding_run_dir(ckpt, "--checkpoint-dir"))
             return _execute(plan, model_file, opts, progress)
     if opts.out:  # nodes sharing the folder take no lock: a killed launch's file would call this run abandoned
         forget_abandoned_lock(Path(opts.out).resolve())

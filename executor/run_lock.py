@@ -56,14 +56,16 @@ def _lock_exclusive(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def holding_run_dir(out: str | Path) -> Iterator[bool]:
+def holding_run_dir(out: str | Path, option: str = "-o/--output") -> Iterator[bool]:
     """Hold RUN_DIR's lock for the block (yields True; False where the file system offers no
     locking), or raise PlanMismatchError naming the launch that holds it. A folder this call
     created and that holds nothing else at the end (the run was refused before writing
-    anything) is removed again, while the lock is still held."""
+    anything) is removed again, while the lock is still held. `option`: the flag that named
+    the folder (a --checkpoint-dir outside the run folder is held too: two runs saving into
+    one resumed from each other's steps and replaced them)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise PlanMismatchError(f"{out} is a file; pass a folder to -o/--output")
+        raise PlanMismatchError(f"{out} is a file; pass a folder to {option}")
     created = not out.exists()
     path = out / LOCK_FILE
     for attempt in range(2):  # a refused launch that made the folder may remove it between the two calls
@@ -79,8 +81,9 @@ def holding_run_dir(out: str | Path) -> Iterator[bool]:
             _lock_exclusive(fd)
         except BlockingIOError:
             raise PlanMismatchError(
-                f"{out} is in use by another `smplan execute`{_holder(fd)}; wait for it to end (smplan monitor "
-                f"{out}), stop it, or pass another -o/--output") from None
+                f"{out} is in use by another `smplan execute`{_holder(fd)}; wait for it to end"
+                f"{f' (smplan monitor {out})' if option == '-o/--output' else ''}, stop it, or pass another {option}"
+            ) from None
         except OSError as err:
             if err.errno not in NO_LOCKING:
                 raise

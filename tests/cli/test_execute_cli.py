@@ -341,6 +341,25 @@ def test_a_run_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
     assert out.is_dir() and not any(out.iterdir())
 
 
+def test_a_checkpoint_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
+    """Two runs saving into one --checkpoint-dir, started close together, got past every check made
+    at launch: the second resumed from the first's newest step and replaced its next (review)."""
+    from smplan.executor.run_lock import holding_run_dir
+
+    shared = tmp_path / "ckpt"
+    with holding_run_dir(shared, "--checkpoint-dir"):
+        refused = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / "b"),
+                          "--checkpoint-dir", str(shared))
+        assert refused.exit_code == 2, refused.output
+        assert f"{shared} is in use by another `smplan execute`" in refused.output
+        assert "pass another --checkpoint-dir" in refused.output and "Traceback" not in refused.output
+        # its own RUN_DIR/checkpoints is the run folder's lock's to guard
+        inside = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / "c"),
+                         "--checkpoint-dir", str(tmp_path / "c" / "checkpoints"), "--steps", "1")
+        assert inside.exit_code == 0, inside.output
+    assert not shared.exists() and not (tmp_path / "b").exists()
+
+
 def test_a_one_step_summary_says_it_is_the_warm_up_step(capsys):
     from smplan.planner.plan import Plan
 
