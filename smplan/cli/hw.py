@@ -75,12 +75,14 @@ def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None,
         raise UserError("hw show needs a profile: smplan hw show NAME|PATH (smplan hw list names the bundled ones)")
     cluster = load_cluster(name, nodes=nodes, overrides=list(hw_set), stack=stack)
     overridden = {parse_override(kv)[0] for kv in hw_set}
-    for line in [*implausible_values(name, dict(parse_override(kv) for kv in hw_set)),
-                 *(implausible_stack_values(stack) if stack else [])]:  # as plan and simulate say
+    warnings = [*implausible_values(name, dict(parse_override(kv) for kv in hw_set)),
+                *(implausible_stack_values(stack) if stack else [])]  # as plan and simulate say
+    for line in warnings:
         click.echo(line, err=True)
     data = cluster.to_dict()
     if as_json:
         data["num_gpus"] = cluster.num_gpus
+        data["notes"] = warnings  # as plan's, simulate's and whatif's --json list theirs
         echo_json(data)
         return
     click.echo(f"{cluster.name}: {cluster.description}")

@@ -82,7 +82,7 @@ def test_hw_show_user_toml_with_nodes_and_hw_set(cli_runner, tmp_path):
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["name"] == "mine" and data["nodes"] == 4 and data["num_gpus"] == 32
+    assert data["name"] == "mine" and data["nodes"] == 4 and data["num_gpus"] == 32 and data["notes"] == []
     assert data["inter_node"]["bandwidth_gbps"] == 25.0
     # a name and a different --hw are two profiles: refused rather than one silently winning
     result = cli_runner.invoke(cli, ["hw", "show", "a100x8", "--hw", str(path), "--json"])

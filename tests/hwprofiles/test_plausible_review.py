@@ -1,6 +1,8 @@
 """Review findings on hardware values in the wrong unit (hwprofiles/plausible.py) and the
 bundled figures they checked."""
 
+import json
+
 import click
 import pytest
 from smplan.hwprofiles import PROBED_CPU_NAME, implausible_values, load_cluster
@@ -109,3 +111,8 @@ def test_hw_show_states_a_link_figure_in_gbit_per_gpu_and_per_node(cli_runner):
     assert result.exit_code == 0, result.output
     assert ("bandwidth_gbps = 100.0 (GB/s per GPU per direction = 800 Gb/s per GPU, 6400 Gb/s per node of 8)"
             in result.output), result.output
+    # --json lists the warnings it prints, as plan's and simulate's do
+    shown = cli_runner.invoke(cli, ["hw", "show", "h100x8", "--hw-set", "intra_node.bandwidth_gbps=32", "--json"])
+    assert shown.exit_code == 0, shown.output
+    (note,) = json.loads(shown.stdout)["notes"]
+    assert 'is a PCIe figure, but intra_node.fabric is "switch"' in note
