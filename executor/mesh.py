@@ -55,7 +55,7 @@ class ParallelDims:
     @property
     def layout(self) -> ParallelLayout:
         """The rank arithmetic; the cp ranks fold into the layout's dp (cp varies faster than dp)."""
-        return ParallelLayout(pp=self.pp, dp=self.dp * self.cp, tp=self.tp, gpus_per_node=self.gpus_per_node)
+        return ParallelLayout.folded(self.pp, self.dp, self.cp, self.tp, self.gpus_per_node)
 
     @property
     def cp_enabled(self) -> bool:

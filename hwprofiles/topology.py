@@ -54,6 +54,13 @@ class ParallelLayout:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
+    @classmethod
+    def folded(cls, pp: int, dp: int, cp: int, tp: int, gpus_per_node: int) -> ParallelLayout:
+        """The layout of a plan with context parallelism: cp sits between tp and dp in the rank
+        order (Megatron-Core's RankGenerator "tp-cp-ep-dp-pp"), so (pp, dp x cp, tp) gives the
+        stage boundaries and the dense gradient group dp x cp; ep folds into the same ranks."""
+        return cls(pp=pp, dp=dp * cp, tp=tp, gpus_per_node=gpus_per_node)
+
     @property
     def world_size(self) -> int:
         return self.pp * self.dp * self.tp

@@ -144,7 +144,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
     per_blk = bp.forward_s + bp.backward_s
     rec_blk = bp.backward_with(cand.kind)[1] if cand.kind != "none" else 0.0
     # sends
-    layout = ParallelLayout(pp=p, dp=cand.dp * cand.cp, tp=cand.tp, gpus_per_node=cl.fast_domain_gpus)
+    layout = ParallelLayout.folded(p, cand.dp, cand.cp, cand.tp, cl.fast_domain_gpus)
     send_bytes = pp_send_bytes(block, cand.mbs, cand.tp, cand.cp, cand.sp, cl)
     s_in = p2p_time_s(send_bytes, False, cl) if p > 1 else 0.0
     s_out = p2p_time_s(send_bytes, True, cl) if p > 1 else 0.0

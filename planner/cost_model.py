@@ -118,14 +118,12 @@ class CostModel:
         self.chunk = functools.lru_cache(maxsize=None)(self.chunk)
 
     def _layout(self, key: MeshKey) -> ParallelLayout:
-        # cp sits between tp and dp in the rank order (Megatron-Core "tp-cp-ep-dp-pp"), so the
-        # (pp, dp x cp, tp) layout gives the stage boundaries and the dense gradient group dp x cp.
-        return ParallelLayout(pp=key.pp, dp=key.dp * key.cp, tp=key.tp, gpus_per_node=self.cluster.fast_domain_gpus)
+        return ParallelLayout.folded(key.pp, key.dp, key.cp, key.tp, self.cluster.fast_domain_gpus)
 
     def spans(self, tp: int, dp: int, cp: int, ep: int) -> dict[str, GroupSpan]:
         """The groups of one pipeline stage: tp, dense gradients (dp x cp), cp, ep and edp."""
         gpn = self.cluster.fast_domain_gpus
-        layout = ParallelLayout(pp=1, dp=dp * cp, tp=tp, gpus_per_node=gpn)
+        layout = ParallelLayout.folded(1, dp, cp, tp, gpn)
         edp = max(1, tp * cp * dp // ep)
         return {"tp": layout.span("tp"), "dp": layout.span("dp"), "cp": strided_span(cp, tp, gpn),
                 "ep": strided_span(ep, 1, gpn), "edp": strided_span(edp, ep, gpn)}

@@ -191,8 +191,7 @@ def simulate_plan(
     from smplan.planner.cost_model import plan_costs
 
     costs = plan_costs(plan, profile, cluster)
-    # cp sits between tp and dp in the rank order: stage boundaries and the gradient group are dp x cp
-    layout = ParallelLayout(pp=plan.pp, dp=plan.dp * plan.cp, tp=plan.tp, gpus_per_node=cluster.fast_domain_gpus)
+    layout = ParallelLayout.folded(plan.pp, plan.dp, plan.cp, plan.tp, cluster.fast_domain_gpus)
     return simulate_step(
         costs,
         layout,
