@@ -239,10 +239,14 @@ SLURM_STEP_MARGIN = 1.5
 _SLURM_TIME = re.compile(r"(\d+)(:\d+){0,2}|\d+-\d+(:\d+){0,2}")
 
 
+class SlurmTimeError(ValueError):
+    """A --time-limit sbatch would not take: the user's, shown in one line."""
+
+
 def check_slurm_time(text: str) -> str:
-    """`text` if sbatch takes it as --time, else a ValueError saying the forms it takes."""
+    """`text` if sbatch takes it as --time, else a SlurmTimeError saying the forms it takes."""
     if not _SLURM_TIME.fullmatch(text.strip()) or not any(ch != "0" for ch in text if ch.isdigit()):
-        raise ValueError(f"--time-limit must be a Slurm time such as 90 (minutes), 4:00:00 or 2-00:00:00 "
+        raise SlurmTimeError(f"--time-limit must be a Slurm time such as 90 (minutes), 4:00:00 or 2-00:00:00 "
                          f"(days-hours:minutes:seconds), above zero; got {text!r}")
     return text.strip()
 

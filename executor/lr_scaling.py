@@ -17,14 +17,18 @@ import math
 RULES = ("linear", "sqrt")
 
 
+class LrScalingError(ValueError):
+    """--lr-scaling or --reference-batch that cannot scale an lr: the user's, shown in one line."""
+
+
 def lr_scale(global_batch: int, reference_batch: int | None, rule: str = "sqrt") -> float:
     """The factor the lr is multiplied by (1.0 without a reference batch or when they agree)."""
     if rule not in RULES:
-        raise ValueError(f"--lr-scaling must be linear or sqrt, got {rule!r}")
+        raise LrScalingError(f"--lr-scaling must be linear or sqrt, got {rule!r}")
     if reference_batch is None:
         return 1.0
     if not isinstance(reference_batch, int) or reference_batch < 1:
-        raise ValueError(f"--reference-batch must be a whole number >= 1, got {reference_batch!r}")
+        raise LrScalingError(f"--reference-batch must be a whole number >= 1, got {reference_batch!r}")
     ratio = global_batch / reference_batch
     return ratio if rule == "linear" else math.sqrt(ratio)
 

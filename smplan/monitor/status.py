@@ -53,6 +53,10 @@ from .stragglers import find_stragglers, memory_over_prediction, own_step_times
 # (RunData.throughput_key), tokens, as monitor always said, otherwise.
 THROUGHPUT_UNITS = {"tokens_per_s": "tokens/s", "samples_per_s": "samples/s"}
 
+class ThresholdError(ValueError):
+    """Warning thresholds no run can be held to: the user's, shown in one line."""
+
+
 @dataclass(frozen=True)
 class Thresholds:
     straggler_pct: float = 20.0  # X: own step time this far above the median rank's...
@@ -61,7 +65,7 @@ class Thresholds:
 
     def __post_init__(self) -> None:
         if self.straggler_pct < 0 or self.memory_pct < 0 or self.straggler_steps < 1:
-            raise ValueError("thresholds: percentages must be >= 0 and --straggler-steps >= 1")
+            raise ThresholdError("thresholds: percentages must be >= 0 and --straggler-steps >= 1")
 
 
 
