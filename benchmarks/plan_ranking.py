@@ -10,7 +10,7 @@
    interleaved candidates whose bound is within 5% of the best: where it exceeds the closed form
    a cutoff on it would drop plans, so the cutoff is 10% looser (search.SPREAD_MARGIN).
 4. `smplan plan ... --json` end to end for four models: pick, simulated step, wall time.
-5. The polish (search._polish) of the search's best pipeline plan for the models of part 4: its
+5. The polish (solve.polish) of the search's best pipeline plan for the models of part 4: its
    closed form as the ILP's partition left it, and polished.
 6. The textbook pipeline formulas (AMP's critical path for 1F1B and GPipe, the interleaved bubble)
    against the replay (closed_form.compute_end_s) over 6,000 random splits of equal blocks with
@@ -38,8 +38,9 @@ from smplan.planner.cost_model import CostModel  # noqa: E402
 from smplan.planner.costs import PlanCosts, StageCosts  # noqa: E402
 from smplan.planner.ilp import partition_for  # noqa: E402
 from smplan.planner.memory_model import capacity_bytes  # noqa: E402
-from smplan.planner.search import _plan_of, _polished, _solve, plan_model, search  # noqa: E402
+from smplan.planner.search import plan_model, search  # noqa: E402
 from smplan.planner.search_space import enumerate_candidates, validate_constraints  # noqa: E402
+from smplan.planner.solve import plan_of, polished, solve  # noqa: E402
 from smplan.simulator.rank import simulated  # noqa: E402
 
 SMPLAN = str(Path(sys.executable).parent / "smplan")
@@ -110,7 +111,7 @@ def ilp_objective_vs_closed_form() -> None:
                 continue
             part = partition_for(cm, cand, cap)
             if part is not None:
-                plan = _plan_of(cm, cand, part.blocks, part.recompute, gbs, preset)
+                plan = plan_of(cm, cand, part.blocks, part.recompute, gbs, preset)
                 gaps.append(part.objective / plan.predicted.step_time_s - 1)
         print(f"   {preset:10s} {nodes * 8:5d} GPUs: {len(gaps)} partitions, objective over closed form "
               f"{100 * min(gaps):+.1f}% .. {100 * max(gaps):+.1f}%  (search.SPREAD_MARGIN 10%)")
@@ -147,10 +148,10 @@ def polish_gains() -> None:
             if any(getattr(cand, k) != getattr(best, k) for k in same) or (cand.mbs, cand.v, cand.kind) != \
                     (best.micro_batch, best.virtual_stages, best.stages[0].recompute):
                 continue
-            ilp = _solve(cm, cand, cap, gbs, ref)
-            polished = _polished(cm, cand, cap, gbs, ref)
-            if polished is not None and polished.replace(model=best.model) == best:
-                t0, t1 = ilp.predicted.step_time_s, polished.predicted.step_time_s
+            ilp = solve(cm, cand, cap, gbs, ref)
+            polished_plan = polished(cm, cand, cap, gbs, ref)
+            if polished_plan is not None and polished_plan.replace(model=best.model) == best:
+                t0, t1 = ilp.predicted.step_time_s, polished_plan.predicted.step_time_s
                 print(f"   {ref:22s} {best.degrees:22s} v={best.virtual_stages}  ILP {t0:.3f} s  polished {t1:.3f} s "
                       f"({100 * (t1 / t0 - 1):+.2f}%)")
                 break

@@ -5,7 +5,7 @@ after it drains (exposed DP communication and the optimizer), the step's breakdo
 per device. The step simulation equals the pipeline for any stages with contention off
 (tests/simulator); `smplan.planner.cost_model` fills the PlanCosts. The ILP (smplan.planner.ilp)
 minimises the textbook formulas that approximate the replay, linear in the blocks per stage, and
-the search then polishes its partition under this closed form (search._polish).
+the search then polishes its partition under this closed form (solve.polish).
 """
 
 from __future__ import annotations

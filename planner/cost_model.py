@@ -114,7 +114,7 @@ class CostModel:
         self._gpu_only = dataclasses.replace(cluster, efficiency=eff)
         self._parts: dict[int, BlockProfile] = {}  # cache by identity: hashing a profile is slow
         self._pass = functools.lru_cache(maxsize=None)(self._pass_uncached)
-        # the search re-costs partitions of one mesh many times (search._polish): most of an estimate
+        # the search re-costs partitions of one mesh many times (solve.polish): most of an estimate
         self.chunk = functools.lru_cache(maxsize=None)(self.chunk)
 
     def _layout(self, key: MeshKey) -> ParallelLayout:

@@ -8,7 +8,7 @@ pipeline formulas below (AMP's critical path, Li et al. 2022 eq. 2; the interlea
 Narayanan et al. 2021) are maxima of affine functions and their epigraph form is exact. The
 closed form (`closed_form.compute_end_s`) replays the schedule instead, which these equal for
 identical stages and approximate otherwise (a heavy stage drains faster first); the search
-polishes the ILP's partition under it (`search._polish`).
+polishes the ILP's partition under it (`solve.polish`).
 
     minimise   T_pipe + Z
     T_pipe   = sum_c (f_c + b_c) + 2 sum_c s_c + (m - 1) M              (1F1B, GPipe)
@@ -88,7 +88,7 @@ def solve_partition(
     per-block coefficients are equal), so each device gets one count variable, spread evenly
     over its chunks afterwards (`spread`). The full estimate also sees which chunk holds the
     extra blocks (the DP overlap window, the first chunk's in-flight activations), by up to
-    ~0.04% on 5 blocks; `search._best_spread` tries the other splits where they are few.
+    ~0.04% on 5 blocks; `solve._best_spread` tries the other splits where they are few.
     `cutoff`: only solutions with a step time below it are of interest
     (the search's K-th best so far); None then means "none better".
     """

@@ -6,8 +6,8 @@ from smplan.planner import PlanError, plan_search, profile_model
 from smplan.planner.bounds import compute_lower_bound, lower_bound
 from smplan.planner.cost_model import CostModel
 from smplan.planner.memory_model import capacity_bytes
-from smplan.planner.search import _polished
 from smplan.planner.search_space import enumerate_candidates, validate_constraints
+from smplan.planner.solve import polished
 
 from tests.planner.test_search import _compositions
 
@@ -67,7 +67,7 @@ def test_bounds_stay_below_the_solved_plans(moe):
     for cand in enumerate_candidates(moe, cluster, fixed, None):
         if cand.ep == 1 and cand.cp == 1:
             continue
-        plan = _polished(cm, cand, cap, 32, "m")
+        plan = polished(cm, cand, cap, 32, "m")
         bound, why, _ = lower_bound(cm, cand, cap)
         if plan is None:
             continue
@@ -84,7 +84,7 @@ def test_ilp_equals_brute_force_with_ep_and_cp(moe):
     cm = CostModel(moe, cluster)
     fixed = validate_constraints(moe, cluster, "pp=2,ep=4,cp=2,tp=2,mbs=1,zero=1", 32, None, None, "bf16")
     cand = next(c for c in enumerate_candidates(moe, cluster, fixed, None) if c.kind == "selective")
-    plan = _polished(cm, cand, capacity_bytes(cluster), 32, "m")
+    plan = polished(cm, cand, capacity_bytes(cluster), 32, "m")
     brute = _brute_force(cm, cand, 32)
     assert plan.predicted.step_time_s == pytest.approx(brute, rel=1e-6)
 
@@ -150,7 +150,7 @@ def test_ilp_equals_brute_force_where_recomputing_frees_the_dense_layers(memory_
     cm = CostModel(prof, cluster)
     fixed = validate_constraints(prof, cluster, "pp=2,dp=4,mbs=4,zero=1", 64, None, None, "bf16")
     cand = next(c for c in enumerate_candidates(prof, cluster, fixed, None) if c.kind == "full" and not c.recompute_all)
-    plan = _polished(cm, cand, capacity_bytes(cluster), 64, "m")
+    plan = polished(cm, cand, capacity_bytes(cluster), 64, "m")
     assert plan.stages[0].num_recomputed > 0  # the memory asks for it
     assert plan.predicted.step_time_s == pytest.approx(_brute_force(cm, cand, 64), rel=1e-9)
     assert plan.predicted.peak_memory_gib <= memory_gib

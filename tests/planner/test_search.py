@@ -11,8 +11,8 @@ from smplan.planner.bounds import compute_lower_bound, lower_bound
 from smplan.planner.closed_form import estimate_from_costs
 from smplan.planner.cost_model import CostModel
 from smplan.planner.memory_model import capacity_bytes
-from smplan.planner.search import _polished
 from smplan.planner.search_space import Candidate
+from smplan.planner.solve import polished
 
 from tests.planner.gpt_profile_fixture import gpt_profile
 
@@ -96,7 +96,7 @@ def test_search_partition_equals_brute_force(layers, pp, v, tp, mbs, zero, kind,
     memory_gib = lo + squeeze * (hi - lo)
     cluster = load_cluster("a100x8", nodes=1, overrides={"gpu.memory_gib": memory_gib})
     cm = CostModel(prof, cluster)
-    got = _polished(cm, cand, capacity_bytes(cluster), gbs, "m")
+    got = polished(cm, cand, capacity_bytes(cluster), gbs, "m")
     want = _brute_force(cm, cand, gbs)
     if want is None:
         assert got is None
@@ -141,7 +141,7 @@ def test_the_interleaved_bubble_is_no_floor():
 def test_the_polish_moves_the_heavy_stage_first():
     """Found when the closed form became the schedule's replay: the ILP's textbook formula sees a
     1F1B stage only through its cycle, and put the 2 recomputed blocks of 3 on the last stage;
-    the replay drains faster with them first (9.7% here), which `search._polish` finds."""
+    the replay drains faster with them first (9.7% here), which `solve.polish` finds."""
     test_search_partition_equals_brute_force.hypothesis.inner_test(
         layers=3, pp=2, v=1, tp=1, mbs=2, zero=3, kind="sac", squeeze=0.4382531427158656, overlap=True,
         every_block=False, rounds=2, vocab=8192)
@@ -149,7 +149,7 @@ def test_the_polish_moves_the_heavy_stage_first():
 
 def test_search_partition_equals_brute_force_on_an_uneven_interleaved_split():
     """Found by the property test on random examples: the ILP sees an interleaved device only through
-    its chunk sums; where its remainder block sits is chosen afterwards (search._best_spread)."""
+    its chunk sums; where its remainder block sits is chosen afterwards (solve._best_spread)."""
     test_search_partition_equals_brute_force.hypothesis.inner_test(layers=5, pp=2, v=2, tp=1, mbs=1, zero=0, kind="none",
                                                       squeeze=1.0, overlap=False, every_block=False, rounds=2, vocab=8192)
 
@@ -168,7 +168,7 @@ def test_uneven_split_when_head_is_heavy():
     cluster = load_cluster("a100x8", nodes=1)
     cand = Candidate(8, 1, 4, 2, 1, 16, "1f1b", 1, False, 1, "selective", False, True, "bf16")
     cm = CostModel(prof, cluster)
-    plan = _polished(cm, cand, capacity_bytes(cluster), 32, "m")
+    plan = polished(cm, cand, capacity_bytes(cluster), 32, "m")
     blocks = [s.num_blocks for s in plan.stages]
     assert blocks[-1] < max(blocks)
     assert plan.predicted.step_time_s == pytest.approx(_brute_force(cm, cand, 32)[0], rel=1e-6)
