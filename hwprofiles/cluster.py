@@ -76,6 +76,7 @@ class AttentionKernels:
 # `smplan hw probe` names a profile's gpu after torch's device: "cpu" on a machine without a GPU,
 # where smplan execute and calibrate run in fp32 (planner.feasibility.default_dtype).
 PROBED_CPU_NAME = "cpu"
+PROBED_NAMES = (PROBED_CPU_NAME, "cuda")  # what it writes on a CPU and on a GPU (probe.py _device_and_sync)
 # A100 SXM's measured matmul ceiling (below): the GPU efficiency.matmul_max was fitted on.
 REFERENCE_MATMUL_CEILING = 0.869
 

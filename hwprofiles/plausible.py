@@ -9,7 +9,7 @@ accelerator of 2026, so a value past them is named in a warning; nothing is refu
 
 from __future__ import annotations
 
-from .cluster import PROBED_CPU_NAME, unit_fix
+from .cluster import PROBED_CPU_NAME, PROBED_NAMES, unit_fix
 from .loader import read_profile
 from .stack import US_KEYS, seconds_as_us_warning
 
@@ -73,7 +73,7 @@ def implausible_varied(name_or_path: str, overrides: dict[str, object], key: str
 def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, float, str]]:
     """(key, value, why) for each value likely in another unit; `given` the overridden keys."""
     on_gpu = values.get("gpu.name") != PROBED_CPU_NAME
-    probed = values.get("gpu.name") in (PROBED_CPU_NAME, "cuda")  # `smplan hw probe` names the device so
+    probed = values.get("gpu.name") in PROBED_NAMES  # `smplan hw probe` names the device so
     found: list[tuple[str, float, str]] = []
     other = "looks like another unit; it is read in"
     for key, value in values.items():

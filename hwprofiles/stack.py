@@ -73,6 +73,7 @@ from .cluster import (
     GRAD_REDUCE_DTYPES,
     MAX_NUMBER,
     PP_SENDS,
+    PROBED_NAMES,
     SP_SAVED_INPUTS,
     ZERO_COLLECTIVES,
     ZERO_GRANULARITIES,
@@ -279,21 +280,27 @@ def apply_stack(cluster: Cluster, name_or_path: str | None, stated: Iterable[str
 
 
 def replaced_by_stack(name_or_path: str, stack: str | None) -> str | None:
-    """One line naming the efficiency keys the hardware file states (a calibrated profile's
-    fitted host time) that the stack `stack` replaces (any stack but the default does; see
-    `apply_stack`), or None: the precedence is by design, but it should not pass unseen."""
+    """One line on the efficiency keys the hardware file states (a calibrated profile's fitted
+    host time) where they differ from the stack's, or None: any stack but the default replaces
+    them, the default keeps them (`apply_stack`). The precedence is by design, but it should not
+    pass unseen: output headed "stack megatron-core" would otherwise run on the file's values."""
     from .loader import read_profile
 
-    if (stack or DEFAULT_STACK) == DEFAULT_STACK:
-        return None
-    stated = read_profile(name_or_path).get("efficiency", {})
+    profile = read_profile(name_or_path)
+    stated = profile.get("efficiency", {})
     theirs = load_stack(stack).efficiency()
     changed = [k for k in STACK_KEYS if k in stated and stated[k] != theirs[k]]
     if not changed:
         return None
     mine = ", ".join(f"{k}={stated[k]}" for k in changed)
+    stacks = ", ".join(f"{k}={theirs[k]}" for k in changed)
+    if (stack or DEFAULT_STACK) == DEFAULT_STACK:
+        if profile.get("gpu", {}).get("name") in PROBED_NAMES:  # `hw probe` states smplan execute's stack on purpose
+            return None
+        return (f"note: {name_or_path}'s [efficiency] sets {mine}, which the default stack {DEFAULT_STACK} keeps over its "
+                f"own ({stacks}); --stack NAME replaces them")
     return (f"note: --stack {stack} replaces {name_or_path}'s {mine} with its own "
-            f"({', '.join(f'{k}={theirs[k]}' for k in changed)}); --hw-set efficiency.KEY=VALUE keeps a file's value")
+            f"({stacks}); --hw-set efficiency.KEY=VALUE keeps a file's value")
 
 
 def stack_toml(stack: Stack, notes: Iterable[str] = (), comments: dict[str, str] | None = None) -> str:

@@ -240,7 +240,7 @@ def test_a_stack_calibrated_under_the_default_keeps_the_probed_values_the_fit_ra
 
 def test_a_stack_that_replaces_a_files_own_value_says_so(cli_runner, tmp_path):
     """A calibrated profile states its fitted host time; another stack replaces it (by design),
-    and says so; the default stack keeps it, silently."""
+    and says so; the default stack keeps it, and says so too."""
     from smplan.hwprofiles.loader import PROFILE_DIR
 
     mine = tmp_path / "cal.toml"
@@ -250,7 +250,11 @@ def test_a_stack_that_replaces_a_files_own_value_says_so(cli_runner, tmp_path):
     assert (f"note: --stack torchtitan replaces {mine}'s host_overhead_us_per_layer=5000.0 with its own "
             "(host_overhead_us_per_layer=1075.0)") in other.output
     default = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(mine), "--top", "1"])
-    assert default.exit_code == 0 and "replaces" not in default.output
+    assert default.exit_code == 0 and "--stack torchtitan replaces" not in default.output
+    # the default keeps it, and says so: the output is headed "stack megatron-core" (a review
+    # planned on a calibrated file's fp32 reduce and flash2 under that heading)
+    assert (f"note: {mine}'s [efficiency] sets host_overhead_us_per_layer=5000.0, which the default stack "
+            "megatron-core keeps over its own (host_overhead_us_per_layer=1075.0)") in default.output
 
 
 def test_stack_show_marks_the_values_a_file_leaves_to_the_defaults(cli_runner, tmp_path):
