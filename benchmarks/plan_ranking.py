@@ -8,7 +8,7 @@
    through the functions `plan` calls (planner.search.plan_model, simulator.rank.simulated).
 3. The interleaved ILP's objective vs the closed form of the plan it becomes, over the
    interleaved candidates whose bound is within 5% of the best: where it exceeds the closed form
-   a cutoff on it would drop plans, so the cutoff is 10% looser (search.SPREAD_MARGIN).
+   a cutoff on it would drop plans, so the cutoff is 10% looser (solve.SPREAD_MARGIN).
 4. `smplan plan ... --json` end to end for four models: pick, simulated step, wall time.
 5. The polish (solve.polish) of the search's best pipeline plan for the models of part 4: its
    closed form as the ILP's partition left it, and polished.
@@ -114,7 +114,7 @@ def ilp_objective_vs_closed_form() -> None:
                 plan = plan_of(cm, cand, part.blocks, part.recompute, gbs, preset)
                 gaps.append(part.objective / plan.predicted.step_time_s - 1)
         print(f"   {preset:10s} {nodes * 8:5d} GPUs: {len(gaps)} partitions, objective over closed form "
-              f"{100 * min(gaps):+.1f}% .. {100 * max(gaps):+.1f}%  (search.SPREAD_MARGIN 10%)")
+              f"{100 * min(gaps):+.1f}% .. {100 * max(gaps):+.1f}%  (solve.SPREAD_MARGIN 10%)")
 
 
 def cli_times() -> None:
