@@ -9,6 +9,7 @@ depend on the stage split or wrappers, so DCP can reshard a checkpoint across pl
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import re
@@ -334,18 +335,36 @@ def rank_state_file(path: Path, rank: int) -> Path:
     return Path(path) / f"rank-{rank}.pt"
 
 
+# What torch.load raises on bytes that are not its archive: a zeroed file KeyError ("filename
+# 'storages' not found"), random bytes UnpicklingError or ValueError, a cut one RuntimeError or
+# EOFError (seen here); an ImportError (a package gone since the save) is no damage of the file.
+_GARBAGE_LOAD_ERRORS = (KeyError, ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError)
+
+
+def _writer_world(path: Path) -> int:
+    """The world size of the run that wrote checkpoint `path` (its plan in smplan.json; 0 when
+    unreadable): rank files up to it were written."""
+    try:
+        plan = read_meta(path).get("plan") or {}
+        return math.prod(int(plan.get(k) or 1) for k in ("dp", "tp", "pp", "cp"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
 def load_rank_state(path: Path, rank: int) -> dict | None:
     """What `save` kept of this rank alone (RNG states); None for a checkpoint without it."""
     import torch
 
     file = rank_state_file(path, rank)
     if not file.is_file():
-        if any(Path(path).glob("rank-*.pt")):  # the other ranks kept theirs: this one was lost
+        if rank < _writer_world(path) and any(Path(path).glob("rank-*.pt")):  # the others kept theirs: lost
             raise UnreadableFileError(f"{file.name} is missing")
-        return None  # a checkpoint written before per-rank states were kept
+        # a checkpoint written before per-rank states were kept, or by fewer ranks (--force-resume
+        # reshards it onto more: the new ranks start their own RNG streams)
+        return None
     try:
         return torch.load(file, weights_only=False)
-    except Exception as err:  # noqa: BLE001 - whatever garbage raises, the file does not read back
+    except _GARBAGE_LOAD_ERRORS as err:
         why = (str(err).strip().splitlines() or [""])[0]
         raise UnreadableFileError(f"{file.name} does not read back ({type(err).__name__}: {why})") from err
 

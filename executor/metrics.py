@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import resource
 import statistics
 import sys
@@ -85,12 +86,14 @@ def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
     record = {"reason": reason, "detail": detail, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     # whole or not at all: a reader never meets half a record, and a full disk (the cause of many a
     # stop) must not turn the launcher's report of the failure into a traceback of its own
-    tmp = run_dir / f".{STOPPED_FILE}.tmp"
+    tmp = run_dir / f".{STOPPED_FILE}.{os.getpid()}.tmp"
     try:
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         tmp.replace(run_dir / STOPPED_FILE)
-    except OSError:
+    except OSError as err:
         tmp.unlink(missing_ok=True)
+        print(f"note: could not record why the run stopped in {run_dir / STOPPED_FILE} ({err.strerror or err})",
+              file=sys.stderr)
 
 
 def _steps_done(run_dir: Path) -> tuple[int, int | None]:

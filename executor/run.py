@@ -457,7 +457,9 @@ def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path)
     earlier = earlier_config(out)
     if earlier is None and meta.get(checkpoint.RUN_DIR):  # resumed into a new -o: the writer's own record
         earlier = earlier_config(Path(meta[checkpoint.RUN_DIR]))
-    seed = earlier.seed if earlier is not None else meta.get("seed", cfg.seed)
+    # the seed the checkpoint records (since it records one), else its run's (a later launch into that
+    # folder may have rewritten the run's record with another)
+    seed = meta["seed"] if "seed" in meta else earlier.seed if earlier is not None else cfg.seed
     if seed != cfg.seed:
         changed.append(f"seed={seed} (now {cfg.seed})")
     if earlier is None:  # the writer's folder is gone: the data the checkpoint itself records
@@ -503,15 +505,10 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
     not run beside it. Not across nodes: their launchers share the folder.
     """
     if opts.out and not (opts.launcher == "local" and opts.nnodes > 1):
-        out = Path(opts.out).resolve()
-        with contextlib.ExitStack() as held:
-            if not held.enter_context(holding_run_dir(out)) and progress:
+        with holding_run_dir(Path(opts.out).resolve()) as locked:
+            if not locked and progress:
                 progress(f"note: {opts.out}'s file system offers no file locks: nothing stops a second launch "
                          "into it while this one runs")
-            named = opts.checkpoint_dir or recorded_checkpoint_dir(out)  # as prepare() picks it
-            ckpt = Path(named).resolve() if named else None
-            if ckpt is not None and ckpt != out and out not in ckpt.parents:  # a folder other runs may share
-                held.enter_context(holding_run_dir(ckpt, "--checkpoint-dir"))
             return _execute(plan, model_file, opts, progress)
     if opts.out:  # nodes sharing the folder take no lock: a killed launch's file would call this run abandoned
         forget_abandoned_lock(Path(opts.out).resolve())
@@ -520,6 +517,16 @@ def execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exec
 
 def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     cfg = prepare(plan, model_file, opts)
+    with contextlib.ExitStack() as held:
+        if cfg.checkpoint_dir and cfg.checkpoint_every > 0 and opts.launcher == "local" and opts.nnodes == 1:
+            # the folder it saves into, held as -o is: two runs saving into one (a shared --checkpoint-dir,
+            # or another run's RUN_DIR/checkpoints) resumed from each other's steps and replaced them
+            # (a review); a run that only resumes from it may go beside its writer
+            held.enter_context(holding_run_dir(Path(cfg.checkpoint_dir).resolve(), "--checkpoint-dir"))
+        return _execute_prepared(cfg, plan, model_file, opts, progress)
+
+
+def _execute_prepared(cfg: RunConfig, plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> ExecuteResult:
     nproc = opts.nproc_per_node or -(-plan.world_size // opts.nnodes)
     if progress and _synthetic_data_note(cfg, model_file):
         progress(_synthetic_data_note(cfg, model_file))

@@ -97,7 +97,7 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
                                       f"{PER_GPU_GBPS}"))
         elif key.endswith("latency_us") and 0 < value < MIN_LINK_LATENCY_US:
             found.append((key, value, f"{other} microseconds (multiply a seconds figure by 1e6)"))
-        elif key.endswith("latency_us") and value > MAX_LINK_LATENCY_US:
+        elif key.endswith("latency_us") and value > MAX_LINK_LATENCY_US and not probed:  # a probe measures its own
             found.append((key, value, f"{other} microseconds (divide a nanoseconds figure by 1000)"))
         elif key == "reliability.gpu_mtbf_hours" and value > MAX_GPU_MTBF_HOURS:
             found.append((key, value, f"{other} hours per GPU (divide a seconds figure by 3600); large clusters see "
@@ -112,7 +112,7 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
     inter, intra = values.get("inter_node.bandwidth_gbps"), values.get("intra_node.bandwidth_gbps")
     fabric = values.get("intra_node.fabric", "switch")  # cluster.IntraLink's default
     flagged = {key for key, _, _ in found}
-    if isinstance(intra, int | float) and "intra_node.bandwidth_gbps" not in flagged and on_gpu:
+    if isinstance(intra, int | float) and "intra_node.bandwidth_gbps" not in flagged and not probed:
         if fabric == "pcie" and intra > MAX_PCIE_GBPS:
             found.append(("intra_node.bandwidth_gbps", intra, f"is more than a PCIe 6.0 x16 slot carries ({MAX_PCIE_GBPS:g} "
                                                               f"GB/s each way) on intra_node.fabric = \"pcie\"; it is read in "

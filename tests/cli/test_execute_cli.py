@@ -342,22 +342,23 @@ def test_a_run_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
 
 
 def test_a_checkpoint_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_path):
-    """Two runs saving into one --checkpoint-dir, started close together, got past every check made
-    at launch: the second resumed from the first's newest step and replaced its next (review)."""
+    """Two runs saving into one checkpoint folder, started close together, got past every check
+    made at launch: the second resumed from the first's newest step and replaced its next (review).
+    The folder a run saves into is held as -o is: a shared --checkpoint-dir, and another run's own
+    RUN_DIR/checkpoints; a run that only resumes from it may go beside its writer."""
     from smplan.executor.run_lock import holding_run_dir
 
-    shared = tmp_path / "ckpt"
-    with holding_run_dir(shared, "--checkpoint-dir"):
-        refused = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / "b"),
-                          "--checkpoint-dir", str(shared))
-        assert refused.exit_code == 2, refused.output
-        assert f"{shared} is in use by another `smplan execute`" in refused.output
-        assert "pass another --checkpoint-dir" in refused.output and "Traceback" not in refused.output
-        # its own RUN_DIR/checkpoints is the run folder's lock's to guard
-        inside = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / "c"),
-                         "--checkpoint-dir", str(tmp_path / "c" / "checkpoints"), "--steps", "1")
-        assert inside.exit_code == 0, inside.output
-    assert not shared.exists() and not (tmp_path / "b").exists()
+    for i, shared in enumerate((tmp_path / "ckpt", tmp_path / "a" / "checkpoints")):
+        with holding_run_dir(shared, "--checkpoint-dir"):
+            refused = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / "b"),
+                              "--checkpoint-dir", str(shared), "--checkpoint-every", "1", "--steps", "1")
+            assert refused.exit_code == 2, refused.output
+            assert f"{shared} is in use by another `smplan execute`" in refused.output
+            assert "pass another --checkpoint-dir" in refused.output and "Traceback" not in refused.output
+            reads = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / f"c{i}"),
+                            "--checkpoint-dir", str(shared), "--steps", "1")  # saves nothing there
+            assert reads.exit_code == 0, reads.output
+        assert not shared.exists() and not (tmp_path / "b").exists()
 
 
 def test_a_one_step_summary_says_it_is_the_warm_up_step(capsys):

@@ -170,9 +170,13 @@ def test_a_rank_file_or_metadata_that_does_not_read_back_is_damage_not_a_failure
 
     assert load_rank_state(tmp_path, 1) is None  # a checkpoint from before per-rank states: none to load
     torch.save({"rng": 1}, tmp_path / "rank-0.pt")
+    (tmp_path / "smplan.json").write_text(json.dumps({"plan": {"dp": 2, "tp": 1, "pp": 1, "cp": 1}}))
     assert load_rank_state(tmp_path, 0) == {"rng": 1}
     with pytest.raises(UnreadableFileError, match="rank-1.pt is missing"):  # rank 0 kept its own: rank 1's was lost
         load_rank_state(tmp_path, 1)
+    assert load_rank_state(tmp_path, 2) is None  # --force-resume onto more ranks: no file of its own was written
+    (tmp_path / "smplan.json").write_text(json.dumps({"plan": {"dp": 1, "tp": 1, "pp": 1, "cp": 1}}))
+    assert load_rank_state(tmp_path, 1) is None  # written by one rank (a review's dp=1 -> dp=2 reshard failed)
     (tmp_path / "rank-0.pt").write_bytes(bytes(4096))  # zeroed: torch.load raises KeyError 'storages'
     with pytest.raises(UnreadableFileError, match=r"rank-0.pt does not read back \(KeyError"):
         load_rank_state(tmp_path, 0)
@@ -350,6 +354,11 @@ def test_a_resume_into_a_new_run_folder_holds_the_writers_seed_and_data(tmp_path
         for change, says in (({"seed": 0}, "seed=3 (now 0)"), ({"data": None}, "--data /d/train.bin (now not given)")):
             with pytest.raises(PlanMismatchError, match=re.escape(says) + ".*--force-resume"):
                 run._refuse_a_changed_recipe((step, ckpt), RunConfig(**{**same.__dict__, **change}), b)
+    # the seed the checkpoint records wins over its folder's run_config.json, which a later launch
+    # there (--seed 5 --force-resume) rewrote
+    started.save(a / "run_config.json")
+    RunConfig(**{**started.__dict__, "seed": 5}).save(a / "run_config.json")
+    run._refuse_a_changed_recipe((step, ckpt), same, b)
 
 
 def test_a_resume_refuses_another_file_at_the_same_data_path(tmp_path):
@@ -437,7 +446,7 @@ def test_a_new_launch_clears_the_stopped_record(tmp_path):
     assert not (tmp_path / STOPPED_FILE).exists()
 
 
-def test_a_stop_record_on_a_full_disk_is_skipped_not_half_written(tmp_path, monkeypatch):
+def test_a_stop_record_on_a_full_disk_is_skipped_not_half_written(tmp_path, monkeypatch, capsys):
     # a run on a full disk: the launcher reported its own OSError instead of the rank's failure, and
     # left an empty stopped.json (review)
     import errno
@@ -452,6 +461,7 @@ def test_a_stop_record_on_a_full_disk_is_skipped_not_half_written(tmp_path, monk
     mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")  # no exception
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert "could not record why the run stopped" in capsys.readouterr().err
     mark_stopped(tmp_path, "failed", "rank 1 killed by signal 9")
     assert [p.name for p in tmp_path.iterdir()] == [STOPPED_FILE]
 

@@ -116,3 +116,10 @@ def test_hw_show_states_a_link_figure_in_gbit_per_gpu_and_per_node(cli_runner):
     assert shown.exit_code == 0, shown.output
     (note,) = json.loads(shown.stdout)["notes"]
     assert 'is a PCIe figure, but intra_node.fabric is "switch"' in note
+
+
+def test_a_probed_profile_is_not_held_to_link_bounds_it_measured_itself():
+    # `hw probe --nproc-per-node 4` on 2 cores measured 1,048 us (review); a GPU probe writes no fabric
+    assert implausible_values("h100x8", {"gpu.name": "cpu", "inter_node.latency_us": 1048.6}) == []
+    assert implausible_values("h100x8", {"gpu.name": "cuda", "intra_node.bandwidth_gbps": 21,
+                                         "inter_node.bandwidth_gbps": 10}) == []
