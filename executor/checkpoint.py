@@ -335,20 +335,19 @@ def rank_state_file(path: Path, rank: int) -> Path:
     return Path(path) / f"rank-{rank}.pt"
 
 
-# What torch.load raises on bytes that are not its archive: a zeroed file KeyError ("filename
-# 'storages' not found"), random bytes UnpicklingError or ValueError, a cut one RuntimeError or
-# EOFError (seen here); an ImportError (a package gone since the save) is no damage of the file.
-_GARBAGE_LOAD_ERRORS = (KeyError, ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError)
-
-
-def _writer_world(path: Path) -> int:
-    """The world size of the run that wrote checkpoint `path` (its plan in smplan.json; 0 when
-    unreadable): rank files up to it were written."""
+def _rank_files_written(path: Path) -> int:
+    """How many rank-N.pt files checkpoint `path`'s writer kept: its world size (the plan in
+    smplan.json; ep folds into dp x tp x cp) where it kept them, 0 for a checkpoint from before
+    they were kept or with unreadable metadata. A reshard onto more ranks finds none of its own."""
     try:
-        plan = read_meta(path).get("plan") or {}
-        return math.prod(int(plan.get(k) or 1) for k in ("dp", "tp", "pp", "cp"))
+        meta = read_meta(path)
+        plan = meta.get("plan") or {}
+        world = math.prod(int(plan.get(k) or 1) for k in ("dp", "tp", "pp", "cp"))
     except (OSError, ValueError, TypeError, AttributeError):
         return 0
+    # recorded since a one-rank writer's lost rank-0.pt looked like a checkpoint without them
+    kept = meta.get("rank_states", any(Path(path).glob("rank-*.pt")))
+    return world if kept else 0
 
 
 def load_rank_state(path: Path, rank: int) -> dict | None:
@@ -357,14 +356,16 @@ def load_rank_state(path: Path, rank: int) -> dict | None:
 
     file = rank_state_file(path, rank)
     if not file.is_file():
-        if rank < _writer_world(path) and any(Path(path).glob("rank-*.pt")):  # the others kept theirs: lost
+        if rank < _rank_files_written(path):  # its writer kept one for this rank: lost since
             raise UnreadableFileError(f"{file.name} is missing")
         # a checkpoint written before per-rank states were kept, or by fewer ranks (--force-resume
         # reshards it onto more: the new ranks start their own RNG streams)
         return None
     try:
         return torch.load(file, weights_only=False)
-    except _GARBAGE_LOAD_ERRORS as err:
+    except ImportError:  # a package gone since the save: not the file's damage
+        raise
+    except Exception as err:  # noqa: BLE001 - garbage raises anything (KeyError, AttributeError, MemoryError...)
         why = (str(err).strip().splitlines() or [""])[0]
         raise UnreadableFileError(f"{file.name} does not read back ({type(err).__name__}: {why})") from err
 
@@ -395,7 +396,7 @@ def save(root: str | Path, step: int, chunks, optimizers, meta: dict, rank: int,
             os.close(fd)
     barrier()
     if rank == 0:
-        (tmp / META).write_text(json.dumps({**meta, "step": step}, indent=2) + "\n")
+        (tmp / META).write_text(json.dumps({**meta, "step": step, "rank_states": rank_state is not None}, indent=2) + "\n")
         _fsync_tree(tmp)
         (tmp / MARKER).write_text("ok\n")
         _fsync_tree(tmp)

@@ -63,7 +63,7 @@ from .run_dir import (
     refuse_checkpoints_not_ours,
     start_afresh,
 )
-from .run_lock import forget_abandoned_lock, holding_run_dir
+from .run_lock import CHECKPOINT_LOCK_FILE, forget_abandoned_lock, holding_run_dir
 from .token_data import Sequences, TokenStream, open_checked, resolve_shape, stream_digest
 from .validate import PlanMismatchError, meta_profile, validate_plan
 
@@ -522,7 +522,8 @@ def _execute(plan: Plan, model_file, opts: ExecuteOptions, progress=None) -> Exe
             # the folder it saves into, held as -o is: two runs saving into one (a shared --checkpoint-dir,
             # or another run's RUN_DIR/checkpoints) resumed from each other's steps and replaced them
             # (a review); a run that only resumes from it may go beside its writer
-            held.enter_context(holding_run_dir(Path(cfg.checkpoint_dir).resolve(), "--checkpoint-dir"))
+            held.enter_context(holding_run_dir(Path(cfg.checkpoint_dir).resolve(), "--checkpoint-dir",
+                                               CHECKPOINT_LOCK_FILE))
         return _execute_prepared(cfg, plan, model_file, opts, progress)
 
 

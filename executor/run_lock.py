@@ -24,6 +24,9 @@ from pathlib import Path
 from .validate import PlanMismatchError
 
 LOCK_FILE = ".smplan.lock"
+# The lock of a folder a run saves checkpoints into: a file of its own, so that a run whose
+# --checkpoint-dir is its -o folder takes both, and `monitor` reads no run into a checkpoint folder.
+CHECKPOINT_LOCK_FILE = ".smplan-checkpoints.lock"
 # What flock(2) returns on a file system that does not offer it (Lustre mounted without
 # -o flock: ENOSYS; some NFS set-ups: ENOLCK, EOPNOTSUPP): the run goes on unlocked.
 NO_LOCKING = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL)
@@ -56,18 +59,19 @@ def _lock_exclusive(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def holding_run_dir(out: str | Path, option: str = "-o/--output") -> Iterator[bool]:
+def holding_run_dir(out: str | Path, option: str = "-o/--output", lock_file: str = LOCK_FILE) -> Iterator[bool]:
     """Hold RUN_DIR's lock for the block (yields True; False where the file system offers no
     locking), or raise PlanMismatchError naming the launch that holds it. A folder this call
     created and that holds nothing else at the end (the run was refused before writing
-    anything) is removed again, while the lock is still held. `option`: the flag that named
-    the folder (a --checkpoint-dir outside the run folder is held too: two runs saving into
-    one resumed from each other's steps and replaced them)."""
+    anything) is removed again, while the lock is still held. `option` and `lock_file`: the
+    flag that named the folder and its lock's file (the folder a run saves checkpoints into is
+    held too, under CHECKPOINT_LOCK_FILE: two runs saving into one resumed from each other's
+    steps and replaced them)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise PlanMismatchError(f"{out} is a file; pass a folder to {option}")
     created = not out.exists()
-    path = out / LOCK_FILE
+    path = out / lock_file
     for attempt in range(2):  # a refused launch that made the folder may remove it between the two calls
         out.mkdir(parents=True, exist_ok=True)
         try:

@@ -346,10 +346,10 @@ def test_a_checkpoint_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_pa
     made at launch: the second resumed from the first's newest step and replaced its next (review).
     The folder a run saves into is held as -o is: a shared --checkpoint-dir, and another run's own
     RUN_DIR/checkpoints; a run that only resumes from it may go beside its writer."""
-    from smplan.executor.run_lock import holding_run_dir
+    from smplan.executor.run_lock import CHECKPOINT_LOCK_FILE, LOCK_FILE, holding_run_dir
 
     for i, shared in enumerate((tmp_path / "ckpt", tmp_path / "a" / "checkpoints")):
-        with holding_run_dir(shared, "--checkpoint-dir"):
+        with holding_run_dir(shared, "--checkpoint-dir", CHECKPOINT_LOCK_FILE):
             refused = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(tmp_path / "b"),
                               "--checkpoint-dir", str(shared), "--checkpoint-every", "1", "--steps", "1")
             assert refused.exit_code == 2, refused.output
@@ -359,6 +359,13 @@ def test_a_checkpoint_dir_in_use_by_another_launch_is_refused(cli_runner, tmp_pa
                             "--checkpoint-dir", str(shared), "--steps", "1")  # saves nothing there
             assert reads.exit_code == 0, reads.output
         assert not shared.exists() and not (tmp_path / "b").exists()
+    # a run whose --checkpoint-dir is its own -o folder holds both locks (a review's refused itself)
+    both = tmp_path / "both"
+    for steps in ("2", "4"):  # the second continues the first
+        ran = _invoke(cli_runner, "dp=1,mbs=1,gbs=1", "--model", GPT, "--out", str(both), "--checkpoint-dir",
+                      str(both), "--checkpoint-every", "2", "--steps", steps)
+        assert ran.exit_code == 0, ran.output
+    assert not (both / LOCK_FILE).exists() and not (both / CHECKPOINT_LOCK_FILE).exists()
 
 
 def test_a_one_step_summary_says_it_is_the_warm_up_step(capsys):

@@ -165,6 +165,8 @@ def test_a_checkpoint_that_does_not_read_back_falls_back_to_the_one_before(tmp_p
 
 
 def test_a_rank_file_or_metadata_that_does_not_read_back_is_damage_not_a_failure(tmp_path):
+    import io
+
     import torch
     from smplan.executor.checkpoint import UnreadableFileError, _is_unreadable, load_rank_state
 
@@ -177,6 +179,18 @@ def test_a_rank_file_or_metadata_that_does_not_read_back_is_damage_not_a_failure
     assert load_rank_state(tmp_path, 2) is None  # --force-resume onto more ranks: no file of its own was written
     (tmp_path / "smplan.json").write_text(json.dumps({"plan": {"dp": 1, "tp": 1, "pp": 1, "cp": 1}}))
     assert load_rank_state(tmp_path, 1) is None  # written by one rank (a review's dp=1 -> dp=2 reshard failed)
+    # a one-rank writer's only file lost: its meta says it kept one, so it is damage, not an old checkpoint
+    (tmp_path / "rank-0.pt").unlink()
+    assert load_rank_state(tmp_path, 0) is None
+    (tmp_path / "smplan.json").write_text(json.dumps({"plan": {"dp": 1}, "rank_states": True}))
+    with pytest.raises(UnreadableFileError, match="rank-0.pt is missing"):
+        load_rank_state(tmp_path, 0)
+    # a flipped bit in a name: unpickling raises AttributeError, damage too (a review's resume looped)
+    buf = io.BytesIO()
+    torch.save({"rng": torch.zeros(2)}, buf)
+    (tmp_path / "rank-0.pt").write_bytes(buf.getvalue().replace(b"_rebuild_tensor_v2", b"_rebuiGd_tensor_v2"))
+    with pytest.raises(UnreadableFileError, match="AttributeError"):
+        load_rank_state(tmp_path, 0)
     (tmp_path / "rank-0.pt").write_bytes(bytes(4096))  # zeroed: torch.load raises KeyError 'storages'
     with pytest.raises(UnreadableFileError, match=r"rank-0.pt does not read back \(KeyError"):
         load_rank_state(tmp_path, 0)
