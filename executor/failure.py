@@ -108,6 +108,14 @@ def _how(rank: int, exitcode: int) -> str:
     return f"rank {rank} " + (f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with code {exitcode}")
 
 
+def raised_line(log: Path | None) -> str | None:
+    """The exception line of the last traceback in `log`; None without one (a signal, an abort),
+    whose last lines say nothing of a cause that could repeat."""
+    text = log.read_text(errors="replace") if log is not None else ""
+    tail = exception_tail(text, 1) if _TRACEBACK in text else []
+    return tail[-1].strip() if tail else None
+
+
 def failure_line(rank: int, exitcode: int, log: Path | None) -> str:
     """One line: which rank failed, how, and the last line of its exception (when logged)."""
     tail = exception_tail(log.read_text(errors="replace"), 1) if log is not None else []

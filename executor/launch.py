@@ -14,8 +14,15 @@ from pathlib import Path
 
 from .config import RunConfig
 from .console import agent_console
-from .failure import failure_line, failure_report, root_failure, stderr_log
-from .metrics import ELASTIC_DIR, RUN_CONFIG_FILE, SBATCH_FILE, mark_stopped, read_metrics
+from .failure import failure_line, failure_report, raised_line, root_failure, stderr_log
+from .metrics import (
+    ELASTIC_DIR,
+    RUN_CONFIG_FILE,
+    SBATCH_FILE,
+    mark_stopped,
+    read_metrics,
+    repeats_stop,
+)
 
 
 class LaunchError(RuntimeError):
@@ -129,11 +136,13 @@ def _logs_specs(log_dir: Path, nproc_per_node: int):
 
 
 def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endpoint: str | None = None,
-                 max_restarts: int = 0, run_id: str | None = None, shutdown_timeout_s: int = 5) -> Path:
+                 max_restarts: int = 0, run_id: str | None = None, shutdown_timeout_s: int = 5,
+                 earlier_stop: bytes | None = None) -> Path:
     """Run `cfg` under torch.distributed's elastic agent (what `torchrun` does).
 
     A failed worker makes the agent stop the others and restart the whole group (up to
-    `max_restarts` times); workers resume from the newest complete checkpoint.
+    `max_restarts` times); workers resume from the newest complete checkpoint. `earlier_stop`:
+    the folder's stopped.json from the attempt before this one (its launch cleared it).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -188,8 +197,10 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
         # whether it resumes, as an interrupted run's record says (README: stopped.json); after the last
         # step there is nothing to resume, which mark_stopped says itself
-        how = "" if _every_step_ran(cfg) else _how_to_continue(cfg, failed=True)  # mark_stopped says that one
-        mark_stopped(out, "failed", failure_line(rank, first.exitcode, log) + (f"; {how}" if how else ""))
+        cause = raised_line(log)
+        repeated = repeats_stop(earlier_stop, out, cause)
+        how = "" if _every_step_ran(cfg) else _how_to_continue(cfg, failed=True, repeated=repeated)  # mark_stopped says that one
+        mark_stopped(out, "failed", failure_line(rank, first.exitcode, log) + (f"; {how}" if how else ""), cause)
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}" + (f"\n{how}" if how else ""),
                           run_dir=out) from None
     return out
@@ -201,9 +212,10 @@ def _every_step_ran(cfg: RunConfig) -> bool:
     return bool(ran) and ran[-1]["step"] >= cfg.steps
 
 
-def _how_to_continue(cfg: RunConfig, failed: bool = False) -> str:
+def _how_to_continue(cfg: RunConfig, failed: bool = False, repeated: bool = False) -> str:
     """What a stopped run's record tells the user: a resume needs a checkpoint to continue from.
-    `failed`: a rank raised (not an interruption), which before the first step repeats on a rerun."""
+    `failed`: a rank raised (not an interruption), which before the first step repeats on a rerun;
+    `repeated`: it raised as the attempt before it did, at the same step, so a resume would too."""
     from .checkpoint import latest
 
     found = latest(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
@@ -214,6 +226,11 @@ def _how_to_continue(cfg: RunConfig, failed: bool = False) -> str:
             return ("it failed before its first step, where a rerun is likely to fail the same way: fix what the "
                     "error says, then the same `smplan execute` command starts it again")
         return "it stopped before its first step: the same `smplan execute` command starts it again"
+    if found and repeated:  # the same checkpoint, data and code meet the same error again
+        return (f"it failed with the same error after the same step as the attempt before it, so a resume is "
+                f"likely to fail the same way: fix what the error says (the data, the model or the plan) first; "
+                f"then the same `smplan execute` command with -o {cfg.out_dir} resumes it from its newest "
+                f"checkpoint ({Path(found[1]).name})")
     if found:  # -o named: a run without it was given a new folder (run.py), so the same command would start afresh
         return (f"the same `smplan execute` command with -o {cfg.out_dir} resumes it from its newest checkpoint "
                 f"({Path(found[1]).name})")

@@ -66,9 +66,11 @@ def present_run_entries(folder: str | Path) -> list[str]:
     return [name for name in RUN_ENTRIES if (Path(folder) / name).exists()]
 
 
-def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
+def mark_stopped(run_dir: str | Path, reason: str, detail: str, cause: str | None = None) -> None:
     """Record why a run ended without its summary ("interrupted", "failed"), so that a reader
-    waiting for summary.json (`monitor --follow`) stops waiting.
+    waiting for summary.json (`monitor --follow`) stops waiting. `cause`: a failed rank's
+    exception line, kept with the last step recorded (`after_step`) so that the next attempt can
+    tell whether it failed the same way (`repeats_stop`).
 
     A stop after the last step (a Ctrl-C, or a worker crashing in the shutdown) stopped nothing:
     with summary.json there (rank 0 writes it after the last step; a launch removes the one
@@ -84,6 +86,8 @@ def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
         detail = (f"{reason} after the run's last step ({done} of {total}): every step ran and was recorded, "
                   f"only {SUMMARY_FILE} was not written; there is nothing left to resume{cause}")
     record = {"reason": reason, "detail": detail, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if cause:
+        record.update(cause=cause, after_step=done)
     # whole or not at all: a reader never meets half a record, and a full disk (the cause of many a
     # stop) must not turn the launcher's report of the failure into a traceback of its own
     tmp = run_dir / f".{STOPPED_FILE}.{os.getpid()}.tmp"
@@ -94,6 +98,18 @@ def mark_stopped(run_dir: str | Path, reason: str, detail: str) -> None:
         tmp.unlink(missing_ok=True)
         print(f"note: could not record why the run stopped in {run_dir / STOPPED_FILE} ({err.strerror or err})",
               file=sys.stderr)
+
+
+def repeats_stop(earlier: bytes | None, run_dir: str | Path, cause: str | None) -> bool:
+    """Whether a failure with exception line `cause` repeats the one `earlier` (the stopped.json
+    of the attempt before, as read before this one cleared it) recorded: the same exception after
+    the same last step, as a bad sample or a model bug at a fixed step gives on every resume."""
+    try:
+        before = json.loads(earlier or b"null")
+    except ValueError:
+        return False
+    return (bool(cause) and isinstance(before, dict) and before.get("reason") == "failed"
+            and before.get("cause") == cause and before.get("after_step") == _steps_done(Path(run_dir))[0])
 
 
 def _steps_done(run_dir: Path) -> tuple[int, int | None]:

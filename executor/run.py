@@ -533,7 +533,7 @@ def _execute_prepared(cfg: RunConfig, plan: Plan, model_file, opts: ExecuteOptio
         progress(_synthetic_data_note(cfg, model_file))
     earlier = claim_run_dir(Path(cfg.out_dir), cfg.checkpoint_dir, nproc * opts.nnodes)
     try:
-        return _launch(cfg, plan, opts, nproc, progress)
+        return _launch(cfg, plan, opts, nproc, progress, earlier.stopped(Path(cfg.out_dir)) if earlier else None)
     except (LaunchError, LaunchInterrupted):
         # The workers ran and failed or were stopped (loading the checkpoint, too): launch_local
         # recorded how in stopped.json, and the earlier run's summary would call the folder finished.
@@ -544,7 +544,8 @@ def _execute_prepared(cfg: RunConfig, plan: Plan, model_file, opts: ExecuteOptio
         raise
 
 
-def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress) -> ExecuteResult:
+def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progress,
+            earlier_stop: bytes | None = None) -> ExecuteResult:
     for note in (_stretched_schedule_note(cfg), _data_epochs_note(cfg), _zero_note(plan), _keep_note(cfg),
                  _shared_cores(nproc, opts.launcher)):
         if progress and note:
@@ -569,7 +570,7 @@ def _launch(cfg: RunConfig, plan: Plan, opts: ExecuteOptions, nproc: int, progre
         return ExecuteResult(run_dir=Path(cfg.out_dir), plan=plan, sbatch=script, time_limit=time_limit,
                              time_limit_reason=why, gpus_per_node=gpus)
     run_dir = launch_local(cfg, nproc, nnodes=opts.nnodes, rdzv_endpoint=opts.rdzv_endpoint,
-                           max_restarts=opts.max_restarts)
+                           max_restarts=opts.max_restarts, earlier_stop=earlier_stop)
     summary_path = run_dir / SUMMARY_FILE
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
     return ExecuteResult(run_dir=run_dir, plan=plan, summary=summary)

@@ -188,6 +188,10 @@ class EarlierRecords:
                  *(file for rank, file in rank_files(out).items() if rank >= world)]
         return cls({path: path.read_bytes() if path.is_file() else None for path in paths}, _stamp(out / METRICS_FILE))
 
+    def stopped(self, out: Path) -> bytes | None:
+        """The earlier attempt's stopped.json, as it was before this launch cleared it."""
+        return self.files.get(out / STOPPED_FILE)
+
     def started(self, out: Path) -> bool:
         return _stamp(out / METRICS_FILE) != self.metrics_stamp
 

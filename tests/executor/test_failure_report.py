@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 from smplan.executor.failure import exception_tail, failure_report, stderr_log
@@ -10,7 +11,6 @@ from tests.executor.runs import run_execute
 
 CRASHING_MODEL = textwrap.dedent('''
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from torch import nn
 
@@ -19,12 +19,8 @@ CRASHING_MODEL = textwrap.dedent('''
         def __init__(self):
             super().__init__()
             self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
-            self.calls = 0
 
         def forward(self, x):
-            self.calls += 1
-            if dist.is_initialized() and dist.get_rank() == 1 and self.calls == 2:
-                raise ValueError("boom at step 2")
             for block in self.blocks:
                 x = block(x)
             return x
@@ -35,6 +31,10 @@ CRASHING_MODEL = textwrap.dedent('''
 
 
     def batch(micro_batch_size, model=None, seed=0):
+        # step 2's micro-batch of dp rank 1 (executor/data.py microbatch_seed, seed 0): a bad sample,
+        # met again by every resume from the checkpoint before it
+        if seed == 2 * 1_048_576 + 1:
+            raise ValueError("boom at step 2")
         gen = torch.Generator().manual_seed(seed)
         return torch.randn(micro_batch_size, 8, generator=gen), torch.randint(0, 8, (micro_batch_size,), generator=gen)
 
@@ -134,7 +134,8 @@ def test_execute_prints_the_failing_ranks_exception(tmp_path):
     model = tmp_path / "crash.py"
     model.write_text(CRASHING_MODEL)
     out = tmp_path / "run"
-    result = run_execute("dp=2,mbs=1,gbs=2", out, "--steps", "3", model=str(model), timeout=120)
+    args = ("dp=2,mbs=1,gbs=2", out, "--steps", "3", "--checkpoint-every", "1")
+    result = run_execute(*args, model=str(model), timeout=120)
     assert result.returncode == 1, result.stdout
     error = result.stdout[result.stdout.index("training failed"):]
     assert "rank 1 exited with code 1" in error
@@ -145,6 +146,29 @@ def test_execute_prints_the_failing_ranks_exception(tmp_path):
     # the console shows local rank 0's output only (torchrun --local-ranks-filter 0): rank 1's
     # traceback is in its log and in the report above, not echoed line by line
     assert "[rank1]" not in result.stdout and "Traceback" in logs[0].read_text()
+    assert "resumes it from its newest checkpoint (step-1)" in error and "same error" not in error
+    # the resume meets the same sample: it says so rather than advise the same command again as it is
+    again = run_execute(*args, model=str(model), timeout=120)
+    assert again.returncode == 1 and "ValueError: boom at step 2" in again.stdout, again.stdout
+    repeated = "failed with the same error after the same step as the attempt before it"
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert repeated in again.stdout and repeated in stopped["detail"], again.stdout
+    assert stopped["cause"] == "ValueError: boom at step 2" and stopped["after_step"] == 1, stopped
+
+
+def test_a_failure_repeats_only_with_the_same_exception_after_the_same_step(tmp_path):
+    from smplan.executor.metrics import METRICS_FILE, repeats_stop
+
+    (tmp_path / METRICS_FILE).write_text('{"step": 1}\n{"step": 2}\n')
+    before = json.dumps({"reason": "failed", "detail": "...", "cause": "IndexError: x", "after_step": 2}).encode()
+    assert repeats_stop(before, tmp_path, "IndexError: x")
+    assert not repeats_stop(before, tmp_path, "IndexError: y")  # another error
+    assert not repeats_stop(before, tmp_path, None)  # a signal: no exception to compare
+    assert not repeats_stop(None, tmp_path, "IndexError: x")  # no attempt before
+    assert not repeats_stop(b"{not json", tmp_path, "IndexError: x")
+    assert not repeats_stop(before.replace(b'"failed"', b'"interrupted"'), tmp_path, "IndexError: x")
+    (tmp_path / METRICS_FILE).write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n')
+    assert not repeats_stop(before, tmp_path, "IndexError: x")  # it got further: not the same failure
 
 
 def test_a_collective_timeout_says_another_rank_stopped_taking_part(tmp_path):
