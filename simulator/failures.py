@@ -123,7 +123,14 @@ class SweepResult:
 
     @property
     def goodput(self) -> np.ndarray:
+        """Per run (interval, seed): the spread over seeds."""
         return self.work_s / self.wall_s
+
+    @property
+    def mean_goodput(self) -> np.ndarray:
+        """Per interval: work over the mean wall-clock, the basis of the days and the cost beside it
+        (the mean of per-seed ratios is higher, by Jensen's inequality, wherever the seeds differ)."""
+        return self.work_s / self.wall_s.mean(axis=1)
 
     def best(self) -> tuple[float, int]:
         """(interval minimising the mean wall-clock, refined by a parabola in log interval; its row)."""
@@ -150,47 +157,72 @@ class SweepResult:
 HOPELESS_GOODPUT = 1e-4
 
 
+def default_interval_s(spec: RunSpec) -> float:
+    """The interval a run checkpoints at when none is given and too few failures are drawn to
+    sweep: Daly's for what a checkpoint blocks (eq. 37; at least a second), never shorter than one
+    asynchronous write (one in flight, as torch.distributed.checkpoint's async_save is used)."""
+    shortest = spec.checkpoint_s if spec.async_checkpoint else 0.0
+    return max(daly_interval(spec.blocking_s, spec.job_mtbf_s), 1.0, shortest)
+
+
+def expected_wall_s(spec: RunSpec, interval_s: float | None = None) -> float:
+    """Daly's closed-form expected wall-clock (eq. 20) of `spec` checkpointing every `interval_s`
+    seconds (`default_interval_s` when None), as the failure simulation runs it; inf when it overflows.
+
+    A run shorter than the interval is one segment. An asynchronous checkpoint is durable
+    `durable_lag_s` (L) after its blocking copy, so every durable point comes L later: Daly's model
+    with the blocking copy as the checkpoint cost and R + L as the restart, started L late (a
+    failure loses the work of the last L too; checked against the simulation, 400 seeds, M from
+    5,625 to 56,250 s, L up to 1,170 s: within 0.2%)."""
+    lag = spec.durable_lag_s
+    tau_s = min(interval_s or default_interval_s(spec), spec.work_s)
+    return lag + daly_expected_time(spec.work_s, tau_s, spec.blocking_s, spec.restart_s + lag, spec.job_mtbf_s)
+
+
 def expected_goodput(spec: RunSpec, interval_s: float | None = None) -> float:
-    """Daly's closed-form goodput (work / expected wall-clock) of `spec` checkpointing every
-    `interval_s` seconds (Daly's interval, at least a second, when None); 0 when it overflows.
-    A run shorter than the interval is one segment, as the failure simulation runs it."""
-    delta_s = spec.blocking_s + spec.durable_lag_s
-    tau_s = min(interval_s or max(daly_interval(delta_s, spec.job_mtbf_s), 1.0), spec.work_s)
-    wall_s = daly_expected_time(spec.work_s, tau_s, delta_s, spec.restart_s, spec.job_mtbf_s)
-    return spec.work_s / wall_s if wall_s > 0 else 0.0
+    """Daly's closed-form goodput of `spec` (work / `expected_wall_s`); 0 when it overflows."""
+    wall_s = expected_wall_s(spec, interval_s)
+    return spec.work_s / wall_s if 0 < wall_s < math.inf else 0.0
 
 
 def daly_failures(spec: RunSpec, interval_s: float | None = None) -> float:
     """Failures expected before `spec` finishes (expected wall-clock / job MTBF, Daly 2006) at
-    `interval_s` (Daly's interval when None); inf when it never does."""
+    `interval_s` (`default_interval_s` when None); inf when it never does."""
     good = expected_goodput(spec, interval_s)
     return spec.work_s / good / spec.job_mtbf_s if good > 0 else math.inf
 
 
-def too_many_failures_reason(spec: RunSpec) -> str:
-    """Why the simulation does not follow `spec` (past MAX_FAILURES_PER_SEED): it finishes on paper
-    after that many failures (Daly's count, the one `smplan whatif` gives), or it never does."""
+def too_many_failures_reason(spec: RunSpec, interval_s: float | None = None) -> str:
+    """Why the simulation does not follow `spec` at `interval_s` (past MAX_FAILURES_PER_SEED): it
+    finishes on paper after that many failures (Daly's count, the one `smplan whatif` gives), or
+    it never does."""
     fix = "raise --mtbf-hours (reliability.gpu_mtbf_hours), shorten --restart-minutes or use fewer GPUs"
     if spec.checkpoint_s >= spec.job_mtbf_s:  # no checkpoint completes between failures
         fix = (f"a checkpoint takes {spec.checkpoint_s:.3g} s, longer than the job runs between failures: "
                f"shorten --checkpoint-minutes, or {fix}")
-    if expected_goodput(spec) >= HOPELESS_GOODPUT:
+    if interval_s and expected_goodput(spec, interval_s) < HOPELESS_GOODPUT <= expected_goodput(spec):
+        return (f"the run does not finish: checkpointing every {interval_s / 60:.3g} min, the job (failing every "
+                f"{spec.job_mtbf_s:.3g} s on average) makes no progress between failures; give a shorter "
+                f"--checkpoint-interval-min, about {default_interval_s(spec) / 60:.2g} (Daly's interval), or none")
+    if expected_goodput(spec, interval_s) >= HOPELESS_GOODPUT:
         return (f"the run fails too often to simulate: the job fails every {spec.job_mtbf_s:.3g} s on average, "
-                f"about {daly_failures(spec):.3g} times before it finishes (Daly 2006), and the simulated horizon "
-                f"needs more than the {MAX_FAILURES_PER_SEED:,} failures a seed it follows; {fix}")
+                f"about {daly_failures(spec, interval_s):.3g} times before it finishes (Daly 2006), and the "
+                f"simulated horizon needs more than the {MAX_FAILURES_PER_SEED:,} failures a seed it follows; {fix}")
     return (f"the run does not finish: the job fails every {spec.job_mtbf_s:.3g} s on average, faster than "
             f"it makes progress between checkpoints; {fix}")
 
 
 def failure_times(
-    spec: RunSpec, seeds: int, horizon_s: float, rng: np.random.Generator, stream_seeds=None
+    spec: RunSpec, seeds: int, horizon_s: float, rng: np.random.Generator, stream_seeds=None,
+    interval_s: float | None = None,
 ) -> np.ndarray:
     """(seeds, K) sorted failure times before `horizon_s`, padded with +inf. `stream_seeds`:
     one seed per row for the exponential case (drawn from `rng` when not given); the same ones
-    give the same failures, stretched by the MTBF, at any horizon."""
-    expected = horizon_s / spec.job_mtbf_s  # failures per seed, about the same under Weibull renewals
+    give the same failures, stretched by the MTBF, at any horizon. `interval_s`: the checkpoint
+    interval that set the horizon, named when there are too many failures to follow."""
+    expected = horizon_s / spec.job_mtbf_s  # failures per seed (Weibull renewals: counted as drawn, below)
     if expected > MAX_FAILURES_PER_SEED:
-        raise RunDoesNotFinish(too_many_failures_reason(spec))
+        raise RunDoesNotFinish(too_many_failures_reason(spec, interval_s))
     shape = spec.weibull_shape
     if shape is None or shape == 1.0:
         rate_mean = spec.job_mtbf_s
@@ -218,11 +250,21 @@ def failure_times(
     vals = (scale * rng.weibull(shape, size=(seeds, spec.num_gpus))).ravel()
     rows = np.repeat(np.arange(seeds), spec.num_gpus)
     got_rows, got_vals = [], []
+    drawn = np.zeros(seeds, dtype=np.int64)
     while vals.size:
         hit = vals < horizon_s
         vals, rows = vals[hit], rows[hit]
         got_rows.append(rows)
         got_vals.append(vals)
+        # a shape under 1 fails new GPUs early and often (a 0.1 on 128 GPUs: ~1,000x the
+        # exponential count), so the job MTBF does not bound the draws: they are counted
+        drawn += np.bincount(rows, minlength=seeds)
+        if drawn.max() > MAX_FAILURES_PER_SEED:
+            raise RunDoesNotFinish(
+                f"the run fails too often to simulate: with --weibull-shape {shape:g}, new GPUs fail far more "
+                f"often than the job MTBF of {spec.job_mtbf_s:.3g} s says, over {MAX_FAILURES_PER_SEED:,} times "
+                "in one seed's simulated horizon; give a --weibull-shape nearer 1, raise --mtbf-hours or use "
+                "fewer GPUs")
         vals = vals + scale * rng.weibull(shape, size=vals.shape)
     rows, vals = np.concatenate(got_rows), np.concatenate(got_vals)
     order = np.lexsort((vals, rows))
@@ -263,18 +305,13 @@ def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) 
     rng = np.random.default_rng(seed)
     m = spec.job_mtbf_s
     # A horizon that the slowest interval almost surely finishes in; doubled if not.
-    worst = max(
-        daly_expected_time(
-            spec.work_s, float(t), spec.blocking_s + spec.durable_lag_s, spec.restart_s, m
-        )
-        for t in (intervals.min(), intervals.max())
-    )
+    worst, slowest = max((expected_wall_s(spec, float(t)), float(t)) for t in (intervals.min(), intervals.max()))
     horizon = (
         1.5 * min(worst, 1e3 * spec.work_s) + 10 * (spec.restart_s + spec.checkpoint_s) + 10 * m
     )
     stream_seeds = rng.integers(2**63, size=seeds)  # once: a longer horizon extends the same draws
     for _ in range(8):
-        times = failure_times(spec, seeds, horizon, rng, stream_seeds)
+        times = failure_times(spec, seeds, horizon, rng, stream_seeds, slowest)
         waits = spare_waits(spec, times)
         wall, fails, waited = _step(spec, intervals, times, waits)
         late = wall > horizon
@@ -403,6 +440,13 @@ class RunReport:
         return dataclasses.asdict(self)
 
 
+# The sweep simulates the grid's intervals whose closed-form wall-clock (`expected_wall_s`) is
+# within this factor of the grid's best: one further out cannot be the optimum (Daly's closed form
+# and the simulation agree to noise, tests/simulator/test_failures.py), and the horizon the worst
+# one needs could exceed the failures a seed follows in a run that itself finishes (a review: a
+# 30-day run of 128 GPUs at 20 h per GPU was refused for its 6x-Young grid point alone).
+SWEEP_SPAN = 2.0
+
 # Under this many failures over all seeds at the sweep's best interval, the auto interval is
 # Daly's: a Poisson count of K is known to 1/sqrt(K) (over 22% under 20), while the mean
 # wall-clock is flat around its optimum (zero derivative there), so the sweep's minimum is noise;
@@ -433,19 +477,24 @@ def analyse_run(
             f"a checkpoint interval of {interval_s / 60:.3g} min is shorter than one asynchronous checkpoint write "
             f"({shortest / 60:.3g} min): the next write would start before the last one ends; give an interval of "
             f"at least {math.ceil(shortest / 60)} min, or leave it to the sweep")
+    if interval_s and expected_goodput(spec, interval_s) < HOPELESS_GOODPUT:  # before seconds of simulation
+        raise RunDoesNotFinish(too_many_failures_reason(spec, interval_s))
     low = max(anchor / 10.0, 1.0, shortest)
     grid = np.geomspace(low, max(min(anchor * 6.0, spec.work_s), 2.0, low), points)
     extra = [daly] if daly >= max(shortest, 1e-9) else []
-    grid = np.unique(np.concatenate([grid, extra] + ([[interval_s]] if interval_s else [])))
+    grid = np.unique(np.concatenate([grid, extra]))
+    expected = np.array([expected_wall_s(spec, float(t)) for t in grid])
+    grid = grid[expected <= SWEEP_SPAN * expected.min()] if np.isfinite(expected.min()) else grid
+    grid = np.unique(np.concatenate([grid] + ([[interval_s]] if interval_s else [])))
     res = simulate_sweep(spec, grid, seeds, seed)
     best, best_row = res.best()
     drawn = int(res.failures[best_row].sum())
     source = "given" if interval_s else "auto"
     chosen = interval_s if interval_s else best
     if interval_s is None and drawn < MIN_SWEEP_FAILURES and (daly > 0 or young > 0):
-        chosen, source = (daly if daly > 0 else young), "daly"
-        if spec.async_checkpoint:  # Daly prices only the blocking copy: never start a write before the last ends
-            chosen = max(chosen, spec.checkpoint_s)
+        chosen, source = default_interval_s(spec), "daly"
+    if interval_s is None:  # a run shorter than the interval is one segment: that is what it checkpoints at
+        chosen = min(chosen, spec.work_s)
     row = int(np.argmin(np.abs(res.intervals_s - chosen)))
     if interval_s is None:
         # Evaluate exactly at the refined best interval, on the same failure draws.
@@ -470,7 +519,7 @@ def analyse_run(
         best_interval_s=best,
         young_interval_s=young,
         daly_interval_s=daly,
-        goodput_mean=float(good.mean()),
+        goodput_mean=float(spec.work_s / wall.mean()),  # the basis of wall_mean_s and of whatif's days and cost
         goodput_std=float(np.std(good)),
         goodput_p10=float(np.percentile(good, 10)),
         goodput_p50=float(np.percentile(good, 50)),
@@ -480,9 +529,7 @@ def analyse_run(
         wall_p50_s=float(np.percentile(wall, 50)),
         wall_p90_s=float(np.percentile(wall, 90)),
         failures_mean=float(fails.mean()),
-        daly_expected_wall_s=daly_expected_time(
-            spec.work_s, float(chosen), cost, spec.restart_s, m
-        ),
+        daly_expected_wall_s=expected_wall_s(spec, float(chosen)),
         seeds=seeds,
         sweep=sweep,
         sweep_failures=drawn,

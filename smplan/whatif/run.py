@@ -49,8 +49,12 @@ def run_spec(plan: Plan, cluster: Cluster, work_s: float, save_s: float, mtbf_ho
 def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
     """Why the run of `spec` does not finish, naming the settings whatif varies (the failure
     simulation's own message names `smplan reliability`'s options)."""
-    from smplan.simulator.daly import daly_interval
-    from smplan.simulator.failures import HOPELESS_GOODPUT, daly_failures, expected_goodput
+    from smplan.simulator.failures import (
+        HOPELESS_GOODPUT,
+        daly_failures,
+        default_interval_s,
+        expected_goodput,
+    )
 
     why = (f"the run does not finish: its {spec.num_gpus:,} GPUs fail every {spec.job_mtbf_s:.3g} s on average "
            f"(reliability.gpu_mtbf_hours={spec.gpu_mtbf_hours:g} per GPU), against a "
@@ -59,7 +63,7 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
         return (f"the run fails too often to simulate: its {spec.num_gpus:,} GPUs fail every "
                 f"{spec.job_mtbf_s:.3g} s on average, about {daly_failures(spec, interval_s):.3g} times before "
                 "it finishes; raise reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
-    daly_min = max(daly_interval(spec.blocking_s + spec.durable_lag_s, spec.job_mtbf_s), 1.0) / 60.0
+    daly_min = default_interval_s(spec) / 60.0
     if interval_s and expected_goodput(spec) >= HOPELESS_GOODPUT:  # the given interval is what is wrong
         return (f"{why}; checkpoint_interval_min={interval_s / 60:g} makes no progress between failures: "
                 f"try about {daly_min:.2g} (Daly's interval)")
@@ -206,7 +210,7 @@ def goodput_or_nan(spec: RunSpec, intervals_s: list[float], seeds: int) -> tuple
     if not rows:
         return mean, std
     try:
-        good = simulate_sweep(spec, [intervals_s[i] for i in rows], seeds).goodput
+        sweep = simulate_sweep(spec, [intervals_s[i] for i in rows], seeds)
     except SimulationGaveUp:  # one interval that cannot finish stops the sweep: try each alone
         if len(rows) == 1:
             return mean, std
@@ -214,6 +218,6 @@ def goodput_or_nan(spec: RunSpec, intervals_s: list[float], seeds: int) -> tuple
             m, s = goodput_or_nan(spec, [intervals_s[i]], seeds)
             mean[i], std[i] = m[0], s[0]
         return mean, std
-    for row, i in enumerate(rows):
-        mean[i], std[i] = float(good[row].mean()), float(good[row].std())
+    for row, i in enumerate(rows):  # the mean on the basis of days and cost; the spread over seeds
+        mean[i], std[i] = float(sweep.mean_goodput[row]), float(sweep.goodput[row].std())
     return mean, std
