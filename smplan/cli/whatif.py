@@ -237,11 +237,12 @@ def _per_point_notes(record: dict, note_of) -> list[str]:
 
 
 def moe_host_time_note(record: dict) -> str | None:
-    """One line when a sweep over stacks compares an MoE model (a point with ep > 1) and the stacks'
-    host time per MoE layer differs with one of them 0, which a stack file gives where nothing
-    measured it: the comparison then rests on that figure (hwprofiles/stacks/*.toml)."""
+    """One line when a sweep over stacks compares an MoE model and the stacks' host time per MoE
+    layer differs with one of them 0, which a stack file gives where nothing measured it: the
+    comparison then rests on that figure (hwprofiles/stacks/*.toml). Every routed-expert layer pays
+    it, whatever the ep (planner pass_model): a review's hf: MoE model, never offered ep, got no note."""
     names = record["question"]["vary"].get("stack") or []
-    moe = any(p["plan"] and p["plan"].get("ep", 1) > 1 for p in record["points"])
+    moe = any(p.get("moe") for p in record["points"])
     if len(names) < 2 or not moe:
         return None
     per_layer = {name: load_stack(name).host_overhead_us_per_moe_layer for name in names}

@@ -27,6 +27,7 @@ Schema (version 1; all times in seconds unless the key names another unit)::
         "hw": str, "gpu": str, "nodes": int, "num_gpus": int,
         "memory_capacity_gib": float,           # one GPU
         "usd_per_gpu_hour": float,
+        "moe": bool,                 # the model routes tokens to experts (at any ep)
         "feasible": bool,
         "reason": str | null,        # why not, when infeasible
         "plan": {...} | null,        # Plan.to_dict() without "predicted"
@@ -42,7 +43,7 @@ Schema (version 1; all times in seconds unless the key names another unit)::
           "ideal_days": float,       # without failures or checkpoints
           "days": float,             # mean over seeds, with failures
           "usd": float,              # GPU-hours x price for "days"
-          "goodput": float, "goodput_std": float, # mean and std over seeds
+          "goodput": float, "goodput_std": float, # work over "days"; the std over seeds
           "goodput_p10": float, "goodput_p90": float,
           "checkpoint_interval_min": float,       # the simulated best (Daly's with too few failures drawn), or the one given
           "checkpoint_interval_source": str,      # "auto", "daly" or "given"

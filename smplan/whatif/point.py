@@ -94,13 +94,14 @@ def evaluate(q: Question, spec: PointSpec, profile: ModelProfile | str) -> dict:
     point = {"id": spec.id, "label": spec.label, "settings": dict(spec.settings), "feasible": False,
              "reason": None, "plan": None, "plan_label": None, "plan_inline": None, "figures": None,
              "run": None, "hw": spec.hw or q.hw, "gpu": "", "nodes": spec.nodes or q.nodes or 0,
-             "num_gpus": 0, "memory_capacity_gib": 0.0, "usd_per_gpu_hour": 0.0}
+             "num_gpus": 0, "memory_capacity_gib": 0.0, "usd_per_gpu_hour": 0.0, "moe": False}
     try:
         cluster = point_cluster(q, spec)
         point.update(hw=cluster.name, gpu=cluster.gpu.name, nodes=cluster.nodes, num_gpus=cluster.num_gpus,
                      memory_capacity_gib=float(cluster.gpu.memory_gib), usd_per_gpu_hour=cluster.cost.usd_per_gpu_hour)
         if isinstance(profile, str):  # the profile of this point's model args failed
             raise InfeasiblePoint(profile)
+        point["moe"] = profile.num_experts > 1  # priced with the stack's host time per MoE layer at any ep
         plan = point_plan(q, spec, profile, cluster)
         point.update(plan=_plan_dict(plan), plan_label=plan_label(plan), plan_inline=plan_inline(plan))
         figures, capacity, _ = simulate(plan, profile, cluster)

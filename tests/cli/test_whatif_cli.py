@@ -343,17 +343,25 @@ def test_the_question_names_the_global_batch_every_point_shares(cli_runner, tmp_
     assert "global batch 32, as nodes" in given.output and "largest point" not in given.output
 
 
-def test_a_stack_sweep_of_an_moe_model_says_when_it_rests_on_an_unmeasured_moe_host_time():
+def test_a_stack_sweep_of_an_moe_model_says_when_it_rests_on_an_unmeasured_moe_host_time(cli_runner, tmp_path):
     from smplan.cli.whatif import moe_host_time_note
 
-    def record(ep: int, stacks: list[str]) -> dict:
-        return {"question": {"vary": {"stack": stacks}}, "points": [{"plan": {"ep": ep}}, {"plan": None}]}
+    def record(moe: bool, stacks: list[str]) -> dict:
+        return {"question": {"vary": {"stack": stacks}}, "points": [{"moe": moe}, {"moe": False}]}
 
-    note = moe_host_time_note(record(8, ["megatron-core", "torchtitan"]))
+    note = moe_host_time_note(record(True, ["megatron-core", "torchtitan"]))
     assert note == ("note: the stacks' host time per MoE layer differs (megatron-core 3400 us, torchtitan 0 us "
                     "(not measured); `smplan stack show NAME`): on this MoE model their comparison rests on it")
-    assert moe_host_time_note(record(1, ["megatron-core", "torchtitan"])) is None  # dense: not a factor
-    assert moe_host_time_note(record(8, ["megatron-core"])) is None
+    assert moe_host_time_note(record(False, ["megatron-core", "torchtitan"])) is None  # dense: not a factor
+    assert moe_host_time_note(record(True, ["megatron-core"])) is None
+    # every routed-expert layer pays it at ep=1 too (a review's hf: MoE model, never offered ep, got no note)
+    out = tmp_path / "wi"
+    result = cli_runner.invoke(cli, ["whatif", "examples/moe.py:tiny", "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8",
+                                     "--vary", "stack=megatron-core,torchtitan", "--jobs", "1", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "on this MoE model their comparison rests on it" in result.output, result.output
+    points = json.loads((out / "points.json").read_text())["points"]
+    assert all(p["moe"] and p["plan"]["ep"] == 1 for p in points)
 
 
 def test_a_network_sweep_says_the_price_stays_and_json_names_the_report(cli_runner, tmp_path):
