@@ -56,6 +56,9 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
               force, check, runs_dir, as_json):
     """Hold the cost model against real runs of MODEL and fit HW's global efficiency factors.
 
+    MODEL is a model file, path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
+    holding a Hugging Face config.json (built from it: no weights, no download).
+
     Runs --plans plans for --steps steps each with `smplan execute`'s library, predicts
     the same plans with the planner's cost model (and the simulator), prints predicted
     vs measured step time, then fits the profile's few global factors (matmul_max,

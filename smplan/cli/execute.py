@@ -30,8 +30,9 @@ from .options import OneSpelling, echo_json, json_option, model_args_from, model
 
 @click.command()
 @click.argument("plan_arg", metavar="PLAN")
-@click.option("--model", default=None, metavar="FILE.py[:builder]",
-              help="Model file (required for an inline PLAN; overrides the plan file's model).")
+@click.option("--model", default=None, metavar="FILE.py[:builder]|hf:DIR",
+              help="Model file, or hf:DIR (a Hugging Face config.json's folder); required for an inline "
+                   "PLAN, overrides the plan file's model.")
 @model_args_option
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Optimizer steps.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,

@@ -66,6 +66,9 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
          output, force, show_explain, closed_form, as_json) -> None:
     """Find the fastest (or cheapest) way to train MODEL on the cluster.
 
+    MODEL is a model file, path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
+    holding a Hugging Face config.json (built from it: no weights, no download).
+
     \b
     Examples:
       smplan plan examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 --global-batch 1536

@@ -23,7 +23,10 @@ MIB = 2**20
 @json_option
 def profile(model: str, model_args: tuple[str, ...], seq_len: int | None, dtype: str, no_cache: bool,
             as_json: bool) -> None:
-    """Profile MODEL (path/to/model.py[:builder]) on the meta device: no weights allocated.
+    """Profile MODEL on the meta device: no weights allocated.
+
+    MODEL is a model file, path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
+    holding a Hugging Face config.json (built from it: no weights, no download).
 
     Per part (embedding, one row for the repeated blocks, head, loss): parameters,
     forward GFLOPs, bytes saved for backward and output bytes per sample, and the

@@ -58,6 +58,9 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     """Simulate one step of PLAN.json, or of MODEL with --hw and --plan. A whole run's
     failures, restarts, checkpoint interval and goodput: smplan reliability PLAN.json.
 
+    MODEL is a model file, path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
+    holding a Hugging Face config.json (built from it: no weights, no download).
+
     \b
       smplan simulate plan.json --gantt step.png --trace step.json
       smplan simulate examples/gpt.py:gpt3_175b --hw a100x8 --nodes 128 \\

@@ -68,6 +68,9 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
            checkpoint_interval_min, seeds, delta, out_dir, force, fmt, jobs, as_json):
     """What if the cluster, the model or the plan changed? Sweep, simulate, chart.
 
+    MODEL is a model file, path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
+    holding a Hugging Face config.json (built from it: no weights, no download).
+
     \b
     Every --vary combination is re-planned (or uses --plan), simulated and, with --tokens
     or --days, run through the failure simulation. Points that do not fit are kept and

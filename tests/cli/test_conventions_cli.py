@@ -70,3 +70,10 @@ def test_mfu_is_a_fraction_in_json_and_a_percentage_in_tables(cli_runner, tmp_pa
     what = cli_runner.invoke(cli, ["whatif", *tiny[:3], "--vary", "nodes=16", "-o", str(tmp_path / "r"), "--json"])
     point = json.loads(what.stdout)["points"][0]
     assert 0 < point["figures"]["mfu"] < 1
+
+
+@pytest.mark.parametrize("command", ["profile", "plan", "simulate", "whatif", "calibrate", "execute"])
+def test_every_command_that_takes_a_model_names_the_hf_form_in_its_help(cli_runner, command):
+    # a review found only the README and the error after a wrong guess taught hf:DIR
+    help_text = " ".join(cli_runner.invoke(cli, [command, "--help"]).output.split())
+    assert "hf:DIR" in help_text and "config.json" in help_text, help_text
