@@ -290,6 +290,10 @@ def summarize(run_dir: str | Path, predicted: dict | None, plan: dict, device: s
             for k in MEASURED
         }
     else:
-        summary["note"] = "the plan carries no predicted figures: a plan file from `smplan plan` has them to compare"
+        # an inline plan, or a plan file's figures dropped where --model/--arg built another model (a
+        # review: a plan file from `smplan plan`, so overridden, was told it lacked figures)
+        summary["note"] = ("no predicted figures to compare: an inline plan has none, and a plan file's are not used "
+                           "where --model/--arg build another model than it was priced for; `smplan plan` of the "
+                           "model run gives them")
     (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return summary

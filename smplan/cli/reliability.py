@@ -99,7 +99,7 @@ def skewed_mean_note(r: RunReport) -> str | None:
         return None
     side = "below p10" if shown[1] < shown[0] else "above p90"
     return (f"note: {r.seeds_without_failure} of {r.seeds} seeds see no failure (failures per seed "
-            f"{r.failures_mean:.2g} on average): the few seeds that fail pull the mean {shown[1]:.2f}% {side}")
+            f"{r.failures_mean:.2g} on average): the few seeds that fail pull the mean ({shown[1]:.2f}%) {side}")
 
 
 @click.command()

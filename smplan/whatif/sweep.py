@@ -200,7 +200,7 @@ def recommend(record: dict) -> tuple[int | None, str]:
         near = [p for p in timed if p["run"]["days"] <= NEAR_BEST * best]
         pick = min(near, key=lambda p: (p["run"]["usd"], p["run"]["days"]))
         why = (f"The cheapest point (${pick['run']['usd']:,.0f}) among those within {NEAR_BEST:g}x of the "
-               f"fastest time to train ({best:.1f} days).")
+               f"fastest time to train ({best:.3g} days).")
     elif timed:
         best = max(p["run"]["tokens"] for p in timed)
         near = [p for p in timed if p["run"]["tokens"] * NEAR_BEST >= best]

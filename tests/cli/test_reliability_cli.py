@@ -141,7 +141,7 @@ def test_a_mean_outside_p10_p90_is_explained(cli_runner):
     notes = [line for line in text.output.splitlines() if line.startswith("note: ") and "no failure" in line]
     assert notes == [f"note: {data['seeds_without_failure']} of 100 seeds see no failure (failures per seed "
                      f"{data['failures_mean']:.2g} on average): the few seeds that fail pull the mean "
-                     f"{100 * data['goodput_mean']:.2f}% below p10"]
+                     f"({100 * data['goodput_mean']:.2f}%) below p10"]
     common = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20"])
     assert "see no failure" not in common.output
 
