@@ -38,6 +38,9 @@ class ModelFile:
     builder_name: str
     module: ModuleType = field(repr=False)
     sha256: str = ""
+    # the files of the modules its import loaded from its folder (`from lm import Block`): a profile
+    # of it is stale when one of them changes too (planner/profile_cache.py)
+    local_files: tuple[Path, ...] = ()
     _seen: dict = field(default_factory=dict, repr=False, compare=False)  # what build() learnt
     # The user's own code (hf_model.HFModel, an hf: config, is transformers' code instead).
     is_hf_config: bool = field(default=False, init=False, repr=False, compare=False)
@@ -390,6 +393,7 @@ def load_model_file(ref: str) -> ModelFile:
     # named like an installed package (numpy.py) does not replace it
     folder = path.resolve().parent
     before = set(sys.modules)
+    local_files: list[Path] = []
     sys.path.append(str(folder))
     try:
         spec.loader.exec_module(module)
@@ -407,7 +411,7 @@ def load_model_file(ref: str) -> ModelFile:
     finally:
         if str(folder) in sys.path:  # the entry appended above (the user's code may have taken it off)
             del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]
-        shadowed = _forget_siblings(folder, before, keep=name)
+        shadowed = _forget_siblings(folder, before, keep=name, loaded=local_files)
     if shadowed:
         raise ModelFileError(_hidden_sibling(path, shadowed[0]))
     builder = getattr(module, builder_name, None)
@@ -423,10 +427,11 @@ def load_model_file(ref: str) -> ModelFile:
             f"define def {builder_name}(**args) -> nn.Module "
             f"or name one with {path}:NAME{hint}"
         )
-    return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest)
+    return ModelFile(path=path, builder_name=builder_name, module=module, sha256=digest,
+                     local_files=tuple(sorted(set(local_files))))
 
 
-def _forget_siblings(folder: Path, before: set[str], keep: str) -> set[str]:
+def _forget_siblings(folder: Path, before: set[str], keep: str, loaded: list[Path] | None = None) -> set[str]:
     """Drop from sys.modules the modules the model file's import loaded from its `folder` (its
     `lm.py`, a package `mylib/` beside it), so that another model file's own `lm.py` in another
     folder is not this one; the loaded model keeps its references. Only modules whose top-level
@@ -434,14 +439,16 @@ def _forget_siblings(folder: Path, before: set[str], keep: str) -> set[str]:
     lie under it (a project's .venv), nor a module of a package loaded before (smplan's own, when
     the file lies in smplan's tree). Returns, sorted, the top-level modules the import took from
     elsewhere though a file or package of that name lies in the folder (installed modules come
-    first on sys.path)."""
+    first on sys.path). `loaded` gets the files of the modules dropped."""
     shadowed = set()
     for mod_name in set(sys.modules) - before - {keep}:
         top = mod_name.partition(".")[0]
         if top in before or not _sibling_of(folder, top):
             continue
         if _from_folder(sys.modules[mod_name], folder):
-            del sys.modules[mod_name]
+            file = getattr(sys.modules.pop(mod_name), "__file__", None)
+            if file and loaded is not None:
+                loaded.append(Path(file).resolve())
         elif mod_name == top:
             shadowed.add(top)
     return sorted(shadowed)

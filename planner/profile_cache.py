@@ -1,8 +1,10 @@
 """On-disk cache of ModelProfiles, so profiling a model twice costs one file read.
 
 Key: (sha256 of the model file, builder name, builder args, seq_len, dtype, profiler
-version). Only the model file itself is hashed: a model file that imports code from
-elsewhere is not re-profiled when that code changes (pass --no-cache then).
+version). An entry also records the sha256 of each module the model file's import loaded from
+its own folder (`from lm import Block`), and is stale once one of them changes (a review found
+an edited lm.py priced as before). Code imported from elsewhere (an installed package, a module
+imported inside the builder) is not tracked: delete the entry, or the profiles folder, then.
 Directory: $SMPLAN_CACHE_DIR, else ~/.cache/smplan; one JSON file per profile under
 `profiles/`. A file that does not parse is ignored and rewritten; a cache directory that
 cannot be written only costs the speed-up.
@@ -32,24 +34,37 @@ def path_for(cache_key: str) -> Path:
     return cache_dir() / "profiles" / f"{cache_key}.json"
 
 
+def file_sha256(path: str | Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def load(cache_key: str) -> ModelProfile | None:
+    """The cached profile, or None when there is none, it does not parse, or a file it depends on
+    changed (or is gone) since it was stored."""
     path = path_for(cache_key)
     try:
         data = json.loads(path.read_text())
         if data.get("key") != cache_key:
             return None
+        if any(file_sha256(file) != digest for file, digest in (data.get("depends") or {}).items()):
+            return None  # a module the model file imports changed: profile again and overwrite
         return ModelProfile.from_dict(data["profile"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing or corrupt: profile again and overwrite
 
 
-def store(cache_key: str, profile: ModelProfile) -> Path | None:
+def store(cache_key: str, profile: ModelProfile, depends: list[Path] | tuple[Path, ...] = ()) -> Path | None:
+    """Write the entry; `depends`: files whose change makes it stale (their sha256 is kept)."""
     path = path_for(cache_key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        digests = {str(file): file_sha256(file) for file in depends}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
-            json.dump({"key": cache_key, "profile": profile.to_dict()}, f)
+            json.dump({"key": cache_key, "profile": profile.to_dict(), "depends": digests}, f)
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
         return path
     except OSError:

@@ -74,5 +74,5 @@ def profile_model(
 
     profile = run_profile(ref, model_file, args, seq_len, dtype)
     if cache:
-        profile_cache.store(key, profile)
+        profile_cache.store(key, profile, getattr(model_file, "local_files", ()))
     return profile

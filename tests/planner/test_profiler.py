@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -189,6 +190,51 @@ def test_corrupt_cache_file_is_ignored_and_rewritten():
     path.write_text("{not json")
     assert profile_model(GPT, {"hidden": 64}) == first
     assert json.loads(path.read_text())["profile"]["params"] == first.params
+
+
+def test_a_cached_profile_is_stale_once_a_module_beside_the_model_file_changes(tmp_path):
+    """`from lm import Block`: editing lm.py re-profiles (a review found the old parameter count kept)."""
+    (tmp_path / "lm.py").write_text(textwrap.dedent("""
+        from torch import nn
+
+        class Block(nn.Module):
+            def __init__(self, width=4):
+                super().__init__()
+                self.up, self.down = nn.Linear(8, 8 * width), nn.Linear(8 * width, 8)
+
+            def forward(self, x):
+                return self.down(self.up(x))
+    """))
+    (tmp_path / "model.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        from lm import Block
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.ModuleList(Block() for _ in range(2))
+
+            def forward(self, x):
+                for block in self.blocks:
+                    x = block(x)
+                return x
+
+        def model():
+            return Net()
+
+        def batch(micro_batch_size, model=None, seed=0):
+            return torch.randn(micro_batch_size, 8), torch.randint(0, 8, (micro_batch_size,))
+    """))
+    ref = str(tmp_path / "model.py") + ":model"
+    before = profile_model(ref)
+    assert profile_model(ref) == dataclasses.replace(before, model=ref)  # cached
+    lm = tmp_path / "lm.py"
+    lm.write_text(lm.read_text().replace("width=4", "width=8"))
+    after = profile_model(ref)
+    assert after.params > before.params  # not the cached count
+    (entry,) = (profile_cache.cache_dir() / "profiles").glob("*.json")
+    assert list(json.loads(entry.read_text())["depends"]) == [str(lm.resolve())]
 
 
 def test_gpt3_175b_profiles_without_allocating_weights(tmp_path):
