@@ -82,9 +82,9 @@ def mark_stopped(run_dir: str | Path, reason: str, detail: str, cause: str | Non
         return
     done, total = _steps_done(run_dir)
     if total and done >= total:
-        cause = "" if reason == "interrupted" else f" ({detail})"  # a crash keeps its log line; Ctrl-C's resume advice goes
+        line = "" if reason == "interrupted" else f" ({detail})"  # a crash keeps its log line; Ctrl-C's resume advice goes
         detail = (f"{reason} after the run's last step ({done} of {total}): every step ran and was recorded, "
-                  f"only {SUMMARY_FILE} was not written; there is nothing left to resume{cause}")
+                  f"only {SUMMARY_FILE} was not written; there is nothing left to resume{line}")
     record = {"reason": reason, "detail": detail, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if cause:
         record.update(cause=cause, after_step=done)

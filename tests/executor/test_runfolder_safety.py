@@ -102,6 +102,15 @@ def test_a_stop_after_the_last_step_offers_no_resume(tmp_path):
     (out / "metrics.jsonl").write_text('{"step": 1}\n')
     mark_stopped(out, "interrupted", "stopped with Ctrl-C; resumes it from step-1")
     assert json.loads((out / STOPPED_FILE).read_text())["detail"] == "stopped with Ctrl-C; resumes it from step-1"
+    # a failure records its exception line as given, after the last step too (a review found the detail there);
+    # a signal's stop, without one, records none
+    mark_stopped(out, "failed", "rank 0 exited with code 1: ValueError: x", "ValueError: x")
+    assert json.loads((out / STOPPED_FILE).read_text())["cause"] == "ValueError: x"
+    (out / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    mark_stopped(out, "failed", "rank 0 exited with code 1: ValueError: x", "ValueError: x")
+    assert json.loads((out / STOPPED_FILE).read_text())["cause"] == "ValueError: x"
+    mark_stopped(out, "failed", "rank 0 killed by signal 9")
+    assert "cause" not in json.loads((out / STOPPED_FILE).read_text())
 
 
 def test_export_says_why_a_run_has_no_checkpoint(tmp_path):
