@@ -2,7 +2,8 @@
 
 Key: (sha256 of the model file, builder name, builder args, seq_len, dtype, profiler
 version). An entry also records the sha256 of each module the model file's import loaded from
-its own folder (`from lm import Block`), and is stale once one of them changes (a review found
+its own folder (`from lm import Block`), by its path in that folder, and is stale once the file
+there differs (edited, gone, or another folder's lm.py beside the same model.py: a review found
 an edited lm.py priced as before). Code imported from elsewhere (an installed package, a module
 imported inside the builder) is not tracked: delete the entry, or the profiles folder, then.
 Directory: $SMPLAN_CACHE_DIR, else ~/.cache/smplan; one JSON file per profile under
@@ -41,27 +42,31 @@ def file_sha256(path: str | Path) -> str | None:
         return None
 
 
-def load(cache_key: str) -> ModelProfile | None:
+def load(cache_key: str, folder: str | Path | None = None) -> ModelProfile | None:
     """The cached profile, or None when there is none, it does not parse, or a file it depends on
-    changed (or is gone) since it was stored."""
+    (by its path in `folder`, the model file's) differs from the one it was stored with."""
     path = path_for(cache_key)
     try:
         data = json.loads(path.read_text())
         if data.get("key") != cache_key:
             return None
-        if any(file_sha256(file) != digest for file, digest in (data.get("depends") or {}).items()):
-            return None  # a module the model file imports changed: profile again and overwrite
+        depends = data["depends"]  # every entry records it (PROFILER_VERSION 35)
+        if depends and (folder is None or any(file_sha256(Path(folder) / rel) != digest
+                                              for rel, digest in depends.items())):
+            return None  # a module the model file imports differs: profile again and overwrite
         return ModelProfile.from_dict(data["profile"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing or corrupt: profile again and overwrite
 
 
-def store(cache_key: str, profile: ModelProfile, depends: list[Path] | tuple[Path, ...] = ()) -> Path | None:
-    """Write the entry; `depends`: files whose change makes it stale (their sha256 is kept)."""
+def store(cache_key: str, profile: ModelProfile, depends: list[Path] | tuple[Path, ...] = (),
+          folder: str | Path | None = None) -> Path | None:
+    """Write the entry; `depends`: files in `folder` (the model file's) whose change makes it stale
+    (their sha256 is kept by their path there)."""
     path = path_for(cache_key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        digests = {str(file): file_sha256(file) for file in depends}
+        digests = {str(Path(file).relative_to(folder)): file_sha256(file) for file in depends} if folder else {}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump({"key": cache_key, "profile": profile.to_dict(), "depends": digests}, f)

@@ -234,7 +234,13 @@ def test_a_cached_profile_is_stale_once_a_module_beside_the_model_file_changes(t
     after = profile_model(ref)
     assert after.params > before.params  # not the cached count
     (entry,) = (profile_cache.cache_dir() / "profiles").glob("*.json")
-    assert list(json.loads(entry.read_text())["depends"]) == [str(lm.resolve())]
+    assert list(json.loads(entry.read_text())["depends"]) == ["lm.py"]  # by its path beside the model file
+    # the same model.py in another folder imports that folder's lm.py: not the first folder's profile
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.py").write_text((tmp_path / "model.py").read_text())
+    (other / "lm.py").write_text(lm.read_text().replace("width=8", "width=2"))
+    assert profile_model(str(other / "model.py") + ":model").params < before.params
 
 
 def test_gpt3_175b_profiles_without_allocating_weights(tmp_path):
