@@ -165,6 +165,14 @@ def default_interval_s(spec: RunSpec) -> float:
     return max(daly_interval(spec.blocking_s, spec.job_mtbf_s), 1.0, shortest)
 
 
+def default_interval_text(spec: RunSpec) -> str:
+    """`default_interval_s` in minutes, and what it is, for advice."""
+    minutes = default_interval_s(spec) / 60.0
+    if spec.async_checkpoint and spec.checkpoint_s >= default_interval_s(spec):
+        return f"{minutes:.2g} (one asynchronous write, longer than Daly's interval)"
+    return f"{minutes:.2g} (Daly's interval)"
+
+
 def expected_wall_s(spec: RunSpec, interval_s: float | None = None) -> float:
     """Daly's closed-form expected wall-clock (eq. 20) of `spec` checkpointing every `interval_s`
     seconds (`default_interval_s` when None), as the failure simulation runs it; inf when it overflows.
@@ -203,7 +211,7 @@ def too_many_failures_reason(spec: RunSpec, interval_s: float | None = None) -> 
     if interval_s and expected_goodput(spec, interval_s) < HOPELESS_GOODPUT <= expected_goodput(spec):
         return (f"the run does not finish: checkpointing every {interval_s / 60:.3g} min, the job (failing every "
                 f"{spec.job_mtbf_s:.3g} s on average) makes no progress between failures; give a shorter "
-                f"--checkpoint-interval-min, about {default_interval_s(spec) / 60:.2g} (Daly's interval), or none")
+                f"--checkpoint-interval-min, about {default_interval_text(spec)}, or none")
     if expected_goodput(spec, interval_s) >= HOPELESS_GOODPUT:
         return (f"the run fails too often to simulate: the job fails every {spec.job_mtbf_s:.3g} s on average, "
                 f"about {daly_failures(spec, interval_s):.3g} times before it finishes (Daly 2006), and the "
@@ -295,23 +303,28 @@ def spare_waits(spec: RunSpec, times: np.ndarray) -> np.ndarray:
     return waits
 
 
-def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0) -> SweepResult:
-    """Wall-clock to finish `spec.work_s` for every interval and seed."""
+def horizon_s(spec: RunSpec, worst_wall_s: float) -> float:
+    """A horizon that a run expected to take `worst_wall_s` almost surely finishes in (simulate_sweep
+    doubles it when not): 1.5x that, capped at 1e3x the work, plus room for ten restarts,
+    checkpoints and failure intervals."""
+    return 1.5 * min(worst_wall_s, 1e3 * spec.work_s) + 10 * (spec.restart_s + spec.checkpoint_s) + 10 * spec.job_mtbf_s
+
+
+def simulate_sweep(spec: RunSpec, intervals_s, seeds: int = 100, seed: int = 0,
+                   given_s: float | None = None) -> SweepResult:
+    """Wall-clock to finish `spec.work_s` for every interval and seed. `given_s`: the interval the
+    user gave, named when the failures to follow are too many (else Daly's count is given)."""
     intervals = np.atleast_1d(np.asarray(intervals_s, dtype=float))
     if (intervals <= 0).any():
         raise ReliabilityError("checkpoint intervals must be greater than 0 minutes")
     if seeds < 1:
         raise ReliabilityError(f"--seeds must be at least 1, got {seeds}")
     rng = np.random.default_rng(seed)
-    m = spec.job_mtbf_s
     # A horizon that the slowest interval almost surely finishes in; doubled if not.
-    worst, slowest = max((expected_wall_s(spec, float(t)), float(t)) for t in (intervals.min(), intervals.max()))
-    horizon = (
-        1.5 * min(worst, 1e3 * spec.work_s) + 10 * (spec.restart_s + spec.checkpoint_s) + 10 * m
-    )
+    horizon = horizon_s(spec, max(expected_wall_s(spec, float(t)) for t in (intervals.min(), intervals.max())))
     stream_seeds = rng.integers(2**63, size=seeds)  # once: a longer horizon extends the same draws
     for _ in range(8):
-        times = failure_times(spec, seeds, horizon, rng, stream_seeds, slowest)
+        times = failure_times(spec, seeds, horizon, rng, stream_seeds, given_s)
         waits = spare_waits(spec, times)
         wall, fails, waited = _step(spec, intervals, times, waits)
         late = wall > horizon
@@ -441,10 +454,11 @@ class RunReport:
 
 
 # The sweep simulates the grid's intervals whose closed-form wall-clock (`expected_wall_s`) is
-# within this factor of the grid's best: one further out cannot be the optimum (Daly's closed form
-# and the simulation agree to noise, tests/simulator/test_failures.py), and the horizon the worst
-# one needs could exceed the failures a seed follows in a run that itself finishes (a review: a
-# 30-day run of 128 GPUs at 20 h per GPU was refused for its 6x-Young grid point alone).
+# within this factor of the grid's best and whose horizon (`horizon_s`) holds no more failures
+# than a seed follows: one further out cannot be the optimum (Daly's closed form and the
+# simulation agree to noise, tests/simulator/test_failures.py), and a run that itself finishes must
+# not be refused for it (a review: a 30-day run of 128 GPUs at 20 h per GPU was, for its
+# 6x-Young grid point alone). The best is always simulated.
 SWEEP_SPAN = 2.0
 
 # Under this many failures over all seeds at the sweep's best interval, the auto interval is
@@ -484,21 +498,23 @@ def analyse_run(
     extra = [daly] if daly >= max(shortest, 1e-9) else []
     grid = np.unique(np.concatenate([grid, extra]))
     expected = np.array([expected_wall_s(spec, float(t)) for t in grid])
-    grid = grid[expected <= SWEEP_SPAN * expected.min()] if np.isfinite(expected.min()) else grid
+    if np.isfinite(expected.min()):  # the best, and those near it whose horizon the failures followed can hold
+        fits = np.array([horizon_s(spec, e) / m <= MAX_FAILURES_PER_SEED for e in expected])
+        grid = grid[((expected <= SWEEP_SPAN * expected.min()) & fits) | (expected == expected.min())]
     grid = np.unique(np.concatenate([grid] + ([[interval_s]] if interval_s else [])))
-    res = simulate_sweep(spec, grid, seeds, seed)
+    res = simulate_sweep(spec, grid, seeds, seed, given_s=interval_s)
     best, best_row = res.best()
     drawn = int(res.failures[best_row].sum())
     source = "given" if interval_s else "auto"
     chosen = interval_s if interval_s else best
     if interval_s is None and drawn < MIN_SWEEP_FAILURES and (daly > 0 or young > 0):
         chosen, source = default_interval_s(spec), "daly"
-    if interval_s is None:  # a run shorter than the interval is one segment: that is what it checkpoints at
-        chosen = min(chosen, spec.work_s)
+    if interval_s is None:  # a run shorter than the interval is one segment, though never shorter than a write
+        chosen = min(chosen, max(spec.work_s, shortest))
     row = int(np.argmin(np.abs(res.intervals_s - chosen)))
     if interval_s is None:
         # Evaluate exactly at the refined best interval, on the same failure draws.
-        one = simulate_sweep(spec, [chosen], seeds, seed)
+        one = simulate_sweep(spec, [chosen], seeds, seed)  # within the grid's range: its horizon fits
         wall, fails, waited = one.wall_s[0], one.failures[0], one.spare_wait_s[0]
     else:
         wall, fails, waited = res.wall_s[row], res.failures[row], res.spare_wait_s[row]

@@ -146,6 +146,10 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
                 restart_minutes, checkpoint_minutes, async_checkpoint, spares, repair_hours, weibull_shape, seeds, as_json):
     """Goodput and wall-clock of a whole run of PLAN.json under failures.
 
+    A MODEL with --hw and --plan stands for a plan file: a model file,
+    path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
+    holding a Hugging Face config.json (built from it: no weights, no download).
+
     \b
       smplan reliability plan.json --tokens 3e11
       smplan reliability plan.json --days 30 --checkpoint-interval-min 60 --spares 4 --json

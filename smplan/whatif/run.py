@@ -52,7 +52,7 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
     from smplan.simulator.failures import (
         HOPELESS_GOODPUT,
         daly_failures,
-        default_interval_s,
+        default_interval_text,
         expected_goodput,
     )
 
@@ -63,10 +63,9 @@ def never_finishes(spec: RunSpec, interval_s: float | None = None) -> str:
         return (f"the run fails too often to simulate: its {spec.num_gpus:,} GPUs fail every "
                 f"{spec.job_mtbf_s:.3g} s on average, about {daly_failures(spec, interval_s):.3g} times before "
                 "it finishes; raise reliability.gpu_mtbf_hours (--hw-set or --vary) or use fewer nodes")
-    daly_min = default_interval_s(spec) / 60.0
     if interval_s and expected_goodput(spec) >= HOPELESS_GOODPUT:  # the given interval is what is wrong
         return (f"{why}; checkpoint_interval_min={interval_s / 60:g} makes no progress between failures: "
-                f"try about {daly_min:.2g} (Daly's interval)")
+                f"try about {default_interval_text(spec)}")
     return (f"{why}; raise reliability.gpu_mtbf_hours, lower reliability.restart_minutes "
             "(--hw-set or --vary) or use fewer nodes")
 

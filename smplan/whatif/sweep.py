@@ -10,6 +10,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from smplan.display import days_text
 from smplan.hwprofiles import load_stack
 from smplan.planner import parse_inline
 from smplan.report.points import POINTS_VERSION, conditions_only, derive, unit_of
@@ -200,7 +201,7 @@ def recommend(record: dict) -> tuple[int | None, str]:
         near = [p for p in timed if p["run"]["days"] <= NEAR_BEST * best]
         pick = min(near, key=lambda p: (p["run"]["usd"], p["run"]["days"]))
         why = (f"The cheapest point (${pick['run']['usd']:,.0f}) among those within {NEAR_BEST:g}x of the "
-               f"fastest time to train ({best:.3g} days).")
+               f"fastest time to train ({days_text(best)} days).")
     elif timed:
         best = max(p["run"]["tokens"] for p in timed)
         near = [p for p in timed if p["run"]["tokens"] * NEAR_BEST >= best]

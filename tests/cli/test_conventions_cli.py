@@ -74,7 +74,7 @@ def test_mfu_is_a_fraction_in_json_and_a_percentage_in_tables(cli_runner, tmp_pa
     assert 0 < point["figures"]["mfu"] < 1
 
 
-@pytest.mark.parametrize("command", ["profile", "plan", "simulate", "whatif", "calibrate", "execute"])
+@pytest.mark.parametrize("command", ["profile", "plan", "simulate", "whatif", "reliability", "calibrate", "execute"])
 def test_every_command_that_takes_a_model_names_the_hf_form_in_its_help(cli_runner, command):
     # a review found only the README and the error after a wrong guess taught hf:DIR
     help_text = " ".join(cli_runner.invoke(cli, [command, "--help"]).output.split())

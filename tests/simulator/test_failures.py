@@ -251,15 +251,38 @@ def test_a_run_that_finishes_is_not_refused_for_a_far_off_grid_interval(monkeypa
     """The horizon came from the grid's worst interval (6x Young's), which needs ~3.5x the failures
     of Daly's: a run that finishes was refused. Intervals far off the closed form's best are not simulated."""
     from smplan.simulator import failures
-    from smplan.simulator.failures import SWEEP_SPAN, daly_failures
+    from smplan.simulator.failures import SWEEP_SPAN, daly_failures, horizon_s
 
     spec = RunSpec(work_s=2 * 86400, num_gpus=128, gpu_mtbf_hours=20, restart_s=15 * MIN, checkpoint_s=30.7)
-    # a cap the run fits under at Daly's interval (1.5x its failures: the horizon's margin) but not at 6x Young's
-    monkeypatch.setattr(failures, "MAX_FAILURES_PER_SEED", int(1.5 * SWEEP_SPAN * daly_failures(spec)) + 200)
+    # a cap the run fits under at Daly's interval (1.5x its failures: the horizon's margin), barely
+    cap = int(1.6 * daly_failures(spec)) + 200
+    monkeypatch.setattr(failures, "MAX_FAILURES_PER_SEED", cap)
     report = analyse_run(spec, seeds=5)
     assert 0.1 < report.goodput_mean < 0.2
     best = min(row["wall_mean_s"] for row in report.sweep)
     assert max(row["wall_mean_s"] for row in report.sweep) < 1.2 * SWEEP_SPAN * best
+    assert all(horizon_s(spec, failures.expected_wall_s(spec, row["interval_s"])) / spec.job_mtbf_s <= cap
+               for row in report.sweep) and len(report.sweep) >= 3
+
+
+def test_a_run_too_long_to_follow_is_said_to_fail_dalys_count_of_times_without_naming_an_interval():
+    """Not the count at the grid's slowest interval, nor advice to shorten an interval no one gave."""
+    from smplan.simulator.failures import daly_failures
+
+    spec = RunSpec(work_s=3 * 86400, num_gpus=1024, gpu_mtbf_hours=100, restart_s=1800, checkpoint_s=600)
+    with pytest.raises(RunDoesNotFinish) as refused:
+        analyse_run(spec, seeds=5)
+    said = str(refused.value)
+    assert f"about {daly_failures(spec):.3g} times before it finishes" in said, said
+    assert "--checkpoint-interval-min" not in said
+
+
+def test_an_async_run_shorter_than_one_write_checkpoints_at_a_write_it_would_take_back():
+    spec = RunSpec(work_s=3600.0, num_gpus=8, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=7200.0,
+                   async_checkpoint=True, async_blocking_s=5.0)
+    auto = analyse_run(spec, seeds=5)
+    assert auto.interval_s == spec.checkpoint_s  # not the run's 3600 s, which the line below would refuse
+    assert analyse_run(spec, interval_s=auto.interval_s, seeds=5).interval_s == auto.interval_s
 
 
 def test_a_given_interval_that_makes_no_progress_is_named_as_the_cause():
