@@ -66,7 +66,8 @@ def store(cache_key: str, profile: ModelProfile, depends: list[Path] | tuple[Pat
     path = path_for(cache_key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        digests = {str(Path(file).relative_to(folder)): file_sha256(file) for file in depends} if folder else {}
+        digests = {str(Path(file).relative_to(folder)): file_sha256(file)
+                   for file in depends if folder and Path(file).is_relative_to(folder)}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump({"key": cache_key, "profile": profile.to_dict(), "depends": digests}, f)
