@@ -333,12 +333,12 @@ def test_the_question_names_the_global_batch_every_point_shares(cli_runner, tmp_
     batch depends on the sweep: the question (text and page) says which, and how to set it."""
     out = tmp_path / "wi"
     result = cli_runner.invoke(cli, ["whatif", "examples/gpt.py:tiny", "--hw", "a100x8", "--vary", "nodes=1,2",
-                                     "--tokens", "1e9", "--jobs", "1", "-o", str(out)])
+                                     "--jobs", "1", "-o", str(out)])  # a step's sweep: no failure simulation
     assert result.exit_code == 0, result.output
     says = "global batch 16 (one per GPU of the largest point; --global-batch sets another)"
     assert says in result.output and says in (out / "index.html").read_text()
     given = cli_runner.invoke(cli, ["whatif", "examples/gpt.py:tiny", "--hw", "a100x8", "--vary", "nodes=1,2",
-                                    "--tokens", "1e9", "--jobs", "1", "--global-batch", "32", "-o", str(tmp_path / "g")])
+                                    "--jobs", "1", "--global-batch", "32", "-o", str(tmp_path / "g")])
     assert given.exit_code == 0, given.output
     assert "global batch 32, as nodes" in given.output and "largest point" not in given.output
 
