@@ -233,7 +233,7 @@ def test_an_async_checkpoints_closed_form_counts_the_time_until_it_is_durable():
 def test_the_closed_form_runs_a_run_shorter_than_its_interval_as_one_segment():
     spec = RunSpec(work_s=3000.0, num_gpus=128, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=30.7)
     report = analyse_run(spec, interval_s=1e5 * MIN, seeds=20)
-    # not the 61 s the uncapped segment count (work / interval) gave, under the failure-free time
+    # the uncapped segment count (work / interval, under one) gave less than the failure-free time
     assert report.daly_expected_wall_s == pytest.approx(report.wall_mean_s, rel=0.01)
     assert report.wall_mean_s > spec.work_s
     auto = analyse_run(RunSpec(**{**spec.__dict__, "gpu_mtbf_hours": 1e9}), seeds=5)
