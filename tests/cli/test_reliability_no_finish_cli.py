@@ -36,3 +36,14 @@ def _runner():
     from click.testing import CliRunner
 
     return CliRunner()
+
+
+def test_a_given_interval_that_makes_no_progress_is_refused_at_once_naming_it():
+    # it was simulated for seconds, then refused with a count of failures that did not apply to it
+    args = ["reliability", GPT, "--hw", "a100x8", "--plan", "dp=8,mbs=1,gbs=8", "--days", "30",
+            "--checkpoint-interval-min", "100000", "--mtbf-hours", "5"]
+    result = _runner().invoke(cli, args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: the run does not finish: checkpointing every 1e+05 min")
+    assert "give a shorter --checkpoint-interval-min" in result.stderr
