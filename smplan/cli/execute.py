@@ -227,9 +227,13 @@ def _own_prediction(plan_arg: str, plan, model: str | None, model_args: dict, mo
     if plan.predicted is None:  # an inline plan, or a file without figures
         return plan
     defaults = {k: p.default for k, p in model_file.builder_parameters().items() if p.default is not p.empty}
-    if model_changed(Plan.load(plan_arg), model, model_args, defaults):
+    written = Plan.load(plan_arg)
+    if model_changed(written, model, model_args, defaults):
+        # resolve_plan drops the seq_len of another model file's plan: say so, as it changes the run
+        length = (f"; it trains at the sequence length of the model it builds, not the plan's seq_len={written.seq_len}"
+                  if written.seq_len and plan.seq_len is None else "")
         click.echo(f"note: --model/--arg build another model than {plan_arg} was priced for; this run is not "
-                   "compared with its predicted figures", err=True)
+                   f"compared with its predicted figures{length}", err=True)
         return plan.replace(predicted=None)
     checked, note, priced = repriced(plan_arg, plan)
     if not priced:

@@ -135,9 +135,11 @@ def test_an_edited_plan_file_is_priced_again_and_another_model_is_not_compared(c
     other = _invoke(cli_runner, str(path), "--model", f"{EXAMPLES / 'mlp.py'}", "--launcher", "slurm",
                     "--out", str(tmp_path / "c"))
     assert "build another model than" in other.output
+    assert f"not the plan's seq_len={data['seq_len']}" in other.output, other.output  # mlp.py trains at its own
     assert "predicts no step time" in other.output, other.output
     wider = _invoke(cli_runner, str(path), "--arg", "hidden=64", "--launcher", "slurm", "--out", str(tmp_path / "d"))
     assert "build another model than" in wider.output, wider.output
+    assert "seq_len" not in wider.output  # the same file: the plan's seq_len stays
     # tiny's own width, given again, builds the same model: its figures stay
     same_args = _invoke(cli_runner, str(path), "--arg", "hidden=32", "--launcher", "slurm", "--out", str(tmp_path / "e"))
     assert same_args.exit_code == 0 and "note:" not in same_args.stderr, same_args.output
