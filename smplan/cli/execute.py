@@ -25,7 +25,14 @@ from smplan.simulator.prediction import model_changed, repriced
 
 from .checks import check_can_write
 from .main import Interrupted, RunFailed, UserError
-from .options import OneSpelling, echo_json, json_option, model_args_from, model_args_option
+from .options import (
+    OneSpelling,
+    echo_json,
+    given_on_command_line,
+    json_option,
+    model_args_from,
+    model_args_option,
+)
 
 
 @click.command()
@@ -148,8 +155,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
                           init_from=init_from, reference_batch=reference_batch, lr_scaling=lr_scaling,
                           time_limit=time_limit)
     check_options(opts)  # before the model file is even loaded
-    given = click.get_current_context().get_parameter_source("lr_scaling")
-    if given == click.core.ParameterSource.COMMANDLINE and not reference_batch:
+    if given_on_command_line("lr_scaling") and not reference_batch:
         raise UserError(f"--lr-scaling {lr_scaling} scales --lr from the global batch it was tuned at: add "
                         "--reference-batch B, or drop --lr-scaling")
     if warmup_steps and warmup_steps >= steps:

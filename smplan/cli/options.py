@@ -134,3 +134,8 @@ def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrid
     for note in said:
         click.echo(note, err=True)
     return said
+
+
+def given_on_command_line(name: str) -> bool:
+    """Whether the running command's option `name` (its parameter name) was typed, not its default."""
+    return click.get_current_context().get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE

@@ -18,6 +18,7 @@ from .main import UserError
 from .notes import a2a_overlap_note, mfu_counts_masked_half, sac_stack_note
 from .options import (
     echo_json,
+    given_on_command_line,
     hw_options,
     json_option,
     model_args_from,
@@ -104,7 +105,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         return load_model_file(model).accepts(name)
 
     q = Question(
-        model=model, hw=hw, nodes=nodes, hw_overrides=dict(parse_override(s) for s in hw_set), stack=stack,
+        model=model, hw=hw, hw_given=given_on_command_line("hw"), nodes=nodes, hw_overrides=dict(parse_override(s) for s in hw_set), stack=stack,
         model_args=model_args_from(model_args), varies=tuple(parse_vary(v, accepts) for v in varies),
         tokens=tokens, days=days, plan=plan, global_batch=global_batch, seq_len=seq_len,
         checkpoint_interval_min=checkpoint_interval_min, seeds=seeds, sensitivity_delta=delta,

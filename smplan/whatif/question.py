@@ -18,6 +18,7 @@ class QuestionError(ValueError):
 class Question:
     model: str  # "examples/gpt.py:llama3_70b"
     hw: str = "a100x8"
+    hw_given: bool = False  # --hw was on the command line, not its default
     nodes: int | None = None
     hw_overrides: dict = field(default_factory=dict)  # --hw-set
     stack: str | None = None  # --stack NAME|PATH; None = the default stack (hwprofiles/stack.py)
@@ -123,6 +124,13 @@ class Question:
                 or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None)
             if clash:
                 raise QuestionError(f"--vary {v.key} and {clash} both set it; drop one")
+        # --vary hw / stack replaces --hw / --stack: a given one the sweep leaves out would be silently
+        # ignored (one among the swept values loses nothing, as the README's examples give it)
+        given = {"hw": self.hw if self.hw_given else None, "stack": self.stack}
+        for v in self.varies:
+            if given.get(v.kind) is not None and given[v.kind] not in v.values:
+                raise QuestionError(f"--{v.kind} {given[v.kind]} is not among --vary {v.key}'s values, which replace "
+                                    f"it; add it to them or leave --{v.kind} out")
 
     def _check_stages_keep_their_chunks(self) -> None:
         """--plan's stages= lists pp*v model chunks: a sweep that changes the chunk count would

@@ -265,6 +265,8 @@ def test_plan_refuses_a_bad_grad_compress_in_one_line(cli_runner):
     (["--vary", "inter_node.bandwidth_gbps=10,20", "--hw-set", "inter_node.bandwidth_gbps=5"], "--hw-set"),
     (["--vary", "inter_node.bandwidth_gbps=-1,5"], "must be greater than 0"),
     (["--checkpoint-interval-min", "10"], "add --tokens or --days"),
+    (["--vary", "hw=h100x8,l40sx8"], "--hw a100x8 is not among --vary hw's values"),
+    (["--stack", "torchtitan", "--vary", "stack=megatron-core,pytorch-fsdp"], "--stack torchtitan is not among"),
 ])
 def test_whatif_refuses_what_it_would_silently_ignore(cli_runner, tmp_path, extra, says):
     out = tmp_path / "w"

@@ -1,0 +1,24 @@
+"""The what-if question's own checks: what a sweep would silently ignore is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from smplan.whatif import parse_vary
+from smplan.whatif.question import Question, QuestionError
+
+
+def test_a_swept_hw_replaces_only_a_default_or_one_among_its_values():
+    hws = (parse_vary("hw=h100x8,b200x8"),)
+    Question("examples/gpt.py:tiny", varies=hws)  # --hw left at its default: the sweep names the GPUs
+    Question("examples/gpt.py:tiny", hw="h100x8", hw_given=True, varies=hws)  # among them: nothing lost
+    with pytest.raises(QuestionError, match="--hw a100x8 is not among --vary hw's values"):
+        Question("examples/gpt.py:tiny", hw="a100x8", hw_given=True, varies=hws)
+
+
+def test_a_given_stack_the_sweep_leaves_out_is_refused():
+    stacks = (parse_vary("stack=megatron-core,torchtitan"),)
+    Question("examples/gpt.py:tiny", varies=stacks)
+    Question("examples/gpt.py:tiny", stack="torchtitan", varies=stacks)
+    with pytest.raises(QuestionError, match="--stack pytorch-fsdp is not among --vary stack's values"):
+        Question("examples/gpt.py:tiny", stack="pytorch-fsdp", varies=stacks)
