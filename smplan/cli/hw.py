@@ -148,7 +148,7 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
     curve P*d/(d+h)), memory bandwidth (a large copy), and all-reduce / all-gather /
     send-recv time over message sizes across --nproc-per-node local processes (gloo on CPU, nccl
     on GPU), fitted to ring alpha-beta costs. On CPU each process is one "GPU" with
-    OMP_NUM_THREADS threads (default 1), as in `smplan execute`. Takes ~10 s.
+    OMP_NUM_THREADS threads (default 1), as in `smplan execute`. Takes ~20 s on 2 idle cores.
 
     \b
     Example:
@@ -162,7 +162,7 @@ def probe_cmd(output: str | None, nproc: int, name: str, force: bool, as_json: b
     from smplan.hwprofiles.profile_file import check_writable, write_profile
 
     if output:
-        check_writable(output, force)  # before ~10 s of measuring
+        check_writable(output, force)  # before ~20 s of measuring
         check_can_write(output, "-o/--output")
     check_nproc(nproc)
     steps = progress_steps(nproc=nproc)

@@ -141,8 +141,8 @@ class Layout:
     """The model's repeated blocks and the parts around them, as module names.
 
     `container` is the fqn of the nn.ModuleList / nn.Sequential holding the blocks ("" when
-    the model itself is that stack), None when the model has no repeated blocks (a ResNet):
-    then it runs as one piece, with data parallelism only. `block_names` are the
+    the model itself is that stack), None when the model has no repeated blocks (its layers
+    plain attributes): plan and execute refuse it (planner.plan.no_blocks_reason). `block_names` are the
     container's children that are the blocks, in order; they need not be integers
     (torchvision's "encoder_layer_0"). `before` / `after` are the fqns of the parts that
     run before the blocks (the first pipeline stage holds them) and after them (the last).
