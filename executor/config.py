@@ -217,12 +217,18 @@ def _changes(key: str, theirs, ours) -> list[str]:
     if key == "model":
         return [f"builder {_shown(theirs)} -> {_shown(ours)}"]
     if isinstance(theirs, dict) and isinstance(ours, dict):
-        return [f"{name} {_shown(theirs.get(name, _UNSET))} -> {_shown(ours.get(name, _UNSET))}"
-                for name in sorted(theirs.keys() | ours.keys()) if theirs.get(name, _UNSET) != ours.get(name, _UNSET)]
+        pairs = [(name, _item(key, theirs, name), _item(key, ours, name)) for name in sorted(theirs.keys() | ours.keys())]
+        return [f"{name} {_shown(a)} -> {_shown(b)}" for name, a, b in pairs if a != b]
     return [f"{key} {_shown(theirs)} -> {_shown(ours)}"]
 
 
 _UNSET = object()
+
+
+def _item(key: str, inputs: dict, name: str):
+    """`inputs[name]`; a layout's _LATER_KEYS, left out at their default, are that default."""
+    default = _LATER_KEYS.get(name, _UNSET) if key == "layout" else _UNSET
+    return inputs.get(name, default)
 
 
 def _shown(value) -> str:

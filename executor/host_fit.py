@@ -98,11 +98,12 @@ def this_machine_problem(local_processes: int, nnodes: int, param_bytes: int, gp
     if need <= available_bytes:
         return None
     across = f" across {nnodes} nodes" if nnodes > 1 else ""
+    processes = "process's" if local_processes == 1 else f"{local_processes} processes'"
     held = ("at least once" if copies <= ADAMW_COPIES_PER_PARAM
             else f"on the data-parallel replicas: {copies} parameter-sized buffers in all")
     return (f"on CPU this run needs at least {need / GIB:.1f} GiB of host memory here (the model's "
             f"{param_bytes / GIB:.1f} GiB of parameters, with their gradients and AdamW's two moments, held "
-            f"{held}{across}, and {runtime / GIB:.1f} GiB for its {local_processes} processes' torch runtime), "
+            f"{held}{across}, and {runtime / GIB:.1f} GiB for its {processes} torch runtime), "
             f"but this machine has {available_bytes / GIB:.1f} GiB available; run it on the GPUs it was planned "
             "for, or plan fewer GPUs or a smaller model here")
 

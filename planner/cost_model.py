@@ -489,7 +489,7 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         raise PlanError(sp_unsupported(profile.unsupported))
     problem = (expert_parallel_problem(plan.ep, profile.num_experts)
                or context_parallel_problem(plan.cp, profile.seq_len)
-               or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name))
+               or fp8_problem(plan.dtype, cluster.gpu.peak_tflops.fp8, repr(cluster.name), cluster.gpu.name)
                or fp8_scaling_problem(plan.fp8_scaling, plan.dtype, cluster.gpu.block_scaled_fp8, repr(cluster.name)))
     if problem:
         raise PlanError(problem)

@@ -6,6 +6,8 @@ Each rule returns None or one line naming the value, the limit and a change that
 
 from __future__ import annotations
 
+import math
+
 from smplan.hwprofiles import PROBED_CPU_NAME
 
 # The executor's sequence parallelism: blocks take sequence shards and the parts around them
@@ -106,7 +108,10 @@ def expert_grid_problem(ep: int, tp: int, cp: int, dp: int) -> str | None:
     grid = tp * cp * dp
     if grid % ep:
         near = max(d for d in range(1, grid + 1) if grid % d == 0 and d <= ep)
-        return f"ep={ep} must divide tp*cp*dp={grid} (the expert grid ep x edp folds into it); use ep={near}"
+        step = ep // math.gcd(tp * cp, ep)  # dp must be a multiple of it for ep to divide tp*cp*dp
+        wider = -(-dp // step) * step  # the next such dp
+        return (f"ep={ep} must divide tp*cp*dp={grid} (the expert grid ep x edp folds into it); use ep={near}, "
+                f"or dp={wider} to keep ep={ep}")
     return None
 
 
@@ -149,11 +154,12 @@ def context_parallel_problem(cp: int, seq_len: int) -> str | None:
     return None
 
 
-def fp8_problem(dtype: str, fp8_peak_tflops: float, gpu_name: str = "the GPU") -> str | None:
-    """Why dtype=fp8 cannot run on a GPU whose profile gives `fp8_peak_tflops`, or None."""
+def fp8_problem(dtype: str, fp8_peak_tflops: float, profile_name: str = "the GPU", gpu_name: str = "") -> str | None:
+    """Why dtype=fp8 cannot run on a GPU whose profile (`profile_name`) gives `fp8_peak_tflops`, or None."""
     if dtype == "fp8" and not fp8_peak_tflops > 0:
-        return (f"dtype=fp8 needs FP8 tensor cores, but {gpu_name} has no gpu.peak_tflops.fp8; "
-                "use dtype=bf16 or a GPU with FP8 (H100, B200)")
+        # a probed CPU's plans run in fp32 (default_dtype); an inline fp8 plan still runs there with execute
+        instead = "dtype=fp32" if gpu_name == PROBED_CPU_NAME else "dtype=bf16 or a GPU with FP8 (H100, B200)"
+        return f"dtype=fp8 needs FP8 tensor cores, but {profile_name} has no gpu.peak_tflops.fp8; use {instead}"
     return None
 
 

@@ -75,7 +75,7 @@ def hf_dir(ref: str) -> Path:
 def config_path(ref: str) -> Path:
     """`hf:DIR` -> DIR/config.json, checked (one line naming the fix otherwise)."""
     folder = hf_dir(ref)
-    if not str(folder):
+    if not ref[len(PREFIX):].strip():  # Path("") is ".", which is a folder
         raise ModelFileError("hf: needs a folder, e.g. hf:models/llama3-8b holding a config.json from the Hub")
     if not folder.is_dir():
         raise ModelFileError(f"{ref}: {str(folder)!r} is not a folder; pass hf:DIR where DIR holds a config.json")

@@ -144,7 +144,7 @@ def validate_constraints(
                or expert_parallel_problem(fixed.get("ep", 1), profile.num_experts)
                or context_parallel_problem(fixed.get("cp", 1), profile.seq_len)
                or capacity_factor_problem(fixed.get("capacity_factor", 1.0))
-               or fp8_problem(fixed["dtype"], cluster.gpu.peak_tflops.fp8, repr(cluster.name)))
+               or fp8_problem(fixed["dtype"], cluster.gpu.peak_tflops.fp8, repr(cluster.name), cluster.gpu.name))
     if problem:
         raise PlanError(problem)
     if fixed.get("cp", 1) > 1 and "cp" in profile.unsupported:

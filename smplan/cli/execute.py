@@ -126,6 +126,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
             init_from, tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
     """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
 
+    Inline keys: tp, pp, dp, ep, cp, mbs, gbs, zero, recompute, schedule, v, sp, overlap_dp, dtype,
+    cf, grad_compress, fp8_scaling, stages (each explained under `smplan plan --help`'s --fix). The
+    model's sequence length is its builder's: --arg seq_len=N.
+
     \b
       smplan execute plan.json --steps 20
       smplan execute "dp=2,mbs=2,gbs=8" --model examples/gpt.py:tiny --checkpoint-every 5
@@ -297,7 +301,9 @@ def _echo_summary(summary: dict, plan) -> None:
                    "run is on CPU, so the ratios do not test the prediction)")
     planned = summary.get("plan", {}).get("dtype")
     if summary.get("compute_dtype") and planned and planned != summary["compute_dtype"]:
-        where = "the plan's {} applies on a GPU" if summary.get("device") == "cpu" else "not the plan's {}"
+        # bf16 / fp16 autocast is for a GPU; fp8 runs on CPU too, so a CPU run outside it converted no linear
+        on_gpu_only = summary.get("device") == "cpu" and planned != "fp8"
+        where = "the plan's {} applies on a GPU" if on_gpu_only else "not the plan's {}"
         click.echo(f"  (ran in {summary['compute_dtype']}: {where.format(planned)})")
     if not predicted:
         click.echo(f"  ({summary.get('note', 'no prediction in the plan')})")

@@ -139,3 +139,15 @@ def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrid
 def given_on_command_line(name: str) -> bool:
     """Whether the running command's option `name` (its parameter name) was typed, not its default."""
     return click.get_current_context().get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+# The keys of an inline plan (planner.plan.INLINE_KEYS, short names), for the --help of the commands
+# that take one; `smplan plan --help`'s --fix says what each means.
+INLINE_PLAN_KEYS = ("tp, pp, dp, ep, cp, mbs, gbs, zero, recompute, schedule, v, sp, overlap_dp, dtype (bf16, fp8, ...), "
+                    "cf, grad_compress, fp8_scaling, stages; each explained under smplan plan --help's --fix")
+
+dtype_option = click.option(
+    "--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
+    help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100, fp32 on a CPU "
+         "profile from `smplan hw probe`, as execute runs there; fp8: FP8 linears, bf16 elsewhere, on GPUs "
+         "with an fp8 peak).")

@@ -27,6 +27,7 @@ from .notes import (
 )
 from .options import (
     cluster_from,
+    dtype_option,
     echo_json,
     hw_options,
     json_option,
@@ -45,10 +46,7 @@ from .table import format_table, sequence_phrase
 @model_args_option
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,
-              help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100, fp32 on a CPU "
-                   "profile from `smplan hw probe`, as execute runs there; "
-                   "fp8: FP8 linears, bf16 elsewhere, on GPUs with an fp8 peak).")
+@dtype_option
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
               help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf (MoE: the busiest expert's load over the average, >= 1, default 1.0), grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). A fixed recompute=KIND recomputes every block, as Megatron's flag does; unfixed, the search recomputes only the blocks memory needs. Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,

@@ -27,6 +27,7 @@ from .notes import (
     out_of_memory_warning,
 )
 from .options import (
+    INLINE_PLAN_KEYS,
     echo_json,
     hw_options,
     json_option,
@@ -40,7 +41,7 @@ from .table import format_table, sequence_phrase
 @click.command()
 @click.argument("target", metavar="PLAN.json|MODEL")
 @hw_options(required=False, plan_files=True)
-@click.option("--plan", "plan_text", default=None, metavar="KEYS", help='Inline plan for a MODEL: "tp=8,pp=2,dp=4,mbs=1,gbs=512"; stages=5:2/3:0 sets each model chunk\'s blocks:recomputed (default: an even split, every block recomputed with recompute=full|selective|sac, none without it; zero=0).')
+@click.option("--plan", "plan_text", default=None, metavar="KEYS", help='Inline plan for a MODEL: "tp=8,pp=2,dp=4,mbs=1,gbs=512"; stages=5:2/3:0 sets each model chunk\'s blocks:recomputed (default: an even split, every block recomputed with recompute=full|selective|sac, none without it; zero=0). Keys: ' + INLINE_PLAN_KEYS + '.')
 @model_args_option
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (model builder's seq_len).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace-event JSON of the step.")

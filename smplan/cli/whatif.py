@@ -17,6 +17,8 @@ from .checks import FiniteFloat, check_can_write
 from .main import UserError
 from .notes import a2a_overlap_note, mfu_counts_masked_half, sac_stack_note
 from .options import (
+    INLINE_PLAN_KEYS,
+    dtype_option,
     echo_json,
     given_on_command_line,
     hw_options,
@@ -47,7 +49,8 @@ from .table import format_table
                    "cost, goodput. Not `smplan reliability --days`, which is failure-free days.")
 @model_args_option
 @click.option("--plan", "plan", default=None, metavar="INLINE",
-              help='Use this plan at every point instead of re-planning, as inline keys (not a plan file), e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help).')
+              help='Use this plan at every point instead of re-planning, as inline keys (not a plan file), e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help). Keys: ' + INLINE_PLAN_KEYS + '.')
+@dtype_option
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
 @click.option("--checkpoint-interval-min", type=FiniteFloat(), default=None,
@@ -65,7 +68,7 @@ from .table import format_table
               help="Chart image format.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: CPU count).")
 @json_option
-def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, plan, global_batch, seq_len,
+def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, plan, dtype, global_batch, seq_len,
            checkpoint_interval_min, seeds, delta, out_dir, force, fmt, jobs, as_json):
     """What if the cluster, the model or the plan changed? Sweep, simulate, chart.
 
@@ -107,7 +110,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     q = Question(
         model=model, hw=hw, hw_given=given_on_command_line("hw"), nodes=nodes, hw_overrides=dict(parse_override(s) for s in hw_set), stack=stack,
         model_args=model_args_from(model_args), varies=tuple(parse_vary(v, accepts) for v in varies),
-        tokens=tokens, days=days, plan=plan, global_batch=global_batch, seq_len=seq_len,
+        tokens=tokens, days=days, plan=plan, dtype=dtype, global_batch=global_batch, seq_len=seq_len,
         checkpoint_interval_min=checkpoint_interval_min, seeds=seeds, sensitivity_delta=delta,
         command=shlex.join(["smplan", *sys.argv[1:]]) if sys.argv and "whatif" in sys.argv else None,
     )

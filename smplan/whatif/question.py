@@ -121,9 +121,12 @@ class Question:
                 or (f"--plan's {v.target}" if v.kind == "plan" and v.target in plan_keys else None) \
                 or (f"--arg {v.target}" if v.kind == "arg" and v.target in self.model_args else None) \
                 or ("--seq-len" if v.kind == "arg" and v.target == "seq_len" and self.seq_len is not None else None) \
-                or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None)
+                or (f"--hw-set {v.target}" if v.kind == "cluster" and v.target in self.hw_overrides else None) \
+                or ("--dtype" if v.kind == "plan" and v.target == "dtype" and self.dtype is not None else None)
             if clash:
                 raise QuestionError(f"--vary {v.key} and {clash} both set it; drop one")
+        if self.dtype is not None and "dtype" in plan_keys:
+            raise QuestionError("--dtype and --plan's dtype both set it; drop one")
         # --vary hw / stack replaces --hw / --stack: a given one the sweep leaves out would be silently
         # ignored (one among the swept values loses nothing, as the README's examples give it)
         given = {"hw": self.hw if self.hw_given else None, "stack": self.stack}

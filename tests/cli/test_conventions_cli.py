@@ -1,5 +1,7 @@
 """Conventions every verb keeps: every option explains itself, one spelling per option."""
 
+import re
+
 import click
 import pytest
 
@@ -79,3 +81,14 @@ def test_every_command_that_takes_a_model_names_the_hf_form_in_its_help(cli_runn
     # a review found only the README and the error after a wrong guess taught hf:DIR
     help_text = " ".join(cli_runner.invoke(cli, [command, "--help"]).output.split())
     assert "hf:DIR" in help_text and "config.json" in help_text, help_text
+
+
+@pytest.mark.parametrize("verb", ["simulate", "whatif", "execute"])
+def test_each_verb_taking_an_inline_plan_names_its_keys(cli_runner, verb):
+    """A user of `execute "dp=2,ep=2,..."` had no list of the keys but plan's --fix (a review)."""
+    from smplan.planner.plan import INLINE_KEYS
+
+    shown = " ".join(cli_runner.invoke(cli, [verb, "--help"], terminal_width=400).output.split())
+    short = [min((k for k, f in INLINE_KEYS.items() if f == field), key=len) for field in set(INLINE_KEYS.values())]
+    missing = [key for key in short if not re.search(rf" {key}[,;. ]", shown)]
+    assert not missing, f"smplan {verb} --help does not name {missing}"

@@ -240,7 +240,7 @@ LISTED = str(EXAMPLES.parent / 'tests' / 'model' / 'listed_experts.py')  # exper
     ("plan", "needle"),
     [
         ("ep=3,dp=3,mbs=1,gbs=3", "ep=3 does not divide the model's 4 experts per MoE block"),
-        ("ep=2,dp=3,mbs=1,gbs=3", "ep=2 must divide tp*cp*dp=3"),
+        ("ep=2,dp=3,mbs=1,gbs=3", "ep=2 must divide tp*cp*dp=3 (the expert grid ep x edp folds into it); use ep=1, or dp=4"),
     ],
 )
 def test_bad_expert_parallel_layouts_are_one_line(cli_runner, tmp_path, plan, needle):
@@ -390,8 +390,12 @@ def test_a_gpu_run_in_another_dtype_does_not_say_the_plan_applies_on_a_gpu(capsy
                "steps": 3, "plan": {"dtype": "fp8"}, "note": "no prediction", "compute_dtype": "bf16"}
     _echo_summary({**summary, "device": "cuda"}, Plan(model="m.py", hw="local", nodes=1))
     assert "(ran in bf16: not the plan's fp8)" in capsys.readouterr().out
+    _echo_summary({**summary, "plan": {"dtype": "bf16"}, "device": "cpu", "compute_dtype": "fp32"},
+                  Plan(model="m.py", hw="local", nodes=1))
+    assert "(ran in fp32: the plan's bf16 applies on a GPU)" in capsys.readouterr().out
+    # fp8 runs on CPU too: a CPU run that stayed in fp32 converted no linear (its fp8 line says why)
     _echo_summary({**summary, "device": "cpu", "compute_dtype": "fp32"}, Plan(model="m.py", hw="local", nodes=1))
-    assert "(ran in fp32: the plan's fp8 applies on a GPU)" in capsys.readouterr().out
+    assert "(ran in fp32: not the plan's fp8)" in capsys.readouterr().out
 
 
 def test_summary_figures_read_without_exponents():

@@ -260,6 +260,13 @@ def test_a_points_checkpoint_time_is_what_reliability_says_for_its_plan(cli_runn
     assert [p["plan"]["nodes"] for p in points] == [1, 2]
 
 
+def test_dtype_trains_every_point_in_it(cli_runner, tmp_path):
+    """whatif had no --dtype (plan has one): a sweep in fp8 took --vary dtype=fp8 (a review)."""
+    result = run(cli_runner, "--hw", "h100x8", "--dtype", "fp8", "--vary", "nodes=1,2", "-o", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert [p["plan"]["dtype"] for p in report.load(tmp_path / "r" / "points.json")["points"]] == ["fp8", "fp8"]
+
+
 def test_each_point_trains_in_its_gpus_default_dtype_as_plan_picks(cli_runner, tmp_path):
     # a V100 has no bf16 peak: `plan` picks fp16 there, and so must every whatif point (it was
     # bf16 for all, so no V100 point was feasible); an A100 point in the same sweep stays bf16

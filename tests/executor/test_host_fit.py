@@ -36,6 +36,8 @@ def test_cpu_counts_every_local_process_runtime():
     assert this_machine_problem(2, 1, 10**6, gpus=None, available_bytes=4 * GIB) is None
     why = this_machine_problem(32, 1, 10**6, gpus=None, available_bytes=4 * GIB)
     assert "7.0 GiB for its 32 processes' torch runtime" in why and "plan fewer GPUs" in why
+    one = this_machine_problem(1, 1, 4 * 10**9, gpus=None, available_bytes=4 * GIB)
+    assert "GiB for its process's torch runtime" in one
 
 
 def test_available_memory_is_capped_by_the_cgroup(tmp_path):

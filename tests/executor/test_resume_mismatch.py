@@ -47,6 +47,14 @@ def test_describe_changes_names_each_difference(changes, said):
     assert describe_changes(_inputs(), _inputs(**changes)) == said
 
 
+def test_a_later_layout_key_left_at_its_default_is_named_by_its_value():
+    """A layout keeps ep, cp and grad_compress only away from their defaults: ep=2 -> ep=1 said
+    "ep 2 -> (unset)" (a review)."""
+    theirs = _inputs()
+    theirs["layout"]["ep"] = 2
+    assert describe_changes(theirs, _inputs()) == "layout: ep 2 -> 1"
+
+
 def test_describe_changes_names_at_most_a_few_and_counts_the_rest():
     ours = _inputs(dp=1, tp=2, pp=2, zero=1, layers=4, model_sha256="b" * 64)
     said = describe_changes(_inputs(), ours)

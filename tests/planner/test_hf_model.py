@@ -163,6 +163,14 @@ def test_bad_folders_are_one_line(tmp_path, make, message):
     assert "\n" not in str(err.value)
 
 
+def test_hf_without_a_folder_says_it_needs_one(cli_runner):
+    """`hf:` alone read as the current folder: "hf:: . has no config.json" (a review)."""
+    from smplan.cli.main import cli
+
+    result = cli_runner.invoke(cli, ["plan", "hf:", "--hw", "h100x8"])
+    assert result.exit_code == 2 and "error: hf: needs a folder, e.g. hf:models/llama3-8b" in result.output
+
+
 def test_model_file_returning_llama_profiles_the_same(tiny, tmp_path):
     """A model file whose builder returns a LlamaForCausalLM gets the HF hooks it lacks."""
     path = tmp_path / "llama_file.py"

@@ -82,5 +82,13 @@ def test_cp_needs_two_cp_dividing_seq_len():
 
 def test_fp8_needs_an_fp8_peak():
     _check("examples/moe.py:tiny", dtype="fp8")
-    with pytest.raises(PlanError, match="dtype=fp8 needs FP8 tensor cores"):
+    with pytest.raises(PlanError, match="dtype=fp8 needs FP8 tensor cores.*use dtype=bf16 or a GPU with FP8"):
         _check("examples/moe.py:tiny", dtype="fp8", hw="a100x8")
+
+
+def test_fp8_on_a_probed_cpu_names_its_own_dtype(cli_runner, probed):
+    """A probed CPU plans in fp32: its fp8 refusal said "use dtype=bf16" (a review)."""
+    from smplan.cli.main import cli
+
+    result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(probed), "--dtype", "fp8"])
+    assert result.exit_code == 2 and "has no gpu.peak_tflops.fp8; use dtype=fp32" in result.output, result.output
