@@ -172,3 +172,21 @@ def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name:
     return (f"warning: the fullest GPU needs {memory_need_text(peak_memory_gib)} GiB (its memory reserve included) but "
             f"{gpu_name} has {capacity_gib:g} GiB; this plan would run out of memory. Add {', '.join(changes[:-1])}"
             f"{' or ' if len(changes) > 1 else ''}{changes[-1]} (or let `smplan plan` choose).")
+
+
+# Sequences from which context parallelism is worth a word when a model cannot take it: Llama 3
+# trained its 8K-token pre-training without cp and used it for the longer stages (Dubey et al. 2024,
+# section 3.3.2), so from 8K on a search without cp may miss the better plan.
+LONG_CONTEXT_TOKENS = 8192
+
+
+def not_offered_note(unsupported: dict, num_experts: int, seq_len: int | None, model: str) -> str | None:
+    """One line when the search left out a dimension this model's run would use: ep for an MoE
+    model, cp for long sequences (`unsupported`: the profile's {dim: why}; --explain prints why)."""
+    dims = [dim for dim, wanted in (("ep", num_experts > 1), ("cp", (seq_len or 0) >= LONG_CONTEXT_TOKENS))
+            if wanted and dim in unsupported]
+    if not dims:
+        return None
+    names = " and ".join(f"{dim}" for dim in dims)
+    return (f"note: {model} cannot take {names}, so every plan keeps {'them' if len(dims) > 1 else 'it'} at 1 "
+            "(--explain says why)")

@@ -23,6 +23,7 @@ from .notes import (
     causal_mfu_note,
     gemm_tile_note,
     host_wait_note,
+    not_offered_note,
     sac_stack_note,
 )
 from .options import (
@@ -192,7 +193,8 @@ def _notes(best, result, cluster, stack, model, model_args, seq_len) -> list[str
              causal_mfu_note(best.predicted, cluster, best.dtype),
              batch_divisors_note(best.global_batch, best.world_size),
              sac_stack_note(best, stack_name),
-             a2a_overlap_note(best, cluster, stack_name))
+             a2a_overlap_note(best, cluster, stack_name),
+             not_offered_note(result.unsupported, result.num_experts, best.seq_len, model))
     return [note for note in notes if note]
 
 

@@ -446,6 +446,21 @@ def test_profile_of_a_bank_ep_cannot_split_prints_no_ep_figures(cli_runner, tmp_
     assert "all-to-all MiB/sample" not in result.output and "split over ep ranks" not in result.output
 
 
+def test_plan_says_when_an_moe_or_long_context_run_cannot_take_ep_or_cp(cli_runner, tmp_path):
+    """Without --explain, an hf: MoE model's plans kept ep=1 (and cp=1 at long sequences) silently."""
+    from smplan.cli.main import cli
+
+    folder = write_config(tmp_path / "moe", transformers.MixtralConfig, num_local_experts=4, num_experts_per_tok=2)
+    short = cli_runner.invoke(cli, ["plan", folder, "--hw", "h100x8", "--json"])
+    assert short.exit_code == 0, short.output
+    assert f"note: {folder} cannot take ep, so every plan keeps it at 1 (--explain says why)" in json.loads(
+        short.stdout)["notes"]
+    long = cli_runner.invoke(cli, ["plan", folder, "--hw", "h100x8", "--seq-len", "8192"])
+    assert f"note: {folder} cannot take ep and cp, so every plan keeps them at 1" in long.output, long.output
+    dense = cli_runner.invoke(cli, ["plan", write_config(tmp_path / "dense"), "--hw", "h100x8"])
+    assert dense.exit_code == 0 and "cannot take" not in dense.output  # a short dense run needs neither
+
+
 def test_a_smaller_layer_count_takes_its_share_of_layer_types(tmp_path):
     """Gemma 2's config lists each layer's attention; --arg num_hidden_layers=N keeps the pattern
     for the first N layers instead of failing transformers' check (review: no --arg could fix it)."""
