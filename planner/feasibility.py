@@ -52,6 +52,16 @@ def effective_zero(zero: int, pp: int) -> int:
     return 1 if pp > 1 and zero >= 2 else zero
 
 
+def fsdp_zero1_problem(zero: int, pp: int, shard_ranks: int, zero_granularity: str) -> str | None:
+    """Why zero=1 does not run as itself under a stack whose ZeRO is FSDP's (zero_granularity
+    "block"), or None: without pipeline stages FSDP shards the gradients with the optimizer states
+    (FSDP has no ZeRO-1), so it runs as ZeRO-2. `shard_ranks`: dp x cp, what it shards over."""
+    if zero == 1 and pp == 1 and zero_granularity == "block" and shard_ranks > 1:
+        return ("zero=1 without pipeline stages is not FSDP's: this stack's ZeRO (zero_granularity = block) "
+                "shards the gradients with the optimizer states, so it would run as ZeRO-2")
+    return None
+
+
 def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int, micro_batch: int) -> str | None:
     """Why `num_microbatches` per replica cannot drive a `pp`-stage pipeline, or None.
 

@@ -14,6 +14,7 @@ from .feasibility import (
     expert_parallel_problem,
     fp8_problem,
     fp8_scaling_problem,
+    fsdp_zero1_problem,
     pipeline_fill_problem,
     sp_unsupported,
 )
@@ -311,11 +312,9 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                                       "gradients and gathered parameters stay until the last micro-batch, "
                                       "feasibility.effective_zero); fix pp=1 for ZeRO-2/3, or zero=1")
                     continue
-                if (fixed.get("zero") == 1 and pp == 1 and cluster.efficiency.zero_granularity == "block"
-                        and world // (tp * pp) > 1):  # dp x cp ranks to shard over
-                    reject("zero", 0, "zero=1 without pipeline stages is not FSDP's: this stack's ZeRO "
-                                      "(zero_granularity = block) shards the gradients with the optimizer states, "
-                                      "so it would run as ZeRO-2; fix zero=2 (or 0), or pp > 1 for ZeRO-1")
+                fsdp = fsdp_zero1_problem(fixed.get("zero", 0), pp, world // (tp * pp), cluster.efficiency.zero_granularity)
+                if fsdp:
+                    reject("zero", 0, f"{fsdp}; fix zero=2 (or 0), or pp > 1 for ZeRO-1")
                     continue
                 dp = world // (tp * cp * pp)
                 if fixed.get("dp", dp) != dp:

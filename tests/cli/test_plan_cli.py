@@ -355,6 +355,11 @@ def test_fixed_zero1_under_an_fsdp_stack_is_searched_with_pipeline_stages(cli_ru
     assert cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=1,pp=1"]).exit_code == 0  # Megatron's
     alone = ["plan", TINY, "--hw", "gb200nvl72", "--nodes", "1", "--stack", "torchtitan", "--fix", "zero=1,pp=1,tp=4"]
     assert cli_runner.invoke(cli, alone).exit_code == 0  # 4 GPUs, all tp: nothing to shard
+    # simulate prices such a plan as written, and says what plan said (it said nothing: a review)
+    inline = ["simulate", TINY, "--hw", "a100x8", "--plan", "dp=8,zero=1,mbs=1,gbs=8", "--json"]
+    notes = json.loads(cli_runner.invoke(cli, [*inline, "--stack", "torchtitan"]).stdout)["notes"]
+    assert any("would run as ZeRO-2; this simulates ZeRO-1 as written" in note for note in notes), notes
+    assert not any("ZeRO-2" in note for note in json.loads(cli_runner.invoke(cli, inline).stdout)["notes"])
 
 
 def test_a_degree_no_mesh_has_is_named_before_the_batch(cli_runner):
