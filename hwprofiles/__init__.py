@@ -19,6 +19,7 @@ from .loader import (
     override_rule,
     parse_override,
     parse_scalar,
+    same_profile,
 )
 from .perf import (
     ALGORITHMS,
@@ -46,6 +47,7 @@ from .stack import (
     load_stack,
     read_stack,
     replaced_by_stack,
+    same_stack,
     with_stack,
 )
 from .topology import GroupSpan, ParallelLayout
@@ -87,6 +89,8 @@ __all__ = [
     "override_rule",
     "parse_override",
     "parse_scalar",
+    "same_profile",
+    "same_stack",
     "settable_keys",
     "sharded_dp_collective_time_s",
     "single_nic_collective_time_s",

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from .cluster import AttentionKernels, Cluster, HardwareProfileError, from_dict
-from .paths import did_you_mean, looks_like_folder, read_toml, toml_path
+from .paths import did_you_mean, looks_like_folder, read_toml, same_toml, toml_path
 from .stack import STACK_KEYS, STACK_ONLY_KEYS, apply_stack
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -14,6 +14,11 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 
 def bundled_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def same_profile(a: str, b: str) -> bool:
+    """Whether two --hw values name one hardware file (a bundled name, a path to it)."""
+    return same_toml(a, b, PROFILE_DIR)
 
 
 def read_profile(name_or_path: str) -> dict:

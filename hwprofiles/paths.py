@@ -27,6 +27,15 @@ def recorded_ref(name_or_path: str) -> str:
     return str(Path(name_or_path).resolve()) if is_path(name_or_path) else name_or_path
 
 
+def same_toml(a: str, b: str, folder: Path) -> bool:
+    """Whether two --hw (or --stack) values name one file: equal, or a bundled name (looked up in
+    `folder`) and a path, or two paths, that resolve to it."""
+    if a == b:
+        return True
+    path_a, path_b = toml_path(a, folder), toml_path(b, folder)
+    return path_a is not None and path_b is not None and path_a.resolve() == path_b.resolve()
+
+
 def toml_path(name_or_path: str, folder: Path) -> Path | None:
     """The file `name_or_path` means (`is_path`'s rule; names are looked up in `folder`), or
     None for a name with no bundled file. A path is returned whether or not it exists."""

@@ -81,7 +81,7 @@ from .cluster import (
     Efficiency,
     HardwareProfileError,
 )
-from .paths import did_you_mean, is_path, looks_like_folder, read_toml, toml_path
+from .paths import did_you_mean, is_path, looks_like_folder, read_toml, same_toml, toml_path
 
 STACK_DIR = Path(__file__).parent / "stacks"
 DEFAULT_STACK = "megatron-core"
@@ -150,6 +150,11 @@ HARDWARE_ONLY_TABLES = frozenset({"gpu", "intra_node", "inter_node", "reliabilit
 
 def bundled_stacks() -> list[str]:
     return sorted(p.stem for p in STACK_DIR.glob("*.toml"))
+
+
+def same_stack(a: str, b: str) -> bool:
+    """Whether two --stack values name one stack file (a bundled name, a path to it)."""
+    return same_toml(a, b, STACK_DIR)
 
 
 def stack_path(name_or_path: str) -> Path:

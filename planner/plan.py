@@ -477,8 +477,7 @@ def plan_from_inline(
         schedule=schedule,
         virtual_stages=v,
         zero=keys.get("zero", 0),
-        # sp splits what tp replicates: at tp=1 it is off, as Megatron-LM's arguments.py turns it off there
-        sequence_parallel=keys.get("sequence_parallel", False) and tp > 1,
+        sequence_parallel=keys.get("sequence_parallel", False),
         overlap_dp=keys.get("overlap_dp", True),
         dtype=keys.get("dtype", "bf16"),
         capacity_factor=keys.get("capacity_factor", 1.0),

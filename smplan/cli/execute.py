@@ -126,9 +126,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
             init_from, tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
     """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
 
-    Inline keys: tp, pp, dp, ep, cp, mbs, gbs, zero, recompute, schedule, v, sp, overlap_dp, dtype,
-    cf, grad_compress, fp8_scaling, stages (each explained under `smplan plan --help`'s --fix). The
-    model's sequence length is its builder's: --arg seq_len=N.
+    Inline keys: tp, pp, dp, ep, cp, mbs, gbs (the global batch), zero, recompute, schedule, v, sp,
+    overlap_dp, dtype, cf, grad_compress, fp8_scaling, stages (`smplan plan --help`'s --fix explains
+    them, `smplan simulate --help`'s --plan stages). The model's sequence length is its builder's:
+    --arg seq_len=N.
 
     \b
       smplan execute plan.json --steps 20

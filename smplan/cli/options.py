@@ -143,8 +143,9 @@ def given_on_command_line(name: str) -> bool:
 
 # The keys of an inline plan (planner.plan.INLINE_KEYS, short names), for the --help of the commands
 # that take one; `smplan plan --help`'s --fix says what each means.
-INLINE_PLAN_KEYS = ("tp, pp, dp, ep, cp, mbs, gbs, zero, recompute, schedule, v, sp, overlap_dp, dtype (bf16, fp8, ...), "
-                    "cf, grad_compress, fp8_scaling, stages; each explained under smplan plan --help's --fix")
+INLINE_PLAN_KEYS = ("tp, pp, dp, ep, cp, mbs, gbs (the global batch), zero, recompute, schedule, v, sp, overlap_dp, "
+                    "dtype (bf16, fp8, ...), cf, grad_compress, fp8_scaling, stages; smplan plan --help's --fix "
+                    "explains them, smplan simulate --help's --plan stages")
 
 dtype_option = click.option(
     "--dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8"]), default=None,

@@ -129,9 +129,12 @@ class Question:
             raise QuestionError("--dtype and --plan's dtype both set it; drop one")
         # --vary hw / stack replaces --hw / --stack: a given one the sweep leaves out would be silently
         # ignored (one among the swept values loses nothing, as the README's examples give it)
+        from smplan.hwprofiles import same_profile, same_stack
+
         given = {"hw": self.hw if self.hw_given else None, "stack": self.stack}
+        same = {"hw": same_profile, "stack": same_stack}
         for v in self.varies:
-            if given.get(v.kind) is not None and given[v.kind] not in v.values:
+            if given.get(v.kind) is not None and not any(same[v.kind](given[v.kind], value) for value in v.values):
                 raise QuestionError(f"--{v.kind} {given[v.kind]} is not among --vary {v.key}'s values, which replace "
                                     f"it; add it to them or leave --{v.kind} out")
 
@@ -177,6 +180,8 @@ class Question:
         if self.global_batch:  # (a --plan's own gbs is in the plan shown)
             how += f", global batch {self.global_batch}" + (
                 " (one per GPU of the largest point; --global-batch sets another)" if self.global_batch_is_default else "")
+        if self.dtype:
+            how += f", in {self.dtype}"
         if self.tokens:
             goal = f"How long does training {name} on {self.tokens:.3g} {self.unit}s take, and what does it cost"
         elif self.days:
@@ -201,6 +206,7 @@ class Question:
             "plan": self.plan,
             "global_batch": self.global_batch,
             "global_batch_is_default": self.global_batch_is_default,
+            "dtype": self.dtype,
             "seq_len": self.seq_len,
             "checkpoint_interval_min": self.checkpoint_interval_min,
             "seeds": self.seeds,

@@ -264,7 +264,9 @@ def test_dtype_trains_every_point_in_it(cli_runner, tmp_path):
     """whatif had no --dtype (plan has one): a sweep in fp8 took --vary dtype=fp8 (a review)."""
     result = run(cli_runner, "--hw", "h100x8", "--dtype", "fp8", "--vary", "nodes=1,2", "-o", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output
-    assert [p["plan"]["dtype"] for p in report.load(tmp_path / "r" / "points.json")["points"]] == ["fp8", "fp8"]
+    record = report.load(tmp_path / "r" / "points.json")
+    assert [p["plan"]["dtype"] for p in record["points"]] == ["fp8", "fp8"]
+    assert record["question"]["dtype"] == "fp8" and ", in fp8, as nodes" in record["question"]["text"]
 
 
 def test_each_point_trains_in_its_gpus_default_dtype_as_plan_picks(cli_runner, tmp_path):

@@ -188,15 +188,6 @@ def test_inline_keeps_its_defaults():
         plan_from_inline("pp=2,v=2,schedule=1f1b", model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=4)
 
 
-def test_inline_sp_at_tp1_is_off_as_in_megatron():
-    """sp splits what tp replicates: at tp=1 it was recorded on (a review), though nothing is split."""
-    from smplan.planner import plan_from_inline
-
-    args = dict(model="m", hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=4)
-    assert not plan_from_inline("dp=2,tp=1,sp=1", **args).sequence_parallel
-    assert plan_from_inline("dp=2,tp=2,sp=1", **args).sequence_parallel
-
-
 def test_duplicate_model_arg():
     with pytest.raises(ModelFileError, match="--arg layers is given twice"):
         parse_model_args(["layers=2", "hidden=32", "layers=3"])

@@ -16,6 +16,18 @@ def test_a_swept_hw_replaces_only_a_default_or_one_among_its_values():
         Question("examples/gpt.py:tiny", hw="a100x8", hw_given=True, varies=hws)
 
 
+def test_a_given_hw_may_name_a_swept_profile_another_way(tmp_path, monkeypatch):
+    """A path and a name of one file are one profile (a review: ./mine.toml against mine.toml, and
+    the bundled file's path against its name, were refused)."""
+    from smplan.hwprofiles.loader import PROFILE_DIR
+
+    (tmp_path / "mine.toml").write_text((PROFILE_DIR / "h100x8.toml").read_text())
+    monkeypatch.chdir(tmp_path)
+    Question("examples/gpt.py:tiny", hw="./mine.toml", hw_given=True, varies=(parse_vary("hw=mine.toml,b200x8"),))
+    Question("examples/gpt.py:tiny", hw=str(PROFILE_DIR / "h100x8.toml"), hw_given=True,
+             varies=(parse_vary("hw=h100x8,b200x8"),))
+
+
 def test_a_given_stack_the_sweep_leaves_out_is_refused():
     stacks = (parse_vary("stack=megatron-core,torchtitan"),)
     Question("examples/gpt.py:tiny", varies=stacks)
