@@ -42,7 +42,7 @@ def test_an_inline_plans_run_continues_from_the_plan_file_of_the_same_plan(cli_r
 def test_cp_is_part_of_the_layout_a_continuation_must_match(cli_runner, tmp_path, no_launch):
     out = finished_run(tmp_path / "run")
     line = _continue(cli_runner, "cp=2,mbs=1,gbs=2", out, "--model", GPT_TINY)
-    assert line.startswith("error: checkpoint") and "layout: cp (unset) -> 2" in line, line
+    assert line.startswith("error: checkpoint") and "layout: cp 1 -> 2" in line, line  # the default, not "(unset)"
     assert "--force-resume" in line
 
 
@@ -96,6 +96,7 @@ def test_a_plan_files_run_continued_with_a_later_key_changed_is_refused(cli_runn
     plan.replace(seq_len=16).save(path)
     out = finished_run(tmp_path / "run", plan_text=str(path))
     changed = change.split(",")[0].split("=")[0]
+    default = {"cp": "1", "grad_compress": "none"}[changed]  # left out of the layout at it; named by it
     other, _ = resolve_plan(change, model=GPT_TINY)
     other_path = tmp_path / "other.json"
     other.replace(seq_len=16).save(other_path)  # a plan file too: seq_len given in both
@@ -103,7 +104,7 @@ def test_a_plan_files_run_continued_with_a_later_key_changed_is_refused(cli_runn
         if older:
             _as_an_older_smplan_wrote_it(out, str(path))
         line = _continue(cli_runner, str(other_path), out)
-        assert line.startswith("error: checkpoint") and f"layout: {changed} (unset) -> " in line, (older, line)
+        assert line.startswith("error: checkpoint") and f"layout: {changed} {default} -> " in line, (older, line)
 
 
 def test_a_checkpoint_that_keeps_no_plan_is_not_taken_for_an_older_smplans():
