@@ -176,7 +176,7 @@ def out_of_memory_warning(peak_memory_gib: float, capacity_gib: float, gpu_name:
 
 # Sequences from which context parallelism is worth a word when a model cannot take it: Llama 3
 # trained its 8K-token pre-training without cp and used it for the longer stages (Dubey et al. 2024,
-# section 3.3.2), so from 8K on a search without cp may miss the better plan.
+# section 3.3.2 and Table 4), so from 8K on a search without cp may miss the better plan.
 LONG_CONTEXT_TOKENS = 8192
 
 
@@ -187,6 +187,6 @@ def not_offered_note(unsupported: dict, num_experts: int, seq_len: int | None, m
             if wanted and dim in unsupported]
     if not dims:
         return None
-    names = " and ".join(f"{dim}" for dim in dims)
+    names = " and ".join(dims)
     return (f"note: {model} cannot take {names}, so every plan keeps {'them' if len(dims) > 1 else 'it'} at 1 "
             "(--explain says why)")

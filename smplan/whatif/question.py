@@ -65,6 +65,25 @@ class Question:
         self._check_stages_keep_their_chunks()
         self._check_fixed_inputs()  # before the swept values: a bad fixed input is not --vary's fault
         self._check_hardware_values()
+        self._check_fp8_has_fp8_gpus()
+
+    def _check_fp8_has_fp8_gpus(self) -> None:
+        """A fixed fp8 (--dtype, --plan's dtype) on profiles none of which has an FP8 peak would make
+        every point infeasible with the planner's "use dtype=bf16": refused up front, as `plan` does."""
+        from smplan.hwprofiles import load_cluster
+        from smplan.planner.plan import parse_inline
+
+        fixed = self.dtype or (parse_inline(self.plan).get("dtype") if self.plan else None)
+        swept_peak = any(v.kind == "cluster" and v.target == "gpu.peak_tflops.fp8" for v in self.varies)
+        if fixed != "fp8" or swept_peak:
+            return
+        hws = next((v.values for v in self.varies if v.kind == "hw"), (self.hw,))
+        clusters = [load_cluster(hw, nodes=self.nodes, overrides=self.hw_overrides, stack=self.stack) for hw in hws]
+        if not any(c.gpu.peak_tflops.fp8 > 0 for c in clusters):
+            flag, instead = ("--dtype fp8", "--dtype bf16") if self.dtype else ("--plan's dtype=fp8", "dtype=bf16 in --plan")
+            raise QuestionError(f"{flag} needs FP8 tensor cores, but {', '.join(c.name for c in clusters)} "
+                                f"{'has' if len(clusters) == 1 else 'have'} no gpu.peak_tflops.fp8; use {instead}, "
+                                "or --hw / --vary hw= with FP8 GPUs (h100x8, b200x8)")
 
     def _check_hardware_values(self) -> None:
         """A swept hardware value that no swept (or the given) profile accepts, such as a negative
@@ -160,7 +179,7 @@ class Question:
         fixed = (parse_inline(self.plan) if self.plan else {}).get("dtype", self.dtype)
         varied = [x for v in self.varies if v.kind == "plan" and v.target == "dtype" for x in v.values]
         if fixed != "fp8" and "fp8" not in varied:
-            raise QuestionError("--vary fp8_scaling compares FP8 scalings: add dtype=fp8 to --plan, or "
+            raise QuestionError("--vary fp8_scaling compares FP8 scalings: add --dtype fp8, dtype=fp8 to --plan, or "
                                 "--vary dtype=fp8 (with bf16 too, to compare against it)")
 
     @property

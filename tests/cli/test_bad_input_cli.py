@@ -268,6 +268,8 @@ def test_plan_refuses_a_bad_grad_compress_in_one_line(cli_runner):
     (["--vary", "hw=h100x8,l40sx8"], "--hw a100x8 is not among --vary hw's values"),
     (["--dtype", "fp8", "--vary", "dtype=bf16,fp8"], "--vary dtype and --dtype both set it"),
     (["--dtype", "fp8", "--plan", "dp=8,dtype=bf16"], "--dtype and --plan's dtype both set it"),
+    (["--dtype", "fp8"], "--dtype fp8 needs FP8 tensor cores, but a100x8 has no gpu.peak_tflops.fp8; use --dtype bf16"),
+    (["--plan", "dp=8,dtype=fp8"], "--plan's dtype=fp8 needs FP8 tensor cores"),
     (["--stack", "torchtitan", "--vary", "stack=megatron-core,pytorch-fsdp"], "--stack torchtitan is not among"),
 ])
 def test_whatif_refuses_what_it_would_silently_ignore(cli_runner, tmp_path, extra, says):

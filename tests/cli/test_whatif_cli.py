@@ -193,12 +193,13 @@ def test_a_plan_file_is_refused_with_the_command_that_sweeps_its_model(cli_runne
 def test_varying_fp8_scaling_needs_fp8_somewhere(cli_runner, tmp_path):
     refused = cli_runner.invoke(cli, ["whatif", TINY, "--hw", "h100x8", "--vary", "fp8_scaling=tensor,block",
                                       "-o", str(tmp_path / "a")])
-    assert refused.exit_code == 2 and "add dtype=fp8 to --plan, or --vary dtype=fp8" in refused.output
+    assert refused.exit_code == 2 and "add --dtype fp8, dtype=fp8 to --plan, or --vary dtype=fp8" in refused.output
     assert not (tmp_path / "a").exists()
     from smplan.whatif import Question, parse_vary
 
     # with dtype varied over fp8 (and bf16 to compare), the question stands
     Question(model=TINY, hw="b200x8", varies=(parse_vary("fp8_scaling=tensor,block"), parse_vary("dtype=bf16,fp8")))
+    Question(model=TINY, hw="b200x8", dtype="fp8", varies=(parse_vary("fp8_scaling=tensor,block"),))  # --dtype fp8
 
 
 def test_a_fixed_stage_split_is_kept_and_not_swept_into_other_chunk_counts(cli_runner, tmp_path):

@@ -34,3 +34,11 @@ def test_a_given_stack_the_sweep_leaves_out_is_refused():
     Question("examples/gpt.py:tiny", stack="torchtitan", varies=stacks)
     with pytest.raises(QuestionError, match="--stack pytorch-fsdp is not among --vary stack's values"):
         Question("examples/gpt.py:tiny", stack="pytorch-fsdp", varies=stacks)
+
+
+def test_fp8_on_profiles_without_an_fp8_peak_is_refused_up_front():
+    """Every point was infeasible with the planner's "use dtype=bf16" (a review): one line, as plan."""
+    with pytest.raises(QuestionError, match="--dtype fp8 needs FP8 tensor cores, but a100x8, v100x8 have no"):
+        Question("examples/gpt.py:tiny", dtype="fp8", varies=(parse_vary("hw=a100x8,v100x8"),))
+    Question("examples/gpt.py:tiny", dtype="fp8", varies=(parse_vary("hw=a100x8,h100x8"),))  # the H100 points run
+    Question("examples/gpt.py:tiny", dtype="fp8", varies=(parse_vary("gpu.peak_tflops.fp8=100,200"),))  # swept in
