@@ -168,7 +168,9 @@ def test_hf_without_a_folder_says_it_needs_one(cli_runner):
     from smplan.cli.main import cli
 
     result = cli_runner.invoke(cli, ["plan", "hf:", "--hw", "h100x8"])
-    assert result.exit_code == 2 and "error: hf: needs a folder, e.g. hf:models/llama3-8b" in result.output
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith("error: hf: needs a folder, e.g. hf:models/llama3-8b")
 
 
 def test_model_file_returning_llama_profiles_the_same(tiny, tmp_path):

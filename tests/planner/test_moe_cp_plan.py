@@ -91,4 +91,6 @@ def test_fp8_on_a_probed_cpu_names_its_own_dtype(cli_runner, probed):
     from smplan.cli.main import cli
 
     result = cli_runner.invoke(cli, ["plan", "examples/gpt.py:tiny", "--hw", str(probed), "--dtype", "fp8"])
-    assert result.exit_code == 2 and "has no gpu.peak_tflops.fp8; use dtype=fp32" in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert errors == [result.output.strip().splitlines()[-1]] and "no gpu.peak_tflops.fp8; use dtype=fp32" in errors[0]
