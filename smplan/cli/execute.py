@@ -26,6 +26,7 @@ from smplan.simulator.prediction import model_changed, repriced
 from .checks import check_can_write
 from .main import Interrupted, RunFailed, UserError
 from .options import (
+    INLINE_PLAN_KEYS,
     OneSpelling,
     echo_json,
     given_on_command_line,
@@ -126,10 +127,7 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
             init_from, tensorboard, grad_norms_every, fail_at_step, slow_rank, as_json):
     """Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).
 
-    Inline keys: tp, pp, dp, ep, cp, mbs, gbs (the global batch), zero, recompute, schedule, v, sp,
-    overlap_dp, dtype, cf, grad_compress, fp8_scaling, stages (`smplan plan --help`'s --fix explains
-    them, `smplan simulate --help`'s --plan stages). The model's sequence length is its builder's:
-    --arg seq_len=N.
+    Inline keys: {inline_keys}. The model's sequence length is its builder's: --arg seq_len=N.
 
     \b
       smplan execute plan.json --steps 20
@@ -221,6 +219,10 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     click.echo(f"run directory: {result.run_dir} (metrics.jsonl, summary.json)")
     if result.summary:
         _echo_summary(result.summary, plan)
+
+
+# the inline keys, listed once (cli/options.py) for every command that takes an inline plan
+execute.help = execute.help.replace("{inline_keys}", INLINE_PLAN_KEYS)
 
 
 def _stopped_json(run_dir, message: str, exit_code: int) -> dict:
