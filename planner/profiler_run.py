@@ -26,7 +26,8 @@ from smplan.model import (
     tensor_parallel_problem,
 )
 from smplan.model.structure import find_blocks, qualname, siblings
-from smplan.model.tp_forward import InputSpec, TPTrial, tp_forward_trial
+from smplan.model.tp_equivalence import MAX_TRIAL_PARAMS, tp_equivalence_problem
+from smplan.model.tp_forward import InputSpec, TPTrial, tp_forward_trial, trial_degrees
 
 from .hf_model import TPUnsupported
 from .loss_memory import loss_peak_bytes
@@ -132,6 +133,9 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
     tp_problem = tp_refused or (tensor_parallel_problem({n: m for n, (m, _) in tp_modules.items()})
                   or tensor_parallel_problem({n: m for n, (m, _) in outer_modules.items()}, "tp_plan_outer")
                   or uncalled_tp_module(tp_modules, outer_modules, tracer.tp_called) or trial.problem)
+    if tp_problem is None and local and first_input.recorded:
+        fallback = (blocks[0], first_input, profile_seq * samples)
+        tp_problem = _tp_equivalence(mf, args, torch_dtype, local, trial_degrees(local, heads), fallback, fix("tp"))
     pp_problem = pipeline_problem(model, find_layout(model), inputs, lambda chunk, x: _call(chunk, x, mf), **fix("pp"))
     cp_problem = context_parallel_support_problem(mf.hook(CP_HOOK), ref if hf else Path(str(mf.path)).name, **fix("cp"))
     ep_problem = expert_bank_problem(model, inputs, lambda m, x: _call(m, x, mf), **fix("ep"))
@@ -308,6 +312,54 @@ def _stub_identical_blocks(blocks: list[nn.Module]):
 
         b.forward = stub
     return handle
+
+
+# -- the TP equivalence check (smplan/model/tp_equivalence.py) ------------------------------------
+
+EQUIVALENCE_SEQ = 16  # tokens the check runs the block on, the model rebuilt at this seq_len (chosen: cheap)
+# Without a seq_len argument the profile's own call is used while parameters x tokens stay under
+# 2**34 (~70 GFLOP for the whole run and the ranks': a second or two on 2 CPU cores; chosen).
+EQUIVALENCE_MAX_PARAM_TOKENS = 2**34
+
+
+class _FirstBlockReached(Exception):
+    pass
+
+
+def _tp_equivalence(mf: ModelFile, args: dict, dtype: torch.dtype, local: dict, degrees: list[int],
+                    fallback: tuple, fix: dict) -> str | None:
+    """tp_equivalence_problem at the smallest degree, on the first block as it is called at
+    EQUIVALENCE_SEQ tokens (the model rebuilt so on meta and stopped at that block), else on the
+    profile's own block and call (`fallback`: block, InputSpec, tokens) when its builder takes no
+    seq_len and the call is small enough. None when not checked."""
+    block, spec, tokens = fallback
+    if not degrees or sum(p.numel() for p in block.parameters()) > MAX_TRIAL_PARAMS:
+        return None  # before a second build of a large model
+    if mf.accepts("seq_len"):
+        try:
+            small = mf.build({**args, "seq_len": EQUIVALENCE_SEQ}, device="meta", dtype=dtype)
+            container, run = find_blocks(small)
+            block, spec = container.get_submodule(run[0]), InputSpec()
+
+            def stop(module, a, kw):
+                spec.record(module, a, kw)
+                raise _FirstBlockReached
+
+            handle = block.register_forward_pre_hook(stop, with_kwargs=True)
+            try:
+                call_model(small, _example_batch(mf, small, dtype)[0])
+            except _FirstBlockReached:
+                pass
+            finally:
+                handle.remove()
+        except Exception:  # noqa: BLE001 - a model that cannot be built so short is not checked
+            return None
+        if not spec.recorded:
+            return None
+    elif sum(p.numel() for p in block.parameters()) * tokens > EQUIVALENCE_MAX_PARAM_TOKENS:
+        return None
+    styled = {name: (block.get_submodule(name), kind) for name, (_, kind) in local.items()}
+    return tp_equivalence_problem(block, *spec.rebuilt(), styled, degrees[0], **fix)
 
 
 # -- running user code -------------------------------------------------------------------------

@@ -92,3 +92,25 @@ class Block(nn.Module):
         return x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
 ''', tp_plan='{"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}')
 
+
+# nanoGPT's fused q/k/v split by position: it runs on tp's local shards (views sized by -1) but
+# each rank's "q" is the first third of its slice of the fused columns, not its q heads.
+FUSED_QKV_MODEL = _own(block='''
+class Block(nn.Module):
+    def __init__(self, d=32, h=4):
+        super().__init__()
+        self.hd = d // h
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (t.view(b, s, -1, self.hd).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        return x + self.o(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, -1))
+''', tp_plan='{"qkv": ColwiseParallel(), "o": RowwiseParallel()}')
+
+# The same fused weight laid out per head ([q_h, k_h, v_h] for each head h, as Megatron-LM and
+# examples/gpt.py do): a view by heads before the split keeps each rank's heads whole.
+PER_HEAD_QKV_MODEL = FUSED_QKV_MODEL.replace(
+    "for t in self.qkv(x).chunk(3, dim=-1))",
+    "for t in self.qkv(x).view(b, s, -1, 3 * self.hd).chunk(3, dim=-1))").replace(
+    "t.view(b, s, -1, self.hd).transpose(1, 2)", "t.transpose(1, 2)")
