@@ -27,7 +27,7 @@ DATASHEET = [
     ("v100x8", "gpu.memory_bandwidth_gbps", 900.0),
     ("v100x8", "gpu.peak_tflops.fp16", 125.0),
     ("v100x8", "inter_node.bandwidth_gbps", 6.25),
-    ("a100-40gx8", "gpu.memory_gib", 40.0),
+    ("a100-40gx8", "gpu.memory_gib", 39.59),  # as CUDA reports it: 40,536 MiB
     ("a100-40gx8", "gpu.memory_bandwidth_gbps", 1555.0),
     ("h100x8", "gpu.peak_tflops.bf16", 989.0),
     ("h100x8", "gpu.peak_tflops.fp8", 1979.0),
@@ -36,11 +36,11 @@ DATASHEET = [
     ("h100x8", "inter_node.bandwidth_gbps", 50.0),
     ("h200x8", "gpu.memory_gib", 140.4),  # as CUDA reports it: 143,771 MiB
     ("h200x8", "gpu.memory_bandwidth_gbps", 4800.0),
-    ("b200x8", "gpu.memory_gib", 180.0),
+    ("b200x8", "gpu.memory_gib", 179.06),  # 183,359 MiB
     ("b200x8", "gpu.peak_tflops.bf16", 2250.0),
     ("b200x8", "gpu.peak_tflops.fp8", 4500.0),
     ("b200x8", "intra_node.bandwidth_gbps", 900.0),
-    ("mi300xx8", "gpu.memory_gib", 192.0),
+    ("mi300xx8", "gpu.memory_gib", 191.69),  # rocm-smi 205,822,885,888 B
     ("mi300xx8", "gpu.memory_bandwidth_gbps", 5300.0),
     ("mi300xx8", "gpu.peak_tflops.bf16", 1307.4),
     ("l40sx8", "gpu.memory_bandwidth_gbps", 864.0),
@@ -48,7 +48,7 @@ DATASHEET = [
     ("l40sx8", "intra_node.bandwidth_gbps", 32.0),
     ("b300x8", "gpu.peak_tflops.fp8", 4500.0),
     ("b300x8", "inter_node.bandwidth_gbps", 100.0),
-    ("gb200nvl72", "gpu.memory_gib", 186.0),
+    ("gb200nvl72", "gpu.memory_gib", 185.03),  # 189,471 MiB
     ("gb200nvl72", "gpu.peak_tflops.bf16", 2500.0),
     ("gb200nvl72", "nvlink_domain_gpus", 72),
     ("gb300nvl72", "gpu.peak_tflops.fp8", 5000.0),
