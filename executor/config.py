@@ -25,6 +25,8 @@ class RunConfig:
     out_dir: str
     steps: int = 10
     seed: int = 0
+    # chosen defaults for short checks on small models (torch.optim.AdamW's default weight decay, GPT-3's clip of 1.0,
+    # Brown et al. 2020 appendix B)
     lr: float = 1e-3
     weight_decay: float = 0.01
     clip: float = 1.0

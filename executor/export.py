@@ -36,8 +36,10 @@ RUN_FILES = (RUN_CONFIG_FILE, METRICS_FILE, SUMMARY_FILE)
 MODEL_KEY = "model."  # train_state's {"model": ..., "optim": ...}, flattened by DCP
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"  # transformers.utils.SAFE_WEIGHTS_INDEX_NAME
-DEFAULT_MAX_SHARD_GIB = 5.0  # transformers' save_pretrained default max_shard_size ("5GB" in 4.x)
 GIB = 2**30
+# transformers 4.x's save_pretrained default max_shard_size "5GB", which its
+# convert_file_size_to_int reads as 5e9 bytes (only "GiB" is 2**30-based): 4.66 GiB (5.x: "50GB")
+DEFAULT_MAX_SHARD_GIB = 5e9 / GIB
 
 
 class ExportError(ValueError):

@@ -208,7 +208,8 @@ def apply_replicate(model: nn.Module, blocks: list[nn.Module], dp_mesh, mp_polic
     replicate(model, mesh=dp_mesh, mp_policy=mp_policy, ignored_params=ignored_params)
 
 
-def apply_ddp(model: nn.Module, dp_mesh, bucket_cap_mb: float = 25.0, ignored_params: set | None = None) -> nn.Module:
+def apply_ddp(model: nn.Module, dp_mesh, bucket_cap_mb: float = 25.0,  # torch DDP's default
+                 ignored_params: set | None = None) -> nn.Module:
     """ZeRO 0 without TP: classic DDP (bucketed all-reduce overlapping backward); it neither
     broadcasts nor reduces `ignored_params`."""
     from torch.nn.parallel import DistributedDataParallel

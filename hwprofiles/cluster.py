@@ -192,7 +192,7 @@ class Efficiency:
     # permutation, the dispatcher's host sync for the split sizes, the grouped expert GEMMs'
     # launches. Set by the stack (megatron-core's is measured); 0 when none states it.
     host_overhead_us_per_moe_layer: float = 0.0
-    memory_reserve_gib: float = 2.0  # CUDA context, allocator fragmentation, NCCL buffers
+    memory_reserve_gib: float = 2.0  # CUDA context, allocator fragmentation, NCCL buffers (chosen; not measured here)
     # Share of the fusible element-wise traffic (ModelProfile: intermediates of element-wise
     # chains) that the training framework's kernels keep on chip: 0 for eager PyTorch, 1 for
     # a fully fusing compiler. Megatron-LM's hand-fused kernels (scale-mask-softmax,

@@ -20,8 +20,9 @@ from .topology import GroupSpan
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv")
 ALGORITHMS = ("ring", "tree", "auto")
-# NCCL implements its double binary tree for all_reduce; broadcast is a pipelined tree/chain.
-TREE_COLLECTIVES = ("all_reduce", "broadcast")
+# NCCL implements its Tree algorithm for AllReduce only (src/enqueue.cc's algorithm selection;
+# Jeaugey, NCCL 2.4 blog 2019); Broadcast and the rest run as rings (pipelined chains).
+TREE_COLLECTIVES = ("all_reduce",)
 
 
 class PerfModelError(ValueError):
@@ -272,7 +273,7 @@ def ring_p2p_time_s(bytes_total: float, span: GroupSpan, cluster: Cluster) -> fl
 
 
 def _ring(kind: str, b: float, span: GroupSpan, cluster: Cluster) -> float:
-    """Ring alpha-beta costs (Thakur, Rabenseifner, Gropp 2005; NCCL docs, performance.md)."""
+    """Ring alpha-beta costs (Thakur, Rabenseifner, Gropp 2005; nccl-tests doc/PERFORMANCE.md)."""
     n = span.size
     if kind == "send_recv":
         return p2p_time_s(b, span.crosses_nodes, cluster)
@@ -296,9 +297,7 @@ def _tree(kind: str, b: float, span: GroupSpan, cluster: Cluster) -> float:
     """
     bw, alpha = link_for(span, cluster)
     depth = math.ceil(math.log2(span.size))
-    if kind == "all_reduce":
-        return 2 * b / bw + 2 * depth * alpha
-    return b / bw + depth * alpha  # broadcast: down the two pipelined trees
+    return 2 * b / bw + 2 * depth * alpha  # all_reduce, the one tree collective
 
 
 def _all_to_all(b: float, span: GroupSpan, cluster: Cluster) -> float:

@@ -65,8 +65,10 @@ from .model_profile import BlockProfile, ModelProfile
 from .pass_model import FLASH_DTYPES, PassTimes, launch_slack_s, pass_times
 from .plan import Figures, Plan, PlanError, no_blocks_reason
 
-# Adam step per parameter: read+write fp32 master, m, v (24 B), read the grad twice (norm
-# clipping + update, 4 B), write the bf16 weight (2 B) -> ~30 B of HBM traffic.
+# Adam step per parameter, derived from one fused kernel's traffic (apex FusedAdam, torch's
+# AdamW(fused=True): each tensor read and written once): read+write fp32 master, m, v (24 B),
+# read the grad twice (norm clipping + update, 4 B), write the bf16 weight (2 B) -> ~30 B of HBM
+# traffic (an fp32 main grad adds ~4 B; not modelled).
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 
 

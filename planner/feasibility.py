@@ -103,8 +103,9 @@ def default_dtype(peak_tflops, gpu_name: str = "") -> str:
     return "fp32"
 
 
-# Largest capacity factor accepted: GShard trains at 2.0 and evaluates up to 4 (Lepikhin et al.
-# 2020, section 3.2); far beyond that every expert would hold most tokens, which is a typo.
+# Largest capacity factor accepted (chosen): GShard trains at 2.0 (Lepikhin et al. 2020, section
+# 2.2: capacity 2N/E) and Switch Transformer's tables reach 2.0 (Fedus et al. 2021, section 2.2);
+# 16, far beyond them, where every expert would hold most tokens, is taken for a typo.
 MAX_CAPACITY_FACTOR = 16.0
 
 

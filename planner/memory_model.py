@@ -8,7 +8,8 @@ one formula both the estimate and the ILP use.
 Sources:
 - Model states, mixed-precision Adam: 2 (weights) + 2 (grads) + 12 (fp32 master, m, v)
   bytes per parameter; ZeRO-1/2/3 shard the 12, then the grads, then the weights over the
-  data-parallel group (Rajbhandari et al. 2020, section 3). fp32 training: 4 + 4 + 8. A stack
+  data-parallel group (Rajbhandari et al. 2020: the 2+2+12 in section 3, the stages P_os, P_os+g,
+  P_os+g+p in section 5). fp32 training: 4 + 4 + 8. A stack
   that reduces gradients in fp32 (`efficiency.grad_reduce_dtype`) keeps them in an fp32 buffer
   below ZeRO-3: 6 + 12/d with Megatron's distributed optimizer (Megatron-Core
   docs/source/api-guide/dist_optimizer.md, "bf16 param, fp32 grads"); FSDP2's fp32 gradient
@@ -18,7 +19,8 @@ Sources:
   Korthikanti et al. 2022 split), times the micro-batches in flight: 1F1B holds up to
   pp - stage of them (stage 0 holds pp), GPipe all m, the interleaved schedule
   ((pp - d - 1)·2 + (v - 1)·pp + 1) model-chunk micro-batches on device d (Megatron-LM's
-  warm-up count; Narayanan et al. 2021, section 2.2.2: 1 + (p-1)/(pv) of 1F1B's memory;
+  warm-up count; the schedule: Narayanan et al. 2021, section 2.2.2; its 1 + (p-1)/(pv) of
+  1F1B's activation memory: Korthikanti et al. 2022, section 4.2.3;
   all m·v when m == pp, where Megatron-LM runs every forward before the first backward),
   spread evenly over its chunks' blocks. Not so the parts around the blocks: when device d
   holds the most, its first chunk holds up to 2·pp of them (it starts the next round of
@@ -146,7 +148,7 @@ def in_flight(schedule: str, pp: int, v: int, m: int, device: int) -> float:
         # Megatron-LM's warm-up + 1, or all m*v when m == pp (it then runs every forward first)
         forward = _orders(schedule, pp, m, v)[device][0]
         return float(np.cumsum(np.where(forward, 1, -1)).max()) / v
-    return float(min(pp - device, m))
+    return float(min(pp - device, m))  # 1F1B: device d warms up pp - d forwards (Narayanan et al. 2021, 2.2.1)
 
 
 @functools.lru_cache(maxsize=4096)

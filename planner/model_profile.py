@@ -258,7 +258,8 @@ class ModelProfile:
 
     @property
     def train_flops_per_sample(self) -> float:
-        """Forward + backward model FLOPs of one sample, no recompute (backward = 2x forward)."""
+        """Forward + backward model FLOPs of one sample, no recompute (backward = 2x forward: the
+        input and weight gradients, one GEMM each; Kaplan et al. 2020 section 2.1, C = 6N per token)."""
         return 3.0 * self.forward_flops_per_sample
 
     @property

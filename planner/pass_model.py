@@ -3,14 +3,17 @@
 The per-part half of the cost model (smplan.planner.cost_model composes parts into stages):
 - GEMMs from the profile's matmul shapes with the tensor-parallel dimension divided by
   tp, timed by `smplan.hwprofiles.perf.matmul_time_s`; backward = 2x forward (input and weight
-  gradients, same shapes).
+  gradients, same shapes; Narayanan et al. 2021, appendix: 4 of the 6 per-parameter FLOPs).
 - Fused attention kernels (SDPA flash / memory-efficient / cuDNN) at bf16/fp16 are not GEMMs:
   `perf.flash_attention_time_s` times them from queries, keys, head dim and the causal mask,
   with a backward of 2.5x the forward FLOPs (the kernel recomputes the scores). They save no
   scores, so selective recompute re-runs nothing of them.
 - Element-wise HBM traffic (`memory_bound_time_s`): the tp-sharded share / tp, the rest
   / tp too under sequence parallelism, less what the framework's fused kernels keep on
-  chip (efficiency.elementwise_fusion); backward moves twice the forward traffic.
+  chip (efficiency.elementwise_fusion); backward moves twice the forward traffic (chosen: an
+  element-wise backward reads the saved input and the output gradient and writes the input
+  gradient, against the forward's one read and one write; GeLU, dropout and softmax backward
+  move about 1.5x, a norm's about 2x).
 - TP collectives over the tp group (all-reduce; reduce-scatter + all-gather under
   sequence parallelism, Korthikanti et al. 2022 section 4.2.2); under sequence parallelism the
   stack's `tp_comm_overlap` share of a block's collectives hides under its linear GEMMs

@@ -30,7 +30,7 @@ from .plan import (
     parse_inline,
 )
 
-MAX_MICRO_BATCH = 64  # larger micro-batches gain no GEMM efficiency and only cost memory
+MAX_MICRO_BATCH = 64  # a search bound (chosen): 64 x even 2K tokens is 128K GEMM rows, far past where efficiency stops growing
 # A search bound, not a limit of the schedule (a fixed v may be larger): interleaving's gain, the
 # bubble (p-1)/(v*m), shrinks as 1/v while the p2p sends grow with v (Narayanan et al. 2021,
 # section 2.2); Megatron-Bridge's published recipes use vp <= 8 in 253 of the 273 rows that state

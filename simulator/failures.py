@@ -68,7 +68,7 @@ class RunSpec:
     weibull_shape: float | None = None  # None or 1: exponential
     spares: int | None = None  # hot spare nodes; None: never short of one
     gpus_per_node: int = 8
-    repair_hours: float = 24.0
+    repair_hours: float = 24.0  # chosen: a failed node swapped within a working day (no fleet figure here)
 
     def __post_init__(self) -> None:
         checks = (

@@ -71,7 +71,7 @@ def fit_efficiency(
     predict: Callable[[Cluster], Sequence[float]],
     measured_s: Sequence[float],
     keys: Sequence[str] = FIT_KEYS,
-    prior_weight: float = 0.01,
+    prior_weight: float = 0.01,  # chosen: only breaks ties among fits the measurements cannot tell apart
     tolerance: float = 1e-3,
     max_evaluations: int = 3000,
 ) -> FitResult:

@@ -47,7 +47,8 @@ from smplan.planner.plan import Plan, PlanError
 from . import plans as plan_choice
 from .measure import Measured, device_dtype, run_plan
 
-# Median |error| on the fitted plans above which the calibrated profile gets a warning.
+# Median |error| on the fitted plans above which the calibrated profile gets a warning (chosen:
+# above the validated sources' MAPE, 3-18% in README's table, below what a wrong profile gives).
 POOR_FIT_APE = 0.15
 # The profile figure each fraction scales (hwprofiles.perf): a fraction fitted to its cap of 1 with
 # the plans still predicted too slow means the runs went faster than that figure allows.

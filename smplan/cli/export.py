@@ -15,7 +15,7 @@ from .options import echo_json, json_option
               help="Export the checkpoint of this step (default: the latest complete one).")
 @click.option("--max-shard-gib", type=FiniteFloat(), default=None,
               help="Largest safetensors file; more weights are split into model-0000K-of-0000N files "
-                   "with model.safetensors.index.json (default 5, as transformers).")
+                   "with model.safetensors.index.json (default 4.66: the 5 GB of transformers 4's save_pretrained).")
 @click.option("--force", is_flag=True, help="Write into a non-empty OUT_DIR (its old safetensors files are removed); never into a run folder.")
 @json_option
 def export(run_dir, out_dir, step, max_shard_gib, force, as_json):

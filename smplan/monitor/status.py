@@ -59,6 +59,8 @@ class ThresholdError(ValueError):
 
 @dataclass(frozen=True)
 class Thresholds:
+    # chosen defaults: above step-to-step noise (a few %) and a memory model's usual error, yet
+    # early enough to act on
     straggler_pct: float = 20.0  # X: own step time this far above the median rank's...
     straggler_steps: int = 3  # N: ...for this many consecutive steps
     memory_pct: float = 10.0  # Y: peak memory this far above the plan's predicted peak

@@ -33,8 +33,8 @@ class Question:
     seq_len: int | None = None
     dtype: str | None = None  # None: each point's GPU default, as `smplan plan` picks (planner.default_dtype)
     checkpoint_interval_min: float | None = None  # None = the Young/Daly interval
-    seeds: int = 30  # failure-simulation seeds per point
-    sensitivity_delta: float = 0.2  # the tornado's ±X
+    seeds: int = 30  # failure-simulation seeds per point (chosen: a whole sweep stays in seconds)
+    sensitivity_delta: float = 0.2  # the tornado's ±X (chosen: a change an upgrade or a slip plausibly makes)
     command: str | None = None
     # what --tokens counts: "sample" for a model whose samples are not token sequences (an MLP, a CNN:
     # its profile's seq_len is 0), as `smplan plan` counts samples/s there; set from the profile

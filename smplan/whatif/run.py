@@ -19,8 +19,8 @@ from .question import Question
 if TYPE_CHECKING:  # the simulator is imported when a run is simulated, not with whatif
     from smplan.simulator.failures import RunReport, RunSpec
 
-INTERVAL_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # around Young/Daly, goodput chart
-MTBF_FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)  # around the profile's GPU MTBF
+INTERVAL_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # around Young/Daly, goodput chart (chosen: 1/8x-8x shows both sides' loss)
+MTBF_FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0)  # around the profile's GPU MTBF (chosen: a decade each way)
 
 
 class RunDoesNotFinish(ValueError):
