@@ -32,6 +32,7 @@ from smplan.model import (
     hf_config_fix,
     inputs_kind,
     is_one_tensor,
+    loss_value_problem,
     pipeline_problem,
     tensor_parallel_problem,
     tokens_per_sample,
@@ -174,6 +175,8 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
     if batch is not None and not model_file.is_hf_config and not model_file.defines("loss"):
         _check_default_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss") or default_loss)
+    elif batch is not None and not model_file.is_hf_config:
+        _check_own_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss"))
     return Checked(layout=layout, tokens_per_sample=tokens,
                    param_bytes=sum(p.numel() * p.element_size() for p in meta.parameters()))
 
@@ -202,6 +205,19 @@ def _check_default_loss(meta: nn.Module, inputs, targets, ref: str, loss_fn) -> 
             f"{ref} defines no loss(outputs, targets) and the default loss ({what}) cannot take what its "
             f"forward returns ({type(outputs).__name__}: {type(err).__name__}: {line}); define loss(outputs, "
             f"targets) in {ref}") from None
+
+
+def _check_own_loss(meta: nn.Module, inputs, targets, ref: str, loss_fn) -> None:
+    """The file's loss(outputs, targets) must return one number for backward: refused here, in
+    one line, rather than by every worker's backward. What cannot run on meta is not judged."""
+    try:
+        with torch.no_grad():
+            value = loss_fn(call_model(meta, inputs), targets)
+    except Exception:  # noqa: BLE001 - the meta device, not the loss: the run decides
+        return
+    problem = loss_value_problem(value)
+    if problem:
+        raise PlanMismatchError(f"{ref}: {problem}")
 
 
 def _check_executable(plan: Plan) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .cluster import PROBED_CPU_NAME, PROBED_NAMES, unit_fix
 from .loader import read_profile
-from .stack import US_KEYS, seconds_as_us_warning
+from .stack import US_KEYS, us_unit_warning
 
 # The largest 2026 datasheet figures, with headroom: GB300 / B300 dense FP4 15,000 TFLOP/s, 288 GB of
 # HBM3e at 8 TB/s (NVIDIA Blackwell Ultra datasheet, 2025); NVLink 5 900 GB/s per direction per GPU.
@@ -106,7 +106,7 @@ def _findings(values: dict[str, object], given: set[str]) -> list[tuple[str, flo
             found.append((key, value, "makes every $ figure 0, and whatif's cost charts and cheapest point say "
                                       "nothing; give the price of a GPU-hour (rented, or your own amortised)"))
         elif key.startswith("efficiency.") and key.split(".")[1] in US_KEYS:
-            line = seconds_as_us_warning("", key, value)
+            line = us_unit_warning("", key, value)
             if line:
                 found.append((key, value, line.split(f"{key} = {value:g} ", 1)[1]))
     inter, intra = values.get("inter_node.bandwidth_gbps"), values.get("intra_node.bandwidth_gbps")

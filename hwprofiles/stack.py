@@ -96,6 +96,9 @@ STACK_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer", "e
 # back to back: NVIDIA technical blog, "Getting Started with CUDA Graphs", 2019), and a layer pass
 # launches dozens: a positive host time below 1 us is seconds or milliseconds typed as microseconds.
 MIN_HOST_OVERHEAD_US = 1.0
+# Above 0.1 s a layer pass: ~100x eager Megatron-DeepSpeed's fitted 1,075 us (megatron-deepspeed.toml),
+# a unit slip rather than a stack (chosen bound)
+MAX_HOST_OVERHEAD_US = 1e5
 # The keys in microseconds a stack (or a hardware file's [efficiency] table) may state.
 US_KEYS = ("host_overhead_us_per_layer", "host_overhead_us_per_moe_layer")
 
@@ -236,18 +239,25 @@ def stack_from_dict(data: dict, source: str = "stack", default_name: str = "stac
                  sp_saved_input=sp_saved, cross_entropy=entropy, source=source)
 
 
-def seconds_as_us_warning(where: str, key: str, value: object) -> str | None:
-    """One warning line when a microseconds value of `key` looks like seconds or milliseconds, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < MIN_HOST_OVERHEAD_US:
+def us_unit_warning(where: str, key: str, value: object) -> str | None:
+    """One warning line when a microseconds value of `key` looks like seconds or milliseconds, or
+    like nanoseconds, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return (f"warning: {where}: {key} = {value:g} looks like another unit; it is read in microseconds, and one "
-            "kernel launch alone takes a few (multiply a seconds figure by 1e6, a milliseconds one by 1000)")
+    if 0 < value < MIN_HOST_OVERHEAD_US:
+        return (f"warning: {where}: {key} = {value:g} looks like another unit; it is read in microseconds, and one "
+                "kernel launch alone takes a few (multiply a seconds figure by 1e6, a milliseconds one by 1000)")
+    if value > MAX_HOST_OVERHEAD_US:
+        return (f"warning: {where}: {key} = {value:g} looks like another unit; it is read in microseconds, and "
+                f"{value / 1e6:g} s of host time a layer pass is far past any stack's (divide a nanoseconds figure "
+                "by 1000)")
+    return None
 
 
 def implausible_stack_values(name_or_path: str | None) -> list[str]:
-    """One warning line per microseconds value of a stack that looks like seconds (`seconds_as_us_warning`)."""
+    """One warning line per microseconds value of a stack that looks like another unit (`us_unit_warning`)."""
     data = read_stack(name_or_path or DEFAULT_STACK)
-    lines = (seconds_as_us_warning(name_or_path or DEFAULT_STACK, key, data.get(key)) for key in US_KEYS)
+    lines = (us_unit_warning(name_or_path or DEFAULT_STACK, key, data.get(key)) for key in US_KEYS)
     return [line for line in lines if line]
 
 

@@ -165,7 +165,7 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
             states = mem.weights0 + mem.grads0 + mem.optimizer0 + mem.buffers - rec_buffer + mem.reserve
             # less what recomputing the parts before the blocks frees (a device may: a lower bound)
             kinds[k] = (states, mem.act0 - mem.pre_recompute_saved, mem.weights_blk + mem.grads_blk + mem.optimizer_blk,
-                        mem.act_blk, mem.act_rec_blk)
+                        mem.act_blk, mem.act_rec_blk, rec_buffer, mem.pre_recompute_saved)
         return kinds[k]
 
     min_needed, rec_needed = 0.0, 0.0
@@ -182,10 +182,14 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
             rest -= 1
         if rest > 0:
             cats[(False, False, False)] = rest
-        const = 0.0
+        const = buffer = kept = 0.0
         for cat, count in cats.items():
-            st, a0, state_blk, act_blk, act_rec = terms(*cat)
+            st, a0, state_blk, act_blk, act_rec, rec_buffer, pre_saved = terms(*cat)
             const += count * (st + q_parts.get(cat, q) * a0)
+            # what const leaves out by device: the re-materialisation buffer, held once it
+            # recomputes any block, or else the parts before the blocks that recompute would free
+            buffer += count * rec_buffer
+            kept += count * q_parts.get(cat, q) * pre_saved
         slope = state_blk + q * act_blk
         saved = q * (act_blk - act_rec) if cand.kind != "none" else 0.0
         if not cand.recompute_all:  # a kind that keeps more than none (sac beside FP8 or fused inputs):
@@ -193,12 +197,22 @@ def lower_bound(cm: CostModel, cand: Candidate, cap: float) -> tuple[float, str,
         room = cap - const
         free = room / slope if room > 0 else 0.0
         full = room / (slope - saved) if (room > 0 and slope > saved) else (math.inf if room > 0 else 0.0)
+        # a device that recomputes holds the buffer: the blocks it holds are the more of what it
+        # holds so and what it holds recomputing none (the buffer is one block's whole activations:
+        # at a long sequence more than a block's share)
+        need = const + (slope - saved) * v
         if cand.kind == "none":
             full = free
         elif cand.recompute_all:
             free = 0.0
+        elif buffer or kept:
+            with_buffer = room - buffer
+            full_with = with_buffer / (slope - saved) if (with_buffer > 0 and slope > saved) else (
+                math.inf if with_buffer > 0 else 0.0)
+            full = max(full_with, max(room - kept, 0.0) / slope if slope > 0 else math.inf)
+            need = min(need + buffer, const + kept + slope * v)
         rooms.append(_Room(slope / saved if saved else math.inf, free, full, slope, room, saved))
-        min_needed = max(min_needed, const + (slope - saved) * v)
+        min_needed = max(min_needed, need)
     cap_blocks = sum(math.floor(r.full + 1e-9) for r in rooms)
     if min_needed > cap or cap_blocks < L:
         # GPU memory short of the least any partition needs, averaged over the devices

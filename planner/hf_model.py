@@ -155,8 +155,9 @@ class HFModel:
         tf = _transformers()
         try:
             cfg = tf.AutoConfig.from_pretrained(str(self.path), local_files_only=True)
-        except (ValueError, KeyError, OSError) as err:
-            raise ModelFileError(f"{self.ref}: transformers cannot read config.json ({first_line(err)}); "
+        except (ValueError, KeyError, OSError, *strict_errors()) as err:
+            # transformers 5 configs check field types and relations (hidden size a multiple of the heads)
+            raise ModelFileError(f"{self.ref}: transformers cannot read config.json ({first_line(err.__cause__ or err)}); "
                                  "check model_type and the fields") from None
         overrides = {k: v for k, v in (args or {}).items() if k != SEQ_ARG}
         derived = derived_head_dim(cfg, overrides)
@@ -203,10 +204,14 @@ class HFModel:
         except ModelFileError:
             return False
 
-    def build(self, args: dict | None = None, device: str | None = "meta", dtype=None):
-        import torch
+    def check_args(self, args: dict) -> None:
+        """Raise ModelFileError for an --arg or a config.json field transformers cannot build
+        (profile_model asks before it says it is profiling)."""
+        self._checked_config(dict(args or {}))
 
-        args = dict(args or {})
+    def _checked_config(self, args: dict):
+        """The config with `args` set, after the checks transformers does not make (or makes
+        with a traceback)."""
         unknown = [k for k in args if not self.accepts(k)]
         if unknown:
             near = difflib.get_close_matches(unknown[0], list(self.builder_parameters()), n=1)
@@ -221,7 +226,20 @@ class HFModel:
         if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
             raise ModelFileError(f"{self.ref}: --arg seq_len must be a positive whole number, got {seq_len!r}")
         cfg = self.config(args)
+        for key in WIDTHS:  # a zero width builds nothing sensible (transformers divides by some)
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                where = f"--arg {key}" if key in args else f"config.json's {key}"
+                raise ModelFileError(f"{self.ref}: {where} is {value}; it must be at least 1")
         check_heads(cfg, self.ref)
+        return cfg
+
+    def build(self, args: dict | None = None, device: str | None = "meta", dtype=None):
+        import torch
+
+        args = dict(args or {})
+        cfg = self._checked_config(args)
+        seq_len = args.get(SEQ_ARG)
         cfg.use_cache = False  # training: no KV cache kept beside what autograd saves
         setattr(cfg, _SEQ_ATTR, seq_len or default_seq_len(cfg.to_dict()))
         tf = _transformers()
@@ -234,7 +252,7 @@ class HFModel:
         try:
             with torch.device(device) if device else _null():
                 model = tf.AutoModelForCausalLM.from_config(cfg, **kwargs)
-        except (ValueError, TypeError, AssertionError, KeyError) as err:
+        except (ValueError, TypeError, AssertionError, KeyError, ArithmeticError, *strict_errors()) as err:
             given = {k: v for k, v in args.items() if k != SEQ_ARG}
             fix = f"check the --arg values ({format_args(given)})" if given else "check config.json's fields"
             raise ModelFileError(f"{self.ref}: transformers cannot build this config "
@@ -242,6 +260,10 @@ class HFModel:
         check_causal(model, self.ref)
         check_positions(model, getattr(cfg, _SEQ_ATTR), self.ref)
         return model
+
+
+# The config fields a model's tensors are sized by: 0 (or less) is a typo, not a model.
+WIDTHS = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "head_dim")
 
 
 def record_seq_len(model, seq_len, ref) -> None:

@@ -162,7 +162,12 @@ def solve_partition(
     prob += t_pipe + Z
     if cutoff is not None:
         prob += t_pipe + Z <= cutoff
-    prob.solve(_solver())
+    try:
+        prob.solve(_solver())
+    except IndexError:
+        # pulp's HiGHS interface reads row values HiGHS did not return when presolve finds the
+        # problem infeasible on huge coefficients (an 8M-token sequence's memory): no partition
+        return None
     if prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return None
     counts = [int(round(x.value())) for x in n]

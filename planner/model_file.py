@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import inspect
+import io
 import os
 import sys
 import traceback
@@ -71,6 +72,9 @@ class ModelFile:
         fn = getattr(self.module, name, None)
         if callable(fn):
             return fn
+        if fn is not None:  # `loss = 3`: silently training with the default loss hid the mistake
+            raise ModelFileError(f"{self.path}: {name} is {type(fn).__name__}, not a function; smplan calls the "
+                                 f"file's {name}() (README: The model file): define it, or rename the variable")
         if self._builds_hf():
             from . import hf_model
 
@@ -147,6 +151,10 @@ class ModelFile:
                 built = self.builder(**args)
         except TypeError as err:
             raise ModelFileError(f"{self.path}: {self.builder_name}({format_args(args)}) failed: {first_line(err)}; check the --arg values") from None
+        except SystemExit as err:  # sys.exit or argparse inside the builder: one line, not smplan's exit
+            raise ModelFileError(f"{self.path}: {self.builder_name}() called sys.exit"
+                                 f"{f' ({err.code})' if err.code not in (None, 0) else ''}; a builder must return "
+                                 "the model, not exit") from None
         except (ValueError, AssertionError) as err:
             if args:
                 raise ModelFileError(f"{self.path}: {self.builder_name}({format_args(args)}) rejected its arguments: "
@@ -364,6 +372,10 @@ def file_digest(ref: str) -> tuple[Path, str, str]:
         raise ModelFileError(f"{ref!r} names no builder after ':'; drop the ':' (builder model) or give one, "
                              f"e.g. {ref}tiny")
     if not path.exists():
+        head = str(path).partition(".py:")[0] + ".py"
+        if ".py:" in str(path) and Path(head).is_file():  # examples/gpt.py:tiny:x, examples/gpt.py::tiny
+            raise ModelFileError(f"{ref!r}: {head} exists but {str(path)[len(head) + 1:]!r} is not one builder "
+                                 f"name; pass {head}:BUILDER with one colon")
         raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder] or hf:DIR")
     if path.is_dir() and (path / "config.json").is_file():
         raise ModelFileError(f"{str(path)!r} is a folder holding a config.json; pass hf:{path} for a Hugging Face "
@@ -395,8 +407,17 @@ def load_model_file(ref: str) -> ModelFile:
     before = set(sys.modules)
     local_files: list[Path] = []
     sys.path.append(str(folder))
+    said = io.StringIO()
     try:
-        spec.loader.exec_module(module)
+        with contextlib.redirect_stderr(said):  # argparse's usage text: said again below, or in the one line
+            spec.loader.exec_module(module)
+    except SystemExit as err:  # a training script's argparse or sys.exit at import
+        sys.modules.pop(name, None)
+        usage = "usage:" in said.getvalue()
+        raise ModelFileError(f"{path}: importing it {'parsed the command line (argparse)' if usage else 'called sys.exit'}"
+                             f"{f' ({err.code})' if err.code not in (None, 0) and not usage else ''}; a model file "
+                             "must not exit at import: put a script's top level under "
+                             "`if __name__ == \"__main__\":`") from None
     except SyntaxError as err:
         sys.modules.pop(name, None)
         raise ModelFileError(f"{path}: syntax error on line {err.lineno}: {err.msg}; fix the file") from None
@@ -408,6 +429,8 @@ def load_model_file(ref: str) -> ModelFile:
         where = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path.resolve()]
         line = f" on line {where[-1].lineno}" if where else ""
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
+    else:
+        sys.stderr.write(said.getvalue())  # what it printed while importing, as it would have
     finally:
         if str(folder) in sys.path:  # the entry appended above (the user's code may have taken it off)
             del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]

@@ -29,6 +29,11 @@ DERIVED = ("recompute", "num_microbatches", "stage_blocks")
 MAX_SEQ_LEN = 2**24
 # ep and cp are at most the GPUs of the largest cluster anyone plans; 2**20 (a million GPUs).
 MAX_DEGREE = 2**20
+# --nodes: a million nodes, past any cluster built (chosen: a typo guard; the search would take minutes)
+MAX_NODES = 2**20
+# --global-batch: 2**24 sequences a step, 256x the largest published batch in sequences (LAMB's
+# 65,536, You et al. 2019); more is a typo whose micro-batch schedule would not fit in memory.
+MAX_GLOBAL_BATCH = 2**24
 REGENERATE = "regenerate the plan with `smplan plan -o plan.json`"
 
 

@@ -22,6 +22,7 @@ scaled_dot_product_attention call (dim -3 of its 4-D key), else 0.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +38,9 @@ DTYPES = ("bf16", "fp16", "fp32")
 
 class ProfileError(ValueError):
     """The profile request itself is wrong (e.g. an unknown dtype); the message says the fix."""
+
+
+PROGRESS_AFTER_S = 1.0  # chosen: below it the wait needs no word
 
 
 def profile_model(
@@ -68,13 +72,22 @@ def profile_model(
         if hit is not None:
             return dataclasses.replace(hit, model=ref)
     model_file = load_model_file(ref)  # a wrong file or builder name is the only line the user sees
-    if hasattr(model_file, "check_args"):  # ...and so is a wrong --arg (an hf: config checks its own)
+    if hasattr(model_file, "check_args"):  # ...and so is a wrong --arg or an hf: config transformers refuses
         model_file.check_args(args)
-    if progress:  # tracing a block takes seconds: say so
-        progress(f"profiling {ref} on the meta device ({dtype}; cached for the next run) ...")
+    # Tracing a block takes seconds: say so, once a second has passed (a builder that fails at once,
+    # on a wrong --arg, then prints its one error line alone).
+    timer = threading.Timer(PROGRESS_AFTER_S, progress, (f"profiling {ref} on the meta device ({dtype}; cached for "
+                                                         "the next run) ...",)) if progress else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     from .profiler_run import run_profile  # imports torch: only when there is work to do
 
-    profile = run_profile(ref, model_file, args, seq_len, dtype)
+    try:
+        profile = run_profile(ref, model_file, args, seq_len, dtype)
+    finally:
+        if timer is not None:
+            timer.cancel()
     if cache:
         profile_cache.store(key, profile, getattr(model_file, "local_files", ()), folder)
     return profile

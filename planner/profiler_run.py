@@ -21,6 +21,7 @@ from smplan.model import (
     find_expert_banks,
     find_layout,
     hf_config_fix,
+    loss_value_problem,
     pipeline_problem,
     sequence_length,
     tensor_parallel_problem,
@@ -106,6 +107,9 @@ def _run_profile(ref: str, mf: ModelFile, args: dict, seq_len: int | None, dtype
                 tracer.counted_elsewhere.update(storage_key(t) for t in tree_leaves(outputs)
                                                 if isinstance(t, torch.Tensor))
                 loss = user_call(mf, what, loss_fn or default_loss, outputs, targets)
+                problem = loss_value_problem(loss) if loss_fn is not None else None
+                if problem:
+                    raise ModelFileError(f"{mf.path}: {problem}")
                 parts.current.input_bytes = tensor_bytes((outputs, targets))
                 parts.current.output_bytes = tensor_bytes(loss)
                 tracer.keep(loss)

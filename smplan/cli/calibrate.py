@@ -12,11 +12,13 @@ from smplan.calibrate.run import factor_state, undetermined_note
 
 from .checks import UserError, check_can_write
 from .options import (
+    GLOBAL_BATCH,
     OneSpelling,
     echo_json,
     json_option,
     model_args_from,
     model_args_option,
+    non_empty_path,
     stack_option,
 )
 from .table import format_table
@@ -40,9 +42,9 @@ from .table import format_table
 @click.option("--rounds", type=int, default=1, show_default=True,
               help="Run the list of plans this many times (at least 1) and keep each plan's fastest (busy machines).")
 @click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
-@click.option("--global-batch", "--gbs", "global_batch", cls=OneSpelling, old_names=("--gbs",), type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--global-batch", "--gbs", "global_batch", cls=OneSpelling, old_names=("--gbs",), type=GLOBAL_BATCH, default=8, show_default=True,
               help="Global batch of every plan (samples per step).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, callback=non_empty_path,
               help="Write the calibrated profile here (a TOML that --hw PATH loads).")
 @click.option("--stack-output", type=click.Path(dir_okay=False), default=None,
               help="Also write a stack TOML here (a file that --stack PATH loads): the fitted stack keys "

@@ -33,6 +33,7 @@ from .options import (
     json_option,
     model_args_from,
     model_args_option,
+    non_empty_path,
 )
 
 
@@ -49,7 +50,7 @@ from .options import (
               help="Nodes the run spans (torchrun --nnodes). Default: 1 with --launcher local (this machine; more "
                    "needs --rdzv-endpoint), the plan file's nodes with --launcher slurm.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="c10d rendezvous for multi-node runs.")
-@click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False),
+@click.option("--checkpoint-dir", default=None, type=click.Path(file_okay=False), callback=non_empty_path,
               help="Where step-N checkpoints go (default RUN_DIR/checkpoints when --checkpoint-every is set); "
                    "a folder holding another run's is only resumed from, never saved into.")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
@@ -68,7 +69,7 @@ from .options import (
               help="--launcher slurm: the job's --time (90, 4:00:00, 2-00:00:00). Default: 1.5x the plan's "
                    "predicted step time x the steps to run (after a resume's checkpoint), plus 10 minutes of "
                    "start-up per attempt; 1 hour when the plan predicts nothing (an inline plan).")
-@click.option("-o", "--output", "--out", "out", cls=OneSpelling, old_names=("--out",), default=None, type=click.Path(file_okay=False),
+@click.option("-o", "--output", "--out", "out", cls=OneSpelling, old_names=("--out",), default=None, type=click.Path(file_okay=False), callback=non_empty_path,
               help="Run directory: metrics.jsonl, ranks/, summary.json, tensorboard/ (default runs/execute-...); "
                    "an existing one is only continued from its checkpoint.")
 @click.option("--seed", type=int, default=0, show_default=True,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from .checks import FiniteFloat, check_can_write
-from .options import echo_json, json_option
+from .options import echo_json, json_option, non_empty_path
 
 
 @click.command()
 @click.argument("run_dir", metavar="RUN_DIR")
-@click.argument("out_dir", metavar="OUT_DIR")
+@click.argument("out_dir", metavar="OUT_DIR", callback=non_empty_path)
 @click.option("--step", type=click.IntRange(min=1), default=None,
               help="Export the checkpoint of this step (default: the latest complete one).")
 @click.option("--max-shard-gib", type=FiniteFloat(), default=None,

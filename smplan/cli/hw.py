@@ -18,7 +18,7 @@ from smplan.hwprofiles.stack import implausible_stack_values
 
 from .checks import check_can_write
 from .main import UserError
-from .options import OneSpelling, echo_json, hw_options, json_option
+from .options import OneSpelling, echo_json, hw_options, json_option, non_empty_path
 from .table import format_table
 
 
@@ -134,7 +134,7 @@ def _profile_name(ctx, param, value: str) -> str:
 
 
 @hw.command("probe")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the profile TOML here.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, callback=non_empty_path, help="Write the profile TOML here.")
 @click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=click.IntRange(min=1, max=64), default=2, show_default=True,
               help="Local processes for the collective measurements (gloo on CPU, nccl on GPU).")
 @click.option("--name", default="local", show_default=True, callback=_profile_name,

@@ -90,12 +90,17 @@ def batch_divisors_note(global_batch: int, num_gpus: int) -> str | None:
     many GPUs) and a batch within BATCH_NOTE_REACH of it allows BATCH_NOTE_DP_GAIN times more."""
     widest = _widest_dp(global_batch, num_gpus)
     reach = max(1, int(BATCH_NOTE_REACH * global_batch))
-    nearby = sorted(range(max(1, global_batch - reach), global_batch + reach + 1), key=lambda g: abs(g - global_batch))
-    for other in nearby:
-        if _widest_dp(other, num_gpus) >= BATCH_NOTE_DP_GAIN * widest:
-            return (f"note: global batch {global_batch} allows dp of at most {widest} on {num_gpus} GPUs (dp divides "
-                    f"the batch and the GPUs); --global-batch {other} allows dp={_widest_dp(other, num_gpus)}")
-    return None
+    # A batch allows dp=d when d divides it and the GPUs: the nearest such batches are the nearest
+    # multiples of the GPUs' divisors d (sqrt(GPUs) steps, not one per batch in reach).
+    small = [d for d in range(1, math.isqrt(num_gpus) + 1) if num_gpus % d == 0]
+    wide = [d for d in {*small, *(num_gpus // d for d in small)} if d >= BATCH_NOTE_DP_GAIN * widest]
+    nearby = [(abs(other - global_batch), other) for d in wide for other in (global_batch // d * d, -(-global_batch // d) * d)
+              if other >= 1 and abs(other - global_batch) <= reach]
+    if not nearby:
+        return None
+    other = min(nearby)[1]
+    return (f"note: global batch {global_batch} allows dp of at most {widest} on {num_gpus} GPUs (dp divides "
+            f"the batch and the GPUs); --global-batch {other} allows dp={_widest_dp(other, num_gpus)}")
 
 
 # Stacks whose activation checkpointing is torch's op-level policy, as `sac` prices it.

@@ -8,6 +8,13 @@ import click
 
 from smplan.hwprofiles import DEFAULT_STACK, Cluster, bundled_stacks, load_cluster
 from smplan.planner import parse_model_args
+from smplan.planner.plan_schema import MAX_GLOBAL_BATCH, MAX_NODES, MAX_SEQ_LEN
+
+# The ranges of --nodes, --global-batch and --seq-len: a value past them is a typo, refused in one
+# line before the search would hang on it (planner/plan_schema.py says why each bound).
+NODES = click.IntRange(min=1, max=MAX_NODES)
+GLOBAL_BATCH = click.IntRange(min=1, max=MAX_GLOBAL_BATCH)
+SEQ_LEN = click.IntRange(min=1, max=MAX_SEQ_LEN)
 
 
 def stack_option(fn=None, *, plan_files: bool = False):
@@ -42,7 +49,7 @@ def hw_options(required: bool = True, default: str | None = None, plan_files: bo
             metavar="KEY=VALUE",
             help="Override a hardware value, dotted key (e.g. inter_node.bandwidth_gbps=50). Repeatable.",
         )(fn)
-        fn = click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (overrides the profile).")(fn)
+        fn = click.option("--nodes", type=NODES, default=None, help="Number of nodes (overrides the profile).")(fn)
         fn = stack_option(fn, plan_files=plan_files)
         # no default= at all when there is none: click 8.2+ takes an explicit default=None as a
         # default, and a required option with a default is never reported missing
@@ -152,3 +159,12 @@ dtype_option = click.option(
     help="Training dtype (default: bf16, or fp16 on GPUs without a bf16 peak such as V100, fp32 on a CPU "
          "profile from `smplan hw probe`, as execute runs there; fp8: FP8 linears, bf16 elsewhere, on GPUs "
          "with an fp8 peak).")
+
+
+def non_empty_path(ctx, param, value):
+    """click callback of an output path option: `-o "$OUT"` with OUT unset gives "", which was
+    taken for no path (nothing written) or for the current folder, without a word."""
+    if value is not None and not str(value).strip():
+        or_not = "" if isinstance(param, click.Argument) else ", or leave the option out"
+        raise click.BadParameter(f"an empty path (an unset shell variable?); give a path{or_not}", ctx=ctx, param=param)
+    return value

@@ -27,6 +27,9 @@ from .notes import (
     sac_stack_note,
 )
 from .options import (
+    GLOBAL_BATCH,
+    NODES,
+    SEQ_LEN,
     cluster_from,
     dtype_option,
     echo_json,
@@ -34,6 +37,7 @@ from .options import (
     json_option,
     model_args_from,
     model_args_option,
+    non_empty_path,
     warn_about_profiles,
 )
 from .table import format_table, sequence_phrase
@@ -42,18 +46,18 @@ from .table import format_table, sequence_phrase
 @click.command()
 @click.argument("model", metavar="MODEL")
 @hw_options()
-@click.option("--max-nodes", type=click.IntRange(min=1), default=None,
+@click.option("--max-nodes", type=NODES, default=None,
               help="Search node counts from --nodes (default 1) up to N, instead of exactly --nodes.")
 @model_args_option
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Sequences per optimizer step (default: one per GPU).")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (builder argument).")
+@click.option("--global-batch", type=GLOBAL_BATCH, default=None, help="Sequences per optimizer step (default: one per GPU).")
+@click.option("--seq-len", type=SEQ_LEN, default=None, help="Sequence length (builder argument).")
 @dtype_option
 @click.option("--fix", "fix", multiple=True, metavar="KEY=VALUE",
               help="Fix a plan key (inline plan keys: tp, pp, dp, ep, cp, mbs, zero, recompute, schedule, v, sp, overlap_dp, dtype, cf (MoE: the busiest expert's load over the average, >= 1, default 1.0), grad_compress, fp8_scaling=tensor|block (MXFP8, with dtype fp8); v>1 implies schedule=interleaved). A fixed recompute=KIND recomputes every block, as Megatron's flag does; unfixed, the search recomputes only the blocks memory needs. Repeatable, each key once.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="time: the fastest step; cost: the fewest dollars per token (with --max-nodes, fewer nodes may win).")
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to list.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the best plan (JSON).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, callback=non_empty_path, help="Write the best plan (JSON).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @click.option("--explain", "show_explain", is_flag=True, help="Say why the runner-ups lost, why a dimension is not offered, and what --fix's "
               "layout keys cost against the best plan without them.")

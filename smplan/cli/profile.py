@@ -7,7 +7,7 @@ import click
 from smplan.planner import blocks_problem, profile_model
 from smplan.planner.profiler import DTYPES
 
-from .options import echo_json, json_option, model_args_from, model_args_option
+from .options import SEQ_LEN, echo_json, json_option, model_args_from, model_args_option
 from .table import format_table, human_count
 
 MIB = 2**20
@@ -16,7 +16,7 @@ MIB = 2**20
 @click.command()
 @click.argument("model", metavar="MODEL")
 @model_args_option
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (passed to the builder as seq_len).")
+@click.option("--seq-len", type=SEQ_LEN, default=None, help="Sequence length (passed to the builder as seq_len).")
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True,
               help="Parameter and activation dtype the model is built in.")
 @click.option("--no-cache", is_flag=True, help="Profile again even if a cached profile exists.")

@@ -22,6 +22,7 @@ from smplan.simulator.reliability import RunTarget, checkpoint_write_gbps, plan_
 from .checks import FiniteFloat
 from .notes import out_of_memory_warning
 from .options import (
+    SEQ_LEN,
     OneSpelling,
     echo_json,
     hw_options,
@@ -107,7 +108,7 @@ def skewed_mean_note(r: RunReport) -> str | None:
 @hw_options(required=False, plan_files=True)
 @click.option("--plan", "plan_text", default=None, metavar="KEYS", help="Inline plan for a MODEL.")
 @model_args_option
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample; builder argument).")
+@click.option("--seq-len", type=SEQ_LEN, default=None, help="Sequence length (tokens per sample; builder argument).")
 # At most 10 years of failure-free training, and 1e15 tokens (64x the 15.6T of Llama 3, Meta 2024):
 # beyond either the failure simulation only overflows.
 @click.option("--days", type=FiniteFloat(max_value=3650, limit_note="10 years"), default=None,

@@ -7,12 +7,12 @@ import click
 from .checks import check_can_write
 from .main import UserError
 from .monitor import threshold_options
-from .options import echo_json, json_option
+from .options import echo_json, json_option, non_empty_path
 
 
 @click.command()
 @click.argument("run_dir", metavar="RUN_DIR")
-@click.option("-o", "--output", "out", default=None, metavar="FILE.html",
+@click.option("-o", "--output", "out", default=None, callback=non_empty_path, metavar="FILE.html",
               help="Where the page goes (default RUN_DIR/report.html, rewritten on every call; a file of that name smplan did not write needs --force).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE (or a RUN_DIR/report.html of yours).")
 @threshold_options

@@ -29,11 +29,13 @@ from .notes import (
 )
 from .options import (
     INLINE_PLAN_KEYS,
+    SEQ_LEN,
     echo_json,
     hw_options,
     json_option,
     model_args_from,
     model_args_option,
+    non_empty_path,
     warn_about_profiles,
 )
 from .table import format_table, sequence_phrase
@@ -44,9 +46,9 @@ from .table import format_table, sequence_phrase
 @hw_options(required=False, plan_files=True)
 @click.option("--plan", "plan_text", default=None, metavar="KEYS", help='Inline plan for a MODEL: "tp=8,pp=2,dp=4,mbs=1,gbs=512"; stages=5:2/3:0 sets each model chunk\'s blocks:recomputed (default: an even split, every block recomputed with recompute=full|selective|sac, none without it; zero=0). Keys: ' + INLINE_PLAN_KEYS + '.')
 @model_args_option
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (model builder's seq_len).")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Write a Chrome/Perfetto trace-event JSON of the step.")
-@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--seq-len", type=SEQ_LEN, default=None, help="Sequence length (model builder's seq_len).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, callback=non_empty_path, help="Write a Chrome/Perfetto trace-event JSON of the step.")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), default=None, callback=non_empty_path,
               help="Write a Gantt chart of the step; the suffix picks the format (.png, .svg, .pdf, ...).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --trace or --gantt file.")
 @click.option("--no-contention", is_flag=True,

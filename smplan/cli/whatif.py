@@ -17,7 +17,9 @@ from .checks import FiniteFloat, check_can_write
 from .main import UserError
 from .notes import a2a_overlap_note, mfu_counts_masked_half, sac_stack_note
 from .options import (
+    GLOBAL_BATCH,
     INLINE_PLAN_KEYS,
+    SEQ_LEN,
     dtype_option,
     echo_json,
     given_on_command_line,
@@ -25,6 +27,7 @@ from .options import (
     json_option,
     model_args_from,
     model_args_option,
+    non_empty_path,
     warn_about_profiles,
 )
 from .table import format_table
@@ -51,8 +54,8 @@ from .table import format_table
 @click.option("--plan", "plan", default=None, metavar="INLINE",
               help='Use this plan at every point instead of re-planning, as inline keys (not a plan file), e.g. "tp=8,pp=4,recompute=full" (stages=B:R/... fixes the split; see smplan simulate --help). Keys: ' + INLINE_PLAN_KEYS + '.')
 @dtype_option
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Sequence length (tokens per sample).")
+@click.option("--global-batch", type=GLOBAL_BATCH, default=None, help="Global batch in samples, the same at every point (default: one sequence per GPU of the largest point).")
+@click.option("--seq-len", type=SEQ_LEN, default=None, help="Sequence length (tokens per sample).")
 @click.option("--checkpoint-interval-min", type=FiniteFloat(), default=None,
               help="Checkpoint interval in minutes (default per point: the best of a failure-simulation sweep "
                    "around the Young/Daly optimum, or Daly's when the seeds draw under 20 failures, as `smplan "
@@ -61,7 +64,7 @@ from .table import format_table
               help="Failure-simulation seeds per point.")
 @click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2, show_default=True,
               help="The sensitivity chart's ±fraction on each hardware figure.")
-@click.option("-o", "--output", "out_dir", default="whatif-report", show_default=True, metavar="REPORT_DIR",
+@click.option("-o", "--output", "out_dir", default="whatif-report", callback=non_empty_path, show_default=True, metavar="REPORT_DIR",
               help="Directory for index.html, points.json and the charts.")
 @click.option("--force", is_flag=True, help="Overwrite a non-empty REPORT_DIR.")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg"]), default="png", show_default=True,

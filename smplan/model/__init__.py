@@ -21,10 +21,10 @@ from .inputs import (
            sequence_length,
            tokens_per_sample,
 )
-from .loss import DEFAULT_LOSS, default_loss
+from .loss import DEFAULT_LOSS, default_loss, loss_value_problem
 from .structure import Layout, find_layout, tied_aliases, tied_groups
 
 __all__ = ["CP_HOOK", "DEFAULT_LOSS", "ExpertBank", "Layout", "call_model", "context_parallel_support_problem",
-           "default_loss", "expert_bank_problem", "expert_banks", "find_expert_banks", "find_layout", "first_tensor",
+           "default_loss", "loss_value_problem", "expert_bank_problem", "expert_banks", "find_expert_banks", "find_layout", "first_tensor",
            "hf_config_fix", "inputs_kind", "is_one_tensor", "pipeline_problem", "tensor_parallel_problem", "tied_aliases",
            "sequence_length", "tied_groups", "tokens_per_sample"]

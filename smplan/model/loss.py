@@ -17,3 +17,14 @@ def default_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if outputs.dim() >= 3 and outputs.dim() == targets.dim() + 1 and outputs.shape[:-1] == targets.shape:
         outputs, targets = outputs.flatten(0, -2), targets.flatten()
     return F.cross_entropy(outputs.float(), targets)
+
+
+def loss_value_problem(value) -> str | None:
+    """Why what a loss(outputs, targets) returned cannot be trained on (backward needs one
+    number: a 0-d or one-element tensor), or None."""
+    if not isinstance(value, torch.Tensor):
+        return f"loss() returned {type(value).__name__}, not a tensor; return the loss as a tensor (no .item())"
+    if value.numel() != 1:
+        return (f"loss() returned a tensor of shape {tuple(value.shape)}, not one number; reduce it "
+                "(e.g. .mean() of the per-token losses)")
+    return None

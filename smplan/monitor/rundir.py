@@ -104,6 +104,20 @@ class RunData:
         return self.finished or self.stopped is not None or self.abandoned is not None
 
 
+# The numbers monitor and report read from every line execute writes (executor/train.py): a
+# line without one (edited by hand) is skipped as an unreadable one is, not a KeyError.
+METRIC_NUMBERS = ("loss", "step_time_s", "tokens_per_s", "peak_memory_gib", "grad_norm")
+RANK_NUMBERS = ("step_time_s", "sync_wait_s", "peak_memory_gib")
+
+
+def _with_numbers(rows: list[dict], keys: tuple[str, ...]) -> tuple[list[dict], list[int]]:
+    """(the rows holding every key as a number, the steps of the others)."""
+    def whole(row: dict) -> bool:
+        return all(isinstance(row.get(k), int | float) and not isinstance(row.get(k), bool) for k in keys)
+
+    return [r for r in rows if whole(r)], [r["step"] for r in rows if not whole(r)]
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Everything `smplan monitor` and `smplan report` show. Raises RunDirError when the
     directory is missing or holds no step yet; a run stopped before its first step has no records."""
@@ -114,11 +128,14 @@ def load_run(run_dir: str | Path) -> RunData:
         raise RunDirError(f"{path} is a file, not a run directory; pass the -o/--output folder of `smplan execute`")
     records, bad = read_jsonl(path / METRICS)
     skipped = [f"{METRICS}:{n}" for n in bad]
-    unreadable = len(bad)
+    records, short = _with_numbers(records, METRIC_NUMBERS)
+    skipped += [f"{METRICS}:step {step}" for step in short]
+    unreadable = len(bad) + len(short)
     ranks: dict[int, list[dict]] = {}
     for rank, file in rank_files(path).items():
         rows, bad = read_jsonl(file)
-        skipped += [f"{RANKS_DIR}/{file.name}:{n}" for n in bad]
+        rows, short = _with_numbers(rows, RANK_NUMBERS)
+        skipped += [f"{RANKS_DIR}/{file.name}:{n}" for n in bad] + [f"{RANKS_DIR}/{file.name}:step {s}" for s in short]
         if rows:  # a rank that has not finished its first step yet has nothing to show
             ranks[rank] = rows
     stopped = read_stopped(path)  # without records too: a run that stopped before its first step is a state to show
