@@ -10,27 +10,29 @@ lays the fused weight out per head group for this reason (examples/gpt.py does t
 transformers gathers such outputs (Phi-3's "colwise_gather_output", "due to the slicing of qkv").
 
 The check: materialise one block on the CPU with random weights, run it whole on a few tokens,
-then run it as tp ranks would (one thread per rank, each with its slice of every column- and
-row-parallel weight; a row-parallel linear sums the ranks' partial outputs, as its all-reduce
-does) and compare. Blocks past `MAX_TRIAL_PARAMS` are not checked (memory, and seconds of init).
+then run it as tp ranks would (one thread per rank, the same modules as torch's styles leave
+them, each with its slice of every column- and row-parallel weight; a row-parallel linear's
+output summed over the ranks, as its all-reduce does) and compare. Blocks past
+`MAX_TRIAL_PARAMS` are not checked (memory, and seconds of init), nor forwards that are random
+or fail on these values: the check refuses only what it has seen compute something else.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
+import time
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 # At most 2**28 parameters (1 GiB in fp32) are materialised: a 7B-8B model's block (Llama 3 8B:
-# 218M) is checked in about a second; a 70B model's (856M) is not (chosen: memory and time).
+# 218M) is checked in a few seconds on 2 CPU cores; a 70B model's (856M) is not (chosen: memory, time).
 MAX_TRIAL_PARAMS = 2**28
 # fp32 sums in another order differ by ~1e-6 relative; a misplaced slice by O(1) (chosen between).
 RELATIVE_TOLERANCE = 1e-3
-BARRIER_TIMEOUT_S = 60.0  # a rank that never reaches the all-reduce (its code took another path)
+BARRIER_TIMEOUT_S = 60.0  # a rank stuck in its forward (ranks that return early are caught at once)
 
 TP_EQUIVALENCE_FIX = ("lay a fused weight out per head group and split it after a view by heads, as examples/gpt.py "
                       "does, or use separate linears, to allow tp")
@@ -41,38 +43,55 @@ def tp_equivalence_problem(block: nn.Module, args: tuple, kwargs: dict, styled: 
     """Why `block` (meta, called as forward(*args, **kwargs) on meta inputs) computes something
     else on `tp` ranks' shards of the linears in `styled` (name -> (module, "col" | "row"), those
     whose style hands the block local shards), or None: equal, or not checked (too large, a
-    non-Linear style, outputs that cannot be compared)."""
+    non-Linear style, a forward that is random or fails on these values, outputs that cannot be
+    compared). Inputs are filled twice if need be: a bool mask all True, integers 1, then all
+    False and 0 (masks of either convention, padding masks), until the whole block's output is finite."""
     if tp < 2 or not styled or any(not isinstance(m, nn.Linear) for m, _ in styled.values()):
         return None
     if sum(p.numel() for p in block.parameters()) > MAX_TRIAL_PARAMS:
         return None
-    generator = torch.Generator().manual_seed(0)
-    whole = _materialised(block, generator)
-    args, kwargs = tree_map(lambda t: _filled(t, generator) if isinstance(t, torch.Tensor) else t, (args, kwargs))
+    for fill in (True, False):
+        generator = torch.Generator().manual_seed(0)
+        whole = _materialised(block, generator, fill)
+        # each rank's copy made before any run: a forward that updates a buffer starts from the same state
+        ranks, all_reduce = _rank_copies(whole, styled, tp)
+        call = tree_map(lambda t, g=generator, f=fill: _filled(t, g, f) if isinstance(t, torch.Tensor) else t,
+                        (args, kwargs))
+        try:
+            with torch.no_grad():
+                first = copy.deepcopy(whole, {id(p): p for p in whole.parameters()})  # buffers its own
+                expected = _float_leaves(first(*_cloned(call[0]), **_cloned(call[1])))
+                again = _float_leaves(whole(*_cloned(call[0]), **_cloned(call[1])))
+        except Exception:  # noqa: BLE001 - the user's forward on real values: not this check's question
+            return None
+        if expected and all(t.isfinite().all() for t in expected):
+            break
+    else:
+        return None  # a mask that hides every position whichever way it is filled
+    if any(not torch.equal(a, b) for a, b in zip(expected, again, strict=True)):
+        return None  # random in eval mode (F.dropout's training=True default): runs cannot be compared
     try:
-        with torch.no_grad():
-            expected = _float_leaves(whole(*_cloned(args), **_cloned(kwargs)))
-        outputs = _run_ranks(whole, args, kwargs, styled, tp)
-    except Exception:  # noqa: BLE001 - the user's forward on real values: not this check's question
+        outputs = _run_ranks(ranks, all_reduce, *call)
+    except Exception:  # noqa: BLE001 - as above
         return None
-    if not expected or not all(t.isfinite().all() for t in expected):
-        return None
-    error = 0.0
+    error, compared = 0.0, 0
     for got in outputs:
-        if len(got) != len(expected) or any(g.shape != e.shape for g, e in zip(got, expected, strict=True)):
-            return None  # a sharded output (not the block's usual contract): nothing to compare
+        if len(got) != len(expected):
+            return None
         for g, e in zip(got, expected, strict=True):
-            error = max(error, float((g - e).norm() / e.norm().clamp_min(1e-30)))
-    if error <= RELATIVE_TOLERANCE:
+            if g.shape == e.shape:  # a head-sharded extra output (attention weights) is not the contract
+                error, compared = max(error, float((g - e).norm() / e.norm().clamp_min(1e-30))), compared + 1
+    if not compared or error <= RELATIVE_TOLERANCE:
         return None
     return (f"the block computes something else on tp={tp}'s shards than whole (relative error {error:.2g} on random "
             "weights): code that splits a column-parallel linear's output by position (a fused q/k/v or gate/up "
             f".chunk() or .split()) gives each rank a slice of every part; {fix}")
 
 
-def _materialised(block: nn.Module, generator: torch.Generator) -> nn.Module:
-    """A CPU fp32 copy of the meta `block`: weights uniform in +-1/sqrt(fan-in) (nn.Linear's
-    default init range), vectors (norms, biases) near 1, buffers random (both runs read the same)."""
+def _materialised(block: nn.Module, generator: torch.Generator, fill: bool) -> nn.Module:
+    """A CPU fp32 copy of the meta `block` in eval mode: weights uniform in +-1/sqrt(fan-in)
+    (nn.Linear's default init range), vectors (norms, biases) near 1, buffers and plain tensor
+    attributes filled as inputs are (both runs read the same)."""
     real = copy.deepcopy(block).to_empty(device="cpu").float().eval()
     with torch.no_grad():
         for p in real.parameters():
@@ -82,25 +101,31 @@ def _materialised(block: nn.Module, generator: torch.Generator) -> nn.Module:
             else:
                 p.uniform_(0.9, 1.1, generator=generator)
         for b in real.buffers():
-            _fill_(b, generator)
+            _fill_(b, generator, fill)
+        for module in real.modules():  # `self.scale = torch.tensor(...)`: neither parameter nor buffer
+            for name, value in list(vars(module).items()):
+                if isinstance(value, torch.Tensor) and value.device.type == "meta":
+                    setattr(module, name, _filled(value, generator, fill))
     return real
 
 
-def _filled(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def _filled(t: torch.Tensor, generator: torch.Generator, fill: bool) -> torch.Tensor:
     real = torch.empty(t.shape, dtype=torch.float32 if t.is_floating_point() else t.dtype)
-    return _fill_(real, generator)
+    return _fill_(real, generator, fill)
 
 
-def _fill_(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    # floats random; a bool mask all True (attend everywhere: no row fully masked); integers 0
-    # (positions, indices valid at any size)
+def _fill_(t: torch.Tensor, generator: torch.Generator, fill: bool) -> torch.Tensor:
+    # floats and complex (rotary freqs_cis) random; bools all `fill`, integers 1 or 0: a mask either
+    # way round, a padding mask, positions and indices valid at any size
     with torch.no_grad():
         if t.is_floating_point():
             t.uniform_(-1.0, 1.0, generator=generator)
+        elif t.is_complex():
+            torch.view_as_real(t).uniform_(-1.0, 1.0, generator=generator)
         elif t.dtype == torch.bool:
-            t.fill_(True)
+            t.fill_(fill)
         else:
-            t.zero_()
+            t.fill_(int(fill))
     return t
 
 
@@ -131,51 +156,39 @@ class _AllReduce:
         return total
 
 
-class _RowParallel(nn.Linear):
-    """One rank's row-parallel linear: its input columns' partial product, summed over ranks,
-    then the bias once (torch's RowwiseParallel keeps the bias replicated)."""
-
-    def __init__(self, whole: nn.Linear, rank: int, tp: int, all_reduce: _AllReduce):
-        width = whole.in_features // tp
-        super().__init__(width, whole.out_features, bias=False, device="meta")
-        self.weight = nn.Parameter(whole.weight[:, rank * width:(rank + 1) * width], requires_grad=False)
-        self.whole_bias, self.rank, self.all_reduce = whole.bias, rank, all_reduce
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.all_reduce(self.rank, F.linear(x, self.weight))
-        return out if self.whole_bias is None else out + self.whole_bias
-
-
-def _column_parallel(whole: nn.Linear, rank: int, tp: int) -> nn.Linear:
-    width = whole.out_features // tp
-    local = nn.Linear(whole.in_features, width, bias=whole.bias is not None, device="meta")
-    rows = slice(rank * width, (rank + 1) * width)
-    local.weight = nn.Parameter(whole.weight[rows], requires_grad=False)
-    if whole.bias is not None:
-        local.bias = nn.Parameter(whole.bias[rows], requires_grad=False)
-    return local
-
-
-def _rank_copy(whole: nn.Module, styled: dict, rank: int, tp: int, all_reduce: _AllReduce) -> nn.Module:
-    """`whole` as rank `rank` holds it: every tensor shared, the styled linears sliced."""
-    memo = {id(t): t for t in [*whole.parameters(), *whole.buffers()]}
-    local = copy.deepcopy(whole, memo)
-    for name, (_, kind) in styled.items():
-        parent_name, _, attr = name.rpartition(".")
-        parent = local.get_submodule(parent_name) if parent_name else local
-        linear = whole.get_submodule(name)
-        if kind == "col":
-            setattr(parent, attr, _column_parallel(linear, rank, tp))
-        else:
-            setattr(parent, attr, _RowParallel(linear, rank, tp, all_reduce))
-    return local
-
-
-def _run_ranks(whole: nn.Module, args: tuple, kwargs: dict, styled: dict, tp: int) -> list[list[torch.Tensor]]:
-    """Every rank's float outputs, the ranks run as threads (a rank's error aborts the others'
-    all-reduce and is raised)."""
+def _rank_copies(whole: nn.Module, styled: dict, tp: int) -> tuple[list[nn.Module], _AllReduce]:
+    """`whole` as each rank holds it, as torch's ColwiseParallel / RowwiseParallel leave it: the
+    same modules (a subclass keeps its forward, `out_features` its global value), parameters
+    shared, buffers the rank's own; a column-parallel weight and bias sliced by output rows, a
+    row-parallel weight by input columns, its output summed over the ranks (the all-reduce) and
+    its bias on rank 0 only (added once)."""
     all_reduce = _AllReduce(tp)
-    ranks = [_rank_copy(whole, styled, r, tp, all_reduce) for r in range(tp)]
+    ranks = []
+    for rank in range(tp):
+        local = copy.deepcopy(whole, {id(p): p for p in whole.parameters()})
+        for name, (_, kind) in styled.items():
+            module = local.get_submodule(name)
+            if kind == "col":
+                width = module.out_features // tp
+                rows = slice(rank * width, (rank + 1) * width)
+                module.weight = nn.Parameter(module.weight[rows], requires_grad=False)
+                if module.bias is not None:
+                    module.bias = nn.Parameter(module.bias[rows], requires_grad=False)
+            else:
+                width = module.in_features // tp
+                module.weight = nn.Parameter(module.weight[:, rank * width:(rank + 1) * width], requires_grad=False)
+                if module.bias is not None and rank:
+                    module.bias = nn.Parameter(torch.zeros_like(module.bias), requires_grad=False)
+                module.register_forward_hook(lambda m, a, out, r=rank: all_reduce(r, out))
+        ranks.append(local)
+    return ranks, all_reduce
+
+
+def _run_ranks(ranks: list[nn.Module], all_reduce: _AllReduce, args: tuple, kwargs: dict) -> list[list[torch.Tensor]]:
+    """Every rank's float outputs, the ranks run as threads. A rank's error aborts the others'
+    all-reduce and is raised; so is a rank that returns while the others wait in one (its code
+    took another path)."""
+    tp = len(ranks)
     outputs: list = [None] * tp
     errors: list[BaseException] = []
 
@@ -190,8 +203,13 @@ def _run_ranks(whole: nn.Module, args: tuple, kwargs: dict, styled: dict, tp: in
     threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(tp)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(BARRIER_TIMEOUT_S * 2)
+    deadline = time.monotonic() + 2 * BARRIER_TIMEOUT_S
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        alive = [t for t in threads if t.is_alive()]
+        alive[0].join(0.05)
+        waiting = all_reduce.barrier.n_waiting
+        if 0 < waiting == sum(t.is_alive() for t in threads) < tp:  # the rest returned: none will come
+            all_reduce.barrier.abort()
     if errors:
         raise errors[0]
     if any(o is None for o in outputs):

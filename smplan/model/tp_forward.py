@@ -50,14 +50,15 @@ class _TensorSpec:
         return torch.empty(self.shape, dtype=self.dtype, device="meta")
 
 
-def _narrowed(linear: nn.Linear, kind: str, tp: int) -> nn.Linear:
-    """`linear` as one of `tp` ranks holds it (meta); tp divides the width it splits."""
-    out_f, in_f = linear.out_features, linear.in_features
-    if kind == "col":
-        out_f //= tp
-    else:
-        in_f //= tp
-    return nn.Linear(in_f, out_f, bias=linear.bias is not None, device="meta", dtype=linear.weight.dtype)
+def _narrow_(linear: nn.Linear, kind: str, tp: int) -> None:
+    """`linear` (a meta copy) as one of `tp` ranks holds it under torch's styles: the same module
+    (a subclass keeps its forward, `out_features` its global value, as parallelize_module leaves
+    them) with a weight of the local shard's shape; tp divides the width it splits."""
+    shape = list(linear.weight.shape)
+    shape[0 if kind == "col" else 1] //= tp
+    linear.weight = nn.Parameter(torch.empty(shape, dtype=linear.weight.dtype, device="meta"), requires_grad=False)
+    if kind == "col" and linear.bias is not None:
+        linear.bias = nn.Parameter(torch.empty(shape[0], dtype=linear.bias.dtype, device="meta"), requires_grad=False)
 
 
 def keeps_whole_width(style) -> bool:
@@ -118,10 +119,8 @@ def tp_forward_trial(block: nn.Module, args: tuple, kwargs: dict, styled: dict[s
 def _run_narrowed(block: nn.Module, args: tuple, kwargs: dict, styled: dict, tp: int) -> Exception | None:
     local = copy.deepcopy(block)
     for name, (module, kind) in styled.items():
-        if not isinstance(module, nn.Linear):
-            continue
-        parent_name, _, attr = name.rpartition(".")
-        setattr(local.get_submodule(parent_name) if parent_name else local, attr, _narrowed(module, kind, tp))
+        if isinstance(module, nn.Linear):
+            _narrow_(local.get_submodule(name), kind, tp)
     try:
         with torch.no_grad():
             local(*args, **kwargs)

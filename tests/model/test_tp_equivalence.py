@@ -91,3 +91,99 @@ def test_a_profile_refuses_tp_for_a_fused_qkv_split_by_position(cli_runner, tmp_
         assert run.exit_code == 2 and "tp=2: the block computes something else" in run.output
         assert len(run.output.strip().splitlines()) == 1 and "Traceback" not in run.output
         assert not (tmp_path / "r").exists()
+
+
+# -- what a review found: torch's styles keep the module, and masks come either way round ---------
+
+class Scaled(nn.Linear):
+    """A subclass with its own forward (torch's styles keep it; the check must too)."""
+
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+class Attention(nn.Module):
+    """Fused q/k/v, either split by position (`chunk`) or laid out per head; a bool mask with
+    True = masked (masked_fill's convention) passed as a keyword; optionally also returning the
+    head-sharded scores, a plain tensor attribute, a buffer it counts calls in."""
+
+    def __init__(self, chunk=True, scores=False, counter=False):
+        super().__init__()
+        self.chunk, self.scores, self.counter = chunk, scores, counter
+        self.qkv = nn.Linear(16, 48, device="meta")
+        self.o = Scaled(16, 16, device="meta")
+        self.scale = torch.tensor(0.5, device="meta")  # neither a parameter nor a buffer
+        self.register_buffer("calls", torch.zeros((), device="meta"))
+
+    def forward(self, x, mask=None):
+        b, s, _ = x.shape
+        h = self.qkv(x)
+        if self.chunk:
+            q, k, v = (t.view(b, s, -1, 4).transpose(1, 2) for t in h.chunk(3, dim=-1))
+        else:
+            q, k, v = h.view(b, s, -1, 12).transpose(1, 2).chunk(3, dim=-1)
+        att = (q @ k.transpose(-1, -2) * self.scale).masked_fill(mask, float("-inf")).softmax(-1)
+        y = self.o((att @ v).transpose(1, 2).reshape(b, s, -1)) * self.o.out_features ** -0.5  # global width
+        if self.counter:
+            self.calls += 1
+            y = y / self.calls
+        return (x + y, att) if self.scores else x + y
+
+
+def _attention_call():
+    return (torch.empty(2, 4, 16, device="meta"),), {"mask": torch.empty(4, 4, dtype=torch.bool, device="meta")}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"scores": True}, {"counter": True}])
+def test_attention_split_by_position_is_caught_with_any_mask_convention_and_extras(kwargs):
+    """A mask filled all True hid every position (NaN: not checked); extra head-sharded outputs
+    and plain tensor attributes made the whole check give up."""
+    block = Attention(**kwargs)
+    styled = {"qkv": (block.qkv, "col"), "o": (block.o, "row")}
+    assert tp_equivalence_problem(block, *_attention_call(), styled, 2) is not None
+    per_head = Attention(chunk=False, **kwargs)
+    styled = {"qkv": (per_head.qkv, "col"), "o": (per_head.o, "row")}
+    assert tp_equivalence_problem(per_head, *_attention_call(), styled, 2) is None
+
+
+class AlwaysDropout(FusedMLP):
+    def forward(self, x):
+        return F.dropout(super().forward(x), 0.1)  # training=True by default: random in eval mode too
+
+
+class ReturnsEarlyOnRankOne(FusedMLP):
+    def forward(self, x):
+        if self.gate_up.weight.data_ptr() != self.gate_up.weight.untyped_storage().data_ptr():
+            return x  # rank 1 never reaches the all-reduce rank 0 waits in
+        return super().forward(x)
+
+
+def test_random_or_divergent_forwards_are_not_judged_and_do_not_wait_out_the_barrier():
+    block = AlwaysDropout(fused=False)
+    assert tp_equivalence_problem(block, (_x(),), {}, _styled(block), 2) is None
+    block = ReturnsEarlyOnRankOne(fused=False)
+    start = time.monotonic()
+    assert tp_equivalence_problem(block, (_x(),), {}, _styled(block), 2) is None
+    assert time.monotonic() - start < 5.0
+
+
+class SplitByOutFeatures(nn.Module):
+    """nanoGPT's `split(self.n_embd)`: under torch's styles `out_features` stays the global width,
+    so the local 24 columns split into 16 and 8 and the unpacking fails at launch."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.o = nn.Linear(16, 48, device="meta"), nn.Linear(16, 16, device="meta")
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(self.qkv.out_features // 3, dim=-1)
+        return x + self.o(q * k * v)
+
+
+def test_the_forward_trial_keeps_the_global_out_features_as_torchs_styles_do():
+    from smplan.model.tp_forward import tp_forward_trial
+
+    block = SplitByOutFeatures()
+    styled = {"qkv": (block.qkv, "col"), "o": (block.o, "row")}
+    trial = tp_forward_trial(block, (_x(),), {}, styled)
+    assert trial.problem.startswith("the block's forward fails on tp=2's local shards (ValueError: not enough values")
