@@ -251,7 +251,8 @@ def test_v100_plans_in_fp16_by_default(cli_runner):
     assert bf16.exit_code == 2 and "no bf16 peak" in bf16.output
 
 
-def test_empty_profile_cache_says_it_is_profiling(cli_runner):
+def test_empty_profile_cache_says_it_is_profiling(cli_runner, monkeypatch):
+    monkeypatch.setattr("smplan.planner.profiler.PROGRESS_AFTER_S", 0.0)  # said after a second; tiny takes less
     first = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--json"])
     assert first.exit_code == 0
     assert f"profiling {TINY} on the meta device" in first.stderr
