@@ -16,7 +16,6 @@ import functools
 import hashlib
 import importlib.util
 import inspect
-import io
 import os
 import sys
 import traceback
@@ -72,7 +71,8 @@ class ModelFile:
         fn = getattr(self.module, name, None)
         if callable(fn):
             return fn
-        if fn is not None:  # `loss = 3`: silently training with the default loss hid the mistake
+        if fn is not None and name == "loss":  # `loss = 3`: training on the default loss hid it
+            # (only loss: a module-level `data` is often `from torch.utils import data`)
             raise ModelFileError(f"{self.path}: {name} is {type(fn).__name__}, not a function; smplan calls the "
                                  f"file's {name}() (README: The model file): define it, or rename the variable")
         if self._builds_hf():
@@ -407,17 +407,14 @@ def load_model_file(ref: str) -> ModelFile:
     before = set(sys.modules)
     local_files: list[Path] = []
     sys.path.append(str(folder))
-    said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):  # argparse's usage text: said again below, or in the one line
-            spec.loader.exec_module(module)
-    except SystemExit as err:  # a training script's argparse or sys.exit at import
+        spec.loader.exec_module(module)
+    except SystemExit as err:  # a training script's sys.exit, or argparse's (code 2), at import
         sys.modules.pop(name, None)
-        usage = "usage:" in said.getvalue()
-        raise ModelFileError(f"{path}: importing it {'parsed the command line (argparse)' if usage else 'called sys.exit'}"
-                             f"{f' ({err.code})' if err.code not in (None, 0) and not usage else ''}; a model file "
-                             "must not exit at import: put a script's top level under "
-                             "`if __name__ == \"__main__\":`") from None
+        raise ModelFileError(f"{path}: importing it called sys.exit"
+                             f"{f' ({err.code})' if err.code not in (None, 0) else ''}, as argparse does on a "
+                             "command line it cannot parse; a model file must not exit at import: put a script's "
+                             "top level under `if __name__ == \"__main__\":`") from None
     except SyntaxError as err:
         sys.modules.pop(name, None)
         raise ModelFileError(f"{path}: syntax error on line {err.lineno}: {err.msg}; fix the file") from None
@@ -429,8 +426,6 @@ def load_model_file(ref: str) -> ModelFile:
         where = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename) == path.resolve()]
         line = f" on line {where[-1].lineno}" if where else ""
         raise ModelFileError(f"{path}: importing it raised {type(err).__name__}{line}: {first_line(err)}; fix the file") from None
-    else:
-        sys.stderr.write(said.getvalue())  # what it printed while importing, as it would have
     finally:
         if str(folder) in sys.path:  # the entry appended above (the user's code may have taken it off)
             del sys.path[len(sys.path) - 1 - sys.path[::-1].index(str(folder))]

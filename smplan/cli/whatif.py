@@ -121,7 +121,7 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         if v.kind == "arg" and hasattr(load_model_file(model), "check_args"):
             for value in v.values:
                 try:
-                    load_model_file(model).check_args({v.target: value})
+                    load_model_file(model).check_args({**q.model_args, v.target: value})
                 except ModelFileError as err:
                     raise UserError(f"--vary {v.key}: {err}") from None
     warned = warn_about_profiles(  # for --json's notes, with those under the table
