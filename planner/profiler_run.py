@@ -330,6 +330,12 @@ class _FirstBlockReached(Exception):
     pass
 
 
+# The verdicts of _tp_equivalence in this process, by what they depend on but the sequence length:
+# `plan` profiles a model at its default length, then ranks its plans at the length they record
+# (one check of a 7B model's block is seconds).
+_EQUIVALENCE_VERDICTS: dict[tuple, str | None] = {}
+
+
 def _tp_equivalence(mf: ModelFile, args: dict, dtype: torch.dtype, local: dict, degrees: list[int],
                     fallback: tuple, fix: dict) -> str | None:
     """tp_equivalence_problem at the smallest degree, on the first block as it is called at
@@ -339,6 +345,20 @@ def _tp_equivalence(mf: ModelFile, args: dict, dtype: torch.dtype, local: dict, 
     block, spec, tokens = fallback
     if not degrees or sum(p.numel() for p in block.parameters()) > MAX_TRIAL_PARAMS:
         return None  # before a second build of a large model
+    if not mf.accepts("seq_len"):
+        return _checked(mf, args, dtype, local, degrees, fallback, fix)
+    imported = tuple((str(f), f.read_bytes()) for f in getattr(mf, "local_files", ()) if f.is_file())
+    key = (str(mf.path), getattr(mf, "builder_name", ""), mf.sha256, imported, dtype, degrees[0],
+           repr(sorted((k, repr(v)) for k, v in args.items() if k != "seq_len")),
+           tuple(sorted((n, kind) for n, (_, kind) in local.items())), repr(fix))
+    if key not in _EQUIVALENCE_VERDICTS:
+        _EQUIVALENCE_VERDICTS[key] = _checked(mf, args, dtype, local, degrees, fallback, fix)
+    return _EQUIVALENCE_VERDICTS[key]
+
+
+def _checked(mf: ModelFile, args: dict, dtype: torch.dtype, local: dict, degrees: list[int],
+             fallback: tuple, fix: dict) -> str | None:
+    block, spec, tokens = fallback
     if mf.accepts("seq_len"):
         try:
             small = mf.build({**args, "seq_len": EQUIVALENCE_SEQ}, device="meta", dtype=dtype)

@@ -50,6 +50,17 @@ def test_an_interleaved_gate_up_is_the_same_function_on_shards_and_a_row_bias_co
     assert tp_equivalence_problem(block, (_x(),), {}, _styled(block), 4) is None
 
 
+def test_weights_tiled_from_a_pool_still_tell_a_fused_split_from_an_interleaved_one(monkeypatch):
+    # a weight past POOL_SIZE elements repeats a pool of draws: a prime size keeps its rows apart
+    monkeypatch.setattr(tp_equivalence, "POOL_SIZE", 67)  # gate_up: 64 x 16
+    weight = tp_equivalence._uniform_(torch.empty(64, 16), -1.0, 1.0, torch.Generator().manual_seed(0))
+    assert len({tuple(row.tolist()) for row in weight}) == 64 and weight.abs().max() <= 1.0
+    block = FusedMLP()
+    assert tp_equivalence_problem(block, (_x(),), {}, _styled(block), 2) is not None
+    block = FusedMLP(fused=False)
+    assert tp_equivalence_problem(block, (_x(),), {}, _styled(block), 2) is None
+
+
 def test_blocks_past_the_size_limit_and_tp_1_are_not_checked(monkeypatch):
     block = FusedMLP()
     assert tp_equivalence_problem(block, (_x(),), {}, _styled(block), 1) is None
