@@ -27,6 +27,13 @@ COMMANDS = {
 }
 
 
+# `smplan --help` lists each command's first line, which click reads off the command: these
+# commands' modules import torch (3 s), so their line is kept here (tests/cli hold it to the docstring).
+HEAVY_SHORT_HELP = {
+    "execute": 'Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).',
+}
+
+
 def _available(name: str) -> bool:
     module = COMMANDS[name].split(":")[0]
     return importlib.util.find_spec(module) is not None
@@ -61,6 +68,15 @@ class LazyGroup(click.Group):
             raise
         except click.UsageError as err:
             raise UserError(usage_line(err)) from None
+
+    def format_commands(self, ctx, formatter):
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        # a stand-in Command for a heavy one: cut to the width as click cuts the others
+        rows = [(name, (click.Command(name, help=HEAVY_SHORT_HELP[name]) if name in HEAVY_SHORT_HELP
+                        else self.get_command(ctx, name)).get_short_help_str(limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx, name):
         if name not in COMMANDS or not _available(name):

@@ -92,3 +92,22 @@ def test_each_verb_taking_an_inline_plan_names_its_keys(cli_runner, verb):
     short = [min((k for k, f in INLINE_KEYS.items() if f == field), key=len) for field in set(INLINE_KEYS.values())]
     missing = [key for key in short if not re.search(rf" {key}[,;. ]", shown)]
     assert not missing, f"smplan {verb} --help does not name {missing}"
+
+
+def test_the_command_list_imports_no_torch_and_says_each_commands_own_first_line(cli_runner):
+    """`smplan --help` (3 s slower when it imported `execute`, which imports torch) lists the
+    first line held in main.py for such a command: the same as its docstring's."""
+    import subprocess
+    import sys
+
+    from smplan.cli.main import HEAVY_SHORT_HELP
+
+    for name, line in HEAVY_SHORT_HELP.items():
+        assert COMMANDS[(name,)].get_short_help_str(10**6) == line
+    listing = cli_runner.invoke(cli, ["--help"]).output
+    assert all(f"  {name} " in listing for (name, *_) in COMMANDS)
+    probe = "import sys; from smplan.cli.main import main; sys.argv = ['smplan', '--help']\n" \
+            "try:\n    main()\nexcept SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Run PLAN (a plan.json" in result.stdout
