@@ -412,8 +412,9 @@ def load_model_file(ref: str) -> ModelFile:
     except SystemExit as err:  # a training script's sys.exit, or argparse's (code 2), at import
         sys.modules.pop(name, None)
         raise ModelFileError(f"{path}: importing it called sys.exit"
-                             f"{f' ({err.code})' if err.code not in (None, 0) else ''}, as argparse does on a "
-                             "command line it cannot parse; a model file must not exit at import: put a script's "
+                             f"{f' ({err.code})' if err.code not in (None, 0) else ''}"
+                             f"{', as argparse does on a command line it cannot parse' if err.code == 2 else ''}"
+                             "; a model file must not exit at import: put a script's "
                              "top level under `if __name__ == \"__main__\":`") from None
     except SyntaxError as err:
         sys.modules.pop(name, None)

@@ -27,6 +27,7 @@ from .checks import check_can_write
 from .main import Interrupted, RunFailed, UserError
 from .options import (
     INLINE_PLAN_KEYS,
+    FaultHookOption,
     OneSpelling,
     echo_json,
     given_on_command_line,
@@ -114,9 +115,9 @@ from .options import (
               help="Also write TensorBoard event files to RUN_DIR/tensorboard (needs smplan[monitor]).")
 @click.option("--grad-norms-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="K",
               help="Record every block's gradient norm at step 1 and every K steps; 0: never.")
-@click.option("--fail-at-step", type=click.IntRange(min=1), default=None, envvar=FAIL_ENV, hidden=True,
+@click.option("--fail-at-step", cls=FaultHookOption, type=click.IntRange(min=1), default=None, envvar=FAIL_ENV, hidden=True,
               help="Test hook: SIGKILL the last rank at the start of this step (first attempt only).")
-@click.option("--slow-rank", default=None, envvar=SLOW_ENV, hidden=True, metavar="RANK:SECONDS",
+@click.option("--slow-rank", cls=FaultHookOption, default=None, envvar=SLOW_ENV, hidden=True, metavar="RANK:SECONDS",
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option(help="Print one JSON object instead of the text output (for scripts): status (finished, failed or "
                   "interrupted), run_dir and summary; a run that does not finish also gives its reason and exit_code "

@@ -119,6 +119,16 @@ class OneSpelling(click.Option):
             self.opts = shown
 
 
+class FaultHookOption(click.Option):
+    """A hidden option read from its environment variable (fault injection for the tests): a bad
+    value is named by the variable the user set, not by the option --help does not show."""
+
+    def get_error_hint(self, ctx) -> str:
+        if ctx.get_parameter_source(self.name) == click.core.ParameterSource.ENVIRONMENT:
+            return f"${self.envvar} (a test hook; unset it for a real run)"
+        return super().get_error_hint(ctx)
+
+
 def warn_about_profiles(*profiles: str | None, stack: str | None = None, overrides: dict | None = None,
                         varied: dict[str, tuple] | None = None, stacks: tuple[str, ...] = ()) -> list[str]:
     """Say on stderr when a profile (name or path) has never been calibrated, name its values,

@@ -38,7 +38,8 @@ def test_a_broken_hf_config_is_one_line(cli_runner, tmp_path, change, says):
 @pytest.mark.parametrize("source, says", [
     ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--data', required=True)\n"
      "parser.parse_args()\n", "importing it called sys.exit (2), as argparse does"),
-    ("import sys\nsys.exit('please run me with python')\n", "importing it called sys.exit (please run me with python)"),
+    ("import sys\nsys.exit('please run me with python')\n",
+     "importing it called sys.exit (please run me with python); a model file must not exit"),  # no argparse named
     ("import sys\n\ndef model():\n    sys.exit(3)\n", "model() called sys.exit (3)"),
 ])
 def test_a_model_file_that_exits_says_so_not_as_smplans_exit(cli_runner, tmp_path, source, says):
@@ -165,3 +166,12 @@ def test_a_swept_hf_argument_is_checked_with_the_given_ones(cli_runner, tmp_path
     result = cli_runner.invoke(cli, ["whatif", f"hf:{tmp_path}", "--hw", "a100x8", "--arg", "num_attention_heads=8",
                                      "--vary", "arg.num_key_value_heads=4,8", "-o", str(tmp_path / "wi")])
     assert result.exit_code == 0, result.output
+
+
+def test_a_bad_fault_hook_variable_is_named_by_the_variable(cli_runner, tmp_path):
+    """$SMPLAN_FAIL_AT_STEP=abc was refused as '--fail-at-step', an option --help does not show."""
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", "mbs=1,gbs=1", "--model", TINY, "-o", str(out)],
+                               env={"SMPLAN_FAIL_AT_STEP": "abc"})
+    assert result.exit_code == 2 and not out.exists(), result.output
+    assert "Invalid value for $SMPLAN_FAIL_AT_STEP (a test hook; unset it for a real run)" in _error_line(result)
