@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from datetime import timedelta
 
@@ -485,11 +486,11 @@ def non_finite_line(step: int, loss_bad: bool, grad_norm: float, rec: recipe.Rec
 def plain_loss(loss_fn):
     """`loss_fn` returning a plain tensor: under loss_parallel the loss is a replicated
     DTensor, whose local value is the loss (its backward still runs through DTensor)."""
-    from torch.distributed.tensor import DTensor
-
     def fn(outputs, targets):
         loss = loss_fn(outputs, targets)
-        return loss.to_local() if isinstance(loss, DTensor) else loss
+        # no DTensor exists unless its module was imported (1.5 s, which a DDP run need not pay)
+        dtensor = sys.modules.get("torch.distributed.tensor")
+        return loss.to_local() if dtensor is not None and isinstance(loss, dtensor.DTensor) else loss
 
     return fn
 

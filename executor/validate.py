@@ -39,6 +39,7 @@ from smplan.model import (
 )
 from smplan.model.structure import Layout, find_layout, owned_blocks, unlike_blocks
 
+from . import loss_check_cache
 from .float8 import Float8Unavailable, fp8_plan_problem, torchao_float8
 from .parallelize import call_tp_plan
 
@@ -173,10 +174,16 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
                                 f"(--arg seq_len={plan.seq_len}, where its builder takes it)")
     if plan.cp > 1:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
-    if batch is not None and not model_file.is_hf_config and not model_file.defines("loss"):
-        _check_default_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss") or default_loss)
-    elif batch is not None and not model_file.is_hf_config:
-        _check_own_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss"))
+    if batch is not None and not model_file.is_hf_config:
+        own = model_file.defines("loss")
+        seen = (model_file, plan.model_args, plan.micro_batch, own)
+        if not loss_check_cache.passed_before(*seen):  # a forward on meta: seconds in a fresh process
+            if own:
+                _check_own_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss"))
+            else:
+                _check_default_loss(meta, _to_meta(inputs), _to_meta(targets), ref,
+                                    model_file.hook("loss") or default_loss)
+            loss_check_cache.record_pass(*seen)
     return Checked(layout=layout, tokens_per_sample=tokens,
                    param_bytes=sum(p.numel() * p.element_size() for p in meta.parameters()))
 
