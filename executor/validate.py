@@ -39,7 +39,7 @@ from smplan.model import (
 )
 from smplan.model.structure import Layout, find_layout, owned_blocks, unlike_blocks
 
-from . import loss_check_cache
+from . import check_cache
 from .float8 import Float8Unavailable, fp8_plan_problem, torchao_float8
 from .parallelize import call_tp_plan
 
@@ -157,13 +157,16 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
                 f"sequence parallelism splits each cp rank's {local} tokens (seq_len / cp) over tp={plan.tp}, "
                 f"which does not divide them; use sp=0 or a tp in {{{_divisors(local)}}}"
             )
-    if plan.pp > 1 and batch is not None:  # the planner's rule (smplan.model.capabilities) too
+    seen = ("pipeline", model_file, plan.model_args, plan.micro_batch)  # pipeline_problem: any pp
+    if plan.pp > 1 and batch is not None and not check_cache.passed_before(*seen):  # the planner's rule too
         problem = pipeline_problem(meta, layout, _to_meta(inputs), call_model,
                                    **_library_fix(model_file, "pp"))
         if problem:
             raise PlanMismatchError(f"pp={plan.pp}: {problem}; use pp=1")
+        check_cache.record_pass(*seen)
     if plan.ep > 1:
-        _check_ep(plan, meta, _to_meta(inputs) if batch is not None else None, _library_fix(model_file, "ep"))
+        _check_ep(plan, meta, _to_meta(inputs) if batch is not None else None, _library_fix(model_file, "ep"),
+                  ("experts", model_file, plan.model_args, plan.micro_batch))
     if plan.seq_len and tokens == 1 and not model_file.accepts("seq_len"):  # planner profiler_run's rule too
         raise PlanMismatchError(f"the plan says seq_len={plan.seq_len} but {ref} takes no seq_len argument and its "
                                 "batches have no token sequences: the plan was made for another model; plan this "
@@ -176,14 +179,14 @@ def _validate_plan(plan: Plan, model_file, world_size: int | None) -> Checked:
         _check_cp(plan, model_file, ref, plan.seq_len or (tokens if batch is not None and tokens > 1 else 0))
     if batch is not None and not model_file.is_hf_config:
         own = model_file.defines("loss")
-        seen = (model_file, plan.model_args, plan.micro_batch, own)
-        if not loss_check_cache.passed_before(*seen):  # a forward on meta: seconds in a fresh process
+        seen = ("own loss" if own else "default loss", model_file, plan.model_args, plan.micro_batch)
+        if not check_cache.passed_before(*seen):  # a forward on meta: seconds in a fresh process
             if own:
                 _check_own_loss(meta, _to_meta(inputs), _to_meta(targets), ref, model_file.hook("loss"))
             else:
                 _check_default_loss(meta, _to_meta(inputs), _to_meta(targets), ref,
                                     model_file.hook("loss") or default_loss)
-            loss_check_cache.record_pass(*seen)
+            check_cache.record_pass(*seen)
     return Checked(layout=layout, tokens_per_sample=tokens,
                    param_bytes=sum(p.numel() * p.element_size() for p in meta.parameters()))
 
@@ -264,7 +267,7 @@ def _library_fix(model_file, dim: str) -> dict:
     return {"fix": hf_config_fix(dim)} if model_file.is_hf_config else {}
 
 
-def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict) -> None:
+def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict, seen: tuple) -> None:
     """Expert parallelism as executor/expert_parallel.py runs it: the experts split over ep of
     a stage's dp x cp x tp ranks (the plan already checks that ep divides them), every bank's
     experts divisible by ep, and banks that can be split (the planner's rule too:
@@ -277,9 +280,12 @@ def _check_ep(plan: Plan, meta: nn.Module, inputs, fix: dict) -> None:
         problem = expert_parallel_problem(ep, experts)
         if problem:
             raise PlanMismatchError(problem)
-    problem = expert_bank_problem(meta, inputs, call_model, **fix) if inputs is not None else None
+    if inputs is None or check_cache.passed_before(*seen):  # `seen`: the check's key, as for the loss's
+        return
+    problem = expert_bank_problem(meta, inputs, call_model, **fix)  # a forward on meta, whatever the ep
     if problem:
         raise PlanMismatchError(f"ep={ep}: {problem}")
+    check_cache.record_pass(*seen)
 
 
 def _check_tp(plan: Plan, model_file, meta: nn.Module, layout: Layout, ref: str) -> None:

@@ -1,9 +1,8 @@
-"""validate_plan's loss checks (a forward on the meta device: seconds in a fresh process) run once
-per model: a passed check is recorded, a failed one is not, an edited file or module beside it is
-checked again."""
+"""validate_plan's checks that run the forward on the meta device (seconds in a fresh process) run
+once per model: a passed check is recorded, a failed one is not, an edited file or module beside it
+is checked again."""
 
 import pytest
-
 from smplan.executor import resolve_plan, validate_plan
 from smplan.executor import validate as validate_module
 from smplan.executor.validate import PlanMismatchError
@@ -31,7 +30,7 @@ class Net(nn.Module):
 
     def forward(self, x):
         for block in self.blocks:
-            x = block(x)
+            x = x if block is None else block(x)  # None on a pipeline stage that does not hold it
         return x
 
 
@@ -51,17 +50,19 @@ def loss(outputs, targets):
 
 @pytest.fixture
 def forwards(monkeypatch):
-    """How many loss checks ran their forward."""
+    """The checks that ran their forward, by name."""
     calls = []
-    real = validate_module._check_own_loss
-    monkeypatch.setattr(validate_module, "_check_own_loss", lambda *a: (calls.append(1), real(*a))[1])
+    for name in ("_check_own_loss", "pipeline_problem"):
+        real = getattr(validate_module, name)
+        monkeypatch.setattr(validate_module, name, lambda *a, real=real, name=name, **k: (calls.append(name),
+                                                                                         real(*a, **k))[1])
     return calls
 
 
-def _validate(path):
+def _validate(path, spec="mbs=2,gbs=2"):
     model_file = load_model_file(f"{path}:model")
-    plan, _ = resolve_plan("mbs=2,gbs=2", model=f"{path}:model")
-    return validate_plan(plan, model_file, world_size=1)
+    plan, _ = resolve_plan(spec, model=f"{path}:model")
+    return validate_plan(plan, model_file, world_size=plan.world_size)
 
 
 def test_a_passed_loss_check_runs_once_per_model_and_again_when_a_file_changes(tmp_path, forwards):
@@ -70,13 +71,17 @@ def test_a_passed_loss_check_runs_once_per_model_and_again_when_a_file_changes(t
     parts.write_text("WIDTH = 8\n")
     _validate(path)
     _validate(path)
-    assert len(forwards) == 1
+    assert forwards == ["_check_own_loss"]
     parts.write_text("WIDTH = 4\n")  # a module the file imports from its folder
     _validate(path)
-    assert len(forwards) == 2
+    assert forwards == ["_check_own_loss"] * 2
     path.write_text(MODEL.format(per_row="") + "\n# edited\n")
     _validate(path)
-    assert len(forwards) == 3
+    assert forwards == ["_check_own_loss"] * 3
+    forwards.clear()
+    for _ in range(2):  # the pipeline check by its own name
+        _validate(path, "pp=2,mbs=2,gbs=4")
+    assert forwards == ["pipeline_problem"]
 
 
 def test_a_failed_loss_check_is_not_recorded(tmp_path, forwards):
@@ -86,4 +91,4 @@ def test_a_failed_loss_check_is_not_recorded(tmp_path, forwards):
     for _ in range(2):
         with pytest.raises(PlanMismatchError, match="not one number"):
             _validate(path)
-    assert len(forwards) == 2
+    assert forwards == ["_check_own_loss"] * 2
