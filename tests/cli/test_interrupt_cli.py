@@ -56,7 +56,8 @@ def _signalled_run(out, sig: int, times: int, spacing_s: float):
     # more Ctrl-Cs while the agent shuts down must not leave the launcher hanging (one landing in
     # the shutdown left its log-tail thread running, which kept the interpreter from exiting; the
     # race reproduced from a shell, with output to a file, more often than here)
-    (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 2),
+    pytest.param(signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 2,
+                 marks=pytest.mark.slow),  # CI time: beside test_a_third_ctrl_c_leaves_at_once
     # a closed terminal or a scheduler's kill: the same, as an error line (no agent traceback)
     # 143 = 128 + SIGTERM, as a shell reports a process the signal ended
     (signal.SIGTERM, 143, "stopped by SIGTERM; run directory kept at {out}", "stopped by SIGTERM", 1),

@@ -289,7 +289,8 @@ def _worker(rank: int, world: int, spec: str, init_file: str) -> None:
 
 
 
-@pytest.mark.parametrize("spec", ["dp=2,zero=0,mbs=2,gbs=4", "dp=2,zero=3,mbs=2,gbs=4"])
+@pytest.mark.parametrize("spec", [pytest.param("dp=2,zero=0,mbs=2,gbs=4", marks=pytest.mark.slow),  # CI time
+                                  "dp=2,zero=3,mbs=2,gbs=4"])
 def test_tied_weights_under_data_parallel(spec, tmp_path):
     spawn_workers(_worker, 2, spec, tmp_path, timeout_s=120)
 
@@ -328,7 +329,8 @@ def test_recomputed_block_with_a_parameter_of_its_own_materialises(one_process, 
         assert torch.equal(tensor, expected[name]), f"{recompute}: initial {name} differs"
 
 
-@pytest.mark.parametrize("spec", ["tp=2,dp=2,zero=3,mbs=1,gbs=2", "pp=2,tp=2,mbs=1,gbs=2"])
+@pytest.mark.parametrize("spec", ["tp=2,dp=2,zero=3,mbs=1,gbs=2",
+                                  pytest.param("pp=2,tp=2,mbs=1,gbs=2", marks=pytest.mark.slow)])  # CI time: 4 processes
 def test_every_layout_starts_from_the_single_process_weights(spec, tmp_path):
     spawn_workers(_init_worker, 4, spec, tmp_path, timeout_s=180)
 

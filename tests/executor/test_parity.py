@@ -29,8 +29,10 @@ PLANS = {
 # The rest of the layouts run in every suite; these only with -m slow (CI time on 2 cores): tp2
 # and dp2-tp2 run inside dp2-tp2-zero1-sp's layout, and tp without sp in test_expert_parallel's tp2-ep2;
 # tp2-sp inside tp2-sp-sac's and dp2-tp2-zero1-sp's; pp2-1f1b (the inline default schedule) inside
-# pp2-tp2-sp's and pp2-dp2-zero3's.
-SLOW = {"pp2-tp2-full", "pp2-dp2-interleaved-selective-zero2", "tp2", "dp2-tp2", "tp2-sp", "pp2-1f1b"}
+# pp2-tp2-sp's and pp2-dp2-zero3's; pp2-dp2-zero3 (4 processes) beside pp2-tp2-sp, its ZeRO-1 under
+# pipelining in dp2-tp2-zero1-sp's FSDP2 and test_zero_with_pp.
+SLOW = {"pp2-tp2-full", "pp2-dp2-interleaved-selective-zero2", "tp2", "dp2-tp2", "tp2-sp", "pp2-1f1b",
+        "pp2-dp2-zero3"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in PLANS])

@@ -52,7 +52,8 @@ def test_execute_refuses_the_pipeline_with_the_same_reason(cli_runner, tmp_path)
     assert result.exit_code == 2 and "pp=2: ResNet's blocks are called by torch's Sequential.forward" in result.output
 
 
-@pytest.mark.parametrize("plan", ["dp=2,mbs=2,gbs=4", "dp=2,zero=3,mbs=2,gbs=4"])
+@pytest.mark.parametrize("plan", [pytest.param("dp=2,mbs=2,gbs=4", marks=pytest.mark.slow),  # CI time: DDP,
+                                  "dp=2,zero=3,mbs=2,gbs=4"])  # beside FSDP, which wraps the torch blocks
 def test_a_resnet_trains_data_parallel(tmp_path, plan):
     result = run_execute(plan, tmp_path / "run", "--steps", "3", model=RESNET, timeout=180)
     assert result.returncode == 0, result.stdout[-3000:]
