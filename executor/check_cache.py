@@ -17,10 +17,9 @@ cannot be written only costs the speed-up.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from smplan.planner.profile_cache import cache_dir, key
+from smplan.planner.profile_cache import cache_dir, file_sha256, key
 
 CHECK_VERSION = 1  # bump when a check accepts something else
 
@@ -28,11 +27,9 @@ CHECK_VERSION = 1  # bump when a check accepts something else
 def _entry(check: str, model_file, args: dict, micro_batch: int) -> Path | None:
     if not getattr(model_file, "sha256", ""):
         return None  # no file digest (not a model file): not kept
-    try:
-        imported = {str(f): hashlib.sha256(Path(f).read_bytes()).hexdigest()
-                    for f in getattr(model_file, "local_files", ())}
-    except OSError:
-        return None  # a module it imported is gone: check again
+    imported = {str(f): file_sha256(f) for f in getattr(model_file, "local_files", ())}
+    if None in imported.values():
+        return None  # a module it imported is gone or unreadable: check again
     digest = key(check=check, file_sha256=model_file.sha256, builder=model_file.builder_name, args=args,
                  imported=imported, micro_batch=micro_batch, version=CHECK_VERSION)
     return cache_dir() / "checks_passed" / digest

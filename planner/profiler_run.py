@@ -34,6 +34,7 @@ from .hf_model import TPUnsupported
 from .loss_memory import loss_peak_bytes
 from .model_file import ModelFile, ModelFileError
 from .model_profile import BlockProfile, MatmulShape, ModelProfile, TPCollective
+from .profile_cache import file_sha256
 from .profiler_tp import (
     hook_takes_sp,
     sequence_parallel_problem,
@@ -347,7 +348,8 @@ def _tp_equivalence(mf: ModelFile, args: dict, dtype: torch.dtype, local: dict, 
         return None  # before a second build of a large model
     if not mf.accepts("seq_len"):
         return _checked(mf, args, dtype, local, degrees, fallback, fix)
-    imported = tuple((str(f), f.read_bytes()) for f in getattr(mf, "local_files", ()) if f.is_file())
+    # each module the model file imported from its folder, by its digest (None once it is gone)
+    imported = tuple((str(f), file_sha256(f)) for f in getattr(mf, "local_files", ()))
     key = (str(mf.path), getattr(mf, "builder_name", ""), mf.sha256, imported, dtype, degrees[0],
            repr(sorted((k, repr(v)) for k, v in args.items() if k != "seq_len")),
            tuple(sorted((n, kind) for n, (_, kind) in local.items())), repr(fix))

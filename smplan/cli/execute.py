@@ -10,16 +10,10 @@ import sys
 
 import click
 
-from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
-from smplan.executor import execute as run_plan
-from smplan.executor.checkpoint import latest as latest_checkpoint
-from smplan.executor.config import FAIL_ENV, SLOW_ENV
-from smplan.executor.launch import LaunchInterrupted
-from smplan.executor.nodes import slurm_nnodes
-from smplan.executor.recipe import DEFAULT_DECAY_FRACTION, parse_betas
-from smplan.executor.run import check_options
+# smplan.executor (and smplan.monitor.rundir, which reads the executor's file names) imports torch,
+# 2.2 s (`python -X importtime -c "import smplan.executor"`, 2 cores): this module imports them inside
+# the functions that run a plan, so that `smplan --help` reads this command's first line without it.
 from smplan.hwprofiles import bundled_profiles
-from smplan.monitor.rundir import read_stopped
 from smplan.planner import Plan
 from smplan.simulator.prediction import model_changed, repriced
 
@@ -28,6 +22,7 @@ from .main import Interrupted, RunFailed, UserError
 from .options import (
     INLINE_PLAN_KEYS,
     FaultHookOption,
+    LazyConstantOption,
     OneSpelling,
     echo_json,
     given_on_command_line,
@@ -91,7 +86,8 @@ from .options import (
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=0, show_default=True,
               help="Linear warmup: the lr reaches --lr at this step.")
 @click.option("--min-lr", type=float, default=0.0, show_default=True, help="Final lr of cosine and wsd.")
-@click.option("--decay-fraction", type=float, default=DEFAULT_DECAY_FRACTION, show_default=True,
+@click.option("--decay-fraction", cls=LazyConstantOption, type=float,
+              default_from="smplan.executor.recipe:DEFAULT_DECAY_FRACTION", show_default=True,
               help="wsd: the share of the steps the lr decays over, at the end.")
 @click.option("--weight-decay", type=float, default=0.01, show_default=True,
               help="AdamW weight decay of weight matrices (norms, biases and 1-D parameters get none).")
@@ -115,9 +111,11 @@ from .options import (
               help="Also write TensorBoard event files to RUN_DIR/tensorboard (needs smplan[monitor]).")
 @click.option("--grad-norms-every", type=click.IntRange(min=0), default=10, show_default=True, metavar="K",
               help="Record every block's gradient norm at step 1 and every K steps; 0: never.")
-@click.option("--fail-at-step", cls=FaultHookOption, type=click.IntRange(min=1), default=None, envvar=FAIL_ENV, hidden=True,
+@click.option("--fail-at-step", cls=FaultHookOption, type=click.IntRange(min=1), default=None,
+              envvar_from="smplan.executor.config:FAIL_ENV", hidden=True,
               help="Test hook: SIGKILL the last rank at the start of this step (first attempt only).")
-@click.option("--slow-rank", cls=FaultHookOption, default=None, envvar=SLOW_ENV, hidden=True, metavar="RANK:SECONDS",
+@click.option("--slow-rank", cls=FaultHookOption, default=None, envvar_from="smplan.executor.config:SLOW_ENV",
+              hidden=True, metavar="RANK:SECONDS",
               help="Test hook: that rank sleeps SECONDS every step (a straggler for smplan monitor).")
 @json_option(help="Print one JSON object instead of the text output (for scripts): status (finished, failed or "
                   "interrupted), run_dir and summary; a run that does not finish also gives its reason and exit_code "
@@ -146,6 +144,14 @@ def execute(plan_arg, model, model_args, steps, nproc_per_node, nnodes, rdzv_end
     show: the first place to look after a failure, whose message names the log) and, with
     --tensorboard, tensorboard/.
     """
+    from smplan.executor import ExecuteOptions, LaunchError, resolve_plan
+    from smplan.executor import execute as run_plan
+    from smplan.executor.checkpoint import latest as latest_checkpoint
+    from smplan.executor.launch import LaunchInterrupted
+    from smplan.executor.nodes import slurm_nnodes
+    from smplan.executor.recipe import parse_betas
+    from smplan.executor.run import check_options
+
     given_nnodes, nnodes = nnodes, nnodes or 1
     opts = ExecuteOptions(steps=steps, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint,
                           checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
@@ -230,6 +236,8 @@ execute.help = execute.help.replace("{inline_keys}", INLINE_PLAN_KEYS)
 def _stopped_json(run_dir, message: str, exit_code: int) -> dict:
     """--json's object for a run that started and did not finish: what its stopped.json records
     (as `smplan monitor` reads it), else the launcher's first line."""
+    from smplan.monitor.rundir import read_stopped
+
     stopped = read_stopped(run_dir) if run_dir else None
     return {"status": stopped["reason"] if stopped else "failed", "run_dir": str(run_dir) if run_dir else None,
             "reason": stopped.get("detail") if stopped else message.splitlines()[0], "exit_code": exit_code,

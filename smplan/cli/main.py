@@ -9,8 +9,10 @@ import click
 from smplan import __version__
 from smplan.errors import is_user_error
 
-# name -> "module:attribute"; a command's module is imported only when it runs, so
-# `smplan --help` stays fast and one broken command cannot take down the others.
+# name -> "module:attribute"; a command's module is imported only when it runs or `smplan --help`
+# lists its first line, so one broken command cannot take down the others. Those modules import
+# their heavy libraries (torch) inside the functions that need them: `smplan --help` stays fast
+# (tests/cli/test_conventions_cli.py checks that it imports no torch).
 COMMANDS = {
     "hw": "smplan.cli.hw:hw",
     "stack": "smplan.cli.stack:stack",
@@ -24,13 +26,6 @@ COMMANDS = {
     "monitor": "smplan.cli.monitor:monitor",
     "report": "smplan.cli.report:report",
     "export": "smplan.cli.export:export",
-}
-
-
-# `smplan --help` lists each command's first line, which click reads off the command: these
-# commands' modules import torch (3 s), so their line is kept here (tests/cli hold it to the docstring).
-HEAVY_SHORT_HELP = {
-    "execute": 'Run PLAN (a plan.json, or inline keys such as "tp=2,pp=2,dp=1,mbs=1,gbs=4" with --model).',
 }
 
 
@@ -68,15 +63,6 @@ class LazyGroup(click.Group):
             raise
         except click.UsageError as err:
             raise UserError(usage_line(err)) from None
-
-    def format_commands(self, ctx, formatter):
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(map(len, names))
-        # a stand-in Command for a heavy one: cut to the width as click cuts the others
-        rows = [(name, (click.Command(name, help=HEAVY_SHORT_HELP[name]) if name in HEAVY_SHORT_HELP
-                        else self.get_command(ctx, name)).get_short_help_str(limit)) for name in names]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
 
     def get_command(self, ctx, name):
         if name not in COMMANDS or not _available(name):

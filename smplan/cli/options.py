@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import click
@@ -119,7 +120,34 @@ class OneSpelling(click.Option):
             self.opts = shown
 
 
-class FaultHookOption(click.Option):
+def imported_constant(ref: str):
+    """The constant "package.module:NAME" names (the spelling of main.COMMANDS), its module imported now."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class LazyConstantOption(click.Option):
+    """An option whose default (`default_from`) or environment variable (`envvar_from`) is a
+    constant of a module that imports torch, named "package.module:NAME" and read the first time
+    the option needs it (the command parses its arguments or shows its --help), not when the
+    command's module loads: `smplan --help` reads every command's first line without torch."""
+
+    def __init__(self, *args, default_from: str | None = None, envvar_from: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.default_from, self.envvar_from = default_from, envvar_from
+
+    def get_default(self, ctx, call=True):
+        if self.default_from is not None:
+            self.default, self.default_from = imported_constant(self.default_from), None
+        return super().get_default(ctx, call=call)
+
+    def resolve_envvar_value(self, ctx):
+        if self.envvar_from is not None:
+            self.envvar, self.envvar_from = imported_constant(self.envvar_from), None
+        return super().resolve_envvar_value(ctx)
+
+
+class FaultHookOption(LazyConstantOption):
     """A hidden option read from its environment variable (fault injection for the tests): a bad
     value is named by the variable the user set, not by the option --help does not show."""
 

@@ -95,15 +95,11 @@ def test_each_verb_taking_an_inline_plan_names_its_keys(cli_runner, verb):
 
 
 def test_the_command_list_imports_no_torch_and_says_each_commands_own_first_line(cli_runner):
-    """`smplan --help` (3 s slower when it imported `execute`, which imports torch) lists the
-    first line held in main.py for such a command: the same as its docstring's."""
+    """`smplan --help` reads each command's first line off its docstring, importing its module:
+    `execute`'s imports torch (seconds) only inside the functions that run a plan."""
     import subprocess
     import sys
 
-    from smplan.cli.main import HEAVY_SHORT_HELP
-
-    for name, line in HEAVY_SHORT_HELP.items():
-        assert COMMANDS[(name,)].get_short_help_str(10**6) == line
     listing = cli_runner.invoke(cli, ["--help"]).output
     assert all(f"  {name} " in listing for (name, *_) in COMMANDS)
     probe = "import sys; from smplan.cli.main import main; sys.argv = ['smplan', '--help']\n" \
