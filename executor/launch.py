@@ -148,6 +148,8 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from .worker import run_forked
+
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / RUN_CONFIG_FILE
@@ -168,6 +170,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         # the workers with SIGTERM, which ends them without a traceback each (forwarding SIGINT
         # would raise KeyboardInterrupt in every rank); SIGKILL follows after shutdown_timeout_s
         signals_to_handle="SIGTERM,SIGHUP,SIGQUIT",
+        start_method="forkserver",
     )
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
@@ -179,7 +182,8 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     }
     try:
         with _worker_env(env), _quiet_agent_on_interrupt(), _agent_log_level(logging.CRITICAL), agent_console():
-            elastic_launch(launch, sys.executable)("-m", "smplan.executor.worker", str(config_path))
+            with _fork_server():
+                elastic_launch(launch, run_forked)(str(config_path))
     except KeyboardInterrupt:
         how = _how_to_continue(cfg)
         mark_stopped(out, "interrupted", f"stopped with Ctrl-C; {how}")
@@ -204,6 +208,32 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
         raise LaunchError(f"training failed after {max_restarts} restart(s): {what}" + (f"\n{how}" if how else ""),
                           run_dir=out) from None
     return out
+
+
+# What every rank imports before its first step: torch, dynamo (torch.optim's step imports it) and
+# the trainer; transformers too when the launcher's look at the model imported it (an hf: model).
+FORK_SERVER_PRELOAD = ("torch", "torch._dynamo", "smplan.executor.worker")
+
+
+@contextlib.contextmanager
+def _fork_server():
+    """Workers fork from one server that imported what they need once, instead of each rank
+    importing it (dp=2 of examples/gpt.py:tiny: 13.4 s of CPU a launch before, 8.8 s after, by
+    /usr/bin/time). Python's fork server is one per process: it starts inside the launch, so it
+    holds the launch's environment and folder, and is stopped after it, so a later launch in this
+    process starts its own. Forked from a server that never touched a GPU, a rank may use CUDA."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    extra = ("transformers",) if "transformers" in sys.modules else ()
+    multiprocessing.set_forkserver_preload([*FORK_SERVER_PRELOAD, *extra])
+    try:
+        yield
+    finally:
+        # no public call stops it; Python's own tests use this one (multiprocessing/forkserver.py)
+        stop = getattr(forkserver._forkserver, "_stop", None)
+        if stop:
+            stop()
 
 
 def _every_step_ran(cfg: RunConfig) -> bool:

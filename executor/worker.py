@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 import time
+import traceback
 
 from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
@@ -74,7 +76,9 @@ def first_line(err: BaseException, max_chars: int = 200) -> str:
     return text if len(text) <= max_chars else text[:max_chars].rsplit(" ", 1)[0] + " ..."
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, forked: bool = False) -> None:
+    """Train one rank. `forked`: started from the launcher's fork server (run_forked), where the
+    agent learns of a success from the function's return, so it returns instead of exiting."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit("usage: python -m smplan.executor.worker RUN_CONFIG.json")
@@ -102,7 +106,29 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException:
         trainer.close()
         raise
-    leave_at_once()  # every rank passed run()'s final barrier; metrics and checkpoints are written
+    if not forked:
+        leave_at_once()  # every rank passed run()'s final barrier; metrics and checkpoints are written
+
+
+def run_forked(config_path: str) -> None:
+    """Entry point of a worker forked from the launcher's fork server (launch.py), which has
+    imported torch once for every rank. A success returns: the agent counts a rank done by its
+    return value; the process then leaves through os._exit (multiprocessing's forkserver child),
+    without the interpreter's teardown, as leave_at_once does. A failure leaves at once."""
+    # Ctrl-C reaches the whole foreground process group; the launcher stops the workers with SIGTERM
+    # (launch.py), as it does when they run in their own sessions under torchrun
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        main([config_path], forked=True)
+    except SystemExit as stop:  # a model's own sys.exit: its code, as a process of its own would end
+        if stop.code in (None, 0):
+            return  # the agent waits for every rank's return (a bare os._exit(0) would hang it)
+        if not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
+        leave_at_once(stop.code if isinstance(stop.code, int) else 1)
+    except BaseException:  # multiprocessing would keep the traceback to itself: the launcher reads it in stderr.log
+        traceback.print_exc()
+        leave_at_once(1)
 
 
 if __name__ == "__main__":

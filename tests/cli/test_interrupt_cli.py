@@ -11,6 +11,7 @@ from smplan.executor.metrics import read_metrics
 
 from smplan.cli.main import cli
 from tests.conftest import ROOT
+from tests.executor.runs import processes_in_session
 
 
 def test_ctrl_c_during_plan_is_one_line_and_130(cli_runner, monkeypatch):
@@ -50,6 +51,17 @@ def _signalled_run(out, sig: int, times: int, spacing_s: float):
     return proc, err
 
 
+def _left_running(session_id: int, within_s: float) -> list[int]:
+    """The launcher's session's processes still running `within_s` after it exited. Its fork server
+    and workers stay in the session; a helper that exits after it (multiprocessing's resource
+    tracker sees its pipe close) is a zombie until this container's init reaps it, so only live
+    processes count."""
+    deadline = time.monotonic() + within_s
+    while (left := processes_in_session(session_id)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize(("sig", "code", "says", "reason", "times"), [
     (signal.SIGINT, 130, "interrupted; run directory kept at {out}", "interrupted", 1),
@@ -73,9 +85,8 @@ def test_a_signal_during_execute_stops_workers_and_keeps_run_dir(tmp_path, sig, 
     assert reason in (out / "stopped.json").read_text()  # monitor --follow stops on it
     # no --checkpoint-every: the record does not promise a resume the same command cannot do
     assert "it wrote no checkpoint, so it cannot be resumed" in (out / "stopped.json").read_text()
-    # no worker outlives the launcher: its process group is empty
-    with pytest.raises(ProcessLookupError):
-        os.killpg(proc.pid, 0)
+    # no worker outlives the launcher: nothing is left running in its session
+    assert not _left_running(proc.pid, within_s=5)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -86,12 +97,5 @@ def test_a_third_ctrl_c_leaves_at_once(tmp_path):
     assert proc.returncode in (130, -signal.SIGINT), err
     assert "Traceback" not in err, err
     assert out.is_dir() and (out / "run_config.json").is_file()
-    deadline = time.monotonic() + 10  # the workers see their parent gone within a poll (worker._exit_with_parent)
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.2)
-    with pytest.raises(ProcessLookupError):
-        os.killpg(proc.pid, 0)
+    # the workers see their parent gone within a poll (worker._exit_with_parent)
+    assert not _left_running(proc.pid, within_s=10)

@@ -33,6 +33,23 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def processes_in_session(session_id: int) -> list[int]:
+    """Live processes of session `session_id` (/proc/PID/stat's sixth field). A launcher started with
+    start_new_session=True leads one; its fork server and the workers forked from it stay in it
+    (their command line is the fork server's, which names no run folder)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().split(") ")[-1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session_id:
+            found.append(int(entry))
+    return found
+
+
 def kill_all(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -76,16 +93,16 @@ def _run_execute_once(plan: str, out: Path, *args: str, timeout: float, env: dic
         kill_all(processes_mentioning(str(out)))
         stdout, _ = proc.communicate()
         raise AssertionError(f"smplan execute {plan} ran past {timeout}s:\n{stdout[-4000:]}") from None
-    leftovers = _wait_gone(str(out))
+    leftovers = _wait_gone(str(out), proc.pid)
     kill_all(leftovers)
     assert not leftovers, f"processes left behind by the run: {leftovers}"
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, "")
 
 
-def _wait_gone(text: str, within_s: float = 10.0) -> list[int]:
+def _wait_gone(text: str, session_id: int, within_s: float = 10.0) -> list[int]:
     deadline = time.monotonic() + within_s
     while True:
-        left = processes_mentioning(text)
+        left = sorted(set(processes_mentioning(text)) | set(processes_in_session(session_id)))
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
