@@ -1,6 +1,7 @@
 """The launcher's fork server (executor/launch.py): one per launch, holding that launch's environment."""
 
 from smplan.executor import launch
+
 from tests.executor.env_probe import seen_by_a_forked_process
 
 
