@@ -213,6 +213,10 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
 # What every rank imports before its first step: torch, dynamo (torch.optim's step imports it) and
 # the trainer; transformers too when the launcher's look at the model imported it (an hf: model).
 FORK_SERVER_PRELOAD = ("torch", "torch._dynamo", "smplan.executor.worker")
+# What every transformers model's module imports (PreTrainedModel; the layer base classes of recent
+# versions): 1.1 s a rank of a tiny hf: Llama's start (python -X importtime). The fork server skips
+# a name this version lacks (an ImportError).
+TRANSFORMERS_PRELOAD = ("transformers", "transformers.modeling_utils", "transformers.modeling_layers")
 
 
 @contextlib.contextmanager
@@ -225,7 +229,7 @@ def _fork_server():
     import multiprocessing
     from multiprocessing import forkserver
 
-    extra = ("transformers",) if "transformers" in sys.modules else ()
+    extra = TRANSFORMERS_PRELOAD if "transformers" in sys.modules else ()
     multiprocessing.set_forkserver_preload([*FORK_SERVER_PRELOAD, *extra])
     try:
         yield
