@@ -212,7 +212,8 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
 
 # What every rank imports before its first step: torch, dynamo (torch.optim's step imports it) and
 # the trainer; transformers too when the launcher's look at the model imported it (an hf: model).
-FORK_SERVER_PRELOAD = ("torch", "torch._dynamo", "smplan.executor.worker")
+# fork_server_exit makes the server leave without the interpreter's teardown of them.
+FORK_SERVER_PRELOAD = ("torch", "torch._dynamo", "smplan.executor.worker", "smplan.executor.fork_server_exit")
 # What every transformers model's module imports (PreTrainedModel; the layer base classes of recent
 # versions): 1.1 s a rank of a tiny hf: Llama's start (python -X importtime). The fork server skips
 # a name this version lacks (an ImportError).
@@ -222,8 +223,8 @@ TRANSFORMERS_PRELOAD = ("transformers", "transformers.modeling_utils", "transfor
 @contextlib.contextmanager
 def _fork_server():
     """Workers fork from one server that imported what they need once, instead of each rank
-    importing it (dp=2 of examples/gpt.py:tiny: 13.4 s of CPU a launch before, 8.8 s after, by
-    /usr/bin/time). Python's fork server is one per process: it starts inside the launch, so it
+    importing it (a second launch of examples/gpt.py:tiny at dp=2, benchmarks/cli_startup.py: 14.6 s
+    of CPU with a process per rank, 9.4 s forked). Python's fork server is one per process: it starts inside the launch, so it
     holds the launch's environment and folder, and is stopped after it, so a later launch in this
     process starts its own. Forked from a server that never touched a GPU, a rank may use CUDA."""
     import multiprocessing

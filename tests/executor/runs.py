@@ -17,37 +17,31 @@ GPT_TINY = str(ROOT / "examples" / "gpt.py") + ":tiny"
 CLI = "from smplan.cli.main import main; main()"
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains `text` (psutil-free: /proc)."""
-    found = []
+def _live_processes():
+    """(pid, command line, /proc/PID/stat's fields after the name) of every process but this one
+    and zombies (psutil-free: /proc); field 0 is the state, 3 the session."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = Path(f"/proc/{entry}/stat").read_text().split(") ")[-1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
-
-
-def processes_in_session(session_id: int) -> list[int]:
-    """Live processes of session `session_id` (/proc/PID/stat's sixth field). A launcher started with
-    start_new_session=True leads one; its fork server and the workers forked from it stay in it
-    (their command line is the fork server's, which names no run folder)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
             fields = Path(f"/proc/{entry}/stat").read_text().split(") ")[-1].split()
         except OSError:
             continue
-        if fields[0] != "Z" and int(fields[3]) == session_id:
-            found.append(int(entry))
-    return found
+        if fields[0] != "Z":
+            yield int(entry), cmdline, fields
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
+    return [pid for pid, cmdline, _ in _live_processes() if text in cmdline]
+
+
+def processes_in_session(session_id: int) -> list[int]:
+    """Live processes of session `session_id`. A launcher started with start_new_session=True leads
+    one; its fork server and the workers forked from it stay in it (their command line is the fork
+    server's, which names no run folder)."""
+    return [pid for pid, _, fields in _live_processes() if int(fields[3]) == session_id]
 
 
 def kill_all(pids: list[int]) -> None:
