@@ -223,10 +223,11 @@ TRANSFORMERS_PRELOAD = ("transformers", "transformers.modeling_utils", "transfor
 @contextlib.contextmanager
 def _fork_server():
     """Workers fork from one server that imported what they need once, instead of each rank
-    importing it (a second launch of examples/gpt.py:tiny at dp=2, benchmarks/cli_startup.py: 14.6 s
-    of CPU with a process per rank, 9.4 s forked). Python's fork server is one per process: it starts inside the launch, so it
-    holds the launch's environment and folder, and is stopped after it, so a later launch in this
-    process starts its own. Forked from a server that never touched a GPU, a rank may use CUDA."""
+    importing it (a second launch of examples/gpt.py:tiny at dp=2, benchmarks/cli_startup.py:
+    14.6 s of CPU with a process per rank, 9.4 s forked). Python's fork server is one per
+    process: it starts inside the launch, so it holds the launch's environment and folder, and is
+    stopped after it, so a later launch in this process starts its own. Forked from a server that
+    never touched a GPU, a rank may use CUDA."""
     import multiprocessing
     from multiprocessing import forkserver
 

@@ -175,3 +175,17 @@ def test_a_bad_fault_hook_variable_is_named_by_the_variable(cli_runner, tmp_path
                                env={"SMPLAN_FAIL_AT_STEP": "abc"})
     assert result.exit_code == 2 and not out.exists(), result.output
     assert "Invalid value for $SMPLAN_FAIL_AT_STEP (a test hook; unset it for a real run)" in _error_line(result)
+
+
+def test_the_decay_fraction_default_is_the_executors_and_a_bad_value_is_one_line(cli_runner, tmp_path):
+    """--decay-fraction's default is read from executor/recipe.py only when click needs it
+    (options.LazyConstantOption); --help shows it, and a bad value is still one line, exit 2."""
+    from smplan.executor.recipe import DEFAULT_DECAY_FRACTION
+
+    shown = cli_runner.invoke(cli, ["execute", "--help"]).output
+    assert f"[default: {DEFAULT_DECAY_FRACTION}]" in " ".join(shown.split())
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", "mbs=1,gbs=1", "--model", TINY, "-o", str(out),
+                                     "--lr-schedule", "wsd", "--decay-fraction", "abc"])
+    assert result.exit_code == 2 and not out.exists(), result.output
+    assert "'abc' is not a valid float" in _error_line(result)
