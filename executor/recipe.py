@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:  # torch is imported where the groups are built, so the constants read without it
+    from torch import nn
 
 SCHEDULES = ("constant", "cosine", "wsd")
 # Hägele et al. 2024 ("Scaling Laws and Compute-Optimal Training Beyond Fixed Training
@@ -112,16 +114,15 @@ def lr_at(step: int, recipe: Recipe) -> float:
     return base + (low - base) * (step - start) / (total - start)
 
 
-# Normalization layers' weights and biases get no weight decay (nanoGPT's configure_optimizers;
-# Loshchilov & Hutter 2019 decay the weight matrices).
-_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.modules.batchnorm._NormBase)
-
-
 def decays(name: str, param, owner: nn.Module | None) -> bool:
     """Whether AdamW decays this parameter: matrices do; biases, norms and 1-D tensors do not."""
+    from torch import nn
+
     if param.dim() < 2 or name.rsplit(".", 1)[-1] == "bias":
         return False
-    return not isinstance(owner, _NORMS)
+    # Normalization layers' weights and biases get no weight decay (nanoGPT's configure_optimizers;
+    # Loshchilov & Hutter 2019 decay the weight matrices).
+    return not isinstance(owner, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.modules.batchnorm._NormBase))
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> tuple[list[dict], list[bool]]:

@@ -10,9 +10,9 @@ import sys
 
 import click
 
-# smplan.executor (and smplan.monitor.rundir, which reads the executor's file names) imports torch,
-# 2.2 s (`python -X importtime -c "import smplan.executor"`, 2 cores): this module imports them inside
-# the functions that run a plan, so that `smplan --help` reads this command's first line without it.
+# The executor's modules that run a plan (and smplan.monitor.rundir, which reads the executor's file
+# names) import torch, 2.2 s on 2 cores: this module imports them inside the functions that run a
+# plan, so that `smplan --help` and `smplan execute --help` show without it.
 from smplan.hwprofiles import bundled_profiles
 from smplan.planner import Plan
 from smplan.simulator.prediction import model_changed, repriced

@@ -94,16 +94,18 @@ def test_each_verb_taking_an_inline_plan_names_its_keys(cli_runner, verb):
     assert not missing, f"smplan {verb} --help does not name {missing}"
 
 
-def test_the_command_list_imports_no_torch_and_says_each_commands_own_first_line(cli_runner):
+def test_the_command_list_and_executes_help_import_no_torch(cli_runner):
     """`smplan --help` reads each command's first line off its docstring, importing its module:
-    `execute`'s imports torch (seconds) only inside the functions that run a plan."""
+    `execute`'s imports torch (seconds) only inside the functions that run a plan. Its own
+    --help reads the executor's defaults from torch-free modules (smplan.executor loads lazily)."""
     import subprocess
     import sys
 
     listing = cli_runner.invoke(cli, ["--help"]).output
     assert all(f"  {name} " in listing for (name, *_) in COMMANDS)
-    probe = "import sys; from smplan.cli.main import main; sys.argv = ['smplan', '--help']\n" \
-            "try:\n    main()\nexcept SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "Run PLAN (a plan.json" in result.stdout
+    for argv, shown in ((["--help"], "Run PLAN (a plan.json"), (["execute", "--help"], "[default: 0.2]")):
+        probe = f"import sys; from smplan.cli.main import main; sys.argv = ['smplan', *{argv!r}]\n" \
+                "try:\n    main()\nexcept SystemExit:\n    pass\nassert 'torch' not in sys.modules, 'torch imported'"
+        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"smplan {' '.join(argv)}: {result.stderr[-2000:]}"
+        assert shown in " ".join(result.stdout.split()), result.stdout
