@@ -8,11 +8,11 @@ framework defaults it assumes: benchmarks/sources.py (vTrain and SC21: benchmark
 One set of global factors for all rows (the hardware profile's `efficiency.*`, which
 `--hw-set efficiency.KEY=VALUE` may change for every row at once); no per-row fitting.
 Default: the step simulation (contention on); `--fast`: the planner's closed form of the same
-costs. `--rows` prints every row. `--loso` adds the leave-one-source-out table: the global
+costs. `--rows` prints every row; `--by model|hw|dtype` one line per group under each source. `--loso` adds the leave-one-source-out table: the global
 factors (`--fit-keys`, at most 3, smplan.calibrate.fit) are fitted on all sources but one and
 the error is reported on the held-out one, next to the bundled factors' error on it.
 
-    python benchmarks/validate_published.py [--fast] [--rows] [--loso] [--sources a,b] [--hw-set KEY=VALUE]
+    python benchmarks/validate_published.py [--fast] [--rows] [--by model] [--loso] [--sources a,b] [--hw-set KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -205,6 +205,31 @@ def score_source(name: str, rows: list[Row], pred: Predictor, show_rows: bool) -
     return scored, skipped
 
 
+GROUPINGS = ("model", "hw", "dtype")  # what --by splits a source's rows by
+
+
+def group_label(m: Mapped, by: str) -> str:
+    """The row's model (builder, layers x hidden), hardware profile or plan dtype (mxfp8: fp8 with
+    block scaling), for --by."""
+    if by == "hw":
+        return m.hw
+    if by == "dtype":
+        return "mxfp8" if m.plan.fp8_scaling == "block" else m.plan.dtype
+    builder = m.plan.model.rsplit(":", 1)[1] if m.plan.model.count(":") else "gpt"
+    return f"{builder} {m.model_args.get('layers', '?')}x{m.model_args.get('hidden', '?')}"
+
+
+def group_lines(scored: list[Scored], by: str) -> list[str]:
+    """One indented summary per group of a source's rows, the largest mean signed error first:
+    where a source's error comes from (a reading aid; nothing is fitted per group)."""
+    groups: dict[str, list[Scored]] = {}
+    for s in scored:
+        groups.setdefault(group_label(s.row, by), []).append(s)
+    ordered = sorted(groups.items(), key=lambda kv: -abs(stats(kv[1])["signed"]))
+    return ["    " + summary_line(label[:24], stats(group), 0, "").replace("  skipped    0", "")
+            for label, group in ordered]
+
+
 def summary_line(name: str, st: dict, n_skipped: int, reasons: str, extra: str = "") -> str:
     head = f"{name:<16} used {st['n']:>4}  skipped {n_skipped:>4}"
     if st["n"]:
@@ -294,6 +319,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rows", action="store_true", help="print every row (predicted, closed form, measured)")
     ap.add_argument("--quiet", action="store_true", help="only the summaries (the default; kept for old scripts)")
     ap.add_argument("--loso", action="store_true", help="add the leave-one-source-out table")
+    ap.add_argument("--by", choices=GROUPINGS, default=None,
+                    help="under each source, one line per model (builder, layers x hidden), hw profile or dtype")
     ap.add_argument("--fit-keys", default=",".join(DEFAULT_FIT_KEYS), metavar="K1,K2,K3",
                     help=f"global factors --loso fits, at most 3 of {', '.join(FIT_KEYS)}")
     ap.add_argument("--sources", default=None, metavar="A,B", help=f"a subset of {', '.join(SOURCES)}")
@@ -337,6 +364,8 @@ def main(argv: list[str] | None = None) -> dict:
             extra += f"  sim vs closed <= {100 * diff:.2f}%"
         line = summary_line(name, st, len(skipped), top_reasons(skipped), extra + f"  {time.perf_counter() - t0:.0f} s")
         print(line, flush=True)
+        if args.by:
+            print("\n".join(group_lines(scored, args.by)), flush=True)
         lines.append(line)
         out[name] = dict(st, skipped=len(skipped), file=file)
     everything = [s for ss in used.values() for s in ss]

@@ -402,3 +402,19 @@ def test_deepseek_v3_and_kimi_k2_rows_take_the_front_filled_layout_and_others_no
                           heads=64, kv_heads=4, ffn=1536, vocab=151936, seq_len=4096, experts=128, topk=8, tp=1,
                           pp=16, ep=8, dp=16, global_batch=4096, precision="FP8")])
     assert [st.num_blocks for st in qwen.plan.stages] == [6] * 14 + [5] * 2  # no layout: the even split
+
+
+def test_by_groups_a_sources_rows_and_lists_the_largest_signed_error_first():
+    small = dict(gpu="A100 80GB", recompute="full AC", zero="FSDP2", gpus=8, dp=8, micro_batch=1, global_batch=8)
+    name = "torchtitan_docs_performance_2024.csv"
+    layout = {k: FRAMEWORK_DEFAULTS[name][k] for k in ("mlp", "norm", "learned_positions")}
+    a = one(name, [row(run="a", layers=2, hidden=1024, precision="bf16", **small)], layout)
+    b = one(name, [row(run="b", layers=4, hidden=2048, precision="bf16", **small)], layout)
+    scored = [vp.Scored(a, 0.9 * a.measured_s, a.measured_s, 1.0, 80.0),
+              vp.Scored(b, 1.3 * b.measured_s, b.measured_s, 1.0, 80.0),
+              vp.Scored(b, 1.1 * b.measured_s, b.measured_s, 1.0, 80.0)]
+    lines = vp.group_lines(scored, "model")
+    assert [line.split()[:2] for line in lines] == [["gpt", "4x2048"], ["gpt", "2x1024"]]
+    assert "used    2" in lines[0] and "signed  +20.0%" in lines[0] and "signed  -10.0%" in lines[1]
+    assert [line.split()[0] for line in vp.group_lines(scored, "hw")] == [a.hw]
+    assert vp.group_label(a, "dtype") == "bf16"
