@@ -7,7 +7,9 @@ The elastic agent keeps every worker's stderr in
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sysconfig
 from pathlib import Path
 
 # torch.distributed prefixes a worker's uncaught-exception lines with "[rankN]: "
@@ -122,12 +124,45 @@ def failure_line(rank: int, exitcode: int, log: Path | None) -> str:
     return _how(rank, exitcode) + (f": {tail[-1].strip()}" if tail else "")
 
 
-def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, max_lines: int = 10) -> str:
-    """Several lines for the user: which rank failed, how, its exception and its full log."""
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
+
+
+def _not_users(path: str) -> bool:
+    """Whether a traceback frame's file is Python's, an installed library's or smplan's own."""
+    if path.startswith("<") or any(part in path for part in ("/site-packages/", "/dist-packages/")):
+        return True
+    ours = [Path(__file__).resolve().parent, Path(sysconfig.get_paths()["stdlib"]).resolve()]
+    for name in ("smplan", "smplan.planner", "smplan.model"):  # the CLI, the profiler, the model rules
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            ours.append(Path(spec.origin).resolve().parent)
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(folder) for folder in ours)
+
+
+def user_frame(text: str) -> str | None:
+    """'FILE, line N, in FUNC' of the innermost frame of the last traceback in `text` that is the
+    user's code (not Python's, a library's or smplan's), or None."""
+    frames = [m for m in (_FRAME.match(line) for line in exception_tail(text, max_lines=10_000)) if m]
+    mine = [m for m in frames if not _not_users(m["path"])]
+    return f"{Path(mine[-1]['path']).name}, line {mine[-1]['line']}, in {mine[-1]['func']}" if mine else None
+
+
+def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, max_lines: int = 10,
+                   shown_above: bool = False) -> str:
+    """Several lines for the user: which rank failed, how, its exception and its full log.
+    `shown_above`: the console already showed the rank's stderr (local rank 0's), traceback and
+    all: the report names its exception and the user's frame on one line, not the frames again."""
     head = _how(rank, exitcode)
     if log is None:
         return f"{head}; logs under {logs_root}"
     text = log.read_text(errors="replace")
+    if shown_above and _TRACEBACK in text:
+        exc = exception_tail(text, 1)[-1].strip()
+        frame = user_frame(text)
+        hint = f"\n{TIMEOUT_HINT}" if any(mark in exc for mark in TIMEOUT_MARKS) else ""
+        where = f" ({frame}; traceback above)" if frame else " (traceback above)"
+        return f"{head}: {exc}{where}{hint}\nfull log of rank {rank}: {log}"
     tail = exception_tail(text, max_lines)
     killed = f"\n{SIGKILL_HINT}" if exitcode == -SIGKILL and _TRACEBACK not in text else ""
     if not tail:  # a signal (SIGKILL: out of memory, a scheduler) leaves no exception: one line

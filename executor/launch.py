@@ -198,7 +198,8 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
 
         rank, first = root_failure(err.failures, log_of)
         log = log_of(first)
-        what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR)
+        # the console showed local rank 0's stderr as it ran (local_ranks_filter above), its traceback too
+        what = failure_report(rank, first.exitcode, log, out / ELASTIC_DIR, shown_above=first.local_rank == 0)
         # whether it resumes, as an interrupted run's record says (README: stopped.json); after the last
         # step there is nothing to resume, which mark_stopped says itself
         cause = raised_line(log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 from smplan.executor.failure import exception_tail, failure_report, stderr_log
 
@@ -83,6 +84,27 @@ def test_failure_report_names_the_log(tmp_path):
     quiet = tmp_path / "quiet.log"
     quiet.write_text("\n")  # SIGKILL: nothing written
     assert failure_report(2, -9, quiet, tmp_path).startswith(f"rank 2 killed by signal 9; full log of rank 2: {quiet}\n")
+
+
+def test_a_traceback_the_console_showed_is_named_on_one_line_at_the_users_frame(tmp_path):
+    """Local rank 0's stderr is on the console as it runs: its report does not repeat the frames,
+    it names the exception and the innermost frame of the user's own code (not torch's, not smplan's)."""
+    import smplan.executor.failure as failure
+    import torch
+
+    library = str(Path(torch.__file__).parent / "nn" / "modules" / "module.py")
+    ours = failure.__file__
+    log = _write(tmp_path / "stderr.log", LOG.replace(
+        '[rank1]: ValueError', f'[rank1]:   File "{library}", line 1789, in _call_impl\n'
+                               f'[rank1]:     return forward_call(*args)\n'
+                               f'[rank1]:   File "{ours}", line 5, in f\n[rank1]: ValueError'))
+    head, path = failure_report(0, 1, log, tmp_path, shown_above=True).splitlines()
+    assert head == "rank 0 exited with code 1: ValueError: boom at step 2 (model.py, line 17, in forward; traceback above)"
+    assert path == f"full log of rank 0: {log}"
+    assert failure.user_frame("no traceback here") is None
+    # a worker's own worded error line was kept off the console: the report still shows it
+    worded = _write(tmp_path / "worded.log", "error: the token file holds ids >= vocab\n")
+    assert "  | error: the token file holds ids >= vocab" in failure_report(0, 1, worded, tmp_path, shown_above=True)
 
 
 def test_a_silent_sigkill_is_named_as_the_likely_out_of_memory_kill(tmp_path):
