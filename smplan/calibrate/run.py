@@ -11,6 +11,7 @@ module is the part that knows about plans, the planner and the executor.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -240,11 +241,22 @@ def rows(labels: Sequence[str], plans: Sequence[Plan], measured: Sequence[float]
     return [Row(*values) for values in zip(labels, measured, pred, sim, strict=True)]
 
 
+def _run_folders(root: Path) -> list[Path]:
+    """The entries of a --runs-dir named as measure_all names its runs (plan3, plan3-round2)."""
+    return sorted(p for p in root.glob("plan*") if re.fullmatch(r"plan\d+(-round\d+)?", p.name))
+
+
 def _holds_runs(root: Path) -> bool:
     """Whether a --runs-dir already holds measured runs (measure_all's plan* folders)."""
     from smplan.executor.metrics import read_metrics
 
-    return any(read_metrics(d) for d in root.glob("plan*") if d.is_dir())
+    return any(read_metrics(d) for d in _run_folders(root) if d.is_dir())
+
+
+def _occupied(root: Path) -> list[str]:
+    """The run folders' names in a --runs-dir that hold anything (or are files): a run there would
+    write beside what is in them, or be refused by execute after its log was started."""
+    return [p.name for p in _run_folders(root) if not p.is_dir() or any(p.iterdir())]
 
 
 def check_options(opts: CalibrateOptions) -> None:
@@ -260,6 +272,10 @@ def check_options(opts: CalibrateOptions) -> None:
     if opts.runs_dir and _holds_runs(Path(opts.runs_dir)):  # each run would refuse its folder, as execute's -o
         raise PlanError(f"--runs-dir {opts.runs_dir} already holds the runs of a calibration; give another "
                         "--runs-dir, or delete it to measure again")
+    busy = _occupied(Path(opts.runs_dir)) if opts.runs_dir else []
+    if busy:
+        raise PlanError(f"--runs-dir {opts.runs_dir} already holds {', '.join(busy[:3])}, where calibrate's runs go "
+                        "(plan1, plan2, ...); give a new or empty folder")
     from smplan.executor.metrics import present_run_entries
 
     theirs = present_run_entries(opts.runs_dir) if opts.runs_dir else []

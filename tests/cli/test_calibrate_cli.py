@@ -362,3 +362,16 @@ def test_a_host_time_the_plans_hide_is_not_called_fitted(cli_runner, probed, tmp
     host = report["factors"]["host_overhead_us_per_layer"]
     assert host["determined"] is False and host["state"] == "not determined by these plans (kept 1075)"
     assert report["factors"]["matmul_half_dim"]["state"] == "fitted"
+
+
+def test_a_runs_dir_whose_run_folder_holds_other_files_is_refused_before_any_write(cli_runner, probed, tmp_path):
+    """calibrate runs plan N in RUNS_DIR/planN: one holding a user's files is refused up front (execute
+    would refuse it only after the run's log had been started in it), naming --runs-dir."""
+    theirs = tmp_path / "runs" / "plan1"
+    theirs.mkdir(parents=True)
+    (theirs / "notes.txt").write_text("mine")
+    (tmp_path / "runs" / "planning.md").write_text("not a run folder's name")
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--check",
+                                                    "--runs-dir", str(tmp_path / "runs")]))
+    assert "--runs-dir" in line and "already holds plan1" in line and "-o/--output" not in line
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
