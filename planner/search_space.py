@@ -158,6 +158,11 @@ def validate_constraints(
                         "routed experts; drop cf")
     tp = fixed.get("tp")
     if tp is not None:
+        # what the model offers first: a degree hint must not lead into the next refusal
+        if tp > 1 and "tp" in profile.unsupported:
+            raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
+        if tp > 1 and not profile.has_tp_plan:
+            raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         tp_gpus = tp_domain_gpus(cluster)
         if tp > tp_gpus or tp_gpus % tp:
             ok = max(t for t in _divisors(tp_gpus) if t <= tp)
@@ -167,10 +172,6 @@ def validate_constraints(
                      else f"{tp_gpus}: in {cluster.name}'s {cluster.fast_domain_gpus}-GPU NVLink domain tp is a power of two "
                           f"up to {tp_gpus}, as the Megatron-Bridge perf recipes keep it")
             raise PlanError(f"tp={tp} must divide {where}; use tp={ok}")
-        if tp > 1 and "tp" in profile.unsupported:
-            raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
-        if tp > 1 and not profile.has_tp_plan:
-            raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         if tp > 1 and heads and heads % tp:
             ok = max(t for t in _divisors(tp_domain_gpus(cluster)) if heads % t == 0 and t <= tp)
             raise PlanError(f"tp={tp} does not divide the model's {heads} key/value heads (tp splits attention by them); use tp={ok}")

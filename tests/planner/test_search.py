@@ -294,3 +294,33 @@ def test_a_recompute_kind_that_keeps_more_than_none_does_not_make_the_bound_refu
     bound, why, _ = lower_bound(cm, cand, capacity_bytes(cluster))
     assert not why
     assert bound <= _brute_force(cm, cand, 8)[0] * (1 + 1e-9)
+
+
+def test_a_fixed_tp_on_a_model_without_a_tp_plan_is_refused_for_that_not_for_its_size():
+    """The model's missing tp_plan is named first: "use tp=2" for tp=3 would only lead into it."""
+    import dataclasses
+
+    from smplan.planner.search_space import validate_constraints
+
+    no_tp = dataclasses.replace(PROF, has_tp_plan=False)
+    with pytest.raises(PlanError, match="defines no tp_plan.*use tp=1"):
+        validate_constraints(no_tp, load_cluster("a100x8"), {"tp": 3}, 8, None, None, "bf16")
+    with pytest.raises(PlanError, match="tp=3 must divide the 8 GPUs of a node.*use tp=2"):
+        validate_constraints(dataclasses.replace(PROF, has_tp_plan=True), load_cluster("a100x8"), {"tp": 3}, 8,
+                             None, None, "bf16")
+
+
+def test_a_plan_the_model_cannot_run_is_refused_for_that_before_the_clusters_size():
+    """`smplan simulate` of tp=4 x dp=4 on one node of a model without a tp_plan: "use --nodes 2"
+    would only lead into the tp_plan refusal."""
+    import dataclasses
+
+    from smplan.planner import plan_from_inline
+    from smplan.planner.cost_model import check_plan
+
+    plan = plan_from_inline("dp=4,tp=4,mbs=1,gbs=4", model=PROF.model, hw="a100x8", nodes=2, gpus_per_node=8,
+                            num_blocks=PROF.num_blocks)
+    with pytest.raises(PlanError, match="defines no tp_plan"):
+        check_plan(plan, dataclasses.replace(PROF, has_tp_plan=False), load_cluster("a100x8"))
+    with pytest.raises(PlanError, match="dp\\*tp\\*pp\\*cp=16 GPUs but the cluster has 8; use --nodes 2"):
+        check_plan(plan, dataclasses.replace(PROF, has_tp_plan=True), load_cluster("a100x8"))
