@@ -27,7 +27,8 @@ DERIVED = ("recompute", "num_microbatches", "stage_blocks")
 # Llama 4 Scout (Meta, 2025) has the longest published context, 10M tokens; a longer seq_len
 # is a typo, and the profiler's example batch (seq_len tokens) would take its memory for real.
 MAX_SEQ_LEN = 2**24
-# ep and cp are at most the GPUs of the largest cluster anyone plans; 2**20 (a million GPUs).
+# A parallel degree (dp, tp, pp, ep, cp, v) is at most the GPUs of the largest cluster anyone plans;
+# 2**20 (a million GPUs): a typo guard, so that a hint never suggests an absurd batch.
 MAX_DEGREE = 2**20
 # --nodes: a million nodes, past any cluster built (chosen: a typo guard; the search would take minutes)
 MAX_NODES = 2**20
@@ -228,16 +229,16 @@ def check_plan_dict(data, source: str = "plan") -> dict:
     check = {
         "model": _text,
         "hw": _text,
-        "nodes": lambda p, k, v: _whole(p, k, v, 1),
-        "dp": lambda p, k, v: _whole(p, k, v, 1),
-        "tp": lambda p, k, v: _whole(p, k, v, 1),
-        "pp": lambda p, k, v: _whole(p, k, v, 1),
+        "nodes": lambda p, k, v: _whole(p, k, v, 1, MAX_NODES),
+        "dp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
+        "tp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
+        "pp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
         "ep": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
         "cp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
         "capacity_factor": lambda p, k, v: _capacity(p, k, v),
-        "micro_batch": lambda p, k, v: _whole(p, k, v, 1),
-        "global_batch": lambda p, k, v: _whole(p, k, v, 1),
-        "virtual_stages": lambda p, k, v: _whole(p, k, v, 1),
+        "micro_batch": lambda p, k, v: _whole(p, k, v, 1, MAX_GLOBAL_BATCH),
+        "global_batch": lambda p, k, v: _whole(p, k, v, 1, MAX_GLOBAL_BATCH),
+        "virtual_stages": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
         "schedule": lambda p, k, v: _choice(p, k, v, SCHEDULES),
         "zero": lambda p, k, v: _choice(p, k, v, (0, 1, 2, 3)),
         "sequence_parallel": _boolean,
@@ -253,7 +254,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "predicted": lambda p, k, v: _figures(p, v),
         "version": lambda p, k, v: _version(p, v),
         "recompute": lambda p, k, v: _choice(p, k, v, RECOMPUTE),
-        "num_microbatches": lambda p, k, v: _whole(p, k, v, 1),
+        "num_microbatches": lambda p, k, v: _whole(p, k, v, 1, MAX_GLOBAL_BATCH),
         "stage_blocks": lambda p, k, v: v,
     }
     kwargs = {}

@@ -100,6 +100,7 @@ def test_bad_moe_stack_settings_are_one_line(cli_runner, setting, says):
     ("overlap_dp=7", "overlap_dp must be 0 or 1"),
     ("zero=1,4", "zero must be 0, 1, 2 or 3, got 4"),
     ("tp=0,2", "tp must be a whole number >= 1, got 0"),
+    ("pp=2,4294967296", "pp must be at most 1048576 (a typo guard), got 4294967296"),
     ("mbs=1.5", "micro_batch must be a whole number, got '1.5'"),
     ("cf=nan", "capacity_factor must be a number in [1, 16]"),
     ("cf=0.5", "capacity_factor must be a number in [1, 16], got 0.5; 1.0 is balanced routing"),

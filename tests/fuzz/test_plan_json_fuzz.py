@@ -165,5 +165,5 @@ def test_several_problems_are_a_header_and_dashed_lines(folder):
     header, *lines = result.output.strip().splitlines()
     assert header.startswith("error: plan file ") and "has 3 problems" in header
     assert lines == ["  - zeroo: unknown key; did you mean 'zero'?",
-                     '  - dp: got "2" (text), expected a whole number >= 1',
-                     "  - tp: got null, expected a whole number >= 1"]
+                     '  - dp: got "2" (text), expected a whole number >= 1 and <= 1048576',
+                     "  - tp: got null, expected a whole number >= 1 and <= 1048576"]

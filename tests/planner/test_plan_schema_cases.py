@@ -34,6 +34,9 @@ BAD = [
     ({"dp": True}, "dp: got true (a boolean)"),
     ({"dp": 0}, "dp: got 0, expected a whole number >= 1"),
     ({"tp": -1}, "tp: got -1"),
+    # a typo guard: a hint would otherwise suggest gbs=4722366482869645213696
+    ({"dp": 2**72}, f"dp: got {2**72}, expected a whole number >= 1 and <= 1048576"),
+    ({"global_batch": 2**25}, "global_batch: got 33554432, expected a whole number >= 1 and <= 16777216"),
     ({"nodes": {}}, "nodes: got {} (an object)"),
     ({"global_batch": "8"}, "global_batch: got \"8\""),
     ({"micro_batch": None}, "micro_batch: got null"),
