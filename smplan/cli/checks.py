@@ -3,6 +3,7 @@ numbers, output files in missing folders or with the wrong suffix, files that ex
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import tempfile
@@ -103,6 +104,8 @@ def check_can_write(path: str | None, option: str, folder: bool = False) -> None
         handle, probe = tempfile.mkstemp(dir=start, prefix=".smplan-write-check-")
     except OSError as err:
         reason = (err.strerror or type(err).__name__).lower()
+        if err.errno == errno.ENOENT:  # a folder that is there but takes no files (/proc, /sys)
+            reason = "it takes no new files"
         raise UserError(f"{option} {path}: cannot write in {start} ({reason}); choose another path") from None
     os.close(handle)
     os.unlink(probe)

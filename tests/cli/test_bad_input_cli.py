@@ -239,7 +239,7 @@ def test_an_output_nobody_can_write_is_refused_before_any_work(cli_runner, args)
     """/proc takes no new files, not even root's: the folder exists but the write would fail."""
     result = cli_runner.invoke(cli, args)
     assert result.exit_code == 2
-    assert "cannot write in /proc" in _error_line(result)
+    assert "cannot write in /proc (it takes no new files)" in _error_line(result)
 
 
 def test_simulate_of_a_plan_file_refuses_a_new_shape(cli_runner, tmp_path):
