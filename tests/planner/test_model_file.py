@@ -114,6 +114,11 @@ def test_missing_file_and_not_python(tmp_path):
     (tmp_path / "model.txt").write_text("")
     with pytest.raises(ModelFileError, match="not a .py file"):
         load_model_file(str(tmp_path / "model.txt"))
+    (tmp_path / "mine.py").write_text("")  # the .py left out: the error names the file that is there
+    with pytest.raises(ModelFileError, match=f"does not exist; did you mean {tmp_path / 'mine.py'}:tiny\\?$"):
+        load_model_file(f"{tmp_path / 'mine'}:tiny")
+    with pytest.raises(ModelFileError, match=f"did you mean {tmp_path / 'mine.py'}\\?$"):
+        load_model_file(str(tmp_path / "mine"))
 
 
 def test_builder_selection_and_seq_len_check():
