@@ -104,8 +104,6 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
         _refuse_plan_file(model)
     if plan and (is_plan_file_name(plan) or Path(plan).is_file()):
         _refuse_plan_file_in_plan(plan)
-    check_report_dir(out_dir, force)
-    check_can_write(out_dir, "-o/--output", folder=True)
 
     def accepts(name: str) -> bool:  # only loads (imports) the model file for an unknown --vary key
         return load_model_file(model).accepts(name)
@@ -124,6 +122,9 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
                     load_model_file(model).check_args({**q.model_args, v.target: value})
                 except ModelFileError as err:
                     raise UserError(f"--vary {v.key}: {err}") from None
+    # after the question's own typos (a user fixing one should not have to pick a new folder first)
+    check_report_dir(out_dir, force)
+    check_can_write(out_dir, "-o/--output", folder=True)
     warned = warn_about_profiles(  # for --json's notes, with those under the table
         hw, *(value for v in q.varies if v.kind == "hw" for value in v.values), stack=stack,
         overrides=q.hw_overrides, varied={v.target: v.values for v in q.varies if v.kind == "cluster"},

@@ -155,6 +155,19 @@ def test_bad_fixed_inputs_are_refused_not_swept_as_infeasible(cli_runner, tmp_pa
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("bad, rule", [(["--plan", "tp=0"], "tp must be a whole number >= 1"),
+                                       (["--vary", "nodez=1,2"], "did you mean nodes?")])
+def test_a_typo_is_named_before_a_used_report_folder(cli_runner, tmp_path, bad, rule):
+    """A user fixing a typo should not first have to pass --force or pick another -o."""
+    used = tmp_path / "r"
+    used.mkdir()
+    (used / "mine.txt").write_text("keep")
+    result = run(cli_runner, *bad, "-o", str(used))
+    assert result.exit_code == 2 and rule in result.output and "not empty" not in result.output, result.output
+    assert [p.name for p in used.iterdir()] == ["mine.txt"]
+    assert "is not empty" in run(cli_runner, "-o", str(used)).output
+
+
 def test_a_hardware_file_with_a_typo_is_refused(cli_runner, tmp_path):
     from smplan.hwprofiles.loader import PROFILE_DIR
 
