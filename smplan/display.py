@@ -24,3 +24,9 @@ def days_text(days: float) -> str:
     if days >= 100:
         return f"{days:,.1f}"
     return f"{days:.2f}" if days >= 1 else f"{days:.3g}"
+
+
+def mfu_percent_text(mfu: float) -> str:
+    """Model FLOPs utilisation to 0.1%; a tiny model's share under 0.05% reads "<0.1%", not "0.0%",
+    which would say the GPU did nothing."""
+    return "<0.1%" if 0 < mfu < 0.0005 else f"{mfu:.1%}"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from smplan.display import mfu_percent_text
 from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack, parse_override
 from smplan.hwprofiles.paths import recorded_ref
 from smplan.planner.explain import explain
@@ -154,7 +155,7 @@ def plan(model, hw, stack, nodes, hw_set, max_nodes, model_args, global_batch, s
                "tokens/s" if sequences else "samples/s", "MFU", "mem GiB", "$/1M tok" if sequences else "$/1M samples"]
     rows = [
         [i + 1, p.nodes, p.dp, p.tp, p.pp, p.ep, p.cp, p.micro_batch, p.zero, _recompute(p), _schedule(p), p.predicted.step_time_s,
-         p.predicted.tokens_per_s, f"{100 * p.predicted.mfu:.1f}%", f"{p.predicted.peak_memory_text}/{cap:g}",
+         p.predicted.tokens_per_s, mfu_percent_text(p.predicted.mfu), f"{p.predicted.peak_memory_text}/{cap:g}",
          _usd_per_million(p)]
         for i, p in enumerate(plans)
     ]

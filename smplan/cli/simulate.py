@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from smplan.display import mfu_percent_text
 from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack
 from smplan.planner.feasibility import fsdp_zero1_problem
 from smplan.planner.model_file import split_ref
@@ -154,7 +155,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
         ["samples/s", f.samples_per_s],
         ["model TFLOP/s per GPU", f.model_tflops_per_gpu],
         ["hardware TFLOP/s per GPU", f.hardware_tflops_per_gpu],
-        ["MFU" + (" (of the fp8 peak)" if plan.dtype == "fp8" else ""), f"{f.mfu:.1%}"],
+        ["MFU" + (" (of the fp8 peak)" if plan.dtype == "fp8" else ""), mfu_percent_text(f.mfu)],
         ["peak memory (GiB)", f.peak_memory_text],
         ["bubble", f"{f.bubble_fraction:.1%}"],
         ["$ per step", f.usd_per_step],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from smplan.display import days_text, memory_gib_text
+from smplan.display import days_text, memory_gib_text, mfu_percent_text
 from smplan.hwprofiles import load_stack
 from smplan.report.points import picked_word, unit_of
 
@@ -293,7 +293,7 @@ def points_table(record: dict) -> str:
             rows.append(row + (["", "", "", ""] if timed else []))
             continue
         row = [p["id"], p["label"], p["num_gpus"], p["plan_label"], f["step_time_s"], round(f["tokens_per_s"]),
-               f"{f['mfu']:.1%}", memory_gib_text(f["peak_memory_gib"])]
+               mfu_percent_text(f["mfu"]), memory_gib_text(f["peak_memory_gib"])]
         if timed:  # the checkpoint interval the run was simulated at: the failure simulation's best, or the given
             r = p["run"]
             row += [f"{r['tokens']:.{digits}g}" if days_given else days_text(r["days"]), round(r["usd"]),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from smplan.display import days_text, memory_gib_text
+from smplan.display import days_text, memory_gib_text, mfu_percent_text
 
 from .points import picked_word, unit_of
 
@@ -126,7 +126,7 @@ def _recommendation(record: dict) -> str:
 def mfu_text(point: dict) -> str:
     """A point's MFU, saying of which peak for an fp8 plan (as `smplan plan` does): fp8's is higher."""
     fp8 = (point.get("plan") or {}).get("dtype") == "fp8"
-    return f"{point['figures']['mfu']:.1%}" + (" of the fp8 peak" if fp8 else "")
+    return mfu_percent_text(point["figures"]["mfu"]) + (" of the fp8 peak" if fp8 else "")
 
 
 def _code(text: str) -> str:
