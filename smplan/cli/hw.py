@@ -62,7 +62,7 @@ ZERO_MEANS = {"gpu.sm_count": "not stated", "gpu.matmul_ceiling.fp8": "not measu
 
 
 @hw.command("show")
-@click.argument("name", metavar="NAME|PATH", required=False)
+@click.argument("name", metavar="[NAME|PATH]", required=False)
 @hw_options(required=False)
 @json_option
 def show(name: str | None, hw: str | None, stack: str | None, nodes: int | None, hw_set: tuple[str, ...],
