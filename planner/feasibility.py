@@ -62,6 +62,9 @@ def fsdp_zero1_problem(zero: int, pp: int, shard_ranks: int, zero_granularity: s
     return None
 
 
+PP_HINT = " or a smaller pp"  # pipeline_fill_problem's last words (search_space rewords them where pp was not given)
+
+
 def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int, micro_batch: int) -> str | None:
     """Why `num_microbatches` per replica cannot drive a `pp`-stage pipeline, or None.
 
@@ -81,7 +84,7 @@ def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int
                    and (schedule != "interleaved" or (samples // b) % pp == 0)]
         if smaller:
             fix += f", mbs={smaller[0]}"
-        return f"{m} micro-batches cannot fill {pp} pipeline stages; {fix} or a smaller pp"
+        return f"{m} micro-batches cannot fill {pp} pipeline stages; {fix}{PP_HINT}"
     if schedule == "interleaved" and m % pp:
         lower = m // pp * pp * per
         return (

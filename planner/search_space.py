@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from smplan.hwprofiles import Cluster
 
 from .feasibility import (
+    PP_HINT,
     capacity_factor_problem,
     context_parallel_problem,
     expert_grid_problem,
@@ -427,7 +428,11 @@ def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_
         return zeros[0][2]
     fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
     if fills:
-        return fills[0][2]
+        why = fills[0][2]
+        if "pp" not in fixed and why.endswith(PP_HINT):  # the GPU count chose pp, not the user
+            why = why[:-len(PP_HINT)] + (" or fewer GPUs (--nodes): the global batch leaves too few data-parallel "
+                                         "replicas to fill them without pipeline stages")
+        return why
     dps = sorted({r[2] for r in reasons if r[0] == "batch"})
     if dps:
         mbs = fixed.get("micro_batch")

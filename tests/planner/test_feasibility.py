@@ -122,8 +122,16 @@ def test_batch_message_advice_works():
 
 
 def test_unfillable_fixed_pipeline_says_so():
-    with pytest.raises(NoFeasiblePlan, match="micro-batches cannot fill 4 pipeline stages; use gbs >= 4"):
+    with pytest.raises(NoFeasiblePlan, match="micro-batches cannot fill 4 pipeline stages; use gbs >= 4 .* or a smaller pp$"):
         plan_search(PROF, load_cluster("a100x8"), global_batch=2, fix="pp=4")
+
+
+def test_a_pipeline_the_gpu_count_forces_points_at_fewer_gpus_not_at_pp():
+    """No pp given: the cluster's size chose it (tp and dp capped by the heads and the batch), so
+    "a smaller pp" is not the user's to change; fewer GPUs are."""
+    with pytest.raises(NoFeasiblePlan, match="cannot fill .* pipeline stages; use gbs >= .* or fewer GPUs \\(--nodes\\)") as info:
+        plan_search(PROF, load_cluster("a100x8"), global_batch=1, fix="tp=2")
+    assert "smaller pp" not in str(info.value)
 
 
 def test_min_nodes_is_the_low_end_of_max_nodes():
