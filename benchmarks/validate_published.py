@@ -226,7 +226,7 @@ def group_lines(scored: list[Scored], by: str) -> list[str]:
     for s in scored:
         groups.setdefault(group_label(s.row, by), []).append(s)
     ordered = sorted(groups.items(), key=lambda kv: -abs(stats(kv[1])["signed"]))
-    return ["    " + summary_line(label[:24], stats(group), 0, "").replace("  skipped    0", "")
+    return ["    " + summary_line(f"{label[:24]:<24}", stats(group), 0, "").replace("  skipped    0", "")
             for label, group in ordered]
 
 
