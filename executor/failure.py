@@ -124,6 +124,9 @@ def failure_line(rank: int, exitcode: int, log: Path | None) -> str:
     return _how(rank, exitcode) + (f": {tail[-1].strip()}" if tail else "")
 
 
+# smplan's packages (pyproject.toml's [tool.setuptools.package-dir]; smplan.executor is this file's
+# folder): their frames are not the user's
+SMPLAN_PACKAGES = ("smplan", "smplan.planner", "smplan.simulator", "smplan.hwprofiles")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
 
@@ -132,7 +135,8 @@ def _not_users(path: str) -> bool:
     if path.startswith("<") or any(part in path for part in ("/site-packages/", "/dist-packages/")):
         return True
     ours = [Path(__file__).resolve().parent, Path(sysconfig.get_paths()["stdlib"]).resolve()]
-    for name in ("smplan", "smplan.planner", "smplan.model"):  # the CLI, the profiler, the model rules
+    ours += [Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}]
+    for name in SMPLAN_PACKAGES:  # in an editable install each is a folder of its own
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
             ours.append(Path(spec.origin).resolve().parent)
@@ -152,17 +156,18 @@ def failure_report(rank: int, exitcode: int, log: Path | None, logs_root: Path, 
                    shown_above: bool = False) -> str:
     """Several lines for the user: which rank failed, how, its exception and its full log.
     `shown_above`: the console already showed the rank's stderr (local rank 0's), traceback and
-    all: the report names its exception and the user's frame on one line, not the frames again."""
+    all: the report names its exception and the user's frame on one line, not the frames again
+    (a caller that sent the console to a file, as calibrate does, still has the log's path)."""
     head = _how(rank, exitcode)
     if log is None:
         return f"{head}; logs under {logs_root}"
     text = log.read_text(errors="replace")
-    if shown_above and _TRACEBACK in text:
-        exc = exception_tail(text, 1)[-1].strip()
+    last = exception_tail(text, 1) if _TRACEBACK in text else []
+    if shown_above and last:  # (none: the rank was stopped while it printed the traceback's header)
+        exc = last[-1].strip()
         frame = user_frame(text)
         hint = f"\n{TIMEOUT_HINT}" if any(mark in exc for mark in TIMEOUT_MARKS) else ""
-        where = f" ({frame}; traceback above)" if frame else " (traceback above)"
-        return f"{head}: {exc}{where}{hint}\nfull log of rank {rank}: {log}"
+        return f"{head}: {exc}" + (f" ({frame})" if frame else "") + f"{hint}\nfull log of rank {rank}, traceback and all: {log}"
     tail = exception_tail(text, max_lines)
     killed = f"\n{SIGKILL_HINT}" if exitcode == -SIGKILL and _TRACEBACK not in text else ""
     if not tail:  # a signal (SIGKILL: out of memory, a scheduler) leaves no exception: one line

@@ -99,9 +99,12 @@ def test_a_traceback_the_console_showed_is_named_on_one_line_at_the_users_frame(
                                f'[rank1]:     return forward_call(*args)\n'
                                f'[rank1]:   File "{ours}", line 5, in f\n[rank1]: ValueError'))
     head, path = failure_report(0, 1, log, tmp_path, shown_above=True).splitlines()
-    assert head == "rank 0 exited with code 1: ValueError: boom at step 2 (model.py, line 17, in forward; traceback above)"
-    assert path == f"full log of rank 0: {log}"
+    assert head == "rank 0 exited with code 1: ValueError: boom at step 2 (model.py, line 17, in forward)"
+    assert path == f"full log of rank 0, traceback and all: {log}"
     assert failure.user_frame("no traceback here") is None
+    # stopped while printing the traceback's first line: no exception to name (and no IndexError)
+    cut = _write(tmp_path / "cut.log", "[rank0]: Traceback (most recent call last):\n")
+    assert failure_report(0, 1, cut, tmp_path, shown_above=True) == f"rank 0 exited with code 1; full log of rank 0: {cut}"
     # a worker's own worded error line was kept off the console: the report still shows it
     worded = _write(tmp_path / "worded.log", "error: the token file holds ids >= vocab\n")
     assert "  | error: the token file holds ids >= vocab" in failure_report(0, 1, worded, tmp_path, shown_above=True)
