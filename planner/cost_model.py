@@ -474,12 +474,10 @@ def _default_stages(plan: Plan, profile: ModelProfile):
 def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
     """Checks that need the model and the hardware; each error names the fix. What the model
     cannot run comes first: a hint on the cluster's size must not lead into that refusal."""
-    if plan.tp > 1 and not profile.has_tp_plan:
-        raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
     # what the model cannot run (capabilities): refused here as `plan --fix` and `execute` refuse it
-    for dim, degree in (("tp", plan.tp), ("pp", plan.pp), ("cp", plan.cp), ("ep", plan.ep)):
-        if degree > 1 and dim in profile.unsupported:  # ep's reason names its own fix (search_space.py)
-            raise PlanError(f"{dim}={degree}: {profile.unsupported[dim]}" + ("" if dim == "ep" else f"; use {dim}=1"))
+    problem = profile.degree_problem(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep)
+    if problem:
+        raise PlanError(problem)
     if plan.world_size > cluster.num_gpus:
         raise PlanError(
             f"dp*tp*pp*cp={plan.world_size} GPUs but the cluster has {cluster.num_gpus}; "

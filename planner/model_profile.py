@@ -266,6 +266,18 @@ class ModelProfile:
     def tokens_per_sample(self) -> int:
         return max(self.seq_len, 1)
 
+    def degree_problem(self, **degrees: int) -> str | None:
+        """Why this model cannot run these parallel degrees (tp=, pp=, cp=, ep=): what the profiler
+        found it cannot split, or no tp_plan for tp; None when it can. Checked before any rule on
+        the cluster's size, so that a hint on the size never leads into this refusal."""
+        for dim in ("tp", "pp", "cp", "ep"):
+            degree = degrees.get(dim) or 1
+            if degree > 1 and dim in self.unsupported:  # ep's reason names its own fix (search_space.py)
+                return f"{dim}={degree}: {self.unsupported[dim]}" + ("" if dim == "ep" else f"; use {dim}=1")
+            if dim == "tp" and degree > 1 and not self.has_tp_plan:
+                return "the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1"
+        return None
+
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data.update(

@@ -152,18 +152,15 @@ def validate_constraints(
                or fp8_problem(fixed["dtype"], cluster.gpu.peak_tflops.fp8, repr(cluster.name), cluster.gpu.name))
     if problem:
         raise PlanError(problem)
-    if fixed.get("cp", 1) > 1 and "cp" in profile.unsupported:
-        raise PlanError(f"cp={fixed['cp']}: {profile.unsupported['cp']}; use cp=1")
+    # what the model offers first: a hint on a degree's size must not lead into that refusal
+    problem = profile.degree_problem(**{k: fixed.get(k) for k in ("tp", "pp", "cp", "ep")})
+    if problem:
+        raise PlanError(problem)
     if fixed.get("capacity_factor", 1.0) != 1.0 and profile.num_experts <= 1:  # it would change nothing
         raise PlanError(f"cf={fixed['capacity_factor']:g} sets the busiest expert's load, but {profile.model} has no "
                         "routed experts; drop cf")
     tp = fixed.get("tp")
     if tp is not None:
-        # what the model offers first: a degree hint must not lead into the next refusal
-        if tp > 1 and "tp" in profile.unsupported:
-            raise PlanError(f"tp={tp}: {profile.unsupported['tp']}; use tp=1")
-        if tp > 1 and not profile.has_tp_plan:
-            raise PlanError("the model file defines no tp_plan(block), so tensor parallelism is not offered; use tp=1")
         tp_gpus = tp_domain_gpus(cluster)
         if tp > tp_gpus or tp_gpus % tp:
             ok = max(t for t in _divisors(tp_gpus) if t <= tp)
@@ -176,11 +173,7 @@ def validate_constraints(
         if tp > 1 and heads and heads % tp:
             ok = max(t for t in _divisors(tp_domain_gpus(cluster)) if heads % t == 0 and t <= tp)
             raise PlanError(f"tp={tp} does not divide the model's {heads} key/value heads (tp splits attention by them); use tp={ok}")
-    if fixed.get("ep", 1) > 1 and "ep" in profile.unsupported:
-        raise PlanError(f"ep={fixed['ep']}: {profile.unsupported['ep']}")
     pp = fixed.get("pp")
-    if pp is not None and pp > 1 and "pp" in profile.unsupported:
-        raise PlanError(f"pp={pp}: {profile.unsupported['pp']}; use pp=1")
     if pp is not None and pp > L:
         raise PlanError(f"pp={pp} exceeds the model's {L} blocks (each stage needs one); use pp<={L}")
     degrees = [fixed.get(k) for k in ("dp", "tp", "pp")]

@@ -77,6 +77,9 @@ def resolve_target(
     keys.setdefault("overlap_dp", load_stack(stack).overlap_grad_reduce)
     keys.setdefault("dtype", default_dtype(cluster.gpu.peak_tflops, cluster.gpu.name))  # as `plan` does: fp16 on a V100
     profile = profile_model(target, model_args or {}, seq_len, keys["dtype"])
+    cannot = profile.degree_problem(**{k: keys.get(k) for k in ("tp", "pp", "cp", "ep")})
+    if cannot:  # before plan_from_inline's rules on the cluster's size, whose hints would lead into it
+        raise PlanError(cannot)
     plan = plan_from_inline(
         keys,
         model=target,

@@ -274,3 +274,12 @@ def test_the_out_of_memory_warning_rounds_the_need_up(need, said):
 
     assert f"the fullest GPU needs {said} GiB (its memory reserve included) but H100 has 79.65 GiB" in (
         out_of_memory_warning(need, 79.65, "H100"))
+
+
+def test_an_inline_plan_the_model_cannot_run_is_refused_for_that_before_the_clusters_size(cli_runner):
+    """tp=4 x dp=4 on one 8-GPU node of a model without a tp_plan: "add --nodes" would only lead
+    into the tp_plan refusal, so that one comes first."""
+    result = cli_runner.invoke(cli, ["simulate", str(EXAMPLES / "cnn.py"), "--hw", "a100x8",
+                                     "--plan", "dp=4,tp=4,mbs=1,gbs=4"])
+    assert result.exit_code == 2 and "defines no tp_plan" in result.output and "--nodes" not in result.output, \
+        result.output
