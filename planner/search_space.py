@@ -422,9 +422,8 @@ def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_
     fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
     if fills:
         why = fills[0][2]
-        if "pp" not in fixed and why.endswith(PP_HINT):  # the GPU count chose pp, not the user
-            why = why[:-len(PP_HINT)] + (" or fewer GPUs (--nodes): the global batch leaves too few data-parallel "
-                                         "replicas to fill them without pipeline stages")
+        if "pp" not in fixed and why.endswith(PP_HINT):  # the GPU count chose pp, not the user: the batch is the fix
+            why = why[:-len(PP_HINT)]
         return why
     dps = sorted({r[2] for r in reasons if r[0] == "batch"})
     if dps:

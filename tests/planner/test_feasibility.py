@@ -126,12 +126,13 @@ def test_unfillable_fixed_pipeline_says_so():
         plan_search(PROF, load_cluster("a100x8"), global_batch=2, fix="pp=4")
 
 
-def test_a_pipeline_the_gpu_count_forces_points_at_fewer_gpus_not_at_pp():
-    """No pp given: the cluster's size chose it (tp and dp capped by the heads and the batch), so
-    "a smaller pp" is not the user's to change; fewer GPUs are."""
-    with pytest.raises(NoFeasiblePlan, match="cannot fill .* pipeline stages; use gbs >= .* or fewer GPUs \\(--nodes\\)") as info:
+def test_a_pipeline_the_gpu_count_forces_points_at_the_batch_not_at_pp():
+    """No pp given: the cluster's size chose it (tp fixed, dp capped by the batch), so "a smaller
+    pp" is not the user's to change; a larger global batch is."""
+    with pytest.raises(NoFeasiblePlan, match="cannot fill 4 pipeline stages; use gbs >= 4 \\(a multiple of dp\\*mbs=1\\)$"):
         plan_search(PROF, load_cluster("a100x8"), global_batch=1, fix="tp=2")
-    assert "smaller pp" not in str(info.value)
+    advised = plan_search(PROF, load_cluster("a100x8"), global_batch=4, fix="tp=2", top=1)  # the advice holds
+    assert advised  # (at gbs=4 dp=4 fills the node: the search needs no pipeline then)
 
 
 def test_min_nodes_is_the_low_end_of_max_nodes():
