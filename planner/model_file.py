@@ -377,8 +377,7 @@ def file_digest(ref: str) -> tuple[Path, str, str]:
             raise ModelFileError(f"{ref!r}: {head} exists but {str(path)[len(head) + 1:]!r} is not one builder "
                                  f"name; pass {head}:BUILDER with one colon")
         if path.suffix != ".py" and path.with_name(path.name + ".py").is_file():  # `mymodel` for mymodel.py
-            rest = ref[len(str(path)):] if ref.startswith(str(path)) else ""  # ":builder", as given
-            fixed = f"{path}.py{rest}"
+            fixed = f"{path}.py" + (f":{builder_name}" if ":" in ref else "")  # the builder, as given
             raise ModelFileError(f"model file {str(path)!r} does not exist; did you mean {fixed}?")
         raise ModelFileError(f"model file {str(path)!r} does not exist; pass path/to/model.py[:builder] or hf:DIR")
     if path.is_dir() and (path / "config.json").is_file():

@@ -119,6 +119,8 @@ def test_missing_file_and_not_python(tmp_path):
         load_model_file(f"{tmp_path / 'mine'}:tiny")
     with pytest.raises(ModelFileError, match=f"did you mean {tmp_path / 'mine.py'}\\?$"):
         load_model_file(str(tmp_path / "mine"))
+    with pytest.raises(ModelFileError, match=f"did you mean {tmp_path / 'mine.py'}:tiny\\?$"):  # as Path spells it
+        load_model_file(f"{tmp_path}/./mine:tiny")
 
 
 def test_builder_selection_and_seq_len_check():
