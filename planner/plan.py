@@ -445,8 +445,11 @@ def plan_from_inline(
         dp = keys["dp"]
     else:
         if world % (tp * pp * cp):
+            # the nearest tp below that fills the GPUs (tp is the degree most often mistyped: 3, 6)
+            fits = next((t for t in range(tp - 1, 0, -1) if world % (t * pp * cp) == 0), None)
+            change = f"use tp={fits} or change pp/cp" if fits else "change tp/pp/cp"
             raise PlanError(f"tp*pp*cp={tp * pp * cp} does not divide the cluster's {world} GPUs; "
-                            "give dp= or change tp/pp/cp")
+                            f"{change}, or give dp= to lay out fewer GPUs")
         dp = world // (tp * pp * cp)
     mbs = keys.get("micro_batch", 1)
     gbs = keys.get("global_batch", dp * mbs * (4 * pp if pp > 1 else 1))

@@ -324,3 +324,15 @@ def test_a_plan_the_model_cannot_run_is_refused_for_that_before_the_clusters_siz
         check_plan(plan, dataclasses.replace(PROF, has_tp_plan=False), load_cluster("a100x8"))
     with pytest.raises(PlanError, match="dp\\*tp\\*pp\\*cp=16 GPUs but the cluster has 8; use --nodes 2"):
         check_plan(plan, dataclasses.replace(PROF, has_tp_plan=True), load_cluster("a100x8"))
+
+
+def test_an_inline_shape_that_does_not_divide_the_gpus_names_a_tp_that_does():
+    from smplan.planner import plan_from_inline
+
+    inline = dict(model=PROF.model, hw="a100x8", nodes=1, gpus_per_node=8, num_blocks=PROF.num_blocks)
+    with pytest.raises(PlanError, match="tp\\*pp\\*cp=3 does not divide the cluster's 8 GPUs; use tp=2 or change pp/cp, "
+                                        "or give dp= to lay out fewer GPUs"):
+        plan_from_inline("tp=3", **inline)
+    with pytest.raises(PlanError, match="tp\\*pp\\*cp=3 does not divide .*; change tp/pp/cp, or give dp="):
+        plan_from_inline("pp=3", **inline)  # no tp below 1
+    assert plan_from_inline("tp=2", **inline).dp == 4
