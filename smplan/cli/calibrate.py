@@ -32,16 +32,16 @@ from .table import format_table
 @click.option("--hw-set", "hw_set", multiple=True, metavar="KEY=VALUE",
               help="Override a hardware value before calibrating (dotted key). Repeatable.")
 @model_args_option
-@click.option("--plans", "num_plans", type=int, default=3, show_default=True,
+@click.option("--plans", "num_plans", type=click.IntRange(min=0), default=3, show_default=True,
               help="How many plans to run (at least 1 without --plan); they differ in dp/tp/pp, recomputation and "
                    "micro-batch.")
 @click.option("--plan", "choices", multiple=True, metavar="KEYS",
               help='Run this plan instead of the automatic pick, e.g. "dp=2,mbs=4,recompute=full". Repeatable.')
-@click.option("--steps", type=int, default=5, show_default=True,
+@click.option("--steps", type=click.IntRange(min=2), default=5, show_default=True,
               help="Steps per plan, at least 2: the first is warm-up, the fastest of the rest is the measurement.")
-@click.option("--rounds", type=int, default=1, show_default=True,
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run the list of plans this many times (at least 1) and keep each plan's fastest (busy machines).")
-@click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=int, default=2, show_default=True, help="Local processes per run (gloo on CPU).")
+@click.option("--nproc-per-node", "--nproc", "nproc", cls=OneSpelling, old_names=("--nproc",), type=click.IntRange(min=1), default=2, show_default=True, help="Local processes per run (gloo on CPU).")
 @click.option("--global-batch", "--gbs", "global_batch", cls=OneSpelling, old_names=("--gbs",), type=GLOBAL_BATCH, default=8, show_default=True,
               help="Global batch of every plan (samples per step).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, callback=non_empty_path,

@@ -375,3 +375,11 @@ def test_a_runs_dir_whose_run_folder_holds_other_files_is_refused_before_any_wri
                                                     "--runs-dir", str(tmp_path / "runs")]))
     assert "--runs-dir" in line and "already holds plan1" in line and "-o/--output" not in line
     assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("option, value, rule", [("--steps", "1", "x>=2"), ("--rounds", "0", "x>=1"),
+                                                 ("--nproc-per-node", "0", "x>=1"), ("--plans", "-1", "x>=0")])
+def test_counts_show_their_range_in_help_and_refuse_outside_it(cli_runner, probed, option, value, rule):
+    assert f"{rule}]" in " ".join(cli_runner.invoke(cli, ["calibrate", "--help"]).output.split())
+    line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), option, value]))
+    assert option in line and rule in line
