@@ -62,11 +62,10 @@ def fsdp_zero1_problem(zero: int, pp: int, shard_ranks: int, zero_granularity: s
     return None
 
 
-PP_HINT = " or a smaller pp"  # pipeline_fill_problem's last words (search_space rewords them where pp was not given)
-
-
-def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int, micro_batch: int) -> str | None:
+def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int, micro_batch: int,
+                          pp_given: bool = True) -> str | None:
     """Why `num_microbatches` per replica cannot drive a `pp`-stage pipeline, or None.
+    `pp_given`: the user chose pp (else the GPU count did, and "a smaller pp" is no fix of theirs).
 
     1F1B: torch's Schedule1F1B raises unless micro-batches >= stages (torch 2.x,
     torch/distributed/pipelining/schedules.py); GPipe is held to the same rule, since with fewer
@@ -84,7 +83,7 @@ def pipeline_fill_problem(pp: int, schedule: str, num_microbatches: int, dp: int
                    and (schedule != "interleaved" or (samples // b) % pp == 0)]
         if smaller:
             fix += f", mbs={smaller[0]}"
-        return f"{m} micro-batches cannot fill {pp} pipeline stages; {fix}{PP_HINT}"
+        return f"{m} micro-batches cannot fill {pp} pipeline stages; {fix}" + (" or a smaller pp" if pp_given else "")
     if schedule == "interleaved" and m % pp:
         lower = m // pp * pp * per
         return (

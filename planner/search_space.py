@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from smplan.hwprofiles import Cluster
 
 from .feasibility import (
-    PP_HINT,
     capacity_factor_problem,
     context_parallel_problem,
     expert_grid_problem,
@@ -337,7 +336,7 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
                     schedules = _schedules(fixed, pp, m, L)
                     if not schedules:
                         sched = fixed.get("schedule") or "1f1b"
-                        why = pipeline_fill_problem(pp, sched, m, dp, mbs)
+                        why = pipeline_fill_problem(pp, sched, m, dp, mbs, pp_given="pp" in fixed)
                         reject("fill", pp * dp * mbs, why or f"no schedule runs pp={pp} with {m} micro-batches")
                     for schedule, v in schedules:
                         sp_ok = profile.supports_sequence_parallel is not False
@@ -421,10 +420,7 @@ def why_no_candidates(profile: ModelProfile, cluster: Cluster, fixed: dict, max_
         return zeros[0][2]
     fills = sorted((r for r in reasons if r[0] == "fill"), key=lambda r: r[1])
     if fills:
-        why = fills[0][2]
-        if "pp" not in fixed and why.endswith(PP_HINT):  # the GPU count chose pp, not the user: the batch is the fix
-            why = why[:-len(PP_HINT)]
-        return why
+        return fills[0][2]
     dps = sorted({r[2] for r in reasons if r[0] == "batch"})
     if dps:
         mbs = fixed.get("micro_batch")
