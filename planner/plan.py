@@ -24,7 +24,7 @@ from .feasibility import (
 )
 from .grad_compress import problem as grad_compress_problem
 from .model_file import beside, relative_to_folder, split_ref
-from .plan_schema import MAX_DEGREE, MAX_GLOBAL_BATCH, MAX_NODES, check_derived, check_plan_dict
+from .plan_schema import COUNT_CAPS, check_derived, check_plan_dict
 
 # 2: ep, cp, capacity_factor and dtype fp8; version-1 files (no such keys) still read. Keys added
 # since with a default (grad_compress, fp8_scaling, stack) keep version 2: files without them read
@@ -501,8 +501,6 @@ def is_plan_file_name(path: str | Path) -> bool:
 
 # Plan fields that count something (degrees, batch sizes, model chunks): a whole number >= 1.
 COUNT_FIELDS = ("dp", "tp", "pp", "ep", "cp", "micro_batch", "global_batch", "virtual_stages")
-# the plan file's caps (plan_schema.py); the degrees' is MAX_DEGREE
-COUNT_CAPS = {"micro_batch": MAX_GLOBAL_BATCH, "global_batch": MAX_GLOBAL_BATCH, "nodes": MAX_NODES}
 
 
 def count_problem(keys: dict) -> str | None:
@@ -512,7 +510,7 @@ def count_problem(keys: dict) -> str | None:
         value = keys.get(name, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             return f"{name} must be a whole number >= 1, got {value!r}"
-        cap = COUNT_CAPS.get(name, MAX_DEGREE)
+        cap = COUNT_CAPS[name]
         if value > cap:
             return f"{name} must be at most {cap} (a typo guard), got {value}"
     return None

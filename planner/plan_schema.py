@@ -35,6 +35,10 @@ MAX_NODES = 2**20
 # --global-batch: 2**24 sequences a step, 256x the largest published batch in sequences (LAMB's
 # 65,536, You et al. 2019); more is a typo whose micro-batch schedule would not fit in memory.
 MAX_GLOBAL_BATCH = 2**24
+# every whole-number field's cap, for a plan file's values and inline keys alike (plan.count_problem)
+COUNT_CAPS = {"nodes": MAX_NODES, "dp": MAX_DEGREE, "tp": MAX_DEGREE, "pp": MAX_DEGREE, "ep": MAX_DEGREE,
+              "cp": MAX_DEGREE, "virtual_stages": MAX_DEGREE, "micro_batch": MAX_GLOBAL_BATCH,
+              "global_batch": MAX_GLOBAL_BATCH, "num_microbatches": MAX_GLOBAL_BATCH}
 REGENERATE = "regenerate the plan with `smplan plan -o plan.json`"
 
 
@@ -229,16 +233,16 @@ def check_plan_dict(data, source: str = "plan") -> dict:
     check = {
         "model": _text,
         "hw": _text,
-        "nodes": lambda p, k, v: _whole(p, k, v, 1, MAX_NODES),
-        "dp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
-        "tp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
-        "pp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
-        "ep": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
-        "cp": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
+        "nodes": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "dp": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "tp": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "pp": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "ep": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "cp": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
         "capacity_factor": lambda p, k, v: _capacity(p, k, v),
-        "micro_batch": lambda p, k, v: _whole(p, k, v, 1, MAX_GLOBAL_BATCH),
-        "global_batch": lambda p, k, v: _whole(p, k, v, 1, MAX_GLOBAL_BATCH),
-        "virtual_stages": lambda p, k, v: _whole(p, k, v, 1, MAX_DEGREE),
+        "micro_batch": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "global_batch": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
+        "virtual_stages": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
         "schedule": lambda p, k, v: _choice(p, k, v, SCHEDULES),
         "zero": lambda p, k, v: _choice(p, k, v, (0, 1, 2, 3)),
         "sequence_parallel": _boolean,
@@ -254,7 +258,7 @@ def check_plan_dict(data, source: str = "plan") -> dict:
         "predicted": lambda p, k, v: _figures(p, v),
         "version": lambda p, k, v: _version(p, v),
         "recompute": lambda p, k, v: _choice(p, k, v, RECOMPUTE),
-        "num_microbatches": lambda p, k, v: _whole(p, k, v, 1, MAX_GLOBAL_BATCH),
+        "num_microbatches": lambda p, k, v: _whole(p, k, v, 1, COUNT_CAPS[k]),
         "stage_blocks": lambda p, k, v: v,
     }
     kwargs = {}
