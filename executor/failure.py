@@ -7,6 +7,7 @@ The elastic agent keeps every worker's stderr in
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import sysconfig
@@ -130,18 +131,24 @@ SMPLAN_PACKAGES = ("smplan", "smplan.planner", "smplan.simulator", "smplan.hwpro
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 
 
-def _not_users(path: str) -> bool:
-    """Whether a traceback frame's file is Python's, an installed library's or smplan's own."""
-    if path.startswith("<") or any(part in path for part in ("/site-packages/", "/dist-packages/")):
-        return True
-    ours = [Path(__file__).resolve().parent, Path(sysconfig.get_paths()["stdlib"]).resolve()]
-    ours += [Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}]
+@functools.cache
+def _not_users_folders() -> tuple[Path, ...]:
+    """Python's library, the installed packages' folders and every smplan package's folder."""
+    paths = sysconfig.get_paths()
+    ours = [Path(__file__).resolve().parent, *(Path(paths[k]).resolve() for k in ("stdlib", "purelib", "platlib"))]
     for name in SMPLAN_PACKAGES:  # in an editable install each is a folder of its own
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
             ours.append(Path(spec.origin).resolve().parent)
+    return tuple(ours)
+
+
+def _not_users(path: str) -> bool:
+    """Whether a traceback frame's file is Python's, an installed library's or smplan's own."""
+    if path.startswith("<") or any(part in path for part in ("/site-packages/", "/dist-packages/")):
+        return True
     resolved = Path(path).resolve()
-    return any(resolved.is_relative_to(folder) for folder in ours)
+    return any(resolved.is_relative_to(folder) for folder in _not_users_folders())
 
 
 def user_frame(text: str) -> str | None:
