@@ -280,12 +280,11 @@ CHUNK_TOKENS = 256
 
 def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy. Default ("fp32"): `F.cross_entropy` on fp32 logits, which
-    keeps an fp32 log-softmax for backward. With the model's `loss="chunked"`: `chunked_cross_entropy`.
-    Vocab-sharded logits (a DTensor, tp > 1) always take the fp32 path: loss_parallel implements
-    exactly `F.cross_entropy` on them, and each rank holds only vocab / tp of the logits."""
-    from torch.distributed.tensor import DTensor
-
-    if getattr(outputs, "smplan_loss", "fp32") == "chunked" and not isinstance(outputs, DTensor):
+    keeps an fp32 log-softmax for backward. With the model's `loss="chunked"`: `chunked_cross_entropy`,
+    also on vocab-sharded logits (a DTensor, tp > 1): loss_parallel runs each chunk's
+    `F.cross_entropy` on the rank's vocab / tp columns, so the chunks' temporaries are split by tp
+    as the profile's measured peak is (planner/memory_model.py `loss_buffer_bytes`)."""
+    if getattr(outputs, "smplan_loss", "fp32") == "chunked":
         return chunked_cross_entropy(outputs.flatten(0, 1), targets.flatten(0, 1))
     return F.cross_entropy(outputs.flatten(0, 1).float(), targets.flatten(0, 1))
 

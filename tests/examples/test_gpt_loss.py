@@ -97,7 +97,7 @@ def test_profile_counts_what_each_loss_keeps():
 @pytest.mark.parametrize("plan", [pytest.param("dp=2,zero=3,mbs=2,gbs=4", marks=pytest.mark.slow), pytest.param("tp=2,mbs=2,gbs=4", marks=pytest.mark.slow)])
 def test_executor_trains_with_the_chunked_loss_to_the_same_loss(tmp_path, plan):
     """FSDP runs the chunked loss (512 tokens: 2 chunks); tp=2 hands it vocab-sharded logits, which
-    take the fp32 path under loss_parallel. Either way the step's loss is the default's."""
+    it chunks under loss_parallel. Either way the step's loss is the default's."""
     from tests.executor.runs import metrics, run_execute
 
     losses = {}
@@ -107,3 +107,38 @@ def test_executor_trains_with_the_chunked_loss_to_the_same_loss(tmp_path, plan):
         assert result.returncode == 0, result.stdout[-3000:]
         losses[loss] = metrics(out)[0]["loss"]
     assert losses["chunked"] == pytest.approx(losses["fp32"], rel=1e-5)
+
+
+def _sharded_chunked_worker(rank: int, world: int, spec: str, init_file: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from tests.executor.gloo_group import gloo_group
+
+    with gloo_group(init_file, rank, world):
+        gen = torch.Generator().manual_seed(0)
+        logits = torch.randn(2, 300, 12, generator=gen, dtype=torch.float64)  # 600 tokens: 3 chunks
+        targets = torch.randint(0, 12, (2, 300), generator=gen)
+        targets[0, [2, 17]] = -100
+        ref_logits = logits.clone().requires_grad_()
+        ref = F.cross_entropy(ref_logits.flatten(0, 1), targets.flatten(0, 1))
+        ref.backward()
+        sharded = distribute_tensor(logits, init_device_mesh("cpu", (world,)), [Shard(2)]).requires_grad_()
+        outputs = sharded * 1.0
+        outputs.smplan_loss = "chunked"  # what the model sets on its logits (GPT.forward)
+        with loss_parallel():
+            value = gpt.loss(outputs, targets)
+            assert "Chunked" in type(value.grad_fn).__name__
+            value.backward()
+        assert sharded.grad.placements == (Shard(2),)  # each rank wrote only its vocab columns
+        torch.testing.assert_close(value.full_tensor().double(), ref.detach(), rtol=1e-6, atol=1e-6)  # fp32 total
+        torch.testing.assert_close(sharded.grad.full_tensor(), ref_logits.grad, rtol=1e-6, atol=1e-9)
+
+
+def test_chunked_loss_takes_vocab_sharded_logits(tmp_path):
+    """tp > 1: the head's logits reach the loss as a vocab-sharded DTensor; the chunked loss still
+    chunks them, under loss_parallel: what the memory model prices (its temporaries split by tp)."""
+    from tests.executor.runs import spawn_workers
+
+    spawn_workers(_sharded_chunked_worker, 2, "", tmp_path, timeout_s=120)
