@@ -52,6 +52,14 @@ def effective_zero(zero: int, pp: int) -> int:
     return 1 if pp > 1 and zero >= 2 else zero
 
 
+def zero_with_pp_problem(zero: int, pp: int) -> str | None:
+    """Why `zero` does not run as itself with `pp` pipeline stages (`effective_zero`), or None."""
+    if effective_zero(zero, pp) == zero:
+        return None
+    return (f"zero={zero} runs as ZeRO-1 with pipeline stages (pp={pp}: the gradients and gathered parameters "
+            "stay until the last micro-batch)")
+
+
 def fsdp_zero1_problem(zero: int, pp: int, shard_ranks: int, zero_granularity: str) -> str | None:
     """Why zero=1 does not run as itself under a stack whose ZeRO is FSDP's (zero_granularity
     "block"), or None: without pipeline stages FSDP shards the gradients with the optimizer states

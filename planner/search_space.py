@@ -18,6 +18,7 @@ from .feasibility import (
     fsdp_zero1_problem,
     pipeline_fill_problem,
     sp_unsupported,
+    zero_with_pp_problem,
 )
 from .grad_compress import parse as parse_grad_compress
 from .grad_compress import problem as grad_compress_problem
@@ -304,10 +305,9 @@ def _walk(profile: ModelProfile, cluster: Cluster, fixed: dict, max_nodes: int |
             for pp in pps:
                 if world % (tp * cp * pp):
                     continue
-                if fixed.get("zero", 0) >= 2 and pp > 1:  # it would run, and be priced, as ZeRO-1
-                    reject("zero", 0, f"zero={fixed['zero']} runs as ZeRO-1 with pipeline stages (pp={pp}: the "
-                                      "gradients and gathered parameters stay until the last micro-batch, "
-                                      "feasibility.effective_zero); fix pp=1 for ZeRO-2/3, or zero=1")
+                zero_pp = zero_with_pp_problem(fixed.get("zero", 0), pp)  # it would run, and be priced, as ZeRO-1
+                if zero_pp:
+                    reject("zero", 0, f"{zero_pp}; fix pp=1 for ZeRO-2/3, or zero=1")
                     continue
                 fsdp = fsdp_zero1_problem(fixed.get("zero", 0), pp, world // (tp * pp), cluster.efficiency.zero_granularity)
                 if fsdp:

@@ -8,7 +8,7 @@ import click
 
 from smplan.display import mfu_percent_text
 from smplan.hwprofiles import DEFAULT_STACK, PROBED_CPU_NAME, load_stack
-from smplan.planner.feasibility import fsdp_zero1_problem
+from smplan.planner.feasibility import fsdp_zero1_problem, zero_with_pp_problem
 from smplan.planner.model_file import split_ref
 from smplan.planner.plan import is_plan_file_name
 from smplan.simulator import DP_PATTERNS, simulate_plan
@@ -117,7 +117,9 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     # a plan `plan` would not offer under this stack is simulated as written, and says so
     fsdp = fsdp_zero1_problem(plan.zero, plan.pp, plan.dp * plan.cp, cluster.efficiency.zero_granularity)
     fsdp = f"note: {fsdp}; this simulates ZeRO-1 as written, which `smplan plan` does not offer here" if fsdp else None
-    notes += [note for note in (capped, host, causal, a2a, fsdp, oom) if note]
+    zero_pp = zero_with_pp_problem(plan.zero, plan.pp)
+    zero_pp = f"note: {zero_pp}; it is simulated so (smplan plan offers ZeRO-2/3 at pp=1 only)" if zero_pp else None
+    notes += [note for note in (capped, host, causal, a2a, fsdp, zero_pp, oom) if note]
     nodes_of = [row["node"] for row in result.stage_utilisation]
     if trace_path:
         write_trace(trace_path, result.events, nodes_of, {"plan": plan.to_dict(), "step_time_s": result.step_time_s})
@@ -166,7 +168,7 @@ def simulate(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len, t
     click.echo("\nbreakdown (critical stage)")
     click.echo(format_table(["kind", "seconds", "share"],
                             [[k, v, f"{v / f.step_time_s:.1%}"] for k, v in shown_breakdown(f.breakdown, plan).items()]))
-    for note in (capped, host, causal, a2a, fsdp):
+    for note in (capped, host, causal, a2a, fsdp, zero_pp):
         if note:
             click.echo(note)
     click.echo("\nper-stage time, % of the step: compute + comm wait + optimizer + idle = 100%\n"

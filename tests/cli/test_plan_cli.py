@@ -343,6 +343,13 @@ def test_fixed_zero3_is_searched_without_pipeline_stages(cli_runner):
     # without a fixed pp, a shape no pp can make is still the reason given
     shape = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--fix", "zero=3,dp=3", "--global-batch", "12"])
     assert shape.exit_code == 2 and "no mesh of 8 GPUs has dp=3" in shape.output, shape.output
+    # simulate prices it as ZeRO-1 and says so, as the launch does (a review: it said nothing)
+    inline = ["simulate", TINY, "--hw", "a100x8", "--plan", "pp=2,dp=4,zero=3,mbs=1,gbs=8"]
+    notes = json.loads(cli_runner.invoke(cli, [*inline, "--json"]).stdout)["notes"]
+    assert any(n.startswith("note: zero=3 runs as ZeRO-1 with pipeline stages (pp=2") for n in notes), notes
+    assert "runs as ZeRO-1 with pipeline stages" in cli_runner.invoke(cli, inline).output
+    flat = ["simulate", TINY, "--hw", "a100x8", "--plan", "dp=8,zero=3,mbs=1,gbs=8", "--json"]
+    assert not any("ZeRO-1" in n for n in json.loads(cli_runner.invoke(cli, flat).stdout)["notes"])
 
 
 def test_fixed_zero1_under_an_fsdp_stack_is_searched_with_pipeline_stages(cli_runner):
