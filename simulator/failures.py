@@ -423,7 +423,9 @@ class RunReport:
     blocking_s: float
     restart_s: float
     interval_s: float
-    interval_source: str  # "auto" (the sweep's best), "given", or "daly" (too few failures drawn to sweep)
+    # "auto" (the sweep's best), "given", "daly" (too few failures drawn to sweep), or "whole_run"
+    # (the run is shorter than either: one segment)
+    interval_source: str
     best_interval_s: float
     young_interval_s: float
     daly_interval_s: float
@@ -504,17 +506,25 @@ def analyse_run(
     grid = np.unique(np.concatenate([grid] + ([[interval_s]] if interval_s else [])))
     res = simulate_sweep(spec, grid, seeds, seed, given_s=interval_s)
     best, best_row = res.best()
+    at_best = None
+    if best != float(res.intervals_s[best_row]):
+        # The parabola's vertex, run on the same failure draws: kept only where it beats the grid's
+        # best (near a flat optimum the fit's vertex can land on a worse point).
+        at_best = simulate_sweep(spec, [best], seeds, seed)
+        if at_best.wall_s[0].mean() > res.wall_s[best_row].mean():
+            best, at_best = float(res.intervals_s[best_row]), None
     drawn = int(res.failures[best_row].sum())
     source = "given" if interval_s else "auto"
     chosen = interval_s if interval_s else best
     if interval_s is None and drawn < MIN_SWEEP_FAILURES and (daly > 0 or young > 0):
         chosen, source = default_interval_s(spec), "daly"
-    if interval_s is None:  # a run shorter than the interval is one segment, though never shorter than a write
-        chosen = min(chosen, max(spec.work_s, shortest))
+    if interval_s is None and chosen > max(spec.work_s, shortest):
+        # a run shorter than the interval is one segment, though never shorter than a write
+        chosen, source = max(spec.work_s, shortest), "whole_run"
     row = int(np.argmin(np.abs(res.intervals_s - chosen)))
     if interval_s is None:
-        # Evaluate exactly at the refined best interval, on the same failure draws.
-        one = simulate_sweep(spec, [chosen], seeds, seed)
+        # Evaluate exactly at the interval used, on the same failure draws.
+        one = at_best if at_best is not None and chosen == best else simulate_sweep(spec, [chosen], seeds, seed)
         wall, fails, waited = one.wall_s[0], one.failures[0], one.spare_wait_s[0]
     else:
         wall, fails, waited = res.wall_s[row], res.failures[row], res.spare_wait_s[row]

@@ -192,7 +192,7 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     r = result.report
     day = 86400.0
     unit = "tokens" if profile.seq_len else "samples"  # a model without sequences counts samples, as plan does
-    click.echo(f"{plan.model}: {result.num_gpus} GPUs, step {result.step_time_s:.3g} s, "
+    click.echo(f"{plan.model}: {result.num_gpus} GPUs ({cluster.name}, stack {plan.stack}), step {result.step_time_s:.3g} s, "
                f"{result.tokens_per_s:,.0f} {unit}/s, failure-free {r.work_s / day:.2f} days")
     if checkpoint_minutes is None:  # say what the write time assumes: it scales with the nodes writing
         writers, per_node = result.nodes, cluster.storage.checkpoint_write_gbps
@@ -218,7 +218,8 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     if note := skewed_mean_note(r):
         click.echo(note)
     click.echo("")
-    used = "Daly's: too few failures to sweep" if r.interval_source == "daly" else r.interval_source
+    used = {"daly": "Daly's: too few failures to sweep",
+            "whole_run": "the whole run: shorter than the sweep's or Daly's"}.get(r.interval_source, r.interval_source)
     click.echo(format_table(["checkpoint interval", "minutes"], [
         [f"used ({used})", r.interval_s / 60],
         ["best by sweep", r.best_interval_s / 60],

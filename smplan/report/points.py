@@ -46,7 +46,7 @@ Schema (version 1; all times in seconds unless the key names another unit)::
           "goodput": float, "goodput_std": float, # work over "days"; the std over seeds
           "goodput_p10": float, "goodput_p90": float,
           "checkpoint_interval_min": float,       # the simulated best (Daly's with too few failures drawn), or the one given
-          "checkpoint_interval_source": str,      # "auto", "daly" or "given"
+          "checkpoint_interval_source": str,      # "auto", "daly", "given" or "whole_run"
           "checkpoint_save_s": float, "young_daly_min": float, "job_mtbf_hours": float,
           "failures": float, "seeds": int
         }

@@ -167,7 +167,7 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
         "goodput_p10": report.goodput_p10,
         "goodput_p90": report.goodput_p90,
         "checkpoint_interval_min": report.interval_s / 60.0,
-        "checkpoint_interval_source": report.interval_source,  # "auto", "daly" or "given"
+        "checkpoint_interval_source": report.interval_source,  # "auto", "daly", "given" or "whole_run"
         "checkpoint_save_s": save_s,
         "young_daly_min": report.daly_interval_s / 60.0,
         "job_mtbf_hours": report.job_mtbf_s / 3600.0,

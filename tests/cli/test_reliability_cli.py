@@ -35,6 +35,15 @@ def test_a_model_without_sequences_counts_samples(cli_runner):
     assert tokens["unit"] == "token"
 
 
+def test_a_run_shorter_than_the_interval_says_so_and_names_its_hardware(cli_runner):
+    """A review: the run's own length was labelled Daly's, and the header named no hardware."""
+    result = cli_runner.invoke(cli, BASE + ["--days", "0.002", "--checkpoint-minutes", "5", "--seeds", "5"])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"used \(the whole run: shorter than the sweep's or Daly's\) +2\.88\b", result.output), result.output
+    assert "so the interval used is Daly's" not in result.output
+    assert ": 4096 GPUs (a100x8, stack megatron-core), step " in result.output
+
+
 def test_reliability_table_tokens_and_options(cli_runner):
     result = cli_runner.invoke(cli, BASE + ["--tokens", "1e10", "--checkpoint-interval-min", "30", "--mtbf-hours", "20000",
                                             "--restart-minutes", "5", "--async-checkpoint", "--spares", "8",

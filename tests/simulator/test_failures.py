@@ -299,3 +299,20 @@ def test_weibull_infant_mortality_is_refused_by_the_failures_it_draws():
                    weibull_shape=0.1)
     with pytest.raises(RunDoesNotFinish, match="with --weibull-shape 0.1, new GPUs fail far more often"):
         analyse_run(spec, seeds=100)
+
+
+@pytest.mark.parametrize("mtbf_h", [500, 2000, 5000])
+def test_the_best_interval_is_never_worse_than_its_own_sweep(mtbf_h):
+    """The parabola through the sweep's best points is kept only where, run on the same failure
+    draws, it beats the grid's best (a review: "best by sweep" lost to its neighbours)."""
+    spec = RunSpec(work_s=20 * 86400, num_gpus=512, gpu_mtbf_hours=mtbf_h, restart_s=15 * MIN, checkpoint_s=20.0)
+    report = analyse_run(spec, seeds=30)
+    assert report.interval_source == "auto"
+    assert report.wall_mean_s <= min(row["wall_mean_s"] for row in report.sweep)
+
+
+def test_a_run_shorter_than_the_interval_is_one_segment_and_says_so():
+    spec = RunSpec(work_s=1800.0, num_gpus=32, gpu_mtbf_hours=50000, restart_s=15 * MIN, checkpoint_s=6.0)
+    short = analyse_run(spec, seeds=5)
+    assert short.interval_source == "whole_run" and short.interval_s == 1800.0 < short.daly_interval_s
+    assert analyse_run(spec, interval_s=3600.0, seeds=5).interval_source == "given"  # a given one stands
