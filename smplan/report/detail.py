@@ -5,6 +5,8 @@ Each takes the matching `details` entry of a points record (see `smplan.report.p
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
@@ -108,6 +110,14 @@ def goodput_chart(goodput: dict, path=None, title_suffix: str = ""):
         ax.set_ylabel("goodput (useful time / wall time)")
     ax_i.axvline(goodput["young_daly_min"], color="#ee6677", linestyle="--", gid="young_daly",
                  label=f"Young/Daly optimum ({goodput['young_daly_min']:.3g} min)")
+    # the interval the point's run used (the sweep's best, or one given), where it is not Daly's
+    chosen = goodput["chosen_interval_min"]
+    if not math.isclose(chosen, goodput["young_daly_min"], rel_tol=0.01):
+        ax_i.axvline(chosen, color="#228833", linestyle=":", gid="chosen_interval",
+                     label=f"interval used ({chosen:.3g} min)")
+    if goodput.get("gpu_mtbf_hours"):  # the profile's MTBF: the point's own run (older points.json lack it)
+        ax_m.axvline(goodput["gpu_mtbf_hours"], color="#228833", linestyle=":", gid="profile_mtbf",
+                     label=f"the profile's MTBF ({goodput['gpu_mtbf_hours']:,.0f} h)")
     ax_i.set_xlabel(log_scale_label("checkpoint interval (minutes)"))
     ax_i.set_title("vs checkpoint interval")
     ax_m.set_xlabel(log_scale_label("GPU mean time between failures (hours)"))

@@ -47,7 +47,8 @@ Schema (version 1; all times in seconds unless the key names another unit)::
           "goodput_p10": float, "goodput_p90": float,
           "checkpoint_interval_min": float,       # the simulated best (Daly's with too few failures drawn), or the one given
           "checkpoint_interval_source": str,      # "auto", "daly", "given" or "whole_run"
-          "checkpoint_save_s": float, "young_daly_min": float, "job_mtbf_hours": float,
+          "checkpoint_save_s": float, "young_daly_min": float,  # Daly's 2006 interval (Young's, refined)
+          "job_mtbf_hours": float,
           "failures": float, "seeds": int
         }
       }],
@@ -59,8 +60,9 @@ Schema (version 1; all times in seconds unless the key names another unit)::
                          "tasks": [{"stage": int, "kind": str, "microbatch": int|null,
                                     "start_s": float, "end_s": float}],
                          "truncated": bool},
-        "goodput": null | {"point": int, "young_daly_min": float,
+        "goodput": null | {"point": int, "young_daly_min": float,  # Daly's 2006 interval (Young's, refined)
                            "chosen_interval_min": float,
+                           "gpu_mtbf_hours": float,  # the profile's (the point's run); absent in older files
                            "vs_interval": {"interval_min": [..], "goodput": [..], "goodput_std": [..]},
                            "vs_mtbf": {"gpu_mtbf_hours": [..], "goodput": [..], "goodput_std": [..]},
                            "seeds": int},  # simulated runs per point; a goodput (and its std) is

@@ -195,6 +195,7 @@ def goodput_curves(q: Question, point: dict, plan: Plan, cluster: Cluster) -> di
         vs_mtbf["goodput"].append(mean[0])
         vs_mtbf["goodput_std"].append(std[0])
     return {"point": point["id"], "young_daly_min": yd_min, "chosen_interval_min": chosen_min,
+            "gpu_mtbf_hours": cluster.reliability.gpu_mtbf_hours,
             "vs_interval": vs_interval, "vs_mtbf": vs_mtbf, "seeds": q.seeds}
 
 

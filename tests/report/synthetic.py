@@ -80,7 +80,7 @@ def synthetic_record() -> dict:
         "recommendation": "the cheapest point that trains within the fastest plus 10%",
         "details": {
             "gantt": {"point": 5, "step_time_s": 2.0, "stages": 2, "tasks": tasks},
-            "goodput": {"point": 5, "young_daly_min": 40.0, "chosen_interval_min": 30.0,
+            "goodput": {"point": 5, "young_daly_min": 40.0, "chosen_interval_min": 30.0, "gpu_mtbf_hours": 3e4,
                         "vs_interval": {"interval_min": [5, 10, 30, 60, 120], "goodput": [0.8, 0.87, 0.9, 0.89, 0.85],
                                         "goodput_std": [0.01, 0.01, 0.02, 0.02, 0.03]},
                         "vs_mtbf": {"gpu_mtbf_hours": [1e4, 3e4, 1e5], "goodput": [0.7, 0.85, 0.95],

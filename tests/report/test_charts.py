@@ -140,6 +140,9 @@ def test_goodput_lines_equal_points(saved):
     assert list(line.get_xdata()) == approx(g["vs_mtbf"]["gpu_mtbf_hours"])
     assert list(line.get_ydata()) == approx(g["vs_mtbf"]["goodput"])
     assert line_by_gid(ax_i, "young_daly").get_xdata()[0] == g["young_daly_min"]
+    # the interval the run used, and the profile's MTBF, are marked (a review: neither was)
+    assert line_by_gid(ax_i, "chosen_interval").get_xdata()[0] == g["chosen_interval_min"] != g["young_daly_min"]
+    assert line_by_gid(ax_m, "profile_mtbf").get_xdata()[0] == g["gpu_mtbf_hours"]
 
 
 def test_tornado_widths_equal_points(saved):
