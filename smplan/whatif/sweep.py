@@ -74,6 +74,8 @@ def _best_case(points: list[dict], rid: int, keys: list[str]) -> str:
     if len(timed) < 2:
         return said
     low, high = min(timed, key=lambda p: p["run"]["goodput"]), max(timed, key=lambda p: p["run"]["goodput"])
+    if f"{low['run']['goodput']:.1%}" == f"{high['run']['goodput']:.1%}":  # one figure, not a range of one point
+        return f"{said} Goodput is {high['run']['goodput']:.1%} at every point."
     return (f"{said} Goodput runs from {low['run']['goodput']:.1%} (#{low['id']} {low['label']}) to "
             f"{high['run']['goodput']:.1%} (#{high['id']} {high['label']}).")
 

@@ -105,3 +105,16 @@ def test_days_fill_with_whole_steps_whose_run_ends_in_time(step_s, checkpoint_s,
 def test_days_shorter_than_one_step_and_its_checkpoint_are_the_points_reason():
     with pytest.raises(RunDoesNotFinish, match=r"no whole step ends within 0\.0001 days: one step \(12\.2 s\)"):
         steps_within(8.64, 12.2, _run_of(12.2, 30.0, []))
+
+
+def test_a_best_case_of_tied_goodputs_states_one_figure():
+    """A review: "Goodput runs from 12.6% (#0 ...) to 12.6% (#0 ...)" named one point twice."""
+    from smplan.whatif.sweep import _best_case
+
+    def point(i, goodput):
+        return {"id": i, "label": f"restart={i}", "feasible": True, "run": {"goodput": goodput}}
+
+    tied = _best_case([point(0, 0.12601), point(1, 0.12598)], 0, ["reliability.restart_minutes"])
+    assert tied.endswith("Goodput is 12.6% at every point."), tied
+    spread = _best_case([point(0, 0.5), point(1, 0.9)], 1, ["reliability.gpu_mtbf_hours"])
+    assert spread.endswith("Goodput runs from 50.0% (#0 restart=0) to 90.0% (#1 restart=1)."), spread
