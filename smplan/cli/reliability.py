@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import click
 
@@ -32,6 +34,22 @@ from .options import (
     warn_about_profiles,
 )
 from .table import format_table
+
+# A failure sweep takes from milliseconds to minutes (--seeds 1000 on a long run: 2 min 23 s, a
+# review): past this, say what runs, as profiling does (planner.profiler.PROGRESS_AFTER_S).
+PROGRESS_AFTER_S = 1.0
+
+
+@contextlib.contextmanager
+def said_after(seconds: float, message: str):
+    """Print `message` on stderr if the block is still running after `seconds`."""
+    timer = threading.Timer(seconds, click.echo, (message,), {"err": True})
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _interval(value: str) -> float | None:
@@ -166,11 +184,13 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
         stack=stack,
     )
     notes = warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
-    result = plan_reliability(
-        plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
-        restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,
-        spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
-    )
+    what = "the run" if minutes else "a sweep of checkpoint intervals"
+    with said_after(PROGRESS_AFTER_S, f"simulating {what}, {seeds} failure draws each (fewer --seeds is quicker) ..."):
+        result = plan_reliability(
+            plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
+            restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,
+            spares=spares, repair_hours=repair_hours, weibull_shape=weibull_shape, seeds=seeds,
+        )
     as_planned = not (hw or stack or nodes or hw_set)  # the file's own figures, as simulate checks them
     stale = (stale_prediction_note(target, plan, result.step_time_s, estimate(plan, profile, cluster).step_time_s)
              if as_planned and plan.predicted is not None else None)

@@ -206,3 +206,18 @@ def test_a_plan_file_whose_recorded_step_is_not_its_own_is_noted(cli_runner, tmp
     plan.write_text(json.dumps(data))
     result = cli_runner.invoke(cli, run)
     assert result.exit_code == 0 and f"note: {plan} records a predicted step of 99 s but simulating it gives" in result.output
+
+
+def test_a_long_sweep_says_what_runs(capsys):
+    """A review: --seeds 1000 on a long run printed nothing for 2 min 23 s."""
+    import time
+
+    from smplan.cli.reliability import said_after
+
+    with said_after(0.01, "simulating ..."):
+        time.sleep(0.3)
+    with said_after(5.0, "never"):  # a quick sweep prints nothing
+        pass
+    time.sleep(0.05)
+    err = capsys.readouterr().err
+    assert err == "simulating ...\n", err
