@@ -501,7 +501,9 @@ def check_plan(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
         )
     if plan.stages and plan.stages[-1].last_block != profile.num_blocks:
         raise PlanError(
-            f"the stages cover {plan.stages[-1].last_block} blocks but the model has {profile.num_blocks}; fix the stage list"
+            f"the plan's stages cover {plan.stages[-1].last_block} blocks but {plan.model} has {profile.num_blocks} "
+            "(a plan made for another model or other --arg values?); make one for it with `smplan plan`, or fix the "
+            "stage list"
         )
 
 

@@ -21,3 +21,20 @@ def test_the_hint_names_what_works(cli_runner, tmp_path, args, says):
     lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("profiling ")]
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert says in lines[0], result.output
+
+
+def test_a_plan_file_of_another_model_says_so(cli_runner, tmp_path):
+    """A review: a plan file whose model was changed said only "fix the stage list"."""
+    import json
+
+    path = tmp_path / "plan.json"
+    made = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--arg", "layers=8", "--fix", "pp=2", "-o", str(path)])
+    assert made.exit_code == 0, made.output
+    plan = json.loads(path.read_text())
+    plan["model_args"]["layers"] = 4
+    path.write_text(json.dumps(plan))
+    result = cli_runner.invoke(cli, ["simulate", str(path)])
+    lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("profiling ")]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "stages cover 8 blocks but examples/gpt.py:tiny has 4 (a plan made for another model" in lines[0]
+    assert "make one for it with `smplan plan`" in lines[0]
