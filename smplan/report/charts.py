@@ -154,11 +154,13 @@ def versus_chart(points: list[dict], key: str, path=None, unit: str = "token"):
 FRONTIER_LOG_X_RATIO = 10.0
 
 
-def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None, unit: str = "token"):
+def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None, unit: str = "token",
+                   picked: tuple[int, str] | None = None):
     """Time to train (or tokens trained) vs cost. Every point is marked with its number (#id, as
     the whatif table numbers them), placed where it covers no other number or marker; the Pareto
     points are joined, and a key beside the chart gives their settings and plans. The axes span
-    the data with a margin (from 0 only when the data comes near it), the legend sits in the key."""
+    the data with a margin (from 0 only when the data comes near it), the legend sits in the key.
+    `picked`: the chosen point's id and what it is called ("recommended", "best case"), ringed."""
     title = "Time to train vs cost" if mode == "tokens" else f"{unit.capitalize()}s trained vs cost"
     fig, (ax, key) = new_figure(title, ncols=2, width=13, height=6, width_ratios=[3.0, 1.25])
     by_id = {p["id"]: p for p in points}
@@ -170,6 +172,10 @@ def frontier_chart(points: list[dict], pareto: list[int], mode: str, path=None, 
     xy = np.array([frontier_xy(p, mode) for p in front])
     ax.scatter(xy[:, 0], xy[:, 1], color="#ee6677", s=70, zorder=3, label="Pareto frontier", gid="pareto")
     ax.plot(xy[:, 0], xy[:, 1], color="#ee6677", linewidth=1.5, zorder=2, gid="pareto_line")
+    if picked and picked[0] in by_id and by_id[picked[0]].get("run"):
+        x, y = frontier_xy(by_id[picked[0]], mode)
+        ax.scatter([x], [y], s=260, facecolors="none", edgecolors="black", linewidths=1.5, zorder=4,
+                   label=f"{picked[1]} (#{picked[0]})", gid="picked")
     key.axis("off")
     key.set_title("Pareto points", fontsize=10, loc="left")
     entries = [f"#{p['id']}  {p['label']}\n{' ' * (len(str(p['id'])) + 3)}{p['plan_label']}" for p in front]

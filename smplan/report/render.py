@@ -8,7 +8,15 @@ from pathlib import Path
 from .charts import breakdown_chart, frontier_chart, memory_chart, scaling_chart, versus_chart
 from .detail import gantt_chart, goodput_chart, sensitivity_chart
 from .html import render_html
-from .points import CHART_NAMES, charts_that_apply, frontier_mode, save, unit_of, versus_key
+from .points import (
+    CHART_NAMES,
+    charts_that_apply,
+    frontier_mode,
+    picked_word,
+    save,
+    unit_of,
+    versus_key,
+)
 
 FORMATS = ("png", "svg")
 
@@ -37,7 +45,9 @@ def draw_chart(name: str, record: dict, path=None):
     if name == "versus":
         return versus_chart(points, versus_key(record), path, unit)
     if name == "frontier":
-        return frontier_chart(points, record["pareto"], frontier_mode(record["question"]), path, unit)
+        rid = record.get("recommended")
+        picked = None if rid is None else (rid, picked_word(record))
+        return frontier_chart(points, record["pareto"], frontier_mode(record["question"]), path, unit, picked)
     if name == "memory":
         return memory_chart(points, path)
     if name == "breakdown":

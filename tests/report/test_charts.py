@@ -75,6 +75,10 @@ def test_frontier_series_equal_points(saved):
                if t.get_gid() == "pareto_key")
     for i in record["pareto"]:
         assert f"#{i}  {by_id[i]['label']}\n" in key and by_id[i]["plan_label"] in key
+    # the recommended point is ringed and named in the legend (a review: it was red like the rest)
+    ring = collection_by_gid(ax, "picked")
+    assert ring.get_offsets().tolist() == [pytest.approx(list(frontier_xy(by_id[record["recommended"]], "tokens")))]
+    assert f"recommended (#{record['recommended']})" in ring.get_label()
 
 
 def test_a_frontier_spanning_days_to_weeks_is_drawn_on_a_log_axis(saved):
