@@ -52,6 +52,7 @@ from .feasibility import (
 )
 from .memory_model import (
     RECOMPUTE_BUFFER_KINDS,
+    block_flights,
     capacity_bytes,
     chunk_in_flight,
     chunk_memory,
@@ -341,7 +342,7 @@ class CostModel:
         key = mesh_key(plan)
         check_plan(plan, self.profile, self.cluster)
         stages = plan.stages or _default_stages(plan, self.profile)
-        out, rec_flops = [], 0.0
+        out, blocks_held, rec_flops = [], [], 0.0
         for i, st in enumerate(stages):
             # A stage recomputing no block is costed as its plan file records it, `none`; a device's
             # first chunk holds the device's re-materialisation buffer if any of its chunks needs one.
@@ -350,7 +351,11 @@ class CostModel:
             cm = self.chunk(key, i, st.recompute if st.num_recomputed else "none",
                             kind is not None if i < key.pp else None, kind if i == 0 else None)
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
+            mem = cm.memory
+            blocks_held.append(mem.act_blk * (st.num_blocks - st.num_recomputed) + mem.act_rec_blk * st.num_recomputed)
             rec_flops += cm.rec_flops_blk * st.num_recomputed + cm.rec0_flops
+        if key.schedule == "interleaved" and key.v > 1:
+            out = _blocks_at_device_peak(out, blocks_held, key)
         return self._assemble(plan, tuple(out), rec_flops)
 
     def _assemble(self, plan: Plan, stages: tuple[StageCosts, ...], rec_flops_per_sample: float) -> PlanCosts:
@@ -463,6 +468,24 @@ def mesh_key(plan: Plan) -> MeshKey:
         grad_compress=plan.grad_compress,
         fp8_scaling=plan.fp8_scaling,
     )
+
+
+def _blocks_at_device_peak(stages: list[StageCosts], blocks_held: list[float], key: MeshKey) -> list[StageCosts]:
+    """Interleaved stages with each chunk's block activations at the device's peak: `chunk_memory`
+    spreads the device's in-flight micro-batches evenly over its chunks (affine in the blocks, as
+    the ILP needs), which an uneven split of blocks over the chunks undercounts
+    (`memory_model.block_flights`)."""
+    flight = [in_flight(key.schedule, key.pp, key.v, key.num_microbatches, d) for d in range(key.pp)]
+    out = list(stages)
+    for d in range(key.pp):
+        chunks = range(d, len(stages), key.pp)
+        per_flight = [blocks_held[c] / flight[d] if flight[d] else 0.0 for c in chunks]
+        held = block_flights(key.schedule, key.pp, key.v, key.num_microbatches, d, tuple(per_flight))
+        for c, unit, n in zip(chunks, per_flight, held, strict=True):
+            mem = stages[c].memory
+            out[c] = dataclasses.replace(stages[c], memory=dataclasses.replace(
+                mem, activations_bytes=mem.activations_bytes - blocks_held[c] + unit * n))
+    return out
 
 
 def _default_stages(plan: Plan, profile: ModelProfile):

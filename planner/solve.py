@@ -62,8 +62,7 @@ def polish(cm: CostModel, plan: Plan, cap: float, budget: list[int], keep_all: b
             break
         budget[0], budget[1], unhelpful = budget[0] - 1, budget[1] - passes, unhelpful + 1
         trial = _restaged(cm, plan, *changed, kind)
-        if trial.predicted.peak_memory_gib * 2**30 <= cap * (1 + 1e-9) and \
-                trial.predicted.step_time_s < plan.predicted.step_time_s * (1 - 1e-12):
+        if fits(trial, cap) and trial.predicted.step_time_s < plan.predicted.step_time_s * (1 - 1e-12):
             plan, (blocks, recs), since_better, unhelpful = trial, changed, 0, 0
     return plan
 
@@ -113,7 +112,14 @@ def solve(cm: CostModel, cand: Candidate, cap: float, gbs: int, model_ref: str, 
     plan = plan_of(cm, cand, part.blocks, part.recompute, gbs, model_ref)
     if cand.schedule == "interleaved" and cand.v > 1:
         plan = _best_spread(cm, cand, plan, cap, gbs, model_ref)
-    return plan
+    # The ILP sees an interleaved device's blocks spread evenly over its chunks; where they are not,
+    # the estimate counts the first chunks' extra blocks at their larger flight (memory_model.block_flights)
+    return plan if fits(plan, cap) else None
+
+
+def fits(plan: Plan, cap: float) -> bool:
+    """The plan's estimated peak within `cap` bytes (and float noise)."""
+    return plan.predicted.peak_memory_gib * 2**30 <= cap * (1 + 1e-9)
 
 
 # How far above the plans still to beat the ILP may stop with pp > 1: its objective, the textbook
@@ -159,10 +165,10 @@ def _best_spread(cm: CostModel, cand: Candidate, plan: Plan, cap: float, gbs: in
         if min(b) < 1:
             return None
         out = plan_of(cm, cand, b, rc, gbs, model_ref)
-        return out if out.predicted.peak_memory_gib * 2**30 <= cap * (1 + 1e-9) else None
+        return out if fits(out, cap) else None
 
-    def better(a: Plan | None, b: Plan) -> bool:
-        return a is not None and a.predicted.step_time_s < b.predicted.step_time_s * (1 - 1e-12)
+    def better(a: Plan | None, b: Plan) -> bool:  # the ILP's own spread may not fit (block_flights)
+        return a is not None and (not fits(b, cap) or a.predicted.step_time_s < b.predicted.step_time_s * (1 - 1e-12))
 
     if math.prod(len(o) for o in per_device) > MAX_SPREADS:
         # Many blocks per chunk: one block's place moves the estimate by far less than the

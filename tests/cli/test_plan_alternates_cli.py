@@ -61,6 +61,8 @@ def test_the_search_hands_over_runner_ups_of_its_layouts_near_the_best():
         assert layouts[layout].predicted.step_time_s <= alt.predicted.step_time_s <= best * (1 + ALTERNATE_SHARE)
         per_layout[layout] = per_layout.get(layout, 0) + 1
     assert max(per_layout.values()) <= ALTERNATES_PER_MESH
-    # the review's v=4: the closed form now replays the schedule and puts it first (it had it 0.5%
-    # behind v=8, which simulated 2.3% slower)
-    assert (result.plans[0].pp, result.plans[0].virtual_stages) == (2, 4)
+    # the review's v=4: the closed form now replays the schedule and puts it ahead of v=8 (it had it
+    # 0.5% behind v=8, which simulated 2.3% slower); v=3 has come 0.2% ahead of it since each chunk's
+    # blocks are counted at the device's peak (memory_model.block_flights), not spread evenly
+    assert result.plans[0].pp == 2 and result.plans[0].virtual_stages in (3, 4)
+    assert all(p.predicted.step_time_s > best for p in result.plans if (p.pp, p.virtual_stages) == (2, 8))

@@ -87,10 +87,32 @@ def test_an_interleaved_last_rank_counts_its_logits_once():
 
     plan, profile, cluster = resolve_target("examples/gpt.py:tiny", hw="h100x8", nodes=1, model_args={"layers": 8},
                                             plan_text="pp=4,dp=2,schedule=interleaved,v=2,mbs=2,gbs=32")[:3]
-    last = plan_costs(plan, profile, cluster).stages[-1].memory
+    device = plan_costs(plan, profile, cluster).stages[3::4]  # the last rank's two chunks
     post = sum(part_saved_bytes(part, 1, False) for part in profile.post) * plan.micro_batch
-    blocks = plan.stages[-1].num_blocks * part_saved_bytes(profile.blocks[0], 1, False) * plan.micro_batch
-    assert last.activations_bytes == pytest.approx(post + blocks * in_flight("interleaved", 4, 2, 8, 3))
+    per_block = part_saved_bytes(profile.blocks[0], 1, False) * plan.micro_batch
+    blocks = sum(st.num_blocks for st in plan.stages[3::4]) * per_block
+    total = sum(st.memory.activations_bytes for st in device)
+    assert total == pytest.approx(post + blocks * in_flight("interleaved", 4, 2, 8, 3))
+
+
+def test_uneven_interleaved_chunks_count_their_blocks_at_the_devices_peak():
+    """A review: 32 blocks in 12 chunks (3,3,...,3,2,2,2,2; pp=4, v=3) keep 45 block-micro-batches on
+    device 0 at its peak (chunk 0 holds 8, chunk 4 holds 7), which the even spread counted as 40."""
+    from smplan.planner import plan_costs
+    from smplan.planner.memory_model import block_flights, part_saved_bytes
+    from smplan.simulator.inputs import resolve_target
+
+    assert block_flights("interleaved", 4, 3, 16, 0, (3, 3, 2)) == [8.0, 7.0, 0.0]
+    assert block_flights("interleaved", 4, 3, 16, 0, (1, 1, 1)) == [7.0, 4.0, 4.0]  # 3 x in_flight: the even count
+    assert sum(block_flights("interleaved", 4, 3, 16, 0, (1, 1, 1))) == 3 * in_flight("interleaved", 4, 3, 16, 0)
+    assert block_flights("1f1b", 4, 1, 16, 1, (5,)) == [3.0]
+    plan, profile, cluster = resolve_target("examples/gpt.py:tiny", hw="h100x8", nodes=1, model_args={"layers": 32},
+                                            plan_text="pp=4,dp=2,schedule=interleaved,v=3,mbs=1,gbs=32")[:3]
+    assert [st.num_blocks for st in plan.stages] == [3] * 8 + [2] * 4
+    device0 = plan_costs(plan, profile, cluster).stages[0::4]
+    pre = sum(part_saved_bytes(part, 1, False) for part in profile.pre) * chunk_in_flight("interleaved", 4, 3, 16, 0, 0)
+    per_block = part_saved_bytes(profile.blocks[0], 1, False)
+    assert sum(st.memory.activations_bytes for st in device0) - pre == pytest.approx(45 * per_block)
 
 
 def test_model_state_per_gpu_175b_tp8_pp8():
