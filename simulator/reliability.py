@@ -80,6 +80,18 @@ class PlanReliability:
     memory_capacity_gib: float = 0.0  # what a GPU can use (0: not known)
     reason: str | None = None  # why the run does not finish (RunDoesNotFinish's message); None when it does
     spec: RunSpec | None = None  # what was simulated
+    usd_per_gpu_hour: float = 0.0  # the profile's price ([cost]), for the run's cost
+
+    @property
+    def gpu_hours_mean(self) -> float | None:
+        """GPU-hours of the mean wall-clock, failures and checkpoints included (None: no finish)."""
+        return self.report.wall_mean_s / 3600.0 * self.num_gpus if self.report is not None else None
+
+    @property
+    def usd_mean(self) -> float | None:
+        """What the mean wall-clock costs at the profile's price (`smplan whatif`'s usd)."""
+        hours = self.gpu_hours_mean
+        return None if hours is None else hours * self.usd_per_gpu_hour
 
     @property
     def fits_memory(self) -> bool:
@@ -111,6 +123,9 @@ class PlanReliability:
             peak_memory_gib=self.peak_memory_gib,
             memory_capacity_gib=self.memory_capacity_gib,
             fits_memory=self.fits_memory,
+            gpu_hours_mean=self.gpu_hours_mean,
+            usd_per_gpu_hour=self.usd_per_gpu_hour,
+            usd_mean=self.usd_mean,
         )
         return out
 
@@ -162,4 +177,5 @@ def plan_reliability(
     except RunDoesNotFinish as err:  # the run's fate, not a wrong input: returned, for --json to print it
         report, reason = None, str(err)
     return PlanReliability(report, figures.step_time_s, figures.tokens_per_s, nbytes, plan.world_size, nodes,
-                           figures.peak_memory_gib, step.memory_capacity_gib, reason, spec)
+                           figures.peak_memory_gib, step.memory_capacity_gib, reason, spec,
+                           cluster.cost.usd_per_gpu_hour)

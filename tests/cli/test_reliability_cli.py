@@ -20,6 +20,11 @@ def test_reliability_json(cli_runner):
         assert key in data
     assert 0 < data["goodput_mean"] < 1
     assert data["best_interval_s"] == pytest.approx(data["daly_interval_s"], rel=0.3)
+    # the run's cost at the profile's price, as whatif prices a point (a review: reliability had none)
+    assert data["gpu_hours_mean"] == pytest.approx(data["wall_mean_s"] / 3600 * 4096)
+    assert data["usd_mean"] == pytest.approx(data["gpu_hours_mean"] * data["usd_per_gpu_hour"]) and data["usd_mean"] > 0
+    text = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20"]).output
+    assert f"cost of the mean wall-clock: {data['gpu_hours_mean']:,.0f} GPU-hours, ${data['usd_mean']:,.0f} at $" in text
 
 
 def test_a_model_without_sequences_counts_samples(cli_runner):
