@@ -81,9 +81,15 @@ def whatif(model, hw, stack, nodes, hw_set, varies, tokens, days, model_args, pl
     \b
     Every --vary combination is re-planned (or uses --plan), simulated and, with --tokens
     or --days, run through the failure simulation. Points that do not fit are kept and
-    marked infeasible with the reason. Example:
+    marked infeasible with the reason. Examples:
       smplan whatif examples/gpt.py:llama3_70b --hw a100x8 --vary nodes=4,8,16,32 \\
           --vary hw=a100x8,h100x8 --tokens 1e12 -o out/
+      # a slower or faster network between the nodes (each point re-planned)
+      smplan whatif examples/gpt.py:llama3_70b --hw a100x8 --nodes 8 \\
+          --vary inter_node.bandwidth_gbps=12.5,25,50 --tokens 1e11 -o net/
+      # less reliable GPUs, one plan kept at every point
+      smplan whatif examples/gpt.py:llama3_8b --hw h100x8 --nodes 4 --plan tp=2,mbs=1,recompute=full \\
+          --vary reliability.gpu_mtbf_hours=5000,20000,50000 --tokens 1e12 -o mtbf/
 
     \b
     Recommended: the cheapest point among those within 1.25x of the best (time to train
