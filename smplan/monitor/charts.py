@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
 
-from smplan.report.style import color, finish, label_log_axis, new_figure
+from smplan.report.style import color, finish, label_log_axis, new_figure, save_figure
 
 from .rundir import RunData
 from .status import own_time_matrix
@@ -125,7 +125,7 @@ def grad_norm_heatmap(run: RunData, path=None):
     finish(fig, None)
     ax.grid(False)
     if path is not None:
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path)
     return fig
 
 

@@ -11,6 +11,7 @@ import logging
 import textwrap
 from pathlib import Path
 
+import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import Formatter, LogFormatterSciNotation
 
@@ -97,8 +98,15 @@ def finish(fig: Figure, path: str | Path | None) -> Figure:
         ax.grid(True, alpha=0.3)
         ax.set_axisbelow(True)
     if path is not None:
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path)
     return fig
+
+
+def save_figure(fig: Figure, path: str | Path) -> None:
+    """Write `fig`; an SVG keeps its text as text (searchable, selectable; matplotlib draws it as
+    paths by default, `svg.fonttype`), which a viewer renders in a font of its own of the same family."""
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(path, dpi=110)
 
 
 # A setting longer than this ("inter_node.bandwidth_gbps=3.125") breaks after its "=" and dots,

@@ -47,6 +47,9 @@ def test_html_references_only_existing_files(tmp_path, fmt):
     assert sorted(images) == sorted(record["charts"].values())
     # one row per point plus the header
     assert refs.rows == len(record["points"]) + 1
+    if fmt == "svg":  # its words are text, not paths: searchable and selectable (a review)
+        frontier = (index.parent / record["charts"]["frontier"]).read_text()
+        assert "<text" in frontier and "Time to train vs cost" in frontier
 
 
 def test_html_says_question_plan_and_infeasible_reason(tmp_path):
