@@ -137,12 +137,13 @@ def sensitivity_chart(sensitivity: dict, path=None):
     y = np.arange(len(items))
     low = [percent_change(it["low_step_time_s"], base) for it in items]
     high = [percent_change(it["high_step_time_s"], base) for it in items]
-    ax.barh(y, low, 0.6, color="#4477aa", label=f"figure −{delta:.0%}", gid="low")
-    ax.barh(y, high, 0.6, color="#ee6677", label=f"figure +{delta:.0%}", gid="high")
+    # red where a worse figure slows the step (the usual reading of red), blue where a better one speeds it
+    ax.barh(y, low, 0.6, color="#ee6677", label=f"figure −{delta:.0%}", gid="low")
+    ax.barh(y, high, 0.6, color="#4477aa", label=f"figure +{delta:.0%}", gid="high")
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(y, [sensitivity_label(it["key"]) for it in items])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%"))
-    ax.set_xlabel(f"change in step time (%) from {base:.3g} s")
+    ax.set_xlabel(f"change in step time (%) from {base:.3g} s; above 0 slower")
     ax.legend(fontsize=9, loc="lower right")
     return finish(fig, path)
 
