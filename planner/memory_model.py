@@ -41,7 +41,9 @@ Sources:
   stack's `cross_entropy`, Megatron's in-place loss or the file's loss as measured; / tp only
   when the head is vocab-parallel); under full or op-level selective (`sac`) recomputation the
   re-materialised activations of one block during its backward (on a device that recomputes
-  at least one block with full or sac: the ILP's one binary per device); under ZeRO-3 the
+  at least one block with full or sac: the ILP's one binary per device), which on a chunk that
+  also runs the loss come after its peak and after its saved tensors are freed, so count only
+  beyond those two; under ZeRO-3 the
   gathered parameters of the unit in use and of the next block prefetched, and the unit's
   unsharded gradients before their reduce-scatter (with an fp32 copy where the stack reduces
   in fp32: FSDP2's reduce_dtype), the unit being the largest of a block and the parts around
@@ -363,12 +365,15 @@ def chunk_memory(
     act_blk = flight * b * part_saved_bytes(block, tp, sp, **saved_kw)
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **saved_kw) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0
-    if last:
-        buffers += loss_buffer_bytes(profile, cluster, tp, sp, b, **saved_kw)
+    loss_buffer = loss_buffer_bytes(profile, cluster, tp, sp, b, **saved_kw) if last else 0.0
+    buffers += loss_buffer
     if device_first_chunk:
         holds = recompute in RECOMPUTE_BUFFER_KINDS if holds_recompute_buffer is None else holds_recompute_buffer
         if holds:
             rec_buffer = b * part_saved_bytes(block, tp, sp, **saved_kw)
+            if last:  # the loss's peak has passed, and its saved tensors are freed, before a block recomputes
+                loss_saved = b * sum(part_saved_bytes(p, tp, sp, **saved_kw) for p in profile.post if p.name == "loss")
+                rec_buffer = max(0.0, rec_buffer - loss_saved - loss_buffer)
             buffers += rec_buffer
         buffers += sharded_transient_bytes(zero, block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0

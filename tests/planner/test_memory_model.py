@@ -115,6 +115,27 @@ def test_uneven_interleaved_chunks_count_their_blocks_at_the_devices_peak():
     assert sum(st.memory.activations_bytes for st in device0) - pre == pytest.approx(45 * per_block)
 
 
+def test_the_recompute_buffer_of_the_loss_chunk_counts_beyond_the_loss_only():
+    """A review: the loss's peak and a recomputed block were added together on the last stage,
+    though the loss's peak is over, and its saved tensors freed, before a block recomputes."""
+    from smplan.planner import profile_model
+    from smplan.planner.memory_model import loss_buffer_bytes, part_saved_bytes
+
+    profile = profile_model("examples/gpt.py:tiny", {"layers": 2, "vocab": 4096})
+    cluster = load_cluster("h100x8", nodes=1, stack="torchtitan")
+    common = dict(tp=1, dp=1, sp=False, zero=1, micro_batch=2, flight=1.0, recompute="full", first=True,
+                  dtype="bf16", device_first_chunk=True)
+    alone = chunk_memory(profile, cluster, last=False, **common)
+    with_loss = chunk_memory(profile, cluster, last=True, **common)
+    block = 2 * part_saved_bytes(profile.blocks[0], 1, False)
+    loss = loss_buffer_bytes(profile, cluster, 1, False, 2)
+    saved = 2 * sum(part_saved_bytes(p, 1, False) for p in profile.post if p.name == "loss")
+    assert alone.recompute_buffer == pytest.approx(block)
+    assert with_loss.recompute_buffer == pytest.approx(max(0.0, block - saved - loss))
+    assert with_loss.recompute_buffer < block
+    assert with_loss.buffers - alone.buffers == pytest.approx(loss + with_loss.recompute_buffer - block)
+
+
 def test_model_state_per_gpu_175b_tp8_pp8():
     prof = gpt_profile(L, H, A, S, V)
     cluster = load_cluster("a100x8", nodes=16)
