@@ -173,8 +173,13 @@ def _best_spread(cm: CostModel, cand: Candidate, plan: Plan, cap: float, gbs: in
     if math.prod(len(o) for o in per_device) > MAX_SPREADS:
         # Many blocks per chunk: one block's place moves the estimate by far less than the
         # 0.04% seen with 5 blocks (tests/planner/test_search.py), and trying them all costs
-        # seconds (gpt3_175b, v=8: 0.6 s -> 10 s); keep the ILP's spread.
-        return plan
+        # seconds (gpt3_175b, v=8: 0.6 s -> 10 s); keep the ILP's spread, or where its extra
+        # blocks on the first chunks (which hold the most micro-batches) do not fit, try them
+        # on the last chunks (`_placements` lists the even splits first, this one last of them)
+        if fits(plan, cap):
+            return plan
+        last = [math.comb(v, sum(blocks[c] for c in range(d, p * v, p)) % v) - 1 for d in range(p)]
+        return build(last) or plan
     for choice in itertools.product(*(range(len(o)) for o in per_device)):
         trial = build(list(choice))
         if better(trial, plan):

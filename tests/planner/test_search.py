@@ -336,3 +336,24 @@ def test_an_inline_shape_that_does_not_divide_the_gpus_names_a_tp_that_does():
     with pytest.raises(PlanError, match="tp\\*pp\\*cp=3 does not divide .*; change tp/pp/cp, or give dp="):
         plan_from_inline("pp=3", **inline)  # no tp below 1
     assert plan_from_inline("tp=2", **inline).dp == 4
+
+
+def test_an_interleaved_split_that_does_not_fit_tries_its_extra_blocks_on_the_last_chunks(monkeypatch):
+    """The ILP spreads a device's blocks evenly over its chunks, the extra ones on the first, which
+    hold the most micro-batches (memory_model.block_flights): where that does not fit and there are
+    too many splits to try them all, the extra blocks go on the last chunks."""
+    from smplan.planner import solve as solve_module
+
+    prof = gpt_profile(layers=10, hidden=1024, heads=16, seq=2048, vocab=8192)
+    cm = CostModel(prof, load_cluster("a100x8", nodes=1))
+    cand = Candidate(8, 1, 2, 4, 1, 8, "interleaved", 2, False, 0, "none", False, True, "bf16")
+    first, last = (solve_module.plan_of(cm, cand, blocks, [0] * 4, 32, "m") for blocks in ([3, 3, 2, 2], [2, 2, 3, 3]))
+    assert last.predicted.peak_memory_gib < first.predicted.peak_memory_gib
+    cap = (first.predicted.peak_memory_gib + last.predicted.peak_memory_gib) / 2 * 2**30
+    monkeypatch.setattr(solve_module, "MAX_SPREADS", 0)
+    plan = solve_module.solve(cm, cand, cap, 32, "m")
+    assert [s.num_blocks for s in plan.stages] == [2, 2, 3, 3]
+    # tighter still: another partition of the ILP's, or none, but never one whose estimate does not fit
+    for gib in (last.predicted.peak_memory_gib - 0.01, 6.5, 5.0):
+        tighter = solve_module.solve(cm, cand, gib * 2**30, 32, "m")
+        assert tighter is None or tighter.predicted.peak_memory_gib <= gib
