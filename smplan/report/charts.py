@@ -132,6 +132,8 @@ def versus_chart(points: list[dict], key: str, path=None, unit: str = "token"):
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.margins(y=DATA_MARGIN)  # around the data: 99.5% against 99.9% is the answer, not a flat line
         ax.set_ylim(padded_range(ys_all, ax.get_ylim()))
+        if ax.get_ylim()[0] > 0:  # ...which a reader must not take for a fall to 0 (a review)
+            ax.set_ylabel("goodput over the run (useful time / wall time;\nthe axis does not start at 0)")
     elif metric == "usd_per_mtok":
         ax.set_ylabel(f"USD per million {unit}s")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v:,.3g}"))

@@ -93,6 +93,7 @@ def test_versus_a_failure_setting_plots_goodput_not_a_flat_step_time():
     assert "hours" in ax.get_xlabel() and "goodput" in ax.get_ylabel()
     # around the data: 50% to 70% is the answer, not a line squeezed at the top of 0 to 100%
     assert 0.0 < ax.get_ylim()[0] < 0.5 and 0.7 < ax.get_ylim()[1] < 1.0
+    assert "the axis does not start at 0" in ax.get_ylabel()  # ...and says so (a review)
 
 
 def test_versus_prefers_the_checkpoint_interval_over_a_step_setting_when_runs_vary():
