@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, FuncFormatter, PercentFormatter
 
 from .style import color, finish, label_log_axis, log_scale_label, new_figure
@@ -137,15 +138,26 @@ def sensitivity_chart(sensitivity: dict, path=None):
     y = np.arange(len(items))
     low = [percent_change(it["low_step_time_s"], base) for it in items]
     high = [percent_change(it["high_step_time_s"], base) for it in items]
-    # red where a worse figure slows the step (the usual reading of red), blue where a better one speeds it
-    ax.barh(y, low, 0.6, color="#ee6677", label=f"figure −{delta:.0%}", gid="low")
-    ax.barh(y, high, 0.6, color="#4477aa", label=f"figure +{delta:.0%}", gid="high")
+    # red where the step gets slower (the usual reading of red), blue where faster: by the change's
+    # sign, not the figure's direction (a latency's -20% speeds the step, a bandwidth's slows it);
+    # each bar's end says which way its figure moved
+    def colors(changes):
+        return [SLOWER if c > 0 else FASTER for c in changes]
+
+    for changes, sign, gid in ((low, "−", "low"), (high, "+", "high")):
+        bars = ax.barh(y, changes, 0.6, color=colors(changes), gid=gid)
+        ax.bar_label(bars, labels=[f"{sign}{delta:.0%}" for _ in changes], padding=3, fontsize=8)
     ax.axvline(0, color="black", linewidth=1)
     ax.set_yticks(y, [sensitivity_label(it["key"]) for it in items])
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%"))
     ax.set_xlabel(f"change in step time (%) from {base:.3g} s; above 0 slower")
-    ax.legend(fontsize=9, loc="lower right")
+    ax.legend(handles=[Patch(color=SLOWER, label="step slower"), Patch(color=FASTER, label="step faster")],
+              fontsize=9, loc="lower right", title=f"each bar: its figure ±{delta:.0%}", title_fontsize=8)
+    ax.margins(x=0.08)  # room for the bars' end labels
     return finish(fig, path)
+
+
+SLOWER, FASTER = "#ee6677", "#4477aa"
 
 
 def percent_change(value: float, base: float) -> float:

@@ -165,6 +165,13 @@ def test_tornado_widths_equal_points(saved):
         assert math.isclose(high, percent_change(item["high_step_time_s"], base))
     # largest effect on top (last y position)
     assert sensitivity_label(s["items"][0]["key"]) == ax.get_yticklabels()[-1].get_text()
+    # red where the step gets slower, whichever way the figure moved (a latency's -20% speeds it)
+    from matplotlib.colors import to_hex
+
+    from smplan.report.detail import FASTER, SLOWER
+
+    for rect in [*containers["low"], *containers["high"]]:
+        assert to_hex(rect.get_facecolor()) == (SLOWER if rect.get_width() > 0 else FASTER)
 
 
 def test_the_chart_order_lists_every_breakdown_key_the_planner_and_simulator_emit():
