@@ -117,7 +117,7 @@ def solve_partition(
     y = {}
     if allow_recompute:
         for g in range(G):
-            if sum(chunks[c].memory.recompute_buffer for c in groups[g]):
+            if any(chunks[c].memory.rebuilds_blocks for c in groups[g]):
                 y[g] = var(f"y{g}", cat="Binary")
                 prob += r[g] <= num_blocks * y[g]
                 prob += y[g] <= r[g]  # and only there

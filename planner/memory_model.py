@@ -291,6 +291,9 @@ class ChunkMemory:
     # of act0: what recomputing the parts before the blocks frees (the cost model subtracts it
     # where the device recomputes a block with full / sac, as the executor then does)
     pre_recompute_saved: float = 0.0
+    # the chunk is its device's first and the device re-materialises whole blocks (full / sac): the
+    # ILP's binary for it, which the buffer's size cannot tell (0 beside the loss's larger peak)
+    rebuilds_blocks: bool = False
 
     def breakdown(self, n: int, r: int) -> MemoryBreakdown:
         return MemoryBreakdown(
@@ -365,6 +368,7 @@ def chunk_memory(
     act_blk = flight * b * part_saved_bytes(block, tp, sp, **saved_kw)
     act_rec = flight * b * part_saved_bytes(block, tp, sp, recompute, **saved_kw) if recompute != "none" else act_blk
     buffers = rec_buffer = 0.0
+    holds = False
     loss_buffer = loss_buffer_bytes(profile, cluster, tp, sp, b, **saved_kw) if last else 0.0
     buffers += loss_buffer
     if device_first_chunk:
@@ -377,7 +381,8 @@ def chunk_memory(
             buffers += rec_buffer
         buffers += sharded_transient_bytes(zero, block, parts, tp, ep, dtype, cluster)
     reserve = cluster.efficiency.memory_reserve_gib * GIB if device_first_chunk else 0.0
-    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0))
+    return ChunkMemory(w0, wb, g0, gb, o0, ob, act0, act_blk, act_rec, buffers, reserve, rec_buffer, max(pre_saved, 0.0),
+                       bool(holds))
 
 
 def loss_buffer_bytes(profile: ModelProfile, cluster: Cluster, tp: int, sp: bool, micro_batch: int,

@@ -133,6 +133,11 @@ def test_the_recompute_buffer_of_the_loss_chunk_counts_beyond_the_loss_only():
     assert alone.recompute_buffer == pytest.approx(block)
     assert with_loss.recompute_buffer == pytest.approx(max(0.0, block - saved - loss))
     assert with_loss.recompute_buffer < block
+    # the ILP's binary for the device's re-materialisation follows the recomputation, not the buffer's
+    # size (which can be 0 here): it also carries the parts before the blocks (a review)
+    assert with_loss.rebuilds_blocks and alone.rebuilds_blocks
+    assert not chunk_memory(profile, cluster, last=True, **{**common, "recompute": "none"}).rebuilds_blocks
+    assert not chunk_memory(profile, cluster, last=True, **{**common, "device_first_chunk": False}).rebuilds_blocks
     assert with_loss.buffers - alone.buffers == pytest.approx(loss + with_loss.recompute_buffer - block)
 
 
