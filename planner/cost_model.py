@@ -342,7 +342,7 @@ class CostModel:
         key = mesh_key(plan)
         check_plan(plan, self.profile, self.cluster)
         stages = plan.stages or _default_stages(plan, self.profile)
-        out, blocks_held, rec_flops = [], [], 0.0
+        out, block_bytes, rec_flops = [], [], 0.0
         for i, st in enumerate(stages):
             # A stage recomputing no block is costed as its plan file records it, `none`; a device's
             # first chunk holds the device's re-materialisation buffer if any of its chunks needs one.
@@ -352,10 +352,10 @@ class CostModel:
                             kind is not None if i < key.pp else None, kind if i == 0 else None)
             out.append(cm.stage_costs(st.num_blocks, st.num_recomputed))
             mem = cm.memory
-            blocks_held.append(mem.act_blk * (st.num_blocks - st.num_recomputed) + mem.act_rec_blk * st.num_recomputed)
+            block_bytes.append(mem.act_blk * (st.num_blocks - st.num_recomputed) + mem.act_rec_blk * st.num_recomputed)
             rec_flops += cm.rec_flops_blk * st.num_recomputed + cm.rec0_flops
         if key.schedule == "interleaved" and key.v > 1:
-            out = _blocks_at_device_peak(out, blocks_held, key)
+            out = _activations_at_device_peak(out, block_bytes, key)
         return self._assemble(plan, tuple(out), rec_flops)
 
     def _assemble(self, plan: Plan, stages: tuple[StageCosts, ...], rec_flops_per_sample: float) -> PlanCosts:
@@ -470,21 +470,26 @@ def mesh_key(plan: Plan) -> MeshKey:
     )
 
 
-def _blocks_at_device_peak(stages: list[StageCosts], blocks_held: list[float], key: MeshKey) -> list[StageCosts]:
-    """Interleaved stages with each chunk's block activations at the device's peak: `chunk_memory`
-    spreads the device's in-flight micro-batches evenly over its chunks (affine in the blocks, as
-    the ILP needs), which an uneven split of blocks over the chunks undercounts
-    (`memory_model.block_flights`)."""
-    flight = [in_flight(key.schedule, key.pp, key.v, key.num_microbatches, d) for d in range(key.pp)]
+def _activations_at_device_peak(stages: list[StageCosts], block_bytes: list[float], key: MeshKey) -> list[StageCosts]:
+    """Interleaved stages with each chunk's activations at the one moment its device holds the
+    most bytes: `chunk_memory` spreads the device's in-flight micro-batches evenly over its chunks'
+    blocks (affine in the blocks, as the ILP needs), which an uneven split of blocks over the chunks
+    miscounts (`memory_model.block_flights`), and counts the embedding and head at their own chunk's
+    count (`chunk_in_flight`). `block_bytes`: each chunk's block activations as chunk_memory counted them."""
+    m = key.num_microbatches
     out = list(stages)
     for d in range(key.pp):
-        chunks = range(d, len(stages), key.pp)
-        per_flight = [blocks_held[c] / flight[d] if flight[d] else 0.0 for c in chunks]
-        held = block_flights(key.schedule, key.pp, key.v, key.num_microbatches, d, tuple(per_flight))
-        for c, unit, n in zip(chunks, per_flight, held, strict=True):
+        flight = in_flight(key.schedule, key.pp, key.v, m, d)
+        chunks = list(range(d, len(stages), key.pp))
+        parts = [stages[c].memory.activations_bytes - block_bytes[c] for c in chunks]
+        parts_flight = [chunk_in_flight(key.schedule, key.pp, key.v, m, d, c // key.pp) for c in chunks]
+        per_microbatch = [block_bytes[c] / flight + (p / f if f else 0.0)
+                          for c, p, f in zip(chunks, parts, parts_flight, strict=True)]
+        held = block_flights(key.schedule, key.pp, key.v, m, d, tuple(per_microbatch))
+        for c, p, f, unit, n in zip(chunks, parts, parts_flight, per_microbatch, held, strict=True):
             mem = stages[c].memory
             out[c] = dataclasses.replace(stages[c], memory=dataclasses.replace(
-                mem, activations_bytes=mem.activations_bytes - blocks_held[c] + unit * n))
+                mem, activations_bytes=unit * n + (0.0 if f else p)))
     return out
 
 

@@ -170,16 +170,19 @@ def _held_by_chunk(schedule: str, pp: int, v: int, m: int, device: int) -> np.nd
     """[v, tasks]: micro-batches each local chunk of `device` holds after each of its tasks."""
     forward, chunk, _ = _orders(schedule, pp, m, v)[device]
     step = np.where(forward, 1, -1)
-    return np.stack([np.cumsum(np.where(chunk == c * pp + device, step, 0)) for c in range(v)])
+    held = np.stack([np.cumsum(np.where(chunk == c * pp + device, step, 0)) for c in range(v)])
+    held.flags.writeable = False  # cached: shared by every caller
+    return held
 
 
 def block_flights(schedule: str, pp: int, v: int, m: int, device: int, bytes_per_flight) -> list[float]:
-    """Micro-batches each local chunk of `device` holds at the moment its chunks' blocks hold the
-    most bytes (`bytes_per_flight`: each chunk's block activations per micro-batch held). Equal
-    chunks peak when the device holds the most micro-batches, `in_flight` x v of them, which
-    `chunk_memory` spreads evenly; unequal ones where the chunks that hold more weigh more (the
+    """Micro-batches each local chunk of `device` holds at the moment its chunks hold the most
+    bytes (`bytes_per_flight`: each chunk's activations per micro-batch held). Equal chunks peak
+    when the device holds the most micro-batches, `in_flight` x v of them, which `chunk_memory`
+    spreads evenly over the blocks; unequal ones where the chunks that hold more weigh more (the
     first chunk holds most during the warm-up): 45 block-micro-batches where the even spread
-    counts 40 on device 0 of 32 blocks in chunks of 3,3,3,3,3,3,3,3,2,2,2,2 (pp=4, v=3; a review)."""
+    counts 40 on device 0 of 32 blocks in chunks of 3,3,3,3,3,3,3,3,2,2,2,2 (pp=4, v=3; a review),
+    and fewer where the extra blocks sit on the last chunks."""
     if schedule != "interleaved" or v <= 1:
         return [in_flight(schedule, pp, v, m, device)] * v
     held = _held_by_chunk(schedule, pp, v, m, device)
