@@ -22,9 +22,10 @@ scaled_dot_product_attention call (dim -3 of its 4-D key), else 0.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from smplan.progress import said_after
 
 from . import profile_cache
 from .feasibility import profile_dtype
@@ -40,7 +41,6 @@ class ProfileError(ValueError):
     """The profile request itself is wrong (e.g. an unknown dtype); the message says the fix."""
 
 
-PROGRESS_AFTER_S = 1.0  # chosen: below it the wait needs no word
 
 
 def profile_model(
@@ -76,18 +76,10 @@ def profile_model(
         model_file.check_args(args)
     # Tracing a block takes seconds: say so, once a second has passed (a builder that fails at once,
     # on a wrong --arg, then prints its one error line alone).
-    timer = threading.Timer(PROGRESS_AFTER_S, progress, (f"profiling {ref} on the meta device ({dtype}; cached for "
-                                                         "the next run) ...",)) if progress else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
-    from .profiler_run import run_profile  # imports torch: only when there is work to do
+    with said_after(progress, f"profiling {ref} on the meta device ({dtype}; cached for the next run) ..."):
+        from .profiler_run import run_profile  # imports torch: only when there is work to do
 
-    try:
         profile = run_profile(ref, model_file, args, seq_len, dtype)
-    finally:
-        if timer is not None:
-            timer.cancel()
     if cache:
         profile_cache.store(key, profile, getattr(model_file, "local_files", ()), folder)
     return profile

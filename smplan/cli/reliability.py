@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 
 import click
 
 from smplan.display import days_text
 from smplan.planner import estimate
+from smplan.progress import said_after
 from smplan.simulator.failures import (
     MIN_SWEEP_FAILURES,
     ReliabilityError,
@@ -34,22 +33,6 @@ from .options import (
     warn_about_profiles,
 )
 from .table import format_table
-
-# A failure sweep takes from milliseconds to minutes (--seeds 1000 on a long run: 2 min 23 s, a
-# review): past this, say what runs, as profiling does (planner.profiler.PROGRESS_AFTER_S).
-PROGRESS_AFTER_S = 1.0
-
-
-@contextlib.contextmanager
-def said_after(seconds: float, message: str):
-    """Print `message` on stderr if the block is still running after `seconds`."""
-    timer = threading.Timer(seconds, click.echo, (message,), {"err": True})
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
 
 
 def _interval(value: str) -> float | None:
@@ -185,7 +168,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     )
     notes = warn_about_profiles(hw or plan.hw, stack=stack or plan.stack, overrides=plan.hw_overrides)
     what = "the run" if minutes else "a sweep of checkpoint intervals"
-    with said_after(PROGRESS_AFTER_S, f"simulating {what}, {seeds} failure draws each (fewer --seeds is quicker) ..."):
+    # a failure sweep takes from milliseconds to minutes (--seeds 1000 on a long run: 2 min 23 s, a review)
+    with said_after(lambda line: click.echo(line, err=True),
+                    f"simulating {what}, {seeds} failure draws each (fewer --seeds is quicker) ..."):
         result = plan_reliability(
             plan, profile, cluster, RunTarget(days=days, tokens=tokens), interval_minutes=minutes, mtbf_hours=mtbf_hours,
             restart_minutes=restart_minutes, checkpoint_minutes=checkpoint_minutes, async_checkpoint=async_checkpoint,

@@ -252,7 +252,7 @@ def test_v100_plans_in_fp16_by_default(cli_runner):
 
 
 def test_empty_profile_cache_says_it_is_profiling(cli_runner, monkeypatch):
-    monkeypatch.setattr("smplan.planner.profiler.PROGRESS_AFTER_S", 0.0)  # said after a second; tiny takes less
+    monkeypatch.setattr("smplan.progress.PROGRESS_AFTER_S", 0.0)  # said after a second; tiny takes less
     first = cli_runner.invoke(cli, ["plan", TINY, "--hw", "a100x8", "--json"])
     assert first.exit_code == 0
     assert f"profiling {TINY} on the meta device" in first.stderr

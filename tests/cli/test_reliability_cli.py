@@ -1,3 +1,4 @@
+import contextlib
 import json
 import re
 
@@ -213,16 +214,20 @@ def test_a_plan_file_whose_recorded_step_is_not_its_own_is_noted(cli_runner, tmp
     assert result.exit_code == 0 and f"note: {plan} records a predicted step of 99 s but simulating it gives" in result.output
 
 
-def test_a_long_sweep_says_what_runs(capsys):
-    """A review: --seeds 1000 on a long run printed nothing for 2 min 23 s."""
-    import time
+def test_a_long_sweep_says_what_runs_on_stderr(cli_runner, monkeypatch):
+    """A review: --seeds 1000 on a long run printed nothing for 2 min 23 s. The word goes to
+    stderr (smplan.progress.said_after), so --json's stdout stays one object."""
+    said = []
 
-    from smplan.cli.reliability import said_after
+    @contextlib.contextmanager
+    def record(say, message):
+        said.append(message)
+        say(message)
+        yield
 
-    with said_after(0.01, "simulating ..."):
-        time.sleep(0.3)
-    with said_after(5.0, "never"):  # a quick sweep prints nothing
-        pass
-    time.sleep(0.05)
-    err = capsys.readouterr().err
-    assert err == "simulating ...\n", err
+    monkeypatch.setattr("smplan.cli.reliability.said_after", record)
+    result = cli_runner.invoke(cli, BASE + ["--days", "1", "--seeds", "5", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["seeds"] == 5
+    assert said == ["simulating a sweep of checkpoint intervals, 5 failure draws each (fewer --seeds is quicker) ..."]
+    assert said[0] in result.stderr

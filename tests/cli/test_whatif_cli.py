@@ -344,7 +344,7 @@ def test_days_mode_table_shows_the_tokens_each_point_trains(cli_runner, tmp_path
 def test_profiling_a_model_is_announced_before_the_points(cli_runner, tmp_path, monkeypatch):
     # the profile cache is empty in each test (tests/conftest.py): the model is profiled, and
     # an hf: model takes tens of seconds there; `smplan plan` says so, and so must whatif
-    monkeypatch.setattr("smplan.planner.profiler.PROGRESS_AFTER_S", 0.0)  # said after a second; tiny takes less
+    monkeypatch.setattr("smplan.progress.PROGRESS_AFTER_S", 0.0)  # said after a second; tiny takes less
     result = run(cli_runner, "--vary", "tp=1,2", "-o", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output
     lines_ = result.output.splitlines()
