@@ -68,6 +68,11 @@ def checkpoint_seconds(nbytes: float, nodes: int, cluster: Cluster) -> float:
     return nbytes / (checkpoint_write_gbps(nodes, cluster) * 1e9)
 
 
+def gpu_hours(wall_s: float, num_gpus: int) -> float:
+    """GPU-hours of a run that holds `num_gpus` for `wall_s` seconds (what a cloud bills)."""
+    return wall_s / 3600.0 * num_gpus
+
+
 @dataclass
 class PlanReliability:
     report: RunReport | None  # None: the run does not finish (`reason` says why)
@@ -85,7 +90,7 @@ class PlanReliability:
     @property
     def gpu_hours_mean(self) -> float | None:
         """GPU-hours of the mean wall-clock, failures and checkpoints included (None: no finish)."""
-        return self.report.wall_mean_s / 3600.0 * self.num_gpus if self.report is not None else None
+        return gpu_hours(self.report.wall_mean_s, self.num_gpus) if self.report is not None else None
 
     @property
     def usd_mean(self) -> float | None:

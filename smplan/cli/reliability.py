@@ -222,8 +222,9 @@ def reliability(target, hw, stack, nodes, hw_set, plan_text, model_args, seq_len
     click.echo(format_table(["over " + str(r.seeds) + " seeds", "mean", "p10", "p50", "p90"], rows, align="lrrrr"))
     if note := skewed_mean_note(r):
         click.echo(note)
-    click.echo(f"cost of the mean wall-clock: {result.gpu_hours_mean:,.0f} GPU-hours, "
-               f"${result.usd_mean:,.0f} at ${result.usd_per_gpu_hour:g} per GPU-hour ({cluster.name}'s [cost])")
+    price = (f", ${result.usd_mean:,.0f} at ${result.usd_per_gpu_hour:g} per GPU-hour ({cluster.name}'s [cost])"
+             if result.usd_per_gpu_hour else "")  # a probed profile has no price
+    click.echo(f"the mean wall-clock takes {result.gpu_hours_mean:,.0f} GPU-hours{price}")
     click.echo("")
     used = {"daly": "Daly's: too few failures to sweep",
             "whole_run": "the whole run: shorter than the sweep's or Daly's"}.get(r.interval_source, r.interval_source)

@@ -156,12 +156,13 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
         steps, report = steps_within(q.days * 86400.0, step_s, lambda n: analyse_or_refuse(
             run_spec(plan, cluster, n * step_s, save_s), interval_s, q.seeds))
     wall_s = report.wall_mean_s
+    from smplan.simulator.reliability import gpu_hours
     return {
         "tokens": float(q.tokens) if q.tokens else steps * tokens_per_step,  # --days: what its steps train
         "steps": steps,
         "ideal_days": steps * step_s / 86400.0,
         "days": wall_s / 86400.0,
-        "usd": wall_s / 3600.0 * plan.world_size * cluster.cost.usd_per_gpu_hour,
+        "usd": gpu_hours(wall_s, plan.world_size) * cluster.cost.usd_per_gpu_hour,
         "goodput": report.goodput_mean,
         "goodput_std": report.goodput_std,
         "goodput_p10": report.goodput_p10,

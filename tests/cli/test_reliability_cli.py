@@ -25,7 +25,11 @@ def test_reliability_json(cli_runner):
     assert data["gpu_hours_mean"] == pytest.approx(data["wall_mean_s"] / 3600 * 4096)
     assert data["usd_mean"] == pytest.approx(data["gpu_hours_mean"] * data["usd_per_gpu_hour"]) and data["usd_mean"] > 0
     text = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20"]).output
-    assert f"cost of the mean wall-clock: {data['gpu_hours_mean']:,.0f} GPU-hours, ${data['usd_mean']:,.0f} at $" in text
+    assert f"the mean wall-clock takes {data['gpu_hours_mean']:,.0f} GPU-hours, ${data['usd_mean']:,.0f} at $" in text
+    free = cli_runner.invoke(cli, BASE + ["--days", "10", "--checkpoint-minutes", "5", "--seeds", "20",
+                                          "--hw-set", "cost.usd_per_gpu_hour=0"])  # a profile without a price
+    assert free.exit_code == 0, free.output
+    assert re.search(r"the mean wall-clock takes [\d,]+ GPU-hours\n", free.output), free.output
 
 
 def test_a_model_without_sequences_counts_samples(cli_runner):
