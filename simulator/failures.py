@@ -522,12 +522,11 @@ def analyse_run(
         # a run shorter than the interval is one segment, though never shorter than a write
         chosen, source = max(spec.work_s, shortest), "whole_run"
     row = int(np.argmin(np.abs(res.intervals_s - chosen)))
-    if interval_s is None:
-        # Evaluate exactly at the interval used, on the same failure draws.
+    if res.intervals_s[row] == chosen:  # a point of the sweep (the given one always is): its draws
+        wall, fails, waited = res.wall_s[row], res.failures[row], res.spare_wait_s[row]
+    else:  # the parabola's vertex, Daly's or the run's length: evaluated on the same failure draws
         one = at_best if at_best is not None and chosen == best else simulate_sweep(spec, [chosen], seeds, seed)
         wall, fails, waited = one.wall_s[0], one.failures[0], one.spare_wait_s[0]
-    else:
-        wall, fails, waited = res.wall_s[row], res.failures[row], res.spare_wait_s[row]
     good = spec.work_s / wall
     mean_wall = res.wall_s.mean(axis=1)
     sweep = [
