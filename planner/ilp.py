@@ -88,7 +88,12 @@ def solve_partition(
     per-block coefficients are equal), so each device gets one count variable, spread evenly
     over its chunks afterwards (`spread`). The full estimate also sees which chunk holds the
     extra blocks (the DP overlap window, the first chunk's in-flight activations), by up to
-    ~0.04% on 5 blocks; `solve._best_spread` tries the other splits where they are few.
+    ~0.04% on 5 blocks; `solve._best_spread` tries the other splits where they are few. Memory
+    here counts the device's in-flight micro-batches spread evenly over its blocks, exact for an
+    even split; the estimate counts each chunk at the device's peak (memory_model.block_flights):
+    more where the extra blocks sit on the first chunks, less where on the last, so the search
+    keeps only plans whose estimate fits (`solve.fits`), and this ILP (as `bounds`) may refuse a
+    device a block that a split heavy on its last chunks would have held.
     `cutoff`: only solutions with a step time below it are of interest
     (the search's K-th best so far); None then means "none better".
     """
