@@ -41,8 +41,6 @@ class ProfileError(ValueError):
     """The profile request itself is wrong (e.g. an unknown dtype); the message says the fix."""
 
 
-
-
 def profile_model(
     ref: str,
     args: dict | None = None,
