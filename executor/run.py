@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from smplan.planner.feasibility import effective_zero
+from smplan.planner.feasibility import effective_zero, zero_with_pp_problem
 from smplan.planner.model_file import load_model_file
 from smplan.planner.plan import (
     Plan,
@@ -433,12 +433,11 @@ def _zero_note(plan: Plan) -> str | None:
                 "to backward (ZeRO-2: it shards the gradients with the optimizer states; FSDP has no ZeRO-1); the "
                 "prediction is of a ZeRO-1 that reduces once a step (a plan under an FSDP stack, --stack torchtitan, "
                 "prices what runs)")
-    ran = effective_zero(plan.zero, plan.pp)
-    if ran == plan.zero:
+    problem = zero_with_pp_problem(plan.zero, plan.pp)  # the words plan and simulate use
+    if problem is None:
         return None
-    return (f"note: zero={plan.zero} with pp={plan.pp} runs as ZeRO-{ran}: pipelining keeps the gradients whole until "
-            "the last micro-batch's backward and the parameters gathered from the first forward (as torchtitan does); "
-            f"the prediction prices it so, and summary.json records zero: {ran}")
+    return (f"note: {problem}, as torchtitan runs it; the prediction prices it so, and summary.json records "
+            f"zero: {effective_zero(plan.zero, plan.pp)}")
 
 
 def _refuse_a_changed_recipe(found: tuple[int, Path], cfg: RunConfig, out: Path) -> None:

@@ -13,7 +13,9 @@ from tests.executor.runs import GPT_TINY
 
 def test_zero_3_under_pipelining_is_recorded_and_said_as_zero_1(tmp_path):
     plan, _ = resolve_plan("pp=2,dp=2,zero=3,mbs=1,gbs=4", model=GPT_TINY)
-    assert _zero_note(plan).startswith("note: zero=3 with pp=2 runs as ZeRO-1: pipelining keeps the gradients whole")
+    assert _zero_note(plan).startswith("note: zero=3 runs as ZeRO-1 with pipeline stages (pp=2: the gradients and "
+                                       "gathered parameters stay until the last micro-batch), as torchtitan runs it")
+    assert _zero_note(plan).endswith("summary.json records zero: 1")
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "step_time_s": 1.0, "tokens_per_s": 1.0,
                                                         "samples_per_s": 1.0, "peak_memory_gib": 0.5}) + "\n")
     ran = summarize(tmp_path, None, plan.to_dict(), "cpu")["plan"]
