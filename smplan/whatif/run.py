@@ -147,16 +147,15 @@ def run_record(q: Question, spec: PointSpec, plan: Plan, figures: dict, cluster:
     step_s = figures["step_time_s"]
     tokens_per_step = figures["tokens_per_s"] * step_s
     interval_s = given_min * 60.0 if given_min else None
-    if q.tokens:
-        from smplan.simulator.reliability import whole_steps
+    from smplan.simulator.reliability import gpu_hours, whole_steps
 
+    if q.tokens:
         steps = whole_steps(q.tokens, tokens_per_step)
         report = analyse_or_refuse(run_spec(plan, cluster, steps * step_s, save_s), interval_s, q.seeds)
     else:
         steps, report = steps_within(q.days * 86400.0, step_s, lambda n: analyse_or_refuse(
             run_spec(plan, cluster, n * step_s, save_s), interval_s, q.seeds))
     wall_s = report.wall_mean_s
-    from smplan.simulator.reliability import gpu_hours
     return {
         "tokens": float(q.tokens) if q.tokens else steps * tokens_per_step,  # --days: what its steps train
         "steps": steps,
