@@ -79,7 +79,7 @@ def _quiet_agent_on_interrupt():
         # would land inside the agent's shutdown and skip stopping its log-tail thread, which
         # then keeps the interpreter from exiting: the shutdown already ends with SIGKILL after
         # shutdown_timeout_s, so the second is dropped. A third leaves at once, 130 as a shell's
-        # Ctrl-C; the workers exit when they see their parent gone (worker._exit_with_parent).
+        # Ctrl-C; the workers exit when they see the launcher gone (worker._exit_with_parent).
         interrupted.append(signum)
         if len(interrupted) == 2:
             print("stopping the workers; Ctrl-C once more to leave at once", file=sys.stderr, flush=True)
@@ -148,7 +148,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from .worker import run_forked
+    from .worker import LAUNCHER_PID_ENV, run_forked
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -175,6 +175,7 @@ def launch_local(cfg: RunConfig, nproc_per_node: int, nnodes: int = 1, rdzv_endp
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "PYTHONUNBUFFERED": "1",
+        LAUNCHER_PID_ENV: str(os.getpid()),  # ranks exit when this process is gone, killed too
         # torch 2.13's agent shares one TCPStore across restart rounds without a per-attempt
         # prefix, so a restarted rank can read the dead attempt's gloo addresses ("connection
         # refused"). Opting out makes each attempt's rank 0 host a fresh store.

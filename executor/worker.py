@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 
 from .checkpoint import ONE_LINE_ERRORS
 from .config import RunConfig
@@ -17,16 +18,42 @@ from .failure import LOST_PEER_LINE
 from .token_data import TokenDataError
 from .train import NonFiniteLossError, Trainer
 
+# The launcher's pid (launch.launch_local sets it): a rank forked from the launcher's fork server
+# has that server as its parent, which outlives a killed launcher (every rank holds the server's
+# "alive" pipe: multiprocessing.forkserver), so the parent test alone never fires there.
+LAUNCHER_PID_ENV = "SMPLAN_LAUNCHER_PID"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process `pid` has exited: absent, or a zombie its parent has not reaped yet
+    (/proc on Linux; elsewhere only absence is seen)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1].split()[0]
+        return state in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
 
 def _exit_with_parent(poll_s: float = 1.0) -> None:
-    """torchrun starts workers in their own sessions; if the agent dies (killed test,
-    lost node) nothing would stop them, so a worker whose parent is gone exits."""
+    """torchrun starts workers in their own sessions; if the agent dies (killed test, lost
+    node, `kill -9` of the launcher) nothing would stop them, so a worker whose parent or
+    launcher is gone exits."""
     parent = os.getppid()
+    launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0)
 
     def watch() -> None:
         while True:
             time.sleep(poll_s)
-            if os.getppid() != parent:
+            if os.getppid() != parent or (launcher and _gone(launcher)):
                 os._exit(70)
 
     threading.Thread(target=watch, name="smplan-parent-watch", daemon=True).start()

@@ -99,3 +99,15 @@ def test_a_third_ctrl_c_leaves_at_once(tmp_path):
     assert out.is_dir() and (out / "run_config.json").is_file()
     # the workers see their parent gone within a poll (worker._exit_with_parent)
     assert not _left_running(proc.pid, within_s=10)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_workers_leave_when_the_launcher_is_killed(tmp_path):
+    """SIGKILL to the launcher alone (an OOM kill, `kill -9`): its agent cannot stop the workers,
+    whose parent is the fork server, not the launcher; they must see the launcher gone and exit,
+    not train on into a folder no lock holds (a review: 1,100 more steps in 40 s)."""
+    out = tmp_path / "run"
+    proc, _ = _signalled_run(out, signal.SIGKILL, 1, 0.0)
+    assert proc.returncode == -signal.SIGKILL
+    left = _left_running(proc.pid, within_s=10)
+    assert not left, f"workers outlived the killed launcher: {left}"
