@@ -28,7 +28,7 @@ from smplan.model.structure import (
     recomputable_parts_before,
 )
 
-from . import float8, grad_compress
+from . import float8, grad_compress, precision
 from .context_parallel import SequenceShard, apply_context_parallel
 from .expert_parallel import apply_ep, expert_parameters, shard_over_edp
 from .materialize import INIT_HOOK, build_meta, materialize
@@ -78,10 +78,10 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
                       loss_fn, mp_policy=None, sequence: SequenceShard | None = None) -> ModelParts:
     """`sequence`: this rank's share of each sequence under context parallelism (cp > 1)."""
     compress = parse_grad_compress(plan.grad_compress)
-    mp_policy = mp_policy or grad_compress.mixed_precision(compress)
+    mp_policy = mp_policy or precision.fsdp_policy(plan.dtype, device.type, compress)
     powersgd = None
     meta = build_meta(model_file, plan.model_args, seed)  # parameters on meta, buffers real
-    if plan.dtype == "fp32":
+    if precision.keeps_fp32_master(plan.dtype, device.type):
         half_to_fp32(meta)
     layout = find_layout(meta)
     stages = plan_stages(plan, layout.num_blocks)
@@ -149,9 +149,11 @@ def build_model_parts(plan: Plan, model_file, dims: ParallelDims, device: torch.
 
 
 def half_to_fp32(model: nn.Module) -> None:
-    """An fp32 plan runs no autocast: the parameters' dtype computes, so an hf: config built in
-    bf16 runs the fp32 it was priced in (a CPU profile's default: feasibility.default_dtype).
-    Only half-precision tensors: a complex rotary buffer or an fp64 one stays as it is."""
+    """fp32 parameters for a model built in half precision (an hf: config's torch_dtype): an fp32
+    plan runs no autocast, so the parameters' dtype computes the fp32 it was priced in (a CPU
+    profile's default: feasibility.default_dtype); an autocast one updates fp32 master weights
+    (executor/precision.py). Only half-precision tensors: a complex rotary buffer or an fp64 one
+    stays as it is."""
     for tensor in (*model.parameters(), *model.buffers()):
         if tensor.dtype in (torch.bfloat16, torch.float16):
             tensor.data = tensor.data.float()

@@ -4,7 +4,8 @@
   (`torch.distributed.algorithms.ddp_comm_hooks`): `default_hooks.bf16_compress_hook`, or
   `powerSGD_hook.powerSGD_hook` with a `PowerSGDState` (Vogels et al. 2019).
 - FSDP2 (zero 1-3) and FSDP2's `replicate` (zero=0 under tp or pp): bf16 is the
-  `MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)` of their reduce-scatter / all-reduce.
+  `MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)` of their reduce-scatter / all-reduce
+  (executor/precision.py's fsdp_policy).
   PowerSGD has no equivalent there (a reduce-scatter of shards), so it is refused before launch.
 
 PowerSGD keeps state across steps: per DDP bucket the error-feedback residual and the warm-start
@@ -30,15 +31,6 @@ from smplan.planner.grad_compress import GradCompress
 # is a warm-up for accuracy; smplan compresses from the earliest step torch allows, as the plan
 # says, and the planner prices every step compressed.
 POWERSGD_START_STEP = 2
-
-
-def mixed_precision(spec: GradCompress):
-    """FSDP2's MixedPrecisionPolicy for the plan's compression (None: FSDP2's default)."""
-    if spec.kind != "bf16":
-        return None
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    return MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
 
 
 def register(ddp_model, dp_group, spec: GradCompress, seed: int) -> PowerSGD | None:

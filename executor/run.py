@@ -53,6 +53,7 @@ from .lr_scaling import describe as describe_lr_scale
 from .lr_scaling import lr_scale
 from .metrics import CHECKPOINTS_DIR, SUMMARY_FILE
 from .nodes import check_even_split, names_plan_file
+from .precision import gpu_dtype_problem
 from .recipe import DEFAULT_DECAY_FRACTION, Recipe
 from .run_dir import (
     claim_run_dir,
@@ -360,13 +361,16 @@ def slurm_gpus_per_node(plan: Plan, nproc: int) -> int:
 def check_this_machine(nproc: int, nnodes: int, param_bytes: int, plan: Plan) -> None:
     """Raise PlanMismatchError when this machine cannot start `nproc` processes of `plan`'s run
     (executor/host_fit.py): its GPUs, or on CPU its free host memory for the copies of the
-    parameters the plan's data parallelism keeps (host_fit.state_copies); under fp8, GPUs
-    without FP8 units (executor/float8.py)."""
+    parameters the plan's data parallelism keeps (host_fit.state_copies); on GPUs, a dtype they
+    cannot train as priced (executor/precision.py); under fp8, GPUs without FP8 units
+    (executor/float8.py)."""
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else None
     copies = state_copies(plan.dp, plan.zero, plan.pp, plan.cp, plan.ep)
     problem = this_machine_problem(nproc, nnodes, param_bytes, gpus, available_host_bytes(), copies)
+    if not problem and gpus:
+        problem = gpu_dtype_problem(plan.dtype, torch.cuda.is_bf16_supported())
     if not problem and plan.dtype == "fp8":
         problem = fp8_device_problem(torch.cuda.get_device_capability(0) if gpus else None)
     if problem:

@@ -41,6 +41,7 @@ from .metrics import (
     rate_key,
     summarize,
 )
+from .precision import autocast_dtype
 from .timing import PhaseTimer
 
 
@@ -96,15 +97,14 @@ class Trainer:
         if self.sequence is not None:
             self.loss_fn = weighted_loss(self.loss_fn, self.sequence)
         # fp8: the float8 linears' casts and GEMMs inside bf16 autocast for the rest, as torchtitan
-        amp = self.device.type == "cuda" and self.plan.dtype in ("bf16", "fp16", "fp8")
-        dtype = torch.float16 if self.plan.dtype == "fp16" else torch.bfloat16
-        self.autocast = (lambda: torch.autocast("cuda", dtype=dtype)) if amp else contextlib.nullcontext
+        amp = autocast_dtype(self.plan.dtype, self.device.type)
+        self.autocast = (lambda: torch.autocast("cuda", dtype=amp)) if amp else contextlib.nullcontext
         self.parts = build_model_parts(self.plan, self.model_file, self.dims, self.device, cfg.seed, self.loss_fn,
                                        sequence=self.sequence)
         # without autocast the parameters' own dtype computes: fp32 from a model file, an hf:
         # config's torch_dtype (bf16) as built
         built = next((p.dtype for p in self.parts.parameters() if p.is_floating_point()), torch.float32)
-        self.compute_dtype = dtype_name(dtype) if amp else dtype_name(built)
+        self.compute_dtype = dtype_name(amp or built)
         if self.parts.fp8_linears and self.parts.fp8_linears[0]:  # float8 GEMMs on CPU too (torch._scaled_mm)
             self.compute_dtype = "fp8"
         # A vocab-parallel head hands the loss sharded logits (a DTensor): cross-entropy

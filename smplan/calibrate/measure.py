@@ -46,14 +46,18 @@ def output_to(path: Path):
 
 
 def device_dtype() -> tuple[str, str]:
-    """("cpu", "fp32") or ("cuda", "bf16"): the dtype the executor really computes in.
+    """("cpu", "fp32"), ("cuda", "bf16"), or ("cuda", "fp32") on GPUs without bf16 (V100): the
+    dtype the executor really computes in.
 
     The executor runs fp32 on CPU whatever the plan says (executor/train.py), so a
-    prediction for a CPU run must be made for fp32 too.
+    prediction for a CPU run must be made for fp32 too; it refuses fp16, which would need
+    loss scaling (executor/precision.py).
     """
     import torch
 
-    return ("cuda", "bf16") if torch.cuda.is_available() else ("cpu", "fp32")
+    if not torch.cuda.is_available():
+        return ("cpu", "fp32")
+    return ("cuda", "bf16" if torch.cuda.is_bf16_supported() else "fp32")
 
 
 def run_plan(plan: Plan, label: str, model_file, steps: int, nproc: int, run_dir: Path) -> Measured:
