@@ -11,7 +11,9 @@ module is the part that knows about plans, the planner and the executor.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -215,8 +217,23 @@ def kept_input_line(report: CalibrationReport, opts: CalibrateOptions) -> str:
     return (f"kept {report.hw}'s own factors: the fitted ones miss these plans by {report.median_ape_after:.1%} "
             f"(median) against {report.median_ape_before:.1%} with {report.hw}'s, "
             + (f"so nothing was written to {files}" if files else "so there is nothing to write")
-            + "; the plans disagree on this machine's speed: rerun with --rounds 3 on an idle machine, or with more "
-              "--plans")
+            + "; " + _disagreement(report.before))
+
+
+def _disagreement(before: Sequence[Row]) -> str:
+    """Why the plans cannot share one set of factors: the plan furthest (in log ratio) from the
+    others' median measured/predicted, named when it is over twice as far off as the worst of them
+    and at least 2x; else noise, which repeated rounds average out."""
+    if len(before) >= 3:
+        worst = max(before, key=lambda r: abs(math.log(r.ratio) - statistics.median(math.log(o.ratio) for o in before)))
+        others = [r for r in before if r is not worst]
+        centre = statistics.median(math.log(r.ratio) for r in others)
+        spread = max(abs(math.log(r.ratio) - centre) for r in others)
+        if abs(math.log(worst.ratio) - centre) > max(2 * spread, math.log(2)):
+            rest = ", ".join(f"{1 / r.ratio:.2f}x" for r in others)
+            return (f"{worst.label} ran {1 / worst.ratio:.2f}x its prediction against {rest} for the others: the cost "
+                    f"model lacks what sets its speed here; rerun without it (--plan for each of the others)")
+    return "the plans disagree on this machine's speed: rerun with --rounds 3 on an idle machine, or with more --plans"
 
 
 def local_cluster(hw: str, nproc: int, hw_set: Sequence[str] = (), stack: str | None = None) -> Cluster:
@@ -293,11 +310,12 @@ def check_options(opts: CalibrateOptions) -> None:
 
 
 def build_plans(model: str, model_args: dict, hw: str, opts: CalibrateOptions, profile) -> list[tuple[str, Plan]]:
-    _, dtype = device_dtype()
+    device, dtype = device_dtype()
     if opts.choices:
         picked = [plan_choice.parse_choice(c) for c in opts.choices]
     else:
-        picked = plan_choice.choose(opts.nproc, profile, opts.plans, opts.global_batch)
+        picked = plan_choice.choose(opts.nproc, profile, opts.plans, opts.global_batch,
+                                    tensor_parallel=device != "cpu")
     out = []
     for c in picked:
         if c.dp * c.tp * c.pp != opts.nproc:
@@ -378,6 +396,9 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     if not opts.check and not opts.output and not opts.stack_output:  # said before minutes of runs, not after
         progress("note: no -o given: the fit will be reported but nothing written; add -o FILE to keep the calibrated "
                  "profile (or --check to skip the fit)")
+    if not opts.choices and device_dtype()[0] == "cpu" \
+            and any(c.tp > 1 for c in plan_choice.choose(opts.nproc, profile, opts.plans, opts.global_batch)):
+        progress(f"note: {plan_choice.CPU_TP_NOTE}")  # the pick a GPU would run
     measured = measure_all(labelled, model, opts, progress, model_file)
     ok = [m for m in measured if m.step_time_s]
     report = CalibrationReport(hw=hw, before=[], failed=[m for m in measured if not m.step_time_s],

@@ -61,8 +61,9 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
     MODEL is a model file, path/to/model.py[:builder] (README: The model file), or hf:DIR, a folder
     holding a Hugging Face config.json (built from it: no weights, no download).
 
-    Runs --plans plans for --steps steps each with `smplan execute`'s library, predicts
-    the same plans with the planner's cost model (and the simulator), prints predicted
+    Runs --plans plans of its own (not an `execute` run folder; on CPU no tp plan,
+    whose speed there is DTensor's dispatch, unless --plan asks) for --steps steps each
+    with `smplan execute`'s library, predicts the same plans with the planner's cost model (and the simulator), prints predicted
     vs measured step time, then fits the profile's few global factors (matmul_max,
     matmul_half_dim, memory_bound, network, host_overhead_us_per_layer; never one per
     plan) and writes the profile with them to -o; factors that miss these plans by more than

@@ -328,8 +328,8 @@ def _echo_summary(summary: dict, plan) -> None:
         args += "".join(f" --hw-set {k}={v}" for k, v in (plan.hw_overrides or {}).items())
         out = _unused_name("cal", ".toml")  # calibrate refuses to overwrite: suggest a command that runs
         click.echo(f"  note: the step took {off:.2f}x its prediction on this machine; `smplan calibrate {plan.model}"
-                   f"{args} --hw {plan.hw} -o {out}` fits the profile's efficiency and host-time factors to runs "
-                   f"here, and `smplan plan --hw {out}` then predicts with them")
+                   f"{args} --hw {plan.hw} -o {out}` runs a few plans of its own here and fits the profile's efficiency "
+                   f"and host-time factors to them, and `smplan plan --hw {out}` then predicts with them")
     click.echo(f"  final loss {measured.get('final_loss', float('nan')):.6f}")
     if "final_val_loss" in measured:
         click.echo(f"  final val loss {measured['final_val_loss']:.6f}")

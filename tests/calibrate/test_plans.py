@@ -34,6 +34,13 @@ def test_every_candidate_is_a_valid_plan(profile):
         assert plan.world_size == 4 and plan.num_microbatches >= plan.pp
 
 
+def test_no_tensor_parallelism_on_cpu_unless_asked(profile):
+    """On CPU a tp plan runs at DTensor's dispatch speed, 7x its prediction (plans.CPU_TP_NOTE)."""
+    chosen = choose(2, profile, 3, tensor_parallel=False)
+    assert all(c.tp == 1 for c in chosen) and len(set(chosen)) == 3
+    assert any(c.tp == 2 for c in choose(2, profile, 3))
+
+
 def test_no_tensor_parallelism_without_a_tp_plan(profile):
     no_tp = dataclasses.replace(profile, has_tp_plan=False)
     assert all(tp == 1 for _, tp, _ in meshes(4, no_tp))

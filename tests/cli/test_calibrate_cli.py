@@ -115,7 +115,7 @@ def test_a_failed_run_is_reported_and_the_rest_still_fit(cli_runner, probed, tmp
     cluster = local_cluster(str(probed), 2)
 
     def fake_run(plan, label, model_file, steps, nproc, run_dir):
-        if plan.tp > 1:
+        if plan.pp > 1 and plan.micro_batch == 2:
             return Measured(plan, label, None, str(run_dir), "rank 1 exited with code 1")
         profile = profile_model(GPT_TINY, dtype=plan.dtype)
         return Measured(plan, label, 2.0 * estimate(plan, profile, cluster).step_time_s, str(run_dir))
@@ -126,7 +126,7 @@ def test_a_failed_run_is_reported_and_the_rest_still_fit(cli_runner, probed, tmp
                                      "--runs-dir", str(tmp_path / "runs"), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert [f["plan"].startswith("dp=1,tp=2") for f in report["failed"]] == [True]
+    assert [f["plan"].startswith("dp=1,tp=1,pp=2,mbs=2") for f in report["failed"]] == [True]
     assert len(report["plans"]) == 3 and load_cluster(str(out)).name == "local"
     assert report["median_ape_before"] > 0.4 and report["median_ape_after"] < 0.1  # 2x slower: the fit follows
 
@@ -383,3 +383,16 @@ def test_counts_show_their_range_in_help_and_refuse_outside_it(cli_runner, probe
     assert f"{rule}]" in " ".join(cli_runner.invoke(cli, ["calibrate", "--help"]).output.split())
     line = _one_line_exit_2(cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), option, value]))
     assert option in line and rule in line
+
+
+def test_on_cpu_the_automatic_pick_leaves_tp_out_and_says_so(cli_runner, probed, tmp_path, monkeypatch):
+    """A tp=2 plan ran 7x its prediction on CPU (DTensor dispatch) and the README's calibrate
+    command kept nothing (a review); the pick a GPU would run holds one, so the note says why not."""
+    from smplan.calibrate import local_cluster
+
+    _runs_off_by(monkeypatch, local_cluster(str(probed), 2), [1.3] * 3)
+    result = cli_runner.invoke(cli, ["calibrate", GPT_TINY, "--hw", str(probed), "--runs-dir",
+                                     str(tmp_path / "runs"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "note: tp plans are not picked on CPU" in result.stderr
+    assert all(",tp=1," in row["label"] for row in json.loads(result.stdout)["plans"])
