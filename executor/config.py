@@ -36,7 +36,10 @@ class RunConfig:
     force_resume: bool = False
     fail_at_step: int | None = None
     fail_rank: int | None = None  # None: the last rank
-    collective_timeout_s: float = 120.0
+    # how long a collective waits for a rank that stopped taking part: torch's NCCL default and
+    # Megatron-LM's --distributed-timeout-minutes (10 min); checkpoint saves on a slow shared file
+    # system hold every rank at DCP's gathers and barriers for as long as the slowest writer
+    collective_timeout_s: float = 600.0
     fingerprint: str = ""
     fingerprint_inputs: dict = dataclasses.field(default_factory=dict)  # what the fingerprint hashes (checkpoint meta keeps it)
     tensorboard: bool = False  # RUN_DIR/tensorboard event files (rank 0)
