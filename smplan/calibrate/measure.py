@@ -70,7 +70,7 @@ def run_plan(plan: Plan, label: str, model_file, steps: int, nproc: int, run_dir
         with output_to(run_dir / "workers.log"):
             result = execute(plan, model_file, opts)
     except LaunchError as err:
-        return Measured(plan, label, None, str(run_dir), str(err))
+        return Measured(plan, label, None, str(run_dir), failure_line(str(err), run_dir))
     median_s = (result.summary or {}).get("measured", {}).get("step_time_s")
     fastest = steady_step_s(run_dir)
     if fastest is None:
@@ -94,3 +94,13 @@ def steady_step_s(run_dir: Path) -> float | None:
         return None
     steady = records[1:] or records
     return min(r["step_time_s"] for r in steady) if steady else None
+
+
+def failure_line(report: str, run_dir: Path) -> str:
+    """One line of execute's failure report for calibrate's progress: which rank failed and its
+    exception (the report's last `  | ` line), not the traceback's lines nor execute's advice on
+    resuming a run folder calibrate made for itself."""
+    lines = [line for line in report.splitlines() if line.strip()]
+    head = (lines[0] if lines else "the run failed").rstrip(":")
+    body = [line.strip().removeprefix("|").strip() for line in lines[1:] if line.lstrip().startswith("|")]
+    return f"{head}: {body[-1]}; see {run_dir}/workers.log" if body else f"{head}; see {run_dir}/workers.log"

@@ -74,3 +74,15 @@ def test_plans_that_merely_scatter_are_told_to_repeat_rounds():
     before = [Row(f"plan{i}", 0.1, 0.1 * r, 0.1 * r) for i, r in enumerate([0.94, 0.64, 1.3])]
     report = CalibrationReport(hw="my.toml", before=before, after=before)
     assert "rerun with --rounds 3 on an idle machine" in kept_input_line(report, CalibrateOptions(output="c.toml"))
+
+
+def test_a_failed_plan_is_one_line_without_execute_advice(tmp_path):
+    """The FAILED line held the whole traceback and execute's "--checkpoint-every N" advice (a review)."""
+    from smplan.calibrate.measure import failure_line
+
+    report = ("training failed after 0 restart(s): rank 1 exited with code 1:\n  | Traceback (most recent call last):\n"
+              '  |   File "m.py", line 3, in f\n  | ValueError: bad width\nfull log of rank 1: /x/stderr.log\n'
+              "it wrote no checkpoint; rerun with --checkpoint-every N")
+    line = failure_line(report, tmp_path)
+    assert line == f"training failed after 0 restart(s): rank 1 exited with code 1: ValueError: bad width; see {tmp_path}/workers.log"
+    assert failure_line("stopped by SIGTERM", tmp_path) == f"stopped by SIGTERM; see {tmp_path}/workers.log"
