@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,6 +348,9 @@ def parse_inline(text: str) -> dict:
         if "=" not in item:
             raise PlanError(f"plan item {item!r} needs the form key=value, e.g. tp=8")
         key, raw = (s.strip() for s in item.split("=", 1))
+        if re.search(r"\s\w+=", raw) or re.search(r"\s", key):  # "dp=2 mbs=2": the value would be "2 mbs=2"
+            fixed = ",".join(part for part in re.split(r"[\s,]+", text.strip()) if part)
+            raise PlanError(f"plan keys are separated by commas, not spaces: {fixed!r}")
         if key not in INLINE_KEYS:
             near = difflib.get_close_matches(key, list(INLINE_KEYS), n=1)
             hint = f"did you mean {near[0]}? " if near else ""

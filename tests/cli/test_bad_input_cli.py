@@ -1,5 +1,7 @@
 """Bad command-line values: one line, exit 2, before any work, nothing overwritten."""
 
+from pathlib import Path
+
 import pytest
 
 from smplan.cli.main import cli
@@ -579,3 +581,18 @@ def test_an_arg_without_a_value_names_its_own_key(cli_runner):
     result = cli_runner.invoke(cli, ["profile", TINY, "--arg", "hidden"])
     line = _error_line(result)
     assert result.exit_code == 2 and "--arg 'hidden' needs the form key=value, e.g. --arg hidden=VALUE" in line, line
+
+
+ABS_TINY = str(Path(__file__).resolve().parents[2] / "examples" / "gpt.py") + ":tiny"
+
+
+@pytest.mark.parametrize("verb", [["simulate", ABS_TINY, "--hw", "a100x8", "--plan"],
+                                  ["execute", "--model", ABS_TINY, "-o", "x"]])
+def test_a_plan_with_spaces_between_keys_says_commas(cli_runner, verb, tmp_path, monkeypatch):
+    """"dp=2 mbs=2 gbs=8" was told "dp must be a whole number, got '2 mbs=2 gbs=8'" (a review)."""
+    monkeypatch.chdir(tmp_path)
+    args = [*verb, "dp=2 mbs=2 gbs=8"] if verb[0] == "simulate" else ["execute", "dp=2 mbs=2 gbs=8", *verb[1:]]
+    result = cli_runner.invoke(cli, args)
+    line = _error_line(result)
+    assert result.exit_code == 2 and "plan keys are separated by commas, not spaces: 'dp=2,mbs=2,gbs=8'" in line, line
+    assert not (tmp_path / "x").exists()
