@@ -75,10 +75,6 @@ class ParallelDims:
         return self.pp > 1
 
     @property
-    def dp_enabled(self) -> bool:
-        return self.dp > 1
-
-    @property
     def tp_enabled(self) -> bool:
         return self.tp > 1
 

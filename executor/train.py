@@ -209,11 +209,7 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
         timer.mark("optimizer")
         self._maybe_slow(timer)
-        # Each replica's loss counted once: from its last pipeline stage, first TP rank
-        # (every cp rank holds a weighted share of it).
-        owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
-        report = local if owner else torch.zeros_like(local)
-        # The step-end all-reduce is where every rank waits for the slowest one: its time
+        # The step-end all-reduce (_replica_mean) is where every rank waits for the slowest one: its time
         # on this rank is how long the others kept it waiting (what straggler detection
         # reads; a rank slow before the optimizer step is waited for at the NaN check's
         # all-reduce already, inside the grad_clip phase). On CUDA the queued work is finished first so the wait is not mistaken
@@ -221,8 +217,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        dist.all_reduce(report)
-        loss = report.item() / (self.plan.dp * self.plan.cp)
+        loss = self._replica_mean(local)
         out["sync_wait_s"] = time.perf_counter() - t0
         out.update(loss=loss, grad_norm=norm.item(), phases_s=timer.totals_s())
         return out
@@ -268,8 +263,8 @@ class Trainer:
                                      f"at the same step): {found[0]}")
 
     def _replica_mean(self, local: torch.Tensor) -> float:
-        """The mean over dp replicas of a per-replica loss (from its last stage, first tp rank;
-        the mean over its cp ranks' weighted shares)."""
+        """The mean over dp replicas of a per-replica loss, each counted once: from its last
+        pipeline stage, first tp rank (every cp rank holds a weighted share of it)."""
         owner = self.dims.is_last_stage and self.dims.coord("tp") == 0
         report = local if owner else torch.zeros_like(local)
         dist.all_reduce(report)
