@@ -387,7 +387,7 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     check_options(opts)
     cluster = local_cluster(hw, opts.nproc, opts.hw_set, opts.stack)
     source = profile_path(hw)
-    _, dtype = device_dtype()
+    device, dtype = device_dtype()
     profile = profile_model(model, model_args, dtype=dtype)
     labelled = build_plans(model, model_args, hw, opts, profile)
     model_file = load_model_file(model)
@@ -396,7 +396,7 @@ def calibrate(model: str, model_args: dict, hw: str, opts: CalibrateOptions,
     if not opts.check and not opts.output and not opts.stack_output:  # said before minutes of runs, not after
         progress("note: no -o given: the fit will be reported but nothing written; add -o FILE to keep the calibrated "
                  "profile (or --check to skip the fit)")
-    if not opts.choices and device_dtype()[0] == "cpu" \
+    if not opts.choices and device == "cpu" \
             and any(c.tp > 1 for c in plan_choice.choose(opts.nproc, profile, opts.plans, opts.global_batch)):
         progress(f"note: {plan_choice.CPU_TP_NOTE}")  # the pick a GPU would run
     measured = measure_all(labelled, model, opts, progress, model_file)

@@ -63,10 +63,10 @@ def calibrate(model, hw, stack, hw_set, model_args, num_plans, choices, steps, r
 
     Runs --plans plans of its own (not an `execute` run folder; on CPU no tp plan,
     whose speed there is DTensor's dispatch, unless --plan asks) for --steps steps each
-    with `smplan execute`'s library, predicts the same plans with the planner's cost model (and the simulator), prints predicted
-    vs measured step time, then fits the profile's few global factors (matmul_max,
-    matmul_half_dim, memory_bound, network, host_overhead_us_per_layer; never one per
-    plan) and writes the profile with them to -o; factors that miss these plans by more than
+    with `smplan execute`'s library, predicts the same plans with the planner's cost
+    model (and the simulator), prints predicted vs measured step time, then fits the
+    profile's few global factors (matmul_max, matmul_half_dim, memory_bound, network,
+    host_overhead_us_per_layer; never one per plan) and writes the profile with them to -o; factors that miss these plans by more than
     HW's own are not kept, and nothing is written (exit code 2 where -o asked for a file). Without
     -o nothing is written either.
     --check stops before the fit. A fit to plans of one dp/tp/pp layout says which layouts (and
