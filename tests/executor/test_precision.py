@@ -56,3 +56,21 @@ def test_execute_refuses_an_fp16_plan_on_gpus_before_launch(monkeypatch):
     plan = Plan(model="m.py", hw="v100x8", nodes=1, dp=8, global_batch=8, dtype="fp16")
     with pytest.raises(PlanMismatchError, match="dtype=fp16 needs loss scaling.*--fix dtype=fp32$"):
         check_this_machine(8, 1, 10**6, plan)
+
+
+def test_the_cli_refuses_an_fp16_plan_on_a_gpu_in_one_line(cli_runner, monkeypatch, tmp_path):
+    """Through `smplan execute`: one line, exit 2, no run folder made (nothing started)."""
+    from smplan.cli.main import cli
+    from tests.conftest import EXAMPLES
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    out = tmp_path / "run"
+    result = cli_runner.invoke(cli, ["execute", "dp=2,mbs=1,gbs=2,dtype=fp16", "--model", f"{EXAMPLES}/gpt.py:tiny",
+                                     "-o", str(out)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert lines[-1] == ("error: dtype=fp16 needs loss scaling, which smplan execute does not run (gradients would "
+                         "underflow); plan again with --fix dtype=bf16"), result.output
+    assert not (out / "metrics.jsonl").exists()
